@@ -1,0 +1,617 @@
+"""Advantages: how one scalar reward per rollout becomes a weight on its gradient.
+
+Critic-free RL (GRPO and its family) samples G rollouts per prompt and scores each with a
+verifier. An *advantage* turns those G rewards into G weights; the policy gradient is
+
+    g = sum_i A_i * grad log pi(o_i)          (one group; a batch sums over groups)
+
+Everything in this file is a different answer to one question: how much should a success
+push up, and a failure push down, and on which prompts?
+
+Two numbers summarise any answer (the FADE paper's decomposition, Decugis et al. 2026,
+arXiv 2607.01490): per group, the success mass and the failure mass
+
+    m_S = sum_{A_i > 0} A_i          m_F = sum_{A_i < 0} |A_i|
+
+- the SIGN axis is their ratio m_S / m_F: success-biased updates (m_S > m_F) sharpen the
+  policy and collapse entropy; failure-biased ones keep entropy up;
+- the DIFFICULTY axis is where the total m_S(p) + m_F(p) peaks as a function of the solve
+  rate p: GRPO peaks at p = 1/2, `power` with exponent alpha at p = 1/(1 + alpha).
+
+Why mean-centring matters (the Cancellation Hypothesis, arXiv 2605.08666, and the
+"design conditions" paper, arXiv 2604.13088): if sum_i A_i = 0 inside a group and every
+rollout gives a shared token (a template prefix) the same weight, that token's gradient
+is (sum_i A_i) * g_shared = 0. Zero-sum advantages are what make the cancellation exact;
+`ZERO_SUM` lists the ones in this file that sum to zero per group.
+
+Conventions (pinned here, tested in tests/test_advantages.py):
+- rewards are a float tensor [N, G]: N prompts, G rollouts each, prompt-major;
+- p = mean_i r_i is the group's solve rate (for binary rewards, c/G with c correct);
+- std is the sample std with Bessel's correction (ddof=1), as torch.std, TRL and verl;
+- an all-equal group gives EXACTLY 0 for every mean-centred method (never 1e-17, never
+  NaN): we zero such groups explicitly instead of trusting float arithmetic;
+- NaN or inf rewards raise ValueError; an unscorable rollout must be scored before here;
+- G = 1: mean-centred methods give 0 (a lone rollout has nothing to compare with; use
+  `reinforce`, `psr`, `nsr` or `w_reinforce` for single-rollout training); `rloo` and
+  the pass@k methods need more rollouts and raise ValueError.
+
+Usage:
+    A = compute_advantages("grpo", rewards)            # validated entry point
+    m_S, m_F = gradient_mass(A)                        # per-group masses, [N] each
+    python advantages.py --plot masses.png             # all mass curves in one PNG
+    python advantages.py --table                       # closed-form table at G=8
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import math
+
+import torch
+from torch import Tensor
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers used by every advantage (validation, exact mean-centring)
+# ---------------------------------------------------------------------------------------
+
+def _check_rewards(rewards: Tensor, name: str) -> Tensor:
+    """Validate a [N, G] reward tensor and return it as float (float32 stays float32).
+
+    Raises ValueError naming the problem: wrong rank, empty, NaN/inf (with the first
+    offending position, because a NaN reward almost always means a verifier crashed and
+    silently turning it into 0 would train on a wrong signal).
+    """
+    if not isinstance(rewards, Tensor):
+        raise ValueError(f"{name}: rewards must be a torch.Tensor of shape [N, G], got {type(rewards).__name__}")
+    if rewards.dim() != 2:
+        raise ValueError(f"{name}: rewards must have shape [N, G], got shape {tuple(rewards.shape)}")
+    if rewards.numel() == 0:
+        raise ValueError(f"{name}: rewards is empty, shape {tuple(rewards.shape)}")
+    if not rewards.is_floating_point():
+        rewards = rewards.float()
+    bad = ~torch.isfinite(rewards)
+    if bad.any():
+        n, g = (int(v) for v in bad.nonzero()[0])
+        raise ValueError(f"{name}: rewards must be finite, got {rewards[n, g].item()} at [{n}, {g}]")
+    return rewards
+
+
+def _require_binary(rewards: Tensor, name: str) -> None:
+    """Methods defined only for 0/1 rewards (psr, nsr, w_reinforce, passk, pkpo)."""
+    ok = (rewards == 0) | (rewards == 1)
+    if not ok.all():
+        n, g = (int(v) for v in (~ok).nonzero()[0])
+        raise ValueError(f"{name}: needs binary 0/1 rewards, got {rewards[n, g].item()} at [{n}, {g}]")
+
+
+def _require_unit_interval(rewards: Tensor, name: str) -> None:
+    """Methods that use (1 - p) as a weight need rewards in [0, 1] so that 1 - p >= 0."""
+    if (rewards < 0).any() or (rewards > 1).any():
+        bad = rewards[(rewards < 0) | (rewards > 1)][0].item()
+        raise ValueError(f"{name}: needs rewards in [0, 1] (it weights by 1 - p), got {bad}")
+
+
+def _require(cond: bool, name: str, what: str, value) -> None:
+    """One-line hyper-parameter check: `_require(k >= 1, "passk", "k >= 1", k)`."""
+    if not cond:
+        raise ValueError(f"{name}: needs {what}, got {value!r}")
+
+
+def _constant_groups(rewards: Tensor) -> Tensor:
+    """[N, 1] bool: True where every rollout of the group has the same reward."""
+    return (rewards.max(dim=1, keepdim=True).values == rewards.min(dim=1, keepdim=True).values)
+
+
+def _centred(rewards: Tensor) -> Tensor:
+    """r_i - mean_j r_j per group, with all-equal groups set to exactly 0.
+
+    Why the explicit zero: mean([0.1] * 3) is 0.10000000000000002 in float64, so r - mean
+    would leave a 1e-17 residue that a later division by a tiny std blows up to O(1).
+    """
+    centred = rewards - rewards.mean(dim=1, keepdim=True)
+    return centred.masked_fill(_constant_groups(rewards), 0.0)
+
+
+def _solve_rate(rewards: Tensor) -> Tensor:
+    """[N, 1] group solve rate p = mean_i r_i (for binary rewards, c / G)."""
+    return rewards.mean(dim=1, keepdim=True)
+
+
+# ---------------------------------------------------------------------------------------
+# The advantages (spec section 1). Each: rewards [N, G] -> advantages [N, G].
+# ---------------------------------------------------------------------------------------
+
+def reinforce(rewards: Tensor) -> Tensor:
+    """Plain REINFORCE, no baseline (Williams 1992).
+
+    A_i = r_i.   Binary: correct 1, wrong 0.   Masses (per rollout): m_S = p, m_F = 0.
+    Not zero-sum: every success is pushed up, failures are ignored, and an all-correct
+    group gets the full push (its updates never cancel). All-wrong groups give 0.
+    Works with G = 1. The high-variance baseline every other method improves on.
+    """
+    return _check_rewards(rewards, "reinforce").clone()
+
+
+def mean(rewards: Tensor) -> Tensor:
+    """Mean-centred advantage, Dr. GRPO (Liu et al. 2025, arXiv 2503.20783).
+
+    A_i = r_i - mean_j r_j.   Binary: correct 1 - p, wrong -p.
+    Masses per rollout: m_S = m_F = p(1 - p) (peak at p = 1/2, exactly balanced).
+    Zero-sum, so shared tokens cancel exactly. All-equal groups: exactly 0. G = 1: 0.
+    Dr. GRPO change 1: drop GRPO's division by the std, which up-weights groups that are
+    almost all-correct or all-wrong (a difficulty bias, see `grpo`).
+    Example: G = 8, c = 2 -> success +0.75, failure -0.25.
+    """
+    return _centred(_check_rewards(rewards, "mean"))
+
+
+def rloo(rewards: Tensor) -> Tensor:
+    """REINFORCE leave-one-out (Kool et al. 2019; Ahmadian et al. 2024).
+
+    A_i = r_i - mean_{j != i} r_j  =  G/(G-1) * (r_i - mean_j r_j)
+
+    The baseline for rollout i excludes rollout i itself, so it is independent of o_i and
+    the gradient estimate stays unbiased. Binary: success G(1-p)/(G-1), failure
+    -Gp/(G-1). Masses per rollout: G/(G-1) p(1-p) each. Zero-sum; all-equal groups 0.
+    Example: G = 8, c = 2 -> success +0.857, failure -0.286.
+    Needs G >= 2 (ValueError otherwise: there is no "other" rollout to form a baseline).
+    """
+    rewards = _check_rewards(rewards, "rloo")
+    G = rewards.shape[1]
+    _require(G >= 2, "rloo", "G >= 2 rollouts per prompt", G)
+    return _centred(rewards) * (G / (G - 1))
+
+
+def grpo(rewards: Tensor, eps: float = 1e-6) -> Tensor:
+    """GRPO's group-normalised advantage (Shao et al. 2024, arXiv 2402.03300).
+
+    A_i = (r_i - mean_j r_j) / (std_j r_j + eps),   std with Bessel's correction.
+
+    Binary, with c correct of G (p = c/G): the sample std is sqrt(G/(G-1) p(1-p)), so
+        success  +sqrt((G-1)/G) sqrt((1-p)/p)       failure  -sqrt((G-1)/G) sqrt(p/(1-p))
+    Masses per rollout: m_S = m_F = sqrt((G-1)/G) sqrt(p(1-p)) (peak at p = 1/2, but much
+    flatter than Dr. GRPO's p(1-p): dividing by the std boosts near-solved and
+    near-unsolved groups, the "difficulty bias" Dr. GRPO removes).
+    Zero-sum. All-equal groups: exactly 0 (std = 0 there, we never divide 0 by eps and
+    call it a signal). G = 1: torch.std of one element is NaN; we return 0 instead.
+    Example: G = 8, c = 2 -> success +1.620, failure -0.540.
+    eps = 1e-6 (TRL uses 1e-4, verl 1e-6; it only matters for near-constant rewards).
+    """
+    rewards = _check_rewards(rewards, "grpo")
+    _require(eps > 0, "grpo", "eps > 0", eps)
+    centred = _centred(rewards)
+    if rewards.shape[1] == 1:
+        return centred  # zeros
+    return centred / (rewards.std(dim=1, keepdim=True) + eps)
+
+
+def psr(rewards: Tensor) -> Tensor:
+    """Positive sample reinforcement (Zhu et al. 2025, arXiv 2506.01347).
+
+    A_i = 1 on correct rollouts; wrong rollouts are dropped (A_i = 0).
+    Binary only. Masses per rollout: m_S = p, m_F = 0: maximally success-biased, the
+    "positive-only" training the Cancellation Hypothesis paper compares critic-free RL
+    with. Nothing cancels: a template token is pushed up in every correct rollout.
+    All-correct groups get 1 everywhere, all-wrong 0. Works with G = 1.
+    """
+    rewards = _check_rewards(rewards, "psr")
+    _require_binary(rewards, "psr")
+    return rewards.clone()
+
+
+def nsr(rewards: Tensor) -> Tensor:
+    """Negative sample reinforcement (Zhu et al. 2025, arXiv 2506.01347).
+
+    A_i = -1 on wrong rollouts, 0 on correct ones. Binary only.
+    Masses per rollout: m_S = 0, m_F = 1 - p: purely failure-driven. The paper finds it
+    keeps entropy (and pass@k at large k) up, because pushing down a wrong answer spreads
+    its probability over all alternatives instead of onto one.
+    All-wrong groups get -1 everywhere, all-correct 0. Works with G = 1.
+    """
+    rewards = _check_rewards(rewards, "nsr")
+    _require_binary(rewards, "nsr")
+    return rewards - 1.0
+
+
+def w_reinforce(rewards: Tensor, lam: float = 0.1) -> Tensor:
+    """Weighted REINFORCE (Zhu et al. 2025, arXiv 2506.01347): mostly-negative training.
+
+    A_i = +lam on correct rollouts, -1 on wrong ones; lam = 0.1 as in the paper.
+    Binary only. Masses per rollout: m_S = lam p, m_F = 1 - p.
+    Not zero-sum; all-correct groups get +lam, all-wrong -1. Works with G = 1.
+    """
+    rewards = _check_rewards(rewards, "w_reinforce")
+    _require_binary(rewards, "w_reinforce")
+    _require(lam >= 0, "w_reinforce", "lam >= 0", lam)
+    return torch.where(rewards > 0, torch.full_like(rewards, lam), torch.full_like(rewards, -1.0))
+
+
+def asymre(rewards: Tensor, dV: float = -0.1) -> Tensor:
+    """Asymmetric REINFORCE (Arnal et al. 2025, arXiv 2506.20520).
+
+    A_i = r_i - (mean_j r_j + dV).   Binary: correct 1 - p - dV, wrong -p - dV.
+    [recon] The paper shifts the baseline by dV; its choice of baseline for LLMs is not
+    public, so we use the group mean (as Dr. GRPO) and dV = -0.1 as the spec gives.
+    A negative dV lowers the baseline: every rollout gets +0.1 extra, so the update is
+    success-biased (m_S > m_F) and NOT zero-sum: an all-equal group gets -dV = +0.1 on
+    every rollout, and shared tokens no longer cancel (by G * |dV| per group).
+    """
+    rewards = _check_rewards(rewards, "asymre")
+    return _centred(rewards) - dV
+
+
+def focal(rewards: Tensor, gamma: float = 1.0, eps: float = 1e-6) -> Tensor:
+    """Focal GRPO, F-GRPO (Plyusov et al. 2026, arXiv 2602.06717).
+
+    A_i = (1 - p)^gamma * grpo_i, with p the group solve rate.
+    Down-weights easy prompts (p near 1) like the focal loss of object detection
+    (Lin et al. 2017). Binary masses per rollout: (1-p)^gamma sqrt((G-1)/G) sqrt(p(1-p))
+    each. gamma = 1 by default: the paper's default is not in the abstract we have.
+    Zero-sum (a per-group scale of a zero-sum advantage). All-equal groups: 0.
+    Needs rewards in [0, 1].
+    """
+    rewards = _check_rewards(rewards, "focal")
+    _require_unit_interval(rewards, "focal")
+    _require(gamma >= 0, "focal", "gamma >= 0", gamma)
+    return (1.0 - _solve_rate(rewards)) ** gamma * grpo(rewards, eps=eps)
+
+
+def power(rewards: Tensor, alpha: float = 2.0) -> Tensor:
+    """The FADE paper's difficulty probe: a power of (1 - p) on Dr. GRPO's advantage.
+
+    A_i = (1 - p)^(alpha - 1) * (r_i - p).
+    Binary: correct (1-p)^alpha, wrong -p (1-p)^(alpha-1).
+    Masses per rollout: m_S = m_F = p (1-p)^alpha; the total peaks at p = 1/(1 + alpha)
+    (d/dp [p (1-p)^alpha] = 0). alpha = 1 is Dr. GRPO (peak 1/2); alpha = 2 focuses on
+    hard prompts (peak 1/3), sharper signal but fewer prompts carry it (lower effective
+    sample size). Zero-sum; all-equal groups 0. Needs rewards in [0, 1] and alpha > 0.
+    The paper reports alpha = 2 beats GRPO on LiveCodeBench (40.3 vs 37.4 pass@1 at 7B).
+    """
+    rewards = _check_rewards(rewards, "power")
+    _require_unit_interval(rewards, "power")
+    _require(alpha > 0, "power", "alpha > 0", alpha)
+    # alpha < 1 makes (1 - p)^(alpha - 1) infinite on all-correct groups (inf * 0 = NaN):
+    # those groups carry no signal, so they are zeroed after the product.
+    scaled = (1.0 - _solve_rate(rewards)) ** (alpha - 1.0) * _centred(rewards)
+    return scaled.masked_fill(_constant_groups(rewards), 0.0)
+
+
+def asym(rewards: Tensor, delta: float = 0.5) -> Tensor:
+    """The FADE paper's sign probe: Dr. GRPO with failures scaled by 1/delta.
+
+    A_i = (r_i - p) if r_i > p, (r_i - p) / delta if r_i < p.
+    Masses per rollout: m_S = p(1-p), m_F = p(1-p)/delta. delta < 1 is failure-biased
+    (keeps entropy up), delta > 1 success-biased. delta = 0.5 here is an arbitrary probe
+    value (FADE's own delta lives in [0.3, 1]).
+    NOT zero-sum unless delta = 1: the group sums to p(1-p) G (1 - 1/delta), so a shared
+    token gets a net push down when delta < 1. This is the price FADE pays, on purpose,
+    for entropy control. All-equal groups: 0.
+    """
+    rewards = _check_rewards(rewards, "asym")
+    _require(delta > 0, "asym", "delta > 0", delta)
+    centred = _centred(rewards)
+    return torch.where(centred < 0, centred / delta, centred)
+
+
+def fade(rewards: Tensor, alpha: float = 1.0, delta: float = 1.0) -> Tensor:
+    """FADE: Focal Advantage with Dynamic Entropy (Decugis et al. 2026, arXiv 2607.01490).
+
+    A_i = (1 - p)^(alpha - 1) * (r_i - p), divided by delta where r_i < p.
+    Binary: correct (1-p)^alpha, wrong -p(1-p)^(alpha-1) / delta.
+    Masses per rollout: m_S = p(1-p)^alpha, m_F = p(1-p)^alpha / delta.
+    It is `power` on the difficulty axis and `asym` on the sign axis; scheduler.py sets
+    alpha (hard focus while prompts are hard: alpha = 3 at p_hat <= 1/3, 1 from 0.6) and
+    delta (amplify failures when entropy falls below its target) every step.
+    alpha = delta = 1 is exactly Dr. GRPO (`mean`). With delta < 1 the group no longer
+    sums to zero: FADE trades some cancellation for entropy control (spec section 4).
+    All-equal groups: 0. Needs rewards in [0, 1], alpha > 0, delta > 0.
+    """
+    rewards = _check_rewards(rewards, "fade")
+    _require_unit_interval(rewards, "fade")
+    _require(alpha > 0, "fade", "alpha > 0", alpha)
+    _require(delta > 0, "fade", "delta > 0", delta)
+    centred = (1.0 - _solve_rate(rewards)) ** (alpha - 1.0) * _centred(rewards)
+    centred = centred.masked_fill(_constant_groups(rewards), 0.0)   # alpha < 1: inf * 0
+    return torch.where(centred < 0, centred / delta, centred)
+
+
+def passk(rewards: Tensor, k: int = 4) -> Tensor:
+    """Analytic pass@k advantage (Chen et al. 2025, arXiv 2508.10751).
+
+    Train for pass@k instead of pass@1: a group's reward is the unbiased pass@k of its
+    c correct out of G, R = 1 - C(G-c, k) / C(G, k), and each rollout gets the analytic
+    advantage of its membership in the k-subsets, normalised by s = sqrt(R (1 - R)):
+        correct   (1 - R) / s
+        wrong     (1 - R - C(G-c-1, k-1) / C(G-1, k-1)) / s
+    Zero-sum: (G-c) C(G-c-1, k-1)/C(G-1, k-1) = G (1 - R). When G - c < k every k-subset
+    already contains a success (R = 1, s = 0) and we return 0; c = 0 gives R = 0 and 0.
+    k = 1 reduces to GRPO with a population (ddof=0) std. Binary only; needs 1 <= k <= G.
+    """
+    rewards = _check_rewards(rewards, "passk")
+    _require_binary(rewards, "passk")
+    G = rewards.shape[1]
+    _require(isinstance(k, int) and 1 <= k <= G, "passk", f"an integer k in [1, G={G}]", k)
+    out = torch.zeros_like(rewards)
+    for n, c in enumerate(rewards.sum(dim=1).round().long().tolist()):
+        if c == 0 or G - c < k:
+            continue
+        R = 1.0 - math.comb(G - c, k) / math.comb(G, k)
+        s = math.sqrt(R * (1.0 - R))
+        a_pos = (1.0 - R) / s
+        a_neg = (1.0 - R - math.comb(G - c - 1, k - 1) / math.comb(G - 1, k - 1)) / s
+        out[n] = torch.where(rewards[n] > 0, rewards.new_tensor(a_pos), rewards.new_tensor(a_neg))
+    return out
+
+
+def pkpo(rewards: Tensor, k: int = 4) -> Tensor:
+    """Unbiased pass@k gradient weights, PKPO (Walder & Karkhanis 2025, arXiv 2505.15201).
+
+    Binary rewards, leave-one-out-minus-one form: a correct rollout gets
+        C(G - c, k - 1) / C(G, k)
+    the share of k-subsets in which it is the ONLY success (so it alone decides
+    pass@k there); a wrong rollout gets 0. Not zero-sum; masses per rollout
+    m_S = p C(G-c, k-1)/C(G, k), m_F = 0. The weight falls fast as c grows: PKPO spends
+    its signal on prompts with few successes. All-correct groups get 0 for k >= 2 (every
+    subset has another success), all-wrong groups 0. k = 1: every success gets 1/G.
+    Binary only; needs 1 <= k <= G.
+    """
+    rewards = _check_rewards(rewards, "pkpo")
+    _require_binary(rewards, "pkpo")
+    G = rewards.shape[1]
+    _require(isinstance(k, int) and 1 <= k <= G, "pkpo", f"an integer k in [1, G={G}]", k)
+    c = rewards.sum(dim=1).round().long().tolist()
+    w = torch.tensor([math.comb(G - ci, k - 1) / math.comb(G, k) for ci in c],
+                     dtype=rewards.dtype).unsqueeze(1)
+    return rewards * w
+
+
+def maxrl(rewards: Tensor, eps: float = 1e-6) -> Tensor:
+    """Maximum-likelihood RL, MaxRL (Tajwar et al. 2026, arXiv 2602.02710).
+
+    A_i = (r_i - p) / (p + eps).   Binary: correct (1 - p)/p, wrong -1.
+    Dividing by p turns the expected update into the gradient of log p (the
+    log-likelihood of success) instead of p: hard prompts (small p) get large weights.
+    Masses per rollout: m_S = m_F = 1 - p (monotone in difficulty: peak at p -> 0).
+    Zero-sum; all-equal groups 0 (all-wrong: 0, not 0/eps). Needs rewards >= 0.
+    """
+    rewards = _check_rewards(rewards, "maxrl")
+    _require(bool((rewards >= 0).all()), "maxrl", "rewards >= 0", rewards.min().item())
+    _require(eps > 0, "maxrl", "eps > 0", eps)
+    return _centred(rewards) / (_solve_rate(rewards) + eps)
+
+
+def risk(rewards: Tensor, beta: float = 2.0) -> Tensor:
+    """Risk-sensitive advantage (Jiang et al. 2025, arXiv 2509.24261).
+
+    A_i = (exp(beta r_i) / mean_j exp(beta r_j) - 1) / beta.
+    The exponential utility's gradient: beta > 0 is risk-seeking (it rewards rare
+    successes on hard prompts more, as pass@k methods do); beta -> 0 recovers r_i - p.
+    Binary, with Z = p e^beta + (1 - p):  correct (e^beta / Z - 1)/beta,
+    wrong (1/Z - 1)/beta. Zero-sum (sum_i exp/mean = G). All-equal groups: 0.
+    beta = 2 as in the spec. Needs beta != 0.
+    """
+    rewards = _check_rewards(rewards, "risk")
+    _require(beta != 0, "risk", "beta != 0", beta)
+    # Subtract the group max before exp: same ratio, no overflow for large beta * r.
+    z = beta * rewards
+    e = torch.exp(z - z.max(dim=1, keepdim=True).values)
+    adv = (e / e.mean(dim=1, keepdim=True) - 1.0) / beta
+    return adv.masked_fill(_constant_groups(rewards), 0.0)
+
+
+def reinforce_pp(rewards: Tensor, eps: float = 1e-6) -> Tensor:
+    """REINFORCE++ with a group baseline (Hu 2025, arXiv 2501.03262).
+
+    x_i = r_i - mean_group(r), then whitened over ALL rollouts of the batch:
+        A = (x - mean_batch(x)) / (std_batch(x) + eps)        (std with ddof=1)
+    One global scale instead of GRPO's per-group std: groups keep their relative weight
+    (a 4/8 group outweighs a 1/8 group, unlike GRPO). mean_batch(x) is 0 up to rounding
+    because every group's x sums to 0; we subtract it anyway as the method specifies,
+    then re-zero all-equal groups. Zero-sum per group up to float rounding.
+    Caution: the result depends on the whole batch, so compute it once per rollout batch,
+    never per micro-batch. A batch whose groups are all constant gives 0.
+    """
+    rewards = _check_rewards(rewards, "reinforce_pp")
+    _require(eps > 0, "reinforce_pp", "eps > 0", eps)
+    x = _centred(rewards)
+    if x.numel() < 2 or not bool((x != 0).any()):
+        return torch.zeros_like(x)
+    adv = (x - x.mean()) / (x.std() + eps)
+    return adv.masked_fill(_constant_groups(rewards), 0.0)
+
+
+# The registry: name -> function. train.py picks one with --advantage NAME.
+ADVANTAGES = {
+    "reinforce": reinforce,
+    "mean": mean,
+    "rloo": rloo,
+    "grpo": grpo,
+    "psr": psr,
+    "nsr": nsr,
+    "w_reinforce": w_reinforce,
+    "asymre": asymre,
+    "focal": focal,
+    "power": power,
+    "asym": asym,
+    "fade": fade,
+    "passk": passk,
+    "pkpo": pkpo,
+    "maxrl": maxrl,
+    "risk": risk,
+    "reinforce_pp": reinforce_pp,
+}
+
+# Methods whose advantages sum to zero inside every group (with default hyper-parameters;
+# `fade` only while delta = 1). These are the ones under which shared tokens cancel.
+ZERO_SUM = ("mean", "rloo", "grpo", "focal", "power", "fade", "passk", "maxrl", "risk",
+            "reinforce_pp")
+
+
+def compute_advantages(name: str, rewards: Tensor, **hyper) -> Tensor:
+    """The validated entry point: ADVANTAGES[name](rewards, **hyper).
+
+    Raises ValueError for an unknown name (listing the known ones) and for a
+    hyper-parameter the method does not take (naming it and the accepted ones), instead
+    of Python's TypeError deep inside a training step.
+    """
+    if name not in ADVANTAGES:
+        raise ValueError(f"unknown advantage {name!r}; choose from {', '.join(ADVANTAGES)}")
+    fn = ADVANTAGES[name]
+    accepted = list(inspect.signature(fn).parameters)[1:]
+    for key in hyper:
+        if key not in accepted:
+            raise ValueError(f"advantage {name!r} takes no hyper-parameter {key!r}; it takes {accepted or 'none'}")
+    return fn(rewards, **hyper)
+
+
+# ---------------------------------------------------------------------------------------
+# Gradient mass: the sign and difficulty axes (spec section 2, FADE paper)
+# ---------------------------------------------------------------------------------------
+
+def gradient_mass(adv: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-group success and failure mass of an advantage tensor.
+
+    m_S[n] = sum_{g: A[n,g] > 0} A[n,g]        m_F[n] = sum_{g: A[n,g] < 0} |A[n,g]|
+
+    adv: [N, G]. Returns two [N] tensors. These are group SUMS; divide by G for the
+    per-rollout masses the FADE paper writes as m_S = w_S p, m_F = w_F (1 - p).
+    m_S = m_F for every zero-sum method; m_S - m_F is the net push a token shared by the
+    whole group receives, which is what drives entropy (first order:
+    dH ~ eta [ (m_S - m_F) H - Cov(A, log pi) ], spec section 2).
+    """
+    if adv.dim() != 2:
+        raise ValueError(f"gradient_mass: adv must have shape [N, G], got {tuple(adv.shape)}")
+    return adv.clamp(min=0).sum(dim=1), (-adv).clamp(min=0).sum(dim=1)
+
+
+def mass_curve(name: str, G: int = 64, **hyper) -> tuple[Tensor, Tensor, Tensor]:
+    """Population mass curves m_S(p), m_F(p) of a registered advantage.
+
+    Built by CALLING the advantage on synthetic binary groups (one group per c = 0..G,
+    so p = c/G exactly), not by a second hand-written formula: a curve that disagrees
+    with a closed form in the docstrings is a bug in one of them, and the tests check
+    both. Returns (p [G+1], m_S [G+1], m_F [G+1]) per rollout (group sums / G).
+
+    For `reinforce_pp`, whose scale depends on the whole batch, the curve is for a batch
+    made of exactly these G+1 groups; read its shape, not its scale.
+    """
+    c = torch.arange(G + 1)
+    rewards = (torch.arange(G).unsqueeze(0) < c.unsqueeze(1)).double()   # row c: c ones
+    m_S, m_F = gradient_mass(compute_advantages(name, rewards, **hyper))
+    return c.double() / G, m_S / G, m_F / G
+
+
+def expected_mass_curve(name: str, ps: Tensor, G: int = 8, **hyper) -> tuple[Tensor, Tensor]:
+    """Expected per-rollout masses for a prompt of TRUE solve rate p at finite G.
+
+    E_{c ~ Binomial(G, p)} [ m_S(c) / G ], same for m_F. This is what training with G
+    rollouts actually applies on average; at small G it differs from the large-G
+    `mass_curve` (e.g. all-correct/all-wrong groups, probability p^G + (1-p)^G, give
+    zero for zero-sum methods). ps: [K] in [0, 1]. Returns two [K] tensors.
+    """
+    ps = torch.as_tensor(ps, dtype=torch.float64)
+    _, m_S, m_F = mass_curve(name, G=G, **hyper)
+    c = torch.arange(G + 1, dtype=torch.float64)
+    binom = torch.tensor([math.comb(G, int(ci)) for ci in c], dtype=torch.float64)
+    prob = binom * ps.unsqueeze(1) ** c * (1 - ps.unsqueeze(1)) ** (G - c)   # [K, G+1]
+    return prob @ (m_S * G) / G, prob @ (m_F * G) / G
+
+
+# ---------------------------------------------------------------------------------------
+# Evaluation: the unbiased pass@k estimator (Chen et al. 2021)
+# ---------------------------------------------------------------------------------------
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct (Chen et al. 2021, Codex paper).
+
+    pass@k = 1 - C(n - c, k) / C(n, k)
+           = 1 - prod_{i = n-c+1}^{n} (1 - k / i)        (the numerically stable form)
+
+    The product never forms a huge binomial coefficient. It is exactly 1 when n - c < k
+    (every k-subset contains a success). Why not "best of k random draws" or "max over
+    n": both are biased estimators of pass@k (spec section 9). Needs 0 <= c <= n, 1 <= k <= n.
+    """
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+# ---------------------------------------------------------------------------------------
+# Command line: the closed-form table and the mass-curve plot
+# ---------------------------------------------------------------------------------------
+
+def print_table(G: int = 8) -> None:
+    """Print every advantage's value for a success and a failure at c = 1..G-1."""
+    print(f"advantage of a success / a failure, G={G}, c correct")
+    print("name".ljust(13) + "".join(f"c={c}".rjust(16) for c in range(1, G)))
+    rewards = (torch.arange(G).unsqueeze(0) < torch.arange(1, G).unsqueeze(1)).double()
+    for name in ADVANTAGES:
+        A = compute_advantages(name, rewards)
+        cells = [f"{A[c - 1, 0].item():+.3f}/{A[c - 1, G - 1].item():+.3f}" for c in range(1, G)]
+        print(name.ljust(13) + "".join(cell.rjust(16) for cell in cells))
+
+
+def plot_masses(path: str, G: int = 64) -> None:
+    """Draw every registered advantage on the difficulty and the sign axis into a PNG.
+
+    Left: the difficulty axis, total mass (m_S + m_F)(p) scaled to peak 1, so the peak
+    location (GRPO 1/2, power alpha=2 at 1/3, maxrl at p -> 0) is what you compare.
+    Middle: the sign axis, m_S / (m_S + m_F): 0.5 is balanced (cancellation possible),
+    1 is success-only (psr), 0 failure-only (nsr). Right: raw m_S (solid) and m_F
+    (dashed) for the FADE family, the paper's p(1-p)^alpha and p(1-p)^alpha / delta.
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5.2))
+    cmap = plt.get_cmap("tab20")
+    for i, name in enumerate(ADVANTAGES):
+        p, m_S, m_F = mass_curve(name, G=G)
+        total = m_S + m_F
+        style = dict(color=cmap(i % 20), label=name, lw=1.6)
+        if total.max() > 0:
+            axes[0].plot(p, total / total.max(), **style)
+        inner = total > 0
+        axes[1].plot(p[inner], (m_S / total)[inner], **style)
+    for (label, hyper), color in zip([("fade a=1 d=1 (Dr. GRPO)", dict(alpha=1.0, delta=1.0)),
+                                      ("fade a=2 d=1", dict(alpha=2.0, delta=1.0)),
+                                      ("fade a=3 d=0.5", dict(alpha=3.0, delta=0.5))],
+                                     ["C0", "C1", "C3"]):
+        p, m_S, m_F = mass_curve("fade", G=G, **hyper)
+        axes[2].plot(p, m_S, color=color, label=label + "  m_S")
+        axes[2].plot(p, m_F, color=color, ls="--", label=label + "  m_F")
+    axes[0].set(title="difficulty axis: (m_S+m_F)(p) / max", xlabel="group solve rate p")
+    axes[1].set(title="sign axis: m_S / (m_S+m_F)", xlabel="group solve rate p", ylim=(-0.05, 1.05))
+    axes[2].set(title="FADE family masses per rollout", xlabel="group solve rate p")
+    handles, labels = axes[1].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=9, fontsize=8, frameon=False)
+    axes[2].legend(fontsize=7)
+    fig.suptitle(f"gradient mass of every advantage (binary rewards, G={G}; from advantages.py itself)")
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="Advantage closed forms and mass curves.")
+    parser.add_argument("--plot", metavar="PNG", help="draw all mass curves into this PNG")
+    parser.add_argument("--G", type=int, default=64, help="group size for the curves (default 64)")
+    parser.add_argument("--table", action="store_true", help="print the closed-form table at G=8")
+    args = parser.parse_args()
+    if args.G < 2:
+        parser.error(f"--G must be >= 2, got {args.G}")
+    if not args.plot and not args.table:
+        args.table = True
+    if args.table:
+        print_table(8)
+    if args.plot:
+        plot_masses(args.plot, G=args.G)
+        print(f"wrote {args.plot}")

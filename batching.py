@@ -1,0 +1,294 @@
+"""Mini-batch formation: keeping cancellation alive.
+
+One rollout batch (N prompts x G rollouts = N*G rollouts) usually feeds several optimizer
+steps: PPO-style training splits it into mini-batches, and may run several epochs over
+it. Each optimizer step sums the gradients of *its own* rollouts only, moves the weights,
+and only then does the next step look at its rollouts. This file decides which rollouts
+share a step, and that choice is not neutral.
+
+Why the split matters (Cancellation Hypothesis paper, arXiv 2605.08666). Inside a group
+whose advantages sum to zero, a token that every rollout shares at the same context (in
+our addition task: "+", "=", "\\n", "A:") receives the push A_i from every rollout i. In
+ONE summed gradient those pushes cancel: sum_i A_i = 0, so the template token does not
+move, and what remains is credit for the tokens that differ between successes and
+failures (the paper's "hidden token-level credit assignment"). Cancellation needs the
+group's positive and negative rollouts to be in the same gradient. Split them across two
+optimizer steps and step 1 pushes the template token up, step 2 pushes it down, and these
+two sequential moves do not cancel: step 2's gradient is taken at weights that step 1
+already moved, Adam normalises each step separately, PPO clipping sees different ratios,
+and the parameters shared with every other token drift in between. So:
+
+  random          shuffle individual rollouts, then split. The common default (TRL, verl
+                  mini-batching). Splits almost every group: with N=4, G=8 and 2 steps, a
+                  given group lands whole in one step with probability
+                  2*C(24,8)/C(32,16) = 0.24%.
+  query           "query-preserved mini-batching" (the paper's first intervention):
+                  shuffle whole groups, then split, so every group lives in one step.
+  balanced        "reward-balanced batching" (the paper's second intervention): every
+                  step gets as equal numbers of positive and negative rollouts as the batch
+                  allows. Groups may be split. [recon] the paper's exact rule is unknown;
+                  ours deals positives and negatives round-robin (see the function).
+  query_balanced  both at once [recon]: pack whole groups into steps so each step's
+                  positive and negative masses are as equal as possible, e.g. pair a group
+                  that solved 1/8 (1 positive, 7 negatives) with one that solved 7/8.
+
+Conventions. A rollout is "positive" if its advantage is > 0, "negative" if < 0, and
+"neutral" if exactly 0 (all-equal groups under any zero-sum advantage; dropped rollouts
+under psr/nsr). Rollout indices are flat and prompt-major: b = n*G + g, rollout b belongs
+to prompt b // G, matching the [B, T] per-token tensors of the rest of the project. Each
+step's indices are returned sorted ascending (the order inside a step does not change its
+summed gradient, and sorted indices keep a group's rollouts next to each other); the ORDER
+OF THE STEPS is random. All randomness comes from the torch.Generator the caller passes;
+train.py passes one generator that advances every epoch, so every epoch reshuffles and
+the whole run is reproducible from the seed. With n_minibatches = 1 every mode returns the
+whole batch as one step, and the choice of mode makes no difference at all.
+
+Token-weighted masses. Under token-mean aggregation (spec section 3) a rollout's total
+gradient weight grows with its length, so equal *counts* of positives and negatives can
+still be an unequal push. query_balanced therefore balances token sums when `lengths`
+(response token counts, [N, G]) is given, and counts otherwise.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+MODES = ("random", "query", "balanced", "query_balanced")
+
+
+# ---------------------------------------------------------------------------------------
+# The main idea: one list of index tensors per optimizer step
+# ---------------------------------------------------------------------------------------
+
+def minibatch_indices(advantages: Tensor, n_minibatches: int, mode: str,
+                      generator: torch.Generator, lengths: Tensor | None = None) -> list[Tensor]:
+    """Split one rollout batch into `n_minibatches` optimizer steps.
+
+    advantages: [N, G] float, the advantages that will be trained on (only their signs are
+        used, plus lengths for query_balanced). NaN/inf is an error.
+    n_minibatches: number of optimizer steps k, 1 <= k <= N*G (and k <= N for the two
+        group-preserving modes, which cannot make more steps than there are groups).
+    mode: one of MODES (see the module header).
+    generator: a seeded torch.Generator; the result is a deterministic function of its
+        state, and the generator is advanced, so the next call (next epoch) reshuffles.
+    lengths: optional [N, G] response token counts (>= 0); only query_balanced uses them,
+        to balance token masses instead of rollout counts.
+
+    Returns a list of k LongTensors of flat rollout indices b = n*G + g, each sorted
+    ascending, that together partition range(N*G) exactly (every rollout once).
+    Step sizes: random and query give near-equal chunks (sizes differ by at most one
+    rollout, resp. one group); balanced and query_balanced are described in their helpers.
+    """
+    n_prompts, group_size = _check_advantages(advantages)
+    if lengths is not None:
+        _check_lengths(lengths, advantages.shape)
+    if mode not in MODES:
+        raise ValueError(f"unknown mini-batch mode {mode!r}; expected one of {MODES}")
+    total = n_prompts * group_size
+    if isinstance(n_minibatches, bool) or not isinstance(n_minibatches, int):
+        raise ValueError(f"n_minibatches must be an int, got {n_minibatches!r}")
+    if n_minibatches < 1 or n_minibatches > total:
+        raise ValueError(f"n_minibatches must be in [1, N*G={total}], got {n_minibatches}")
+    if mode in ("query", "query_balanced") and n_minibatches > n_prompts:
+        raise ValueError(f"mode {mode!r} keeps groups whole, so it needs N >= n_minibatches; "
+                         f"got N={n_prompts} groups and n_minibatches={n_minibatches}")
+    if not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+
+    if mode == "random":
+        order = torch.randperm(total, generator=generator)
+        steps = list(torch.tensor_split(order, n_minibatches))
+    elif mode == "query":
+        group_order = torch.randperm(n_prompts, generator=generator)
+        steps = [_expand_groups(chunk, group_size)
+                 for chunk in torch.tensor_split(group_order, n_minibatches)]
+    elif mode == "balanced":
+        steps = _balanced(advantages, n_minibatches, generator)
+    else:
+        steps = _query_balanced(advantages, n_minibatches, generator, lengths)
+
+    # Sort inside each step (readability; the summed gradient does not care), and shuffle
+    # the order of the steps so no step position is systematically the "big" one.
+    steps = [torch.sort(s).values for s in steps]
+    step_order = torch.randperm(len(steps), generator=generator)
+    return [steps[i] for i in step_order.tolist()]
+
+
+def _balanced(advantages: Tensor, k: int, generator: torch.Generator) -> list[Tensor]:
+    """Reward-balanced steps [recon]: deal positives and negatives round-robin, aligned.
+
+    Rule (ours; the paper's exact rule is unknown):
+      1. shuffle the P positive rollouts and deal them round-robin over steps 0..k-1,
+         so step s gets floor(P/k) + [s < P mod k] of them;
+      2. shuffle the Q negatives and deal them round-robin ALSO starting at step 0, so the
+         steps that got an extra positive also get an extra negative;
+      3. shuffle the neutrals and give each to the currently smallest step (lowest index
+         on ties), which evens out the step sizes.
+    Why aligned: it makes every step's d_s = n_pos - n_neg equal to floor or ceil of
+    (P - Q)/k. Since sum_s d_s = P - Q is fixed, no split does better: in particular
+    max_s |d_s| = ceil(|P - Q| / k), the count bound (tested).
+    The price, stated candidly: without enough neutrals, step sizes can differ by up to
+    2 rollouts instead of 1. Example: P = Q = 3, k = 2 gives sizes 4 and 2 with d = 0, 0;
+    equal sizes 3 and 3 would force d = +1, -1. We prefer balance (this mode's purpose).
+    Groups are split freely, as in random mode.
+    """
+    flat = advantages.reshape(-1)
+    buckets: list[list[int]] = [[] for _ in range(k)]
+    for selector in (flat > 0, flat < 0):
+        members = torch.nonzero(selector).flatten()
+        members = members[torch.randperm(len(members), generator=generator)]
+        for j, b in enumerate(members.tolist()):
+            buckets[j % k].append(b)
+    neutrals = torch.nonzero(flat == 0).flatten()
+    neutrals = neutrals[torch.randperm(len(neutrals), generator=generator)]
+    for b in neutrals.tolist():
+        smallest = min(range(k), key=lambda s: len(buckets[s]))
+        buckets[smallest].append(b)
+    return [torch.tensor(bucket, dtype=torch.long) for bucket in buckets]
+
+
+def _query_balanced(advantages: Tensor, k: int, generator: torch.Generator,
+                    lengths: Tensor | None) -> list[Tensor]:
+    """Whole groups packed so each step's positive and negative masses balance [recon].
+
+    Each group n has an imbalance e_n = (positive mass) - (negative mass), where mass is
+    the rollout count (no lengths) or the token count (lengths given):
+        e_n = sum_{g: A>0} w_ng - sum_{g: A<0} w_ng,   w = 1 or w = lengths.
+    A step's imbalance is the sum of its groups' e_n. Greedy rule (ours): shuffle the
+    groups (random tie-breaking), stable-sort them by |e_n| descending, and put each group
+    into the step, among those not yet full, that minimises |step imbalance + e_n|; on a
+    tie, the step holding fewer groups, then the lower index. Step s holds at most
+    floor(N/k) + [s < N mod k] groups, so group counts (and, as every group has G
+    rollouts, rollout counts) per step are near-equal.
+    Example: G = 8, two groups at solve rate 1/8 (e = 1 - 7 = -6) and two at 7/8 (e = +6),
+    k = 2: each step gets one of each, 8 positives and 8 negatives (tested).
+    Greedy is not optimal in general (exact balanced partition is NP-hard) and makes no
+    promise beyond what the tests check; "largest first" is the usual cheap heuristic for
+    number partitioning, because the small groups placed last can patch what is left.
+    """
+    n_prompts, group_size = advantages.shape
+    weight = torch.ones_like(advantages) if lengths is None else lengths.to(advantages.dtype)
+    imbalance = ((advantages > 0) * weight).sum(1) - ((advantages < 0) * weight).sum(1)
+
+    shuffled = torch.randperm(n_prompts, generator=generator).tolist()
+    order = sorted(shuffled, key=lambda n: -abs(float(imbalance[n])))   # stable sort
+    capacity = [n_prompts // k + (1 if s < n_prompts % k else 0) for s in range(k)]
+    members: list[list[int]] = [[] for _ in range(k)]
+    totals = [0.0] * k
+    for n in order:
+        e = float(imbalance[n])
+        open_steps = [s for s in range(k) if len(members[s]) < capacity[s]]
+        best = min(open_steps, key=lambda s: (abs(totals[s] + e), len(members[s]), s))
+        members[best].append(n)
+        totals[best] += e
+    return [_expand_groups(torch.tensor(m, dtype=torch.long), group_size) for m in members]
+
+
+# ---------------------------------------------------------------------------------------
+# What each step contains (train.py logs these)
+# ---------------------------------------------------------------------------------------
+
+def minibatch_stats(indices: list[Tensor], advantages: Tensor,
+                    lengths: Tensor | None = None) -> list[dict]:
+    """Composition of each optimizer step, one dict per step.
+
+    Keys:
+      n_rollouts      rollouts in the step
+      n_groups        distinct groups (prompts) with at least one rollout in the step
+      n_whole_groups  groups with ALL G rollouts in the step (cancellation possible)
+      n_pos, n_neg, n_neutral   rollouts with A > 0, A < 0, A == 0
+      pos_tokens, neg_tokens    sum of `lengths` over positive / negative rollouts
+                      (None when lengths is None)
+      pos_mass        sum of A over positive rollouts       (m_S of the step)
+      neg_mass        sum of |A| over negative rollouts     (m_F of the step)
+    Example: G = 2, advantages [[+0.5, -0.5], [0, 0]], indices [[0, 2], [1, 3]]:
+      step 0 has n_groups 2, n_whole_groups 0, n_pos 1, n_neg 0, n_neutral 1,
+      pos_mass 0.5. A zero-sum group that is whole in one step contributes equal pos_mass
+      and neg_mass to it.
+    indices: list of LongTensors of flat indices b = n*G + g (any partition, or not).
+    advantages: [N, G]; lengths: optional [N, G].
+    """
+    n_prompts, group_size = _check_advantages(advantages)
+    if lengths is not None:
+        _check_lengths(lengths, advantages.shape)
+    flat = advantages.reshape(-1)
+    flat_len = None if lengths is None else lengths.reshape(-1)
+    total = n_prompts * group_size
+    out = []
+    for idx in indices:
+        idx = torch.as_tensor(idx, dtype=torch.long).reshape(-1)
+        if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= total):
+            raise ValueError(f"rollout index out of range [0, {total}): "
+                             f"min {int(idx.min())}, max {int(idx.max())}")
+        a = flat[idx]
+        pos, neg = a > 0, a < 0
+        groups, counts = torch.unique(idx // group_size, return_counts=True)
+        stats = {
+            "n_rollouts": int(len(idx)),
+            "n_groups": int(len(groups)),
+            "n_whole_groups": int((counts == group_size).sum()),
+            "n_pos": int(pos.sum()),
+            "n_neg": int(neg.sum()),
+            "n_neutral": int((a == 0).sum()),
+            "pos_tokens": None if flat_len is None else float(flat_len[idx][pos].sum()),
+            "neg_tokens": None if flat_len is None else float(flat_len[idx][neg].sum()),
+            "pos_mass": float(a[pos].sum()),
+            "neg_mass": float(-a[neg].sum()),
+        }
+        out.append(stats)
+    return out
+
+
+def split_groups(indices: list[Tensor], group_size: int) -> int:
+    """How many groups have rollouts in more than one step (0 means no group was split).
+
+    This is the one-number summary of how much cancellation the split destroyed: for
+    query and query_balanced it is 0 by construction; for random it is nearly every group
+    that has both signs. indices: list of LongTensors of flat indices b = n*G + g.
+    """
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    step_of_group: dict[int, int] = {}
+    split: set[int] = set()
+    for s, idx in enumerate(indices):
+        for b in torch.as_tensor(idx).reshape(-1).tolist():
+            n = b // group_size
+            if step_of_group.setdefault(n, s) != s:
+                split.add(n)
+    return len(split)
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------
+
+def _expand_groups(groups: Tensor, group_size: int) -> Tensor:
+    """Group ids [m] -> their flat rollout indices [m*G]: n -> n*G + 0 .. n*G + G-1."""
+    offsets = torch.arange(group_size, dtype=torch.long)
+    return (groups.long()[:, None] * group_size + offsets[None, :]).reshape(-1)
+
+
+def _check_advantages(advantages: Tensor) -> tuple[int, int]:
+    """Validate an [N, G] finite float advantage tensor; return (N, G)."""
+    if not isinstance(advantages, Tensor):
+        raise ValueError(f"advantages must be a torch.Tensor, got {type(advantages).__name__}")
+    if advantages.dim() != 2:
+        raise ValueError(f"advantages must be [N, G], got shape {tuple(advantages.shape)}")
+    n_prompts, group_size = advantages.shape
+    if n_prompts < 1 or group_size < 1:
+        raise ValueError(f"advantages must be non-empty, got shape {tuple(advantages.shape)}")
+    if not torch.isfinite(advantages).all():
+        raise ValueError(f"advantages contain NaN or inf: {advantages}")
+    return n_prompts, group_size
+
+
+def _check_lengths(lengths: Tensor, shape: torch.Size) -> None:
+    """Validate [N, G] response lengths: same shape as the advantages, finite, >= 0."""
+    if not isinstance(lengths, Tensor):
+        raise ValueError(f"lengths must be a torch.Tensor, got {type(lengths).__name__}")
+    if lengths.shape != shape:
+        raise ValueError(f"lengths must have the advantages' shape {tuple(shape)}, "
+                         f"got {tuple(lengths.shape)}")
+    if not torch.isfinite(lengths.float()).all() or (lengths < 0).any():
+        raise ValueError(f"lengths must be finite and >= 0, got {lengths}")

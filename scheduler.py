@@ -1,0 +1,271 @@
+"""Scheduling the advantage: FADE (Decugis et al. 2026, arXiv 2607.01490).
+
+The FADE paper splits any advantage into a success mass m_S and a failure mass m_F
+(spec section 2) and reads them along two axes:
+  - difficulty: where m_S(p) + m_F(p) peaks over the group solve rate p. Focusing on hard
+    prompts sharpens the signal but spends fewer rollouts' worth of gradient;
+  - sign: m_S versus m_F. Too much success mass collapses the entropy, too much failure
+    mass collapses the geometry of the weights.
+Its observation is that the right point on both axes moves during training: early on
+(exploration) balance and a hard focus help; later (exploitation) suppressing failures
+harder and a medium focus help. FADE ("Focal Advantage with Dynamic Entropy") therefore
+reads two training statistics and turns them into the two knobs of its advantage
+
+    A_i = (1 - p)^(alpha - 1) * (r_i - mean(r)),   divided by delta where r_i < mean(r)
+
+(advantages.fade(rewards, alpha, delta); masses p(1-p)^alpha and p(1-p)^alpha / delta).
+This file holds only the knobs' schedule:
+
+    p_hat  <- EMA of the batch solve rate            (starts at 0.5)
+    H_hat  <- EMA of the mean token entropy, nats    (starts at the first measurement H0)
+    alpha   = clip(3 (1 - p_hat) / (2 p_hat), 1, 3)  hard focus while prompts are hard:
+                                                     3 for p_hat <= 1/3, 1 for p_hat >= 0.6
+    delta   = clip(1 + H_hat - H_target, 0.3, 1)     1 (balanced) while entropy is above
+                                                     target; below it failures are
+                                                     amplified, up to 1/0.3 = 3.3x
+    H_target = an absolute number of nats, or target_rel * H0 (0.5 is the paper's best)
+
+Order of one training step (our choice, used by train.py): measure this batch's solve
+rate and mean entropy, call `step(solve_rate, entropy)`, which FIRST updates the EMAs with
+them and THEN returns the alpha/delta computed from the updated EMAs, and use those for
+this batch's advantages. So the very first step already reads its own batch (and
+H_hat = H0 on step one). Whether the paper updates before or after is not stated.
+
+EMA convention [recon]. Written here (default, ema="new"):
+    p_hat <- (1 - beta) p_hat + beta * x,   beta = 0.02   (memory ~ 1/beta = 50 steps)
+The source's formula puts beta on the old value instead (ema="source"):
+    p_hat <- beta p_hat + (1 - beta) x
+which keeps only 2% of the history, i.e. barely smooths. Both are offered; the default
+is the reading that makes "moving average" mean something.
+
+Units, candidly: delta compares entropies in nats with an offset of 1, so the same rule
+bites at different relative drops for a model whose entropy is 0.3 nats versus 3 nats.
+
+Also here: a "constant" schedule (fixed alpha and delta; the static baselines; alpha=1,
+delta=1 makes the fade advantage exactly Dr. GRPO's mean-centred r - mean(r)), and a
+"decay" schedule (alpha and delta move linearly in the step count, the paper's ablation
+of reading the dynamics versus following the clock; [recon] its exact shape is unknown).
+The EMAs are updated and reported in every schedule, so logs are comparable.
+
+With delta < 1 a group's advantages no longer sum to zero (failures weigh 1/delta
+times more), so FADE deliberately trades some gradient cancellation (batching.py) for
+entropy control.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+SCHEDULES = ("fade", "constant", "decay")
+EMA_CONVENTIONS = ("new", "source")
+
+# The FADE clip ranges (from the paper's formulas).
+ALPHA_MIN, ALPHA_MAX = 1.0, 3.0
+DELTA_MIN, DELTA_MAX = 0.3, 1.0
+
+
+@dataclass
+class SchedulerConfig:
+    """Hyper-parameters of the advantage schedule (defaults: the FADE paper's)."""
+
+    schedule: str = "fade"
+    """One of SCHEDULES: "fade" (reads p_hat, H_hat), "constant", or "decay" (step count)."""
+    beta: float = 0.02
+    """EMA rate in (0, 1): weight of the NEW value under ema="new", of the OLD under "source"."""
+    ema: str = "new"
+    """EMA convention, "new" (default, smooths over ~1/beta steps) or "source" [recon]."""
+    p_init: float = 0.5
+    """Initial p_hat, the solve-rate EMA before any batch is seen."""
+    h_target: float | None = None
+    """Absolute entropy target in nats; if None the target is relative (target_rel * H0)."""
+    target_rel: float = 0.5
+    """Relative target: H_target = target_rel * H0 (first measured entropy); paper's best 0.5."""
+    alpha: float = 1.0
+    """alpha of the "constant" schedule (>= 1; alpha=1, delta=1 is Dr. GRPO's r - mean)."""
+    delta: float = 1.0
+    """delta of the "constant" schedule (> 0; < 1 amplifies failures by 1/delta)."""
+    alpha_start: float = 3.0
+    """"decay": alpha at the first step (hard focus)."""
+    alpha_end: float = 1.0
+    """"decay": alpha at step total_steps - 1 and after (GRPO-like focus)."""
+    delta_end: float = 0.3
+    """"decay": delta at step total_steps - 1 and after (delta starts at 1, balanced)."""
+    total_steps: int | None = None
+    """"decay": number of training steps the linear ramp spans (>= 2); required for decay."""
+
+    def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.schedule!r}; expected one of {SCHEDULES}")
+        if self.ema not in EMA_CONVENTIONS:
+            raise ValueError(f"unknown ema convention {self.ema!r}; expected one of {EMA_CONVENTIONS}")
+        if not 0.0 < self.beta < 1.0:
+            raise ValueError(f"beta must be in (0, 1), got {self.beta}")
+        if not 0.0 < self.p_init <= 1.0:
+            raise ValueError(f"p_init must be in (0, 1], got {self.p_init}")
+        if self.h_target is not None and not (math.isfinite(self.h_target) and self.h_target >= 0):
+            raise ValueError(f"h_target must be a finite number of nats >= 0, got {self.h_target}")
+        if not (math.isfinite(self.target_rel) and self.target_rel > 0):
+            raise ValueError(f"target_rel must be finite and > 0, got {self.target_rel}")
+        # alpha < 1 would make (1 - p)^(alpha - 1) infinite on all-correct groups (p = 1).
+        for name in ("alpha", "alpha_start", "alpha_end"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 1.0):
+                raise ValueError(f"{name} must be finite and >= 1, got {value}")
+        for name in ("delta", "delta_end"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0.0):
+                raise ValueError(f"{name} must be finite and > 0, got {value}")
+        if self.schedule == "decay":
+            if isinstance(self.total_steps, bool) or not isinstance(self.total_steps, int) \
+                    or self.total_steps < 2:
+                raise ValueError(f"the decay schedule needs an int total_steps >= 2, "
+                                 f"got {self.total_steps!r}")
+
+
+# ---------------------------------------------------------------------------------------
+# The two FADE formulas, as plain functions (the scheduler calls them)
+# ---------------------------------------------------------------------------------------
+
+def fade_alpha(p_hat: float) -> float:
+    """Difficulty focus: alpha = clip(3 (1 - p_hat) / (2 p_hat), 1, 3).
+
+    The power advantage (1-p)^(alpha-1) (r - mean) has mass p(1-p)^alpha, peaking at
+    p = 1/(1+alpha): alpha = 3 focuses on prompts solved 1/4 of the time, alpha = 1 on
+    1/2 (plain mean-centring). The formula hits 3 at p_hat = 1/3 and 1 at p_hat = 0.6.
+    Example: p_hat = 0.5 -> 3 * 0.5 / 1.0 = 1.5. p_hat = 0 (never solved) -> 3, handled
+    before the division.
+    """
+    if p_hat <= 1.0 / 3.0:
+        return ALPHA_MAX
+    if p_hat >= 0.6:          # exact at the boundary (3 * 0.4 / 1.2 is 1.0000000000000002)
+        return ALPHA_MIN
+    return min(max(3.0 * (1.0 - p_hat) / (2.0 * p_hat), ALPHA_MIN), ALPHA_MAX)
+
+
+def fade_delta(h_hat: float, h_target: float) -> float:
+    """Sign balance: delta = clip(1 + H_hat - H_target, 0.3, 1).
+
+    delta divides the negative advantages, so delta = 1 keeps the group zero-sum
+    (balanced) and delta < 1 makes failures weigh 1/delta times more. Pushing failures
+    down spreads probability over the other tokens and raises the entropy, which is why
+    it is switched on once the entropy falls below target. Example: H_target = 1.0,
+    H_hat = 0.5 -> delta = 0.5 (failures x2); H_hat <= 0.3 -> the floor 0.3 (x3.3).
+    """
+    return min(max(1.0 + h_hat - h_target, DELTA_MIN), DELTA_MAX)
+
+
+# ---------------------------------------------------------------------------------------
+# The scheduler: a little state, one call per training step
+# ---------------------------------------------------------------------------------------
+
+class AdvantageScheduler:
+    """Holds p_hat, H_hat, H0 and the step count; `step()` once per training step.
+
+    Usage (train.py):
+        sched = AdvantageScheduler(SchedulerConfig())
+        knobs = sched.step(solve_rate=batch_solve_rate, entropy=batch_mean_entropy)
+        adv = advantages.fade(rewards, knobs["alpha"], knobs["delta"])
+    """
+
+    def __init__(self, config: SchedulerConfig | None = None) -> None:
+        self.config = config if config is not None else SchedulerConfig()
+        self.p_hat = self.config.p_init
+        self.h_hat: float | None = None      # set to H0 by the first step
+        self.h0: float | None = None         # first measured entropy
+        self.t = 0                           # number of completed step() calls
+
+    def step(self, solve_rate: float, entropy: float) -> dict:
+        """Update the EMAs with this batch, then return this batch's knobs.
+
+        solve_rate: the batch's mean binary reward, in [0, 1].
+        entropy: the batch's mean per-token entropy in nats, finite and >= 0.
+        Returns {"alpha", "delta", "p_hat", "H_hat", "H_target"} (Python floats), where
+        p_hat and H_hat already include this batch (see the module header for why).
+        Step k = 0, 1, ... of "decay" uses fraction f = min(k / (total_steps - 1), 1):
+        alpha = alpha_start + f (alpha_end - alpha_start), delta = 1 + f (delta_end - 1).
+        """
+        solve_rate, entropy = _check_inputs(solve_rate, entropy)
+        cfg = self.config
+        if self.h0 is None:
+            self.h0 = entropy
+            self.h_hat = entropy
+        self.p_hat = _ema(self.p_hat, solve_rate, cfg.beta, cfg.ema)
+        self.h_hat = _ema(self.h_hat, entropy, cfg.beta, cfg.ema)
+        h_target = self.h_target()
+
+        if cfg.schedule == "fade":
+            alpha, delta = fade_alpha(self.p_hat), fade_delta(self.h_hat, h_target)
+        elif cfg.schedule == "constant":
+            alpha, delta = cfg.alpha, cfg.delta
+        else:  # decay [recon]: a straight line in the step count, then held
+            f = min(self.t / (cfg.total_steps - 1), 1.0)
+            alpha = cfg.alpha_start + f * (cfg.alpha_end - cfg.alpha_start)
+            delta = 1.0 + f * (cfg.delta_end - 1.0)
+        self.t += 1
+        return {"alpha": float(alpha), "delta": float(delta), "p_hat": float(self.p_hat),
+                "H_hat": float(self.h_hat), "H_target": float(h_target)}
+
+    def h_target(self) -> float:
+        """The entropy target in nats: config.h_target, else target_rel * H0.
+
+        Before the first step a relative target is unknown (H0 not measured): ValueError.
+        """
+        if self.config.h_target is not None:
+            return float(self.config.h_target)
+        if self.h0 is None:
+            raise ValueError("relative entropy target is undefined before the first step "
+                             "(H0 = first measured entropy); call step() first")
+        return self.config.target_rel * self.h0
+
+    def state_dict(self) -> dict:
+        """Everything that changes during training (not the config): p_hat, H_hat, H0, t.
+
+        Plain Python floats/ints, exact in float64, so a save/load round trip (e.g. with
+        torch.save next to the model checkpoint) resumes bit-for-bit. The config is not
+        saved: build the scheduler with the same config when resuming.
+        """
+        return {"p_hat": self.p_hat, "H_hat": self.h_hat, "H0": self.h0, "t": self.t}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a state_dict(); missing keys or a negative step count: ValueError."""
+        missing = {"p_hat", "H_hat", "H0", "t"} - set(state)
+        if missing:
+            raise ValueError(f"scheduler state_dict is missing keys {sorted(missing)}")
+        if int(state["t"]) < 0:
+            raise ValueError(f"scheduler step count must be >= 0, got {state['t']}")
+        self.p_hat = float(state["p_hat"])
+        self.h_hat = None if state["H_hat"] is None else float(state["H_hat"])
+        self.h0 = None if state["H0"] is None else float(state["H0"])
+        self.t = int(state["t"])
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------
+
+def _ema(old: float, x: float, beta: float, convention: str) -> float:
+    """One EMA update. "new": (1-beta) old + beta x.  "source" [recon]: beta old + (1-beta) x.
+
+    After k updates with a constant x from old = v0 under "new":
+        v_k = (1 - beta)^k v0 + (1 - (1 - beta)^k) x     (tested)
+    e.g. beta = 0.02, k = 50: 36% of v0 is left. Under "source" only beta^k of v0 is left
+    (0.02 after one step).
+    """
+    if convention == "new":
+        return (1.0 - beta) * old + beta * x
+    return beta * old + (1.0 - beta) * x
+
+
+def _check_inputs(solve_rate: float, entropy: float) -> tuple[float, float]:
+    """Convert to float and validate: solve_rate in [0, 1], entropy finite and >= 0."""
+    try:
+        solve_rate, entropy = float(solve_rate), float(entropy)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ValueError(f"solve_rate and entropy must be numbers, got {solve_rate!r}, "
+                         f"{entropy!r}") from err
+    if not 0.0 <= solve_rate <= 1.0:   # also rejects NaN
+        raise ValueError(f"solve_rate must be in [0, 1], got {solve_rate}")
+    if not (math.isfinite(entropy) and entropy >= 0.0):
+        raise ValueError(f"entropy must be finite and >= 0 (nats), got {entropy}")
+    return solve_rate, entropy

@@ -1,0 +1,244 @@
+"""Closed forms, conventions and mass curves of every advantage in advantages.py."""
+
+import itertools
+import math
+
+import pytest
+import torch
+
+import advantages as adv
+from advantages import ADVANTAGES, ZERO_SUM, compute_advantages, gradient_mass, mass_curve, pass_at_k
+
+G = 8
+
+
+def binary_groups(G=G, cs=range(1, G)):
+    """One row per c: the first c rollouts correct. float64 so closed forms match to 1e-12."""
+    cs = list(cs)
+    return (torch.arange(G).unsqueeze(0) < torch.tensor(cs).unsqueeze(1)).double(), cs
+
+
+def closed_form(name, c, G=G):
+    """(success, failure) value from spec section 1's table, written independently."""
+    p = c / G
+    e = math.exp(2.0)
+    C = math.comb
+    R = 1 - C(G - c, 4) / C(G, 4)
+    s = math.sqrt(R * (1 - R)) if 0 < R < 1 else None
+    return {
+        "reinforce": (1.0, 0.0),
+        "mean": (1 - p, -p),
+        "rloo": (G * (1 - p) / (G - 1), -G * p / (G - 1)),
+        "grpo": (math.sqrt((G - 1) / G) * math.sqrt((1 - p) / p), -math.sqrt((G - 1) / G) * math.sqrt(p / (1 - p))),
+        "psr": (1.0, 0.0),
+        "nsr": (0.0, -1.0),
+        "w_reinforce": (0.1, -1.0),
+        "asymre": (1 - p + 0.1, -p + 0.1),
+        "focal": ((1 - p) * math.sqrt((G - 1) / G) * math.sqrt((1 - p) / p),
+                  -(1 - p) * math.sqrt((G - 1) / G) * math.sqrt(p / (1 - p))),
+        "power": ((1 - p) ** 2, -p * (1 - p)),                      # alpha = 2
+        "asym": (1 - p, -p / 0.5),                                  # delta = 0.5
+        "fade": (1 - p, -p),                                        # alpha = delta = 1
+        "passk": ((1 - R) / s, (1 - R - C(G - c - 1, 3) / C(G - 1, 3)) / s) if s else (0.0, 0.0),
+        "pkpo": (C(G - c, 3) / C(G, 4), 0.0),
+        "maxrl": ((1 - p) / p, -1.0),
+        "risk": ((e / (p * e + 1 - p) - 1) / 2, (1 / (p * e + 1 - p) - 1) / 2),
+    }[name]
+
+
+@pytest.mark.parametrize("name", [n for n in ADVANTAGES if n != "reinforce_pp"])
+def test_closed_forms_at_G8(name):
+    rewards, cs = binary_groups()
+    A = compute_advantages(name, rewards)
+    for row, c in enumerate(cs):
+        succ, fail = closed_form(name, c)
+        # eps = 1e-6 in grpo/focal/maxrl denominators: relative error <= ~1e-5
+        assert torch.allclose(A[row, :c], torch.full((c,), succ, dtype=torch.float64), rtol=2e-5, atol=1e-12), (name, c)
+        assert torch.allclose(A[row, c:], torch.full((G - c,), fail, dtype=torch.float64), rtol=2e-5, atol=1e-12), (name, c)
+
+
+def test_reinforce_pp_is_group_centring_over_batch_std():
+    torch.manual_seed(0)
+    rewards = torch.rand(5, 6).double()
+    x = rewards - rewards.mean(1, keepdim=True)
+    expected = x / (x.std() + 1e-6)   # mean of x over the batch is 0 up to rounding
+    assert torch.allclose(compute_advantages("reinforce_pp", rewards), expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ZERO_SUM)
+def test_zero_sum_methods_sum_to_zero_per_group(name):
+    rewards, _ = binary_groups()
+    torch.manual_seed(1)
+    cont = torch.rand(6, G).double()      # also non-binary rewards where the method allows
+    for r in [rewards] + ([cont] if name not in ("passk",) else []):
+        A = compute_advantages(name, r)
+        assert torch.allclose(A.sum(1), torch.zeros(A.shape[0], dtype=A.dtype), atol=1e-9), name
+
+
+@pytest.mark.parametrize("name", ["asym", "asymre", "psr", "nsr", "w_reinforce", "reinforce", "pkpo"])
+def test_non_zero_sum_methods_really_are_not(name):
+    # negative control for the test above: these do NOT sum to zero on a 2/8 group
+    rewards, _ = binary_groups(cs=[2])
+    assert abs(compute_advantages(name, rewards).sum().item()) > 1e-3
+
+
+@pytest.mark.parametrize("name", list(ADVANTAGES))
+@pytest.mark.parametrize("value", [0.0, 1.0])
+def test_all_equal_groups(name, value):
+    rewards = torch.full((3, G), value)
+    A = compute_advantages(name, rewards)
+    assert not torch.isnan(A).any()
+    if name in ZERO_SUM:
+        assert (A == 0).all(), name   # exactly 0, not 1e-17
+    # documented non-zero values of the others
+    expected = {"reinforce": value, "psr": value, "nsr": value - 1, "w_reinforce": 0.1 if value else -1.0,
+                "asymre": 0.1, "asym": 0.0, "pkpo": 0.0}
+    if name in expected:
+        assert torch.allclose(A, torch.full_like(A, expected[name])), name
+
+
+def test_all_equal_non_dyadic_rewards_give_exact_zero():
+    # mean([0.1]*3) != 0.1 in float; the explicit zeroing must still give exactly 0
+    rewards = torch.full((2, 3), 0.1, dtype=torch.float64)
+    for name in ("mean", "grpo", "rloo", "maxrl", "risk", "reinforce_pp", "power", "fade", "focal"):
+        assert (compute_advantages(name, rewards) == 0).all(), name
+
+
+def test_power_and_fade_with_alpha_below_one_stay_finite_on_all_correct_groups():
+    r = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    for name in ("power", "fade"):
+        A = compute_advantages(name, r, alpha=0.5)
+        assert (A[0] == 0).all() and torch.isfinite(A).all(), name
+        assert A[1, 0].item() == pytest.approx((2 / 3) ** -0.5 * (2 / 3)), name
+
+
+def test_group_of_one():
+    r = torch.tensor([[1.0], [0.0]])
+    for name in ("mean", "grpo", "maxrl", "risk", "power", "fade", "asym", "focal"):
+        assert (compute_advantages(name, r) == 0).all(), name
+    assert torch.equal(compute_advantages("reinforce", r), r)
+    assert torch.equal(compute_advantages("nsr", r), torch.tensor([[0.0], [-1.0]]))
+    for name, msg in [("rloo", "G >= 2"), ("passk", "k in"), ("pkpo", "k in")]:
+        with pytest.raises(ValueError, match=msg):
+            compute_advantages(name, r)
+
+
+@pytest.mark.parametrize("name", list(ADVANTAGES))
+def test_nan_reward_is_a_clear_error(name):
+    r = torch.ones(2, 4)
+    r[1, 2] = float("nan")
+    with pytest.raises(ValueError, match=r"finite, got nan at \[1, 2\]"):
+        compute_advantages(name, r)
+
+
+def test_bad_inputs_name_the_value():
+    with pytest.raises(ValueError, match="unknown advantage 'gpro'"):
+        compute_advantages("gpro", torch.ones(1, 4))
+    with pytest.raises(ValueError, match=r"shape \[N, G\], got shape \(8,\)"):
+        compute_advantages("grpo", torch.ones(8))
+    with pytest.raises(ValueError, match="no hyper-parameter 'alpha'"):
+        compute_advantages("grpo", torch.ones(1, 4), alpha=2)
+    with pytest.raises(ValueError, match="alpha > 0, got -1"):
+        compute_advantages("power", torch.ones(1, 4), alpha=-1)
+    with pytest.raises(ValueError, match="delta > 0, got 0"):
+        compute_advantages("fade", torch.ones(1, 4), delta=0)
+    with pytest.raises(ValueError, match="binary 0/1 rewards, got 0.5"):
+        compute_advantages("psr", torch.tensor([[0.5, 1.0]]))
+    with pytest.raises(ValueError, match=r"rewards in \[0, 1\].*got 2.0"):
+        compute_advantages("fade", torch.tensor([[2.0, 0.0]]))
+    with pytest.raises(ValueError, match=r"k in \[1, G=4\], got 5"):
+        compute_advantages("passk", torch.tensor([[1.0, 0, 0, 0]]), k=5)
+
+
+def test_fade_reduces_to_mean_and_power():
+    rewards, _ = binary_groups()
+    assert torch.allclose(compute_advantages("fade", rewards, alpha=1.0, delta=1.0), compute_advantages("mean", rewards))
+    assert torch.allclose(compute_advantages("fade", rewards, alpha=2.5, delta=1.0),
+                          compute_advantages("power", rewards, alpha=2.5))
+    assert torch.allclose(compute_advantages("fade", rewards, alpha=1.0, delta=0.4),
+                          compute_advantages("asym", rewards, delta=0.4))
+
+
+def test_passk_with_k1_is_grpo_with_population_std():
+    rewards, _ = binary_groups()
+    x = rewards - rewards.mean(1, keepdim=True)
+    assert torch.allclose(compute_advantages("passk", rewards, k=1), x / x.std(1, unbiased=False, keepdim=True))
+
+
+# ---- gradient mass ------------------------------------------------------------------
+
+def test_gradient_mass_hand_example():
+    A = torch.tensor([[0.5, -0.25, -0.25, 0.0], [1.0, 2.0, -4.0, 0.0]])
+    m_S, m_F = gradient_mass(A)
+    assert m_S.tolist() == [0.5, 3.0] and m_F.tolist() == [0.5, 4.0]
+
+
+def test_grpo_mass_balanced_and_peaks_at_half():
+    p, m_S, m_F = mass_curve("grpo", G=200)
+    assert torch.allclose(m_S, m_F, atol=1e-9)
+    inner = (p > 0) & (p < 1)
+    Gv = 200
+    assert torch.allclose(m_S[inner], math.sqrt((Gv - 1) / Gv) * torch.sqrt(p * (1 - p))[inner], rtol=1e-4)  # eps=1e-6 over std>=0.07
+    assert p[torch.argmax(m_S + m_F)].item() == 0.5
+
+
+@pytest.mark.parametrize("alpha", [1.0, 2.0, 3.0])
+def test_power_mass_peaks_at_one_over_one_plus_alpha(alpha):
+    Gv = 600
+    p, m_S, m_F = mass_curve("power", G=Gv, alpha=alpha)
+    assert torch.allclose(m_S, p * (1 - p) ** alpha, atol=1e-12)
+    assert abs(p[torch.argmax(m_S + m_F)].item() - 1 / (1 + alpha)) <= 1.0 / Gv
+
+
+@pytest.mark.parametrize("alpha,delta", [(1.0, 1.0), (2.0, 0.5), (3.0, 0.3)])
+def test_fade_masses(alpha, delta):
+    p, m_S, m_F = mass_curve("fade", G=100, alpha=alpha, delta=delta)
+    assert torch.allclose(m_S, p * (1 - p) ** alpha, atol=1e-12)
+    assert torch.allclose(m_F, p * (1 - p) ** alpha / delta, atol=1e-12)
+
+
+def test_sign_axis_of_positive_and_negative_only_methods():
+    _, m_S, m_F = mass_curve("psr", G=16)
+    assert (m_F == 0).all() and m_S.max() > 0
+    _, m_S, m_F = mass_curve("nsr", G=16)
+    assert (m_S == 0).all() and m_F.max() > 0
+
+
+def test_expected_mass_curve_matches_brute_force_binomial():
+    ps = torch.tensor([0.1, 0.5, 0.8])
+    eS, eF = adv.expected_mass_curve("grpo", ps, G=4)
+    for j, p in enumerate(ps.tolist()):
+        tot_S = tot_F = 0.0
+        for bits in itertools.product([0.0, 1.0], repeat=4):
+            prob = math.prod(p if b else 1 - p for b in bits)
+            m_S, m_F = gradient_mass(compute_advantages("grpo", torch.tensor([bits], dtype=torch.float64)))
+            tot_S += prob * m_S.item() / 4
+            tot_F += prob * m_F.item() / 4
+        assert abs(eS[j].item() - tot_S) < 1e-12 and abs(eF[j].item() - tot_F) < 1e-12
+
+
+def test_plot_writes_png(tmp_path):
+    out = tmp_path / "m.png"
+    adv.plot_masses(str(out), G=16)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---- pass@k -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n,c", [(5, 0), (5, 2), (6, 3), (7, 7), (8, 1), (10, 4)])
+def test_pass_at_k_matches_exact_enumeration(n, c):
+    items = [1] * c + [0] * (n - c)
+    for k in range(1, n + 1):
+        subsets = list(itertools.combinations(range(n), k))
+        exact = sum(any(items[i] for i in s) for s in subsets) / len(subsets)
+        assert abs(pass_at_k(n, c, k) - exact) < 1e-12, (n, c, k)
+
+
+def test_pass_at_k_large_n_is_stable_and_bad_input():
+    # C(1000, 500) overflows float; the product form does not
+    v = pass_at_k(1000, 3, 500)
+    assert abs(v - (1 - (500 / 1000) * (499 / 999) * (498 / 998))) < 1e-12
+    with pytest.raises(ValueError, match="k=0"):
+        pass_at_k(4, 1, 0)
+    with pytest.raises(ValueError, match="c=5"):
+        pass_at_k(4, 5, 1)

@@ -1,0 +1,222 @@
+"""Tests for batching.py: partitions, group preservation, balance, determinism, stats."""
+
+import math
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from batching import MODES, minibatch_indices, minibatch_stats, split_groups  # noqa: E402
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def mean_centred(rewards):
+    """Dr. GRPO advantages r - mean(r) (kept local: advantages.py is written elsewhere)."""
+    return rewards - rewards.mean(dim=1, keepdim=True)
+
+
+def random_batch(n=12, g=8, seed=0):
+    """Binary rewards with varied solve rates, including all-equal (neutral) groups."""
+    torch.manual_seed(seed)
+    p = torch.rand(n, 1)
+    rewards = (torch.rand(n, g) < p).float()
+    rewards[0] = 0.0       # an all-wrong group
+    rewards[1] = 1.0       # an all-correct group
+    return mean_centred(rewards)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_every_mode_partitions_exactly(mode, k):
+    adv = random_batch()
+    lengths = torch.randint(1, 40, adv.shape)
+    steps = minibatch_indices(adv, k, mode, gen(k), lengths=lengths)
+    assert len(steps) == k
+    flat = torch.cat(steps)
+    assert flat.dtype == torch.long
+    assert torch.equal(torch.sort(flat).values, torch.arange(adv.numel()))
+    for s in steps:
+        assert torch.equal(s, torch.sort(s).values)      # sorted inside a step
+
+
+@pytest.mark.parametrize("mode", ["random", "query"])
+def test_near_equal_sizes(mode):
+    adv = random_batch(n=10, g=4)                         # 40 rollouts, 10 groups
+    sizes = sorted(len(s) for s in minibatch_indices(adv, 4, mode, gen()))
+    assert sizes == ([10, 10, 10, 10] if mode == "random" else [8, 8, 12, 12])
+
+
+@pytest.mark.parametrize("mode", ["query", "query_balanced"])
+def test_group_preserving_modes_never_split(mode):
+    adv = random_batch(n=12, g=8)
+    g = gen(3)
+    for _ in range(20):                                   # 20 epochs of one generator
+        steps = minibatch_indices(adv, 4, mode, g)
+        assert split_groups(steps, 8) == 0
+        assert all(st["n_whole_groups"] == st["n_groups"] == 3
+                   for st in minibatch_stats(steps, adv))
+
+
+def test_random_splits_groups_negative_control():
+    adv = random_batch(n=4, g=8)
+    steps = minibatch_indices(adv, 2, "random", gen(0))
+    # P(a given group stays whole) = 2*C(24,8)/C(32,16) = 0.24%: all four get split.
+    assert split_groups(steps, 8) == 4
+    assert all(st["n_whole_groups"] == 0 for st in minibatch_stats(steps, adv))
+
+
+def test_balanced_meets_count_bound():
+    # 5 groups of G=8 with 1, 2, 3, 5, 7 correct -> P = 18 positives, Q = 22 negatives;
+    # plus one all-wrong group (8 neutrals). k = 4 steps.
+    correct = [1, 2, 3, 5, 7, 0]
+    rewards = torch.zeros(6, 8)
+    for n, c in enumerate(correct):
+        rewards[n, :c] = 1.0
+    adv = mean_centred(rewards)
+    n_pos, n_neg = int((adv > 0).sum()), int((adv < 0).sum())
+    assert (n_pos, n_neg) == (18, 22)
+    k = 4
+    bound = math.ceil(abs(n_pos - n_neg) / k)             # = 1
+    for seed in range(5):
+        stats = minibatch_stats(minibatch_indices(adv, k, "balanced", gen(seed)), adv)
+        diffs = [st["n_pos"] - st["n_neg"] for st in stats]
+        assert sum(diffs) == n_pos - n_neg
+        assert max(abs(d) for d in diffs) == bound
+        # every step's difference is floor or ceil of (P - Q)/k = -1 exactly here
+        assert diffs == [-1, -1, -1, -1]
+        sizes = [st["n_rollouts"] for st in stats]
+        assert max(sizes) - min(sizes) <= 1               # neutrals evened the sizes
+
+
+def test_balanced_beats_random_on_balance():
+    # Negative control for the balance property: random mode on the same batch usually
+    # leaves some step far from balanced.
+    rewards = torch.zeros(8, 8)
+    for n, c in enumerate([1, 1, 2, 3, 5, 6, 7, 7]):
+        rewards[n, :c] = 1.0
+    adv = mean_centred(rewards)                           # P = Q = 32
+    worst_random = max(max(abs(st["n_pos"] - st["n_neg"]) for st in
+                           minibatch_stats(minibatch_indices(adv, 4, "random", gen(s)), adv))
+                       for s in range(5))
+    worst_balanced = max(max(abs(st["n_pos"] - st["n_neg"]) for st in
+                             minibatch_stats(minibatch_indices(adv, 4, "balanced", gen(s)), adv))
+                         for s in range(5))
+    assert worst_balanced == 0
+    assert worst_random >= 2
+
+
+def test_balanced_aligned_tradeoff_documented_example():
+    # P = Q = 3, k = 2, no neutrals: balance first -> sizes 4 and 2, both steps d = 0.
+    adv = torch.tensor([[1.0, 1.0, 1.0, -1.0, -1.0, -1.0]])
+    stats = minibatch_stats(minibatch_indices(adv, 2, "balanced", gen()), adv)
+    assert [st["n_pos"] - st["n_neg"] for st in stats] == [0, 0]
+    assert sorted(st["n_rollouts"] for st in stats) == [2, 4]
+
+
+def test_query_balanced_pairs_hard_and_easy_groups():
+    g = 8
+    rewards = torch.zeros(8, g)
+    for n in range(8):
+        rewards[n, : (1 if n % 2 == 0 else 7)] = 1.0      # solve rates 1/8 and 7/8
+    adv = mean_centred(rewards)
+    for seed in range(10):
+        steps = minibatch_indices(adv, 4, "query_balanced", gen(seed))
+        for st in minibatch_stats(steps, adv):
+            assert (st["n_groups"], st["n_pos"], st["n_neg"]) == (2, 8, 8)
+    # negative control: plain query mode puts two same-rate groups together on some seed
+    unbalanced = 0
+    for seed in range(10):
+        stats = minibatch_stats(minibatch_indices(adv, 4, "query", gen(seed)), adv)
+        unbalanced += sum(st["n_pos"] != st["n_neg"] for st in stats)
+    assert unbalanced > 0
+
+
+def test_query_balanced_token_weighted():
+    # Four groups, each 1 positive and 1 negative: counts are balanced in any packing.
+    # Token lengths: groups 0 and 2 have the long positive (imbalance +10 tokens), groups
+    # 1 and 3 the long negative (-10). Token balancing must pair a +10 with a -10 group,
+    # so every step has pos_tokens == neg_tokens == 30.
+    adv = torch.tensor([[0.5, -0.5]] * 4)
+    lengths = torch.tensor([[20, 10], [10, 20], [20, 10], [10, 20]])
+    for seed in range(10):
+        steps = minibatch_indices(adv, 2, "query_balanced", gen(seed), lengths=lengths)
+        for st in minibatch_stats(steps, adv, lengths):
+            assert st["pos_tokens"] == st["neg_tokens"] == 30.0
+    # Without lengths the packing is count-based and does not see the token imbalance.
+    seen_unbalanced = False
+    for seed in range(30):                                # 5 of these 30 pair {0,2}, {1,3}
+        steps = minibatch_indices(adv, 2, "query_balanced", gen(seed))
+        stats = minibatch_stats(steps, adv, lengths)
+        seen_unbalanced |= any(st["pos_tokens"] != st["neg_tokens"] for st in stats)
+    assert seen_unbalanced
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_deterministic_given_generator_state_and_epochs_differ(mode):
+    adv = random_batch(n=12, g=8)
+    a = minibatch_indices(adv, 3, mode, gen(7))
+    b = minibatch_indices(adv, 3, mode, gen(7))
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    g = gen(7)
+    epoch1 = minibatch_indices(adv, 3, mode, g)
+    epoch2 = minibatch_indices(adv, 3, mode, g)           # generator advanced
+    assert all(torch.equal(x, y) for x, y in zip(epoch1, a))
+    assert not all(torch.equal(x, y) for x, y in zip(epoch1, epoch2))
+
+
+def test_one_minibatch_is_the_whole_batch():
+    adv = random_batch(n=3, g=4)
+    for mode in MODES:
+        (only,) = minibatch_indices(adv, 1, mode, gen())
+        assert torch.equal(only, torch.arange(12))
+
+
+def test_stats_hand_built_example():
+    adv = torch.tensor([[0.5, -0.5], [0.0, 0.0], [0.75, -0.25]])
+    lengths = torch.tensor([[3, 5], [2, 2], [7, 1]])
+    steps = [torch.tensor([0, 2, 4]), torch.tensor([1, 3, 5])]
+    s0, s1 = minibatch_stats(steps, adv, lengths)
+    assert s0 == {"n_rollouts": 3, "n_groups": 3, "n_whole_groups": 0, "n_pos": 2,
+                  "n_neg": 0, "n_neutral": 1, "pos_tokens": 10.0, "neg_tokens": 0.0,
+                  "pos_mass": 1.25, "neg_mass": 0.0}
+    assert s1 == {"n_rollouts": 3, "n_groups": 3, "n_whole_groups": 0, "n_pos": 0,
+                  "n_neg": 2, "n_neutral": 1, "pos_tokens": 0.0, "neg_tokens": 6.0,
+                  "pos_mass": 0.0, "neg_mass": 0.75}
+    (whole,) = minibatch_stats([torch.tensor([0, 1, 4, 5])], adv)
+    assert whole["n_groups"] == whole["n_whole_groups"] == 2
+    assert whole["pos_tokens"] is None and whole["neg_tokens"] is None
+    assert whole["pos_mass"] == 1.25 and whole["neg_mass"] == 0.75
+    assert split_groups(steps, 2) == 3
+    assert split_groups([torch.tensor([0, 1, 4, 5]), torch.tensor([2, 3])], 2) == 0
+
+
+def test_bad_inputs_raise_naming_the_value():
+    adv = random_batch(n=3, g=4)
+    with pytest.raises(ValueError, match="bogus"):
+        minibatch_indices(adv, 2, "bogus", gen())
+    with pytest.raises(ValueError, match="got 0"):
+        minibatch_indices(adv, 0, "random", gen())
+    with pytest.raises(ValueError, match="got 13"):
+        minibatch_indices(adv, 13, "random", gen())
+    with pytest.raises(ValueError, match="N=3"):
+        minibatch_indices(adv, 4, "query", gen())
+    with pytest.raises(ValueError, match="N=3"):
+        minibatch_indices(adv, 4, "query_balanced", gen())
+    with pytest.raises(ValueError, match=r"\(12,\)"):
+        minibatch_indices(adv.reshape(-1), 2, "random", gen())
+    with pytest.raises(ValueError, match=r"\(3, 5\)"):
+        minibatch_indices(adv, 2, "query_balanced", gen(), lengths=torch.ones(3, 5))
+    with pytest.raises(ValueError, match="NaN"):
+        minibatch_indices(torch.full((2, 2), float("nan")), 1, "random", gen())
+    with pytest.raises(ValueError, match="2.0"):
+        minibatch_indices(adv, 2.0, "random", gen())
+    with pytest.raises(ValueError, match="out of range"):
+        minibatch_stats([torch.tensor([12])], adv)
+    # 12 steps over 12 rollouts (more steps than groups) is fine when groups may be split
+    assert len(minibatch_indices(adv, 12, "balanced", gen())) == 12

@@ -1,0 +1,331 @@
+"""The policy-gradient objective: cancellation on a real (tiny) model, micro-batch
+invariance, KL direction, entropy, filtering, clipping and bad input."""
+
+import math
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+import loss as L
+from advantages import compute_advantages
+from loss import LossConfig, policy_loss, step_normaliser
+
+V = 12           # vocabulary of the tiny model
+TEMPLATE = 3     # the shared template token id
+
+
+def tiny_model(seed=0):
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32)
+    return Qwen2ForCausalLM(cfg).double()
+
+
+def group_batch(lengths, seed=0):
+    """One group: prompt [1, 2], then every response starts with TEMPLATE (same context in
+    every rollout), then random tokens, right-padded. Returns input_ids, response mask."""
+    g = torch.Generator().manual_seed(seed)
+    P, T = 2, max(lengths)
+    ids = torch.zeros(len(lengths), P + T, dtype=torch.long)
+    mask = torch.zeros(len(lengths), T, dtype=torch.float64)
+    for i, n in enumerate(lengths):
+        ids[i, :P] = torch.tensor([1, 2])
+        ids[i, P] = TEMPLATE
+        ids[i, P + 1:P + n] = torch.randint(4, V, (n - 1,), generator=g)
+        mask[i, :n] = 1
+    return ids, mask, P
+
+
+def response_logp(model, ids, P):
+    logits = model(ids).logits[:, P - 1:-1]
+    return torch.log_softmax(logits, -1).gather(-1, ids[:, P:].unsqueeze(-1)).squeeze(-1)
+
+
+def template_token_grad(cfg, lengths, adv, old_shift=None, seed=0):
+    """Parameter gradient that flows ONLY through the shared template token's log-prob.
+
+    The other positions are detached, so the result is sum_i c_i * grad log pi(TEMPLATE |
+    prompt): zero iff the rollouts' coefficients c_i on the shared token cancel.
+    old_shift [B]: per-rollout offset added to the old log-probs (a moved policy).
+    """
+    model = tiny_model(seed)
+    ids, mask, P = group_batch(lengths, seed)
+    logp = response_logp(model, ids, P)
+    logp = torch.cat([logp[:, :1], logp[:, 1:].detach()], dim=1)
+    old = logp.detach().clone()
+    if old_shift is not None:
+        old = old + old_shift.unsqueeze(1)
+    gi = torch.zeros(len(lengths), dtype=torch.long)
+    loss, stats = policy_loss(logp, old, adv, mask, cfg, step_normaliser(mask), group_index=gi)
+    loss.backward()
+    grad = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    return grad, stats
+
+
+# "Zero" for a parameter gradient: the model runs in float64, but transformers' RMSNorm
+# computes in float32, so identical rows' backward passes agree only to ~1e-7 relative.
+# A gradient that does not cancel is ~1e-2 here (asserted > 1e-4 below).
+ZERO = 1e-6
+
+ADV = compute_advantages("mean", torch.tensor([[1.0, 0.0, 1.0, 0.0, 0.0]], dtype=torch.float64))[0]
+UNEQUAL = [3, 7, 4, 9, 5]
+EQUAL = [6] * 5
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize("loss_type", ["ppo", "cispo"])
+def test_shared_token_cancels_under_token_sum_aggregation(agg, loss_type):
+    grad, stats = template_token_grad(LossConfig(loss_type=loss_type, agg=agg), UNEQUAL, ADV)
+    assert grad.abs().max().item() < ZERO
+    assert stats["cancellation_residual"] < 1e-12
+
+
+def test_shared_token_does_not_cancel_with_per_sequence_length_normalisation():
+    grad, stats = template_token_grad(LossConfig(agg="seq-mean-token-mean"), UNEQUAL, ADV)
+    assert grad.abs().max().item() > 1e-4
+    assert stats["cancellation_residual"] > 0.05
+    # ...but with equal lengths 1/|o_i| is the same for everyone, and it cancels again
+    grad, _ = template_token_grad(LossConfig(agg="seq-mean-token-mean"), EQUAL, ADV)
+    assert grad.abs().max().item() < ZERO
+
+
+SHIFT = torch.tensor([0.3, -0.2, 0.1, 0.25, -0.15], dtype=torch.float64) / 5  # moved policy
+
+
+def test_shared_token_does_not_cancel_under_raw_gspo_weights():
+    grad, stats = template_token_grad(LossConfig(loss_type="gspo", agg="token-mean", eps_low=0.9, eps_high=9.0),
+                                      EQUAL, ADV, old_shift=SHIFT)
+    assert grad.abs().max().item() > 1e-4
+    assert stats["cancellation_residual"] > 0.01
+
+
+@pytest.mark.parametrize("transform", ["min", "orth"])
+def test_dfpo_transforms_restore_cancellation(transform):
+    cfg = LossConfig(loss_type="gspo", agg="token-mean", weight_transform=transform, eps_low=0.9, eps_high=9.0)
+    grad, stats = template_token_grad(cfg, UNEQUAL, ADV, old_shift=SHIFT)
+    assert grad.abs().max().item() < ZERO
+    assert stats["cancellation_residual"] < 1e-12
+
+
+def test_asymmetric_clipping_breaks_cancellation():
+    # The shared token has the same ratio in every rollout. Make it 1.25: rollouts with
+    # A > 0 are clipped at 1 + 0.2 (no gradient) while those with A < 0 are not.
+    shift = torch.full((5,), -math.log(1.25), dtype=torch.float64)
+    grad, _ = template_token_grad(LossConfig(eps_low=0.2, eps_high=0.2), EQUAL, ADV, old_shift=shift)
+    assert grad.abs().max().item() > 1e-4
+    # with clip-higher 0.28 the same ratio is inside the range on both sides: cancels
+    grad, _ = template_token_grad(LossConfig(eps_low=0.2, eps_high=0.28), EQUAL, ADV, old_shift=shift)
+    assert grad.abs().max().item() < ZERO
+
+
+def test_dfpo_transform_identities():
+    torch.manual_seed(0)
+    w = torch.rand(10).double() + 0.5
+    a = torch.randn(10).double()
+    gi = torch.tensor([0] * 4 + [1] * 6)
+    a[:4] -= a[:4].mean()
+    a[4:] -= a[4:].mean()
+    for mode in ("min", "orth"):
+        wt = L.dfpo_transform(w, a, gi, mode)
+        for g in (0, 1):
+            assert abs((wt[gi == g] * a[gi == g]).sum().item()) < 1e-12
+    assert torch.allclose(L.dfpo_transform(w, a, gi, "min")[:4], w[:4].min().expand(4))
+    zero = L.dfpo_transform(w, torch.zeros(10).double(), gi, "orth")   # A.A = 0: unchanged
+    assert torch.equal(zero, w)
+
+
+def test_cancellation_residual_values():
+    m = torch.tensor([1.0, -1.0, 2.0, 1.0, 0.0, 0.0])
+    r = L.cancellation_residual(m, torch.tensor([0, 0, 1, 1, 2, 2]))
+    assert r[0].item() == 0.0 and r[1].item() == 1.0 and math.isnan(r[2].item())
+
+
+# ---- micro-batch invariance ---------------------------------------------------------
+
+def random_step(seed=0, B=8, T=7):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(2, T + 1, (B,), generator=g)
+    mask = (torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)).double()
+    theta = torch.randn(B, T, generator=g, dtype=torch.float64)
+    old = -torch.rand(B, T, generator=g, dtype=torch.float64) * 2
+    adv = torch.randn(B, generator=g, dtype=torch.float64)
+    return theta, old, adv, mask
+
+
+@pytest.mark.parametrize("agg", L.AGGREGATIONS)
+@pytest.mark.parametrize("n_micro", [2, 4])
+def test_micro_batch_invariance(agg, n_micro):
+    theta, old, adv, mask = random_step()
+    cfg = LossConfig(agg=agg, eps_low=0.2, eps_high=0.28)
+    logp_of = lambda th: old + 0.3 * torch.tanh(th)      # a policy near the old one
+
+    th_whole = theta.clone().requires_grad_(True)
+    norm = step_normaliser(mask)
+    whole, _ = policy_loss(logp_of(th_whole), old, adv, mask, cfg, norm)
+    whole.backward()
+
+    th_split = theta.clone().requires_grad_(True)
+    total = 0.0
+    for idx in torch.arange(8).chunk(n_micro):
+        part, _ = policy_loss(logp_of(th_split)[idx], old[idx], adv[idx], mask[idx], cfg, norm)
+        part.backward()
+        total = total + part.detach()
+    assert abs(total.item() - whole.item()) < 1e-12
+    assert torch.allclose(th_split.grad, th_whole.grad, atol=1e-14)
+
+    # negative control: normalising each micro-batch by itself and averaging differs
+    naive = sum(policy_loss(logp_of(theta)[idx], old[idx], adv[idx], mask[idx], cfg,
+                            step_normaliser(mask[idx]))[0]
+                for idx in torch.arange(8).chunk(n_micro)) / n_micro
+    if agg in ("token-mean",):
+        assert abs(naive.item() - whole.item()) > 1e-6
+
+
+def test_naive_micro_batch_averaging_differs_for_seq_modes_with_unequal_split():
+    # seq-mean modes: equal-size micro-batches average correctly by accident; an unequal
+    # split (3 + 5 rollouts) exposes the naive mean-of-means.
+    theta, old, adv, mask = random_step(seed=3)
+    cfg = LossConfig(agg="seq-mean-token-mean")
+    logp = old + 0.3 * torch.tanh(theta)
+    whole = policy_loss(logp, old, adv, mask, cfg, step_normaliser(mask))[0]
+    parts = [torch.arange(3), torch.arange(3, 8)]
+    fixed = sum(policy_loss(logp[i], old[i], adv[i], mask[i], cfg, step_normaliser(mask))[0] for i in parts)
+    naive = sum(policy_loss(logp[i], old[i], adv[i], mask[i], cfg, step_normaliser(mask[i]))[0] for i in parts) / 2
+    assert abs(fixed.item() - whole.item()) < 1e-12
+    assert abs(naive.item() - whole.item()) > 1e-4
+
+
+# ---- aggregation closed forms and clipping ---------------------------------------------
+
+def test_aggregation_closed_forms():
+    per_token = torch.tensor([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    norm = step_normaliser(mask, max_len=10)
+    assert L.aggregate(per_token, mask, "token-mean", norm).item() == pytest.approx(10 / 4)
+    assert L.aggregate(per_token, mask, "seq-mean-token-mean", norm).item() == pytest.approx((2 + 4) / 2)
+    assert L.aggregate(per_token, mask, "seq-mean-token-sum", norm).item() == pytest.approx(10 / 2)
+    assert L.aggregate(per_token, mask, "seq-mean-token-sum-norm", norm).item() == pytest.approx(10 / 20)
+
+
+def test_on_policy_ppo_is_vanilla_policy_gradient_and_never_clips():
+    theta, old, adv, mask = random_step()
+    logp = old.clone().requires_grad_(True)
+    loss, stats = policy_loss(logp, old, adv, mask, LossConfig(), step_normaliser(mask))
+    loss.backward()
+    expected = -adv.unsqueeze(1) * mask / mask.sum()
+    assert torch.allclose(logp.grad, expected, atol=1e-15)
+    assert stats["clip_frac_low"] == 0 and stats["clip_frac_high"] == 0 and abs(stats["approx_kl"]) < 1e-15
+
+
+def test_clip_fractions_and_dual_clip_values():
+    ratio = torch.tensor([[0.5, 1.5, 5.0, 1.0]])
+    adv = torch.tensor([[-1.0, 1.0, -1.0, 1.0]])
+    loss, low, high = L.ppo_clip(ratio, adv, 0.2, 0.28)
+    assert loss.tolist()[0] == pytest.approx([0.8, -1.28, 5.0, -1.0])
+    assert low.tolist() == [[True, False, False, False]] and high.tolist() == [[False, True, False, False]]
+    loss, _, _ = L.ppo_clip(ratio, adv, 0.2, 0.28, dual_clip=3.0)
+    assert loss.tolist()[0] == pytest.approx([0.8, -1.28, 3.0, -1.0])   # capped at -c A = 3
+
+
+def test_cispo_keeps_gradient_where_ppo_drops_it():
+    old = torch.zeros(1, 2)
+    logp = torch.tensor([[math.log(2.0), 0.0]], requires_grad=True)   # ratio 2 on token 0
+    adv = torch.tensor([1.0])
+    mask = torch.ones(1, 2)
+    for loss_type, expect in (("ppo", 0.0), ("cispo", -1.2 / 2)):
+        lp = logp.detach().clone().requires_grad_(True)
+        loss, _ = policy_loss(lp, old, adv, mask, LossConfig(loss_type=loss_type), step_normaliser(mask))
+        loss.backward()
+        assert lp.grad[0, 0].item() == pytest.approx(expect)
+
+
+# ---- KL, entropy, negative filtering ---------------------------------------------------
+
+def exact_kl(logits, ref_logits):
+    lp, lq = torch.log_softmax(logits, -1), torch.log_softmax(ref_logits, -1)
+    return (lp.exp() * (lp - lq)).sum()
+
+
+@pytest.mark.parametrize("estimator", ["k2", "k3"])
+def test_one_step_on_kl_term_lowers_kl(estimator):
+    torch.manual_seed(0)
+    ref = torch.randn(20).double()
+    theta = (ref + torch.randn(20).double()).requires_grad_(True)
+    before = exact_kl(theta.detach(), ref).item()
+    # the on-policy expectation over sampled tokens, written exactly: sum_x sg(pi(x)) k(x)
+    logp = torch.log_softmax(theta, -1)
+    per_token = L.kl_penalty(logp, torch.log_softmax(ref, -1), estimator)
+    (logp.exp().detach() * per_token).sum().backward()
+    with torch.no_grad():
+        theta -= 0.5 * theta.grad
+    after = exact_kl(theta.detach(), ref).item()
+    assert after < before - 1e-3
+
+
+def test_k1_as_a_loss_has_zero_expected_gradient():
+    torch.manual_seed(0)
+    ref = torch.randn(20).double()
+    theta = (ref + torch.randn(20).double()).requires_grad_(True)
+    logp = torch.log_softmax(theta, -1)
+    (logp.exp().detach() * L.kl_penalty(logp, torch.log_softmax(ref, -1), "k1")).sum().backward()
+    assert theta.grad.abs().max().item() < 1e-14
+
+
+def test_kl_estimator_values():
+    logp, ref = torch.tensor([-1.0]), torch.tensor([-2.0])
+    assert L.kl_penalty(logp, ref, "k1").item() == pytest.approx(1.0)
+    assert L.kl_penalty(logp, ref, "k2").item() == pytest.approx(0.5)
+    assert L.kl_penalty(logp, ref, "k3").item() == pytest.approx(math.exp(-1) - 1 + 1)
+
+
+def test_entropy_from_logits():
+    logits = torch.tensor([[0.0, math.log(3.0)], [5.0, 5.0]])
+    p = torch.tensor([0.25, 0.75])
+    assert L.entropy_from_logits(logits)[0].item() == pytest.approx(-(p * p.log()).sum().item())
+    assert L.entropy_from_logits(logits)[1].item() == pytest.approx(math.log(2))
+    # robust where a probability underflows to 0
+    assert torch.isfinite(L.entropy_from_logits(torch.tensor([[0.0, -1e4, 1e4]]))).all()
+
+
+def test_negative_token_filter_keeps_lowest_probability_tokens():
+    old = torch.log(torch.tensor([[0.9, 0.1, 0.5, 0.05, 0.8, 0.7, 0.6, 0.9, 0.9, 0.9, 0.0 + 1e-9, 0.5]]))
+    mask = torch.ones(1, 12)
+    mask[0, 10] = 0   # padding: never chosen, even though its old log-prob is the lowest
+    keep = L.negative_token_filter(old.repeat(2, 1), mask.repeat(2, 1), torch.tensor([-1.0, 1.0]), 0.1)
+    assert keep[0].nonzero().squeeze(1).tolist() == [1, 3]      # ceil(0.1 * 11) = 2 lowest
+    assert torch.equal(keep[1], mask[0])                         # positive rollout untouched
+    # masked tokens still count in the normaliser: loss uses n_tokens of the full mask
+    logp = old.repeat(2, 1).clone().requires_grad_(True)
+    cfg = LossConfig(neg_filter_frac=0.1)
+    loss, _ = policy_loss(logp, logp.detach(), torch.tensor([-1.0, 1.0]), mask.repeat(2, 1), cfg,
+                          step_normaliser(mask.repeat(2, 1)))
+    loss.backward()
+    assert logp.grad[0].nonzero().squeeze(1).tolist() == [1, 3]
+    assert logp.grad[0, 1].item() == pytest.approx(1 / 22)
+
+
+# ---- bad input ------------------------------------------------------------------------
+
+def test_bad_config_and_shapes_name_the_value():
+    with pytest.raises(ValueError, match="agg must be one of .* got 'mean'"):
+        LossConfig(agg="mean")
+    with pytest.raises(ValueError, match="loss_type .* got 'trpo'"):
+        LossConfig(loss_type="trpo")
+    with pytest.raises(ValueError, match="eps_low .* got 1.5"):
+        LossConfig(eps_low=1.5)
+    with pytest.raises(ValueError, match="needs loss_type='gspo', got 'ppo'"):
+        LossConfig(weight_transform="min")
+    with pytest.raises(ValueError, match="dual_clip must be > 1"):
+        LossConfig(dual_clip=0.5)
+    mask = torch.ones(2, 3)
+    with pytest.raises(ValueError, match=r"advantages must be \[B\]=2"):
+        policy_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(3), mask, LossConfig(), step_normaliser(mask))
+    with pytest.raises(ValueError, match="NaN"):
+        policy_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.tensor([0.0, float("nan")]), mask,
+                    LossConfig(), step_normaliser(mask))
+    with pytest.raises(ValueError, match="needs ref_logp"):
+        policy_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2), mask, LossConfig(kl_coef=0.1),
+                    step_normaliser(mask))
+    with pytest.raises(ValueError, match="no response tokens"):
+        step_normaliser(torch.zeros(2, 3))

@@ -1,0 +1,161 @@
+"""Tests for scheduler.py: FADE closed forms, EMA conventions, targets, resume, schedules."""
+
+import math
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from scheduler import (AdvantageScheduler, SchedulerConfig, fade_alpha,  # noqa: E402
+                       fade_delta)
+
+
+def test_alpha_closed_form_and_clips():
+    for p in [0.0, 0.05, 0.2, 1 / 3]:
+        assert fade_alpha(p) == 3.0
+    for p in [0.6, 0.7, 0.99, 1.0]:
+        assert fade_alpha(p) == 1.0
+    assert fade_alpha(0.5) == pytest.approx(1.5)
+    for p in [0.34, 0.4, 0.45, 0.55, 0.59]:
+        assert fade_alpha(p) == pytest.approx(3 * (1 - p) / (2 * p))
+        assert 1.0 < fade_alpha(p) < 3.0
+
+
+def test_delta_closed_form_and_clips():
+    assert fade_delta(2.0, 1.0) == 1.0                    # above target
+    assert fade_delta(1.0, 1.0) == 1.0                    # at target
+    assert fade_delta(0.5, 1.0) == pytest.approx(0.5)
+    assert fade_delta(0.8, 1.0) == pytest.approx(0.8)
+    assert fade_delta(0.3, 1.0) == pytest.approx(0.3)
+    assert fade_delta(0.0, 1.0) == 0.3                    # floor
+    assert fade_delta(0.1, 2.0) == 0.3
+
+
+def test_ema_closed_form_after_k_steps():
+    beta, k, x = 0.02, 37, 0.9
+    s = AdvantageScheduler(SchedulerConfig(beta=beta))
+    for _ in range(k):
+        out = s.step(solve_rate=x, entropy=1.0)
+    mix = 1 - (1 - beta) ** k
+    assert out["p_hat"] == pytest.approx((1 - mix) * 0.5 + mix * x, rel=1e-12)
+    assert s.t == k
+
+
+def test_entropy_ema_starts_at_first_measurement():
+    s = AdvantageScheduler(SchedulerConfig(beta=0.02))
+    first = s.step(0.5, entropy=2.0)
+    assert first["H_hat"] == 2.0                           # H_hat = H0 on step one
+    second = s.step(0.5, entropy=1.0)
+    assert second["H_hat"] == pytest.approx(0.98 * 2.0 + 0.02 * 1.0)
+    # first step already reads its own batch: p_hat = 0.98 * 0.5 + 0.02 * 0.0
+    s2 = AdvantageScheduler()
+    assert s2.step(0.0, 1.0)["p_hat"] == pytest.approx(0.49)
+
+
+def test_source_convention_differs():
+    new = AdvantageScheduler(SchedulerConfig(ema="new"))
+    src = AdvantageScheduler(SchedulerConfig(ema="source"))
+    a, b = new.step(0.1, 1.0), src.step(0.1, 1.0)
+    assert a["p_hat"] == pytest.approx(0.98 * 0.5 + 0.02 * 0.1)   # 0.492
+    assert b["p_hat"] == pytest.approx(0.02 * 0.5 + 0.98 * 0.1)   # 0.108
+    assert a["alpha"] == pytest.approx(3 * (1 - 0.492) / (2 * 0.492))
+    assert b["alpha"] == 3.0                               # the source reading jumps at once
+
+
+def test_relative_and_absolute_target():
+    rel = AdvantageScheduler(SchedulerConfig())            # target_rel = 0.5
+    out = rel.step(0.5, entropy=1.6)
+    assert out["H_target"] == pytest.approx(0.8)
+    for _ in range(5):                                     # H0 stays the FIRST entropy
+        out = rel.step(0.5, entropy=0.1)
+    assert out["H_target"] == pytest.approx(0.8)
+    absolute = AdvantageScheduler(SchedulerConfig(h_target=0.25))
+    assert absolute.step(0.5, entropy=3.0)["H_target"] == 0.25
+    with pytest.raises(ValueError, match="first step"):
+        AdvantageScheduler().h_target()
+
+
+def test_fade_delta_drops_when_entropy_falls_below_target():
+    s = AdvantageScheduler(SchedulerConfig(h_target=1.0))
+    assert s.step(0.5, entropy=1.5)["delta"] == 1.0
+    for _ in range(200):
+        out = s.step(0.5, entropy=0.0)
+    h = 1.5 * 0.98 ** 200                                  # EMA decays toward 0
+    assert out["H_hat"] == pytest.approx(h)
+    assert out["delta"] == pytest.approx(max(0.3, 1 + h - 1.0))
+    assert out["delta"] < 1.0
+
+
+def test_state_dict_round_trip_resumes_exactly():
+    inputs = [(0.1 * (i % 10), 2.0 - 0.01 * i) for i in range(60)]
+    full = AdvantageScheduler()
+    ref = [full.step(*x) for x in inputs]
+    a = AdvantageScheduler()
+    for x in inputs[:25]:
+        a.step(*x)
+    state = a.state_dict()
+    b = AdvantageScheduler()
+    b.load_state_dict(dict(state))
+    resumed = [b.step(*x) for x in inputs[25:]]
+    assert resumed == ref[25:]                             # bit-for-bit
+    # negative control: a fresh scheduler does not reproduce the tail
+    fresh = AdvantageScheduler()
+    assert [fresh.step(*x) for x in inputs[25:]] != ref[25:]
+    with pytest.raises(ValueError, match="H0"):
+        AdvantageScheduler().load_state_dict({"p_hat": 0.5, "H_hat": 1.0, "t": 0})
+
+
+def test_constant_schedule_never_changes():
+    s = AdvantageScheduler(SchedulerConfig(schedule="constant", alpha=2.0, delta=0.7))
+    outs = [s.step(sr, h) for sr, h in [(0.0, 3.0), (1.0, 0.0), (0.3, 1.0)] * 10]
+    assert {(o["alpha"], o["delta"]) for o in outs} == {(2.0, 0.7)}
+    assert outs[0]["p_hat"] != outs[-1]["p_hat"]           # EMAs still tracked for logs
+    grpo = AdvantageScheduler(SchedulerConfig(schedule="constant"))
+    assert (grpo.step(0.2, 1.0)["alpha"], grpo.step(0.2, 1.0)["delta"]) == (1.0, 1.0)
+
+
+def test_decay_endpoints_and_midpoint():
+    cfg = SchedulerConfig(schedule="decay", total_steps=11, alpha_start=3.0,
+                          alpha_end=1.0, delta_end=0.3)
+    s = AdvantageScheduler(cfg)
+    outs = [s.step(0.5, 1.0) for _ in range(15)]
+    assert (outs[0]["alpha"], outs[0]["delta"]) == (3.0, 1.0)
+    assert outs[5]["alpha"] == pytest.approx(2.0)
+    assert outs[5]["delta"] == pytest.approx(0.65)
+    assert outs[10]["alpha"] == pytest.approx(1.0) and outs[10]["delta"] == pytest.approx(0.3)
+    assert all(o["alpha"] == pytest.approx(1.0) and o["delta"] == pytest.approx(0.3)
+               for o in outs[10:])
+    # independent of the inputs: a different solve rate / entropy gives the same knobs
+    s2 = AdvantageScheduler(cfg)
+    outs2 = [s2.step(0.0, 5.0) for _ in range(15)]
+    assert [(o["alpha"], o["delta"]) for o in outs2] == [(o["alpha"], o["delta"]) for o in outs]
+
+
+def test_fade_alpha_follows_p_hat_over_training():
+    s = AdvantageScheduler()
+    first = s.step(0.0, 1.0)
+    assert first["alpha"] == pytest.approx(3 * (1 - 0.49) / (2 * 0.49))
+    for _ in range(300):
+        out = s.step(1.0, 1.0)
+    assert out["p_hat"] > 0.99 and out["alpha"] == 1.0
+
+
+@pytest.mark.parametrize("sr,h,match", [(1.5, 1.0, "1.5"), (-0.1, 1.0, "-0.1"),
+                                        (float("nan"), 1.0, "nan"), (0.5, -1.0, "-1.0"),
+                                        (0.5, float("inf"), "inf"), ("x", 1.0, "'x'")])
+def test_bad_step_inputs_raise(sr, h, match):
+    with pytest.raises(ValueError, match=match):
+        AdvantageScheduler().step(sr, h)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"schedule": "cosine"}, "cosine"), ({"ema": "old"}, "old"), ({"beta": 0.0}, "0.0"),
+    ({"beta": 1.5}, "1.5"), ({"schedule": "decay"}, "None"),
+    ({"schedule": "decay", "total_steps": 1}, "1"), ({"alpha": 0.5}, "0.5"),
+    ({"delta": 0.0}, "0.0"), ({"p_init": 0.0}, "0.0"), ({"target_rel": -1.0}, "-1.0"),
+    ({"h_target": math.nan}, "nan")])
+def test_bad_config_raises(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SchedulerConfig(**kwargs)
