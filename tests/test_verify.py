@@ -1,0 +1,285 @@
+"""Tests for verify.py: answer extraction, bounded symbolic equality, task checkers.
+
+Adversarial inputs (huge numbers, nested braces, power towers, unicode, truncation) are
+here because a policy under RL will produce all of them. Hang cases assert the RESULT
+(False) and are guarded by a generous future timeout so a regression fails instead of
+freezing the suite; nothing asserts speed.
+"""
+
+import random
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+import verify
+from data import addition_prompt, addition_response
+from verify import (check_addition, extract_answer, last_boxed, math_equal, reward_tensor,
+                    score, score_math)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _workers():
+    yield
+    verify.shutdown_math_workers()
+
+
+def run_guarded(fn, *args, limit=90.0, **kwargs):
+    """Run fn in another thread (also exercising non-main-thread use); fail, not hang."""
+    with ThreadPoolExecutor(max_workers=1) as ex:
+        return ex.submit(fn, *args, **kwargs).result(timeout=limit)
+
+
+# --------------------------------------------------------------------------- extraction
+
+def test_extract_boxed_nested_and_last_wins():
+    assert extract_answer(r"so \boxed{\frac{1}{2}}") == r"\frac{1}{2}"
+    assert extract_answer(r"\boxed{1} wait, no: \boxed{ {2}+{3} }") == "{2}+{3}"
+    assert extract_answer(r"\boxed {7}") == "7"
+    assert last_boxed(r"a \boxed{x} b") == "x"
+
+
+def test_extract_truncated_or_empty_box_gives_none():
+    # The last box decides: a truncated final box is no answer, even after a good one.
+    assert extract_answer(r"\boxed{3} hmm, actually \boxed{4") is None
+    assert extract_answer(r"\boxed{}") is None
+    assert extract_answer(r"\boxed 5") is None
+    # ...and a box, even broken, takes precedence over "Answer:".
+    assert extract_answer("Answer: 5 \\boxed{") is None
+
+
+def test_extract_deeply_nested_and_unterminated_braces_are_bounded():
+    assert extract_answer("\\boxed{" + "{" * 100_000) is None
+    deep = "{" * 500 + "1" + "}" * 500
+    assert extract_answer("\\boxed{" + deep + "}") == deep           # within the bound
+    too_long = "1" * (verify.MAX_BOXED_CHARS + 1)
+    assert extract_answer("\\boxed{" + too_long + "}") is None
+    ok_len = "1" * verify.MAX_BOXED_CHARS
+    assert extract_answer("\\boxed{" + ok_len + "}") == ok_len
+
+
+def test_extract_precedence_boxed_then_gsm8k_then_answer():
+    assert extract_answer("Answer: 1\n#### 2\n\\boxed{3}") == "3"
+    assert extract_answer("Answer: 1\n#### 2\n") == "2"
+    assert extract_answer("blah\nAnswer: 1") == "1"
+
+
+def test_extract_gsm8k_keeps_separator_and_repeated_tags_last_wins():
+    assert extract_answer("#### 1,234") == "1,234"          # normalised by math_equal
+    assert extract_answer("#### 5\n#### 6") == "6"
+    assert extract_answer("A:1\nA:2\n") == "2"
+    assert extract_answer("answer: 7\nFinal ANSWER: 8.") == "8"
+
+
+def test_extract_answer_tag_rules():
+    assert extract_answer("A:432\n") == "432"
+    assert extract_answer("DATA: 5") is None        # "A:" inside a word is not a tag
+    assert extract_answer("A:") is None
+    assert extract_answer("no answer here, 42") is None
+
+
+@pytest.mark.parametrize("bad", [None, "", 42, b"\\boxed{1}", ["A:1"]])
+def test_extract_non_text_is_none(bad):
+    assert extract_answer(bad) is None
+
+
+# --------------------------------------------------------------------------- math_equal
+
+@pytest.mark.parametrize("pred,ref", [
+    (r"\frac{1}{2}", "0.5"),
+    (r"2\sqrt{2}", r"\sqrt{8}"),
+    ("1,234", "1234"),           # thousands separator accepted (math-verify convention)
+    ("４２", "42"),               # full-width digits mapped to ASCII first
+    ("−3", "-3"),                # U+2212 minus
+    ("π", r"\pi"),
+    ("0432", "432"),             # plain integers compare as integers (addition is stricter)
+    ("x+1", "1+x"),
+    (r"\{1,2\}", r"\{2,1\}"),
+    (r"\dfrac{3}{4}", "0.75"),
+    ("5", "5.0"),
+])
+def test_math_equal_true(pred, ref):
+    assert math_equal(pred, ref) is True
+
+
+@pytest.mark.parametrize("pred,ref", [
+    ("3", "4"),
+    (r"2\sqrt{2}", r"\sqrt{6}"),
+    ("x+1", "x-1"),
+    (r"\frac{1}{3}", "0.33"),
+    ("π", "3.14"),
+    ("1,235", "1234"),
+    ("-3", "3"),
+])
+def test_math_equal_false(pred, ref):
+    assert math_equal(pred, ref) is False
+
+
+@pytest.mark.parametrize("pred,ref", [(None, "1"), ("1", None), ("", "1"), ("  ", "1"),
+                                      ("1", ""), (1, 1)])
+def test_math_equal_empty_or_non_str_is_false(pred, ref):
+    assert math_equal(pred, ref) is False
+
+
+def test_math_equal_rejects_bad_timeout():
+    with pytest.raises(ValueError, match="-1"):
+        math_equal("1", "2", timeout=-1)
+
+
+def test_math_equal_caps_are_policy_not_only_speed():
+    huge = "9" * 100_000
+    assert math_equal(huge, "9") is False
+    assert math_equal(huge, huge) is True            # identical strings: cheap and exact
+    assert math_equal("9" * (verify.MAX_ANSWER_CHARS + 1), "9" * (verify.MAX_ANSWER_CHARS + 1) + " ") is True
+    nested = "{" * 10_000 + "1" + "}" * 10_000
+    assert math_equal(nested, "1") is False
+    # Negative control for the depth cap: shallow braces still go to math-verify.
+    assert math_equal("{{1}}", "1") is True
+
+
+def test_math_equal_power_tower_and_hang_return_false_and_pool_recovers():
+    assert run_guarded(math_equal, "2^2^2^2^2^2^2^99", "1") is False
+    # Hangs inside sympy; only killing the worker process ends it.
+    assert run_guarded(math_equal, "10^{10^{10^{10}}}", "1", timeout=1.0) is False
+    # The killed worker is replaced: the next calls still get real answers.
+    assert run_guarded(math_equal, r"\frac{1}{2}", "0.5") is True
+    assert run_guarded(math_equal, r"\frac{1}{2}", "0.6") is False
+
+
+def test_math_equal_from_many_threads():
+    pairs = [(r"\frac{%d}{2}" % k, str(k / 2)) for k in range(1, 9)]
+    pairs += [(r"\frac{%d}{2}" % k, str(k / 2 + 1)) for k in range(1, 9)]
+    results = [None] * len(pairs)
+
+    def work(i):
+        results[i] = math_equal(*pairs[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(pairs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=90)
+    assert results == [True] * 8 + [False] * 8
+
+
+# --------------------------------------------------------------------------- score_math
+
+def test_score_math_components():
+    assert score_math(r"... so \boxed{\frac12}", "0.5") == {"format": 1.0, "correct": 1.0, "reward": 1.0}
+    assert score_math(r"\boxed{3}", "4") == {"format": 1.0, "correct": 0.0, "reward": 0.0}
+    assert score_math("I think it is 4", "4") == {"format": 0.0, "correct": 0.0, "reward": 0.0}
+    assert score_math(None, "4") == {"format": 0.0, "correct": 0.0, "reward": 0.0}
+    assert score_math("#### 1,234", "1234")["correct"] == 1.0
+    with pytest.raises(ValueError, match="4"):
+        score_math(r"\boxed{4}", 4)
+
+
+# ------------------------------------------------------------------------ check_addition
+
+ALL_ONE = {"format": 1.0, "correct": 1.0, "scratchpad_ok": 1.0, "reward": 1.0}
+
+
+def test_addition_reference_response_scores_all_ones():
+    assert check_addition("7+5+0=12\n4+8+1=13\n3+0+1=04\nA:432\n", "432", "347+85\n") == ALL_ONE
+    assert check_addition("7+5+0=12\n4+8+1=13\n3+0+1=04\nA:432", "432") == ALL_ONE
+    rng = random.Random(0)
+    for _ in range(200):
+        a, b = rng.randint(0, 99999), rng.randint(0, 99999)
+        assert check_addition(addition_response(a, b), str(a + b), addition_prompt(a, b)) == ALL_ONE
+
+
+def test_addition_wrong_answer():
+    r = check_addition("7+5+0=12\n4+8+1=13\n3+0+1=04\nA:433\n", "432")
+    assert r == {"format": 1.0, "correct": 0.0, "scratchpad_ok": 0.0, "reward": 0.0}
+
+
+def test_addition_right_answer_broken_format():
+    r = check_addition("The sum is\nA:432\n", "432")
+    assert r == {"format": 0.0, "correct": 1.0, "scratchpad_ok": 0.0, "reward": 1.0}
+    r = check_addition("7+5+0=12\nA:432\nmore text", "432")      # garbage after the line
+    assert (r["format"], r["correct"]) == (0.0, 1.0)
+
+
+def test_addition_leading_zeros_spaces_and_trailing_garbage_are_wrong():
+    pad = "7+5+0=12\n4+8+1=13\n3+0+1=04\n"
+    assert check_addition(pad + "A:0432\n", "432")["correct"] == 0.0
+    assert check_addition(pad + "A:0432\n", "432")["format"] == 1.0
+    assert check_addition(pad + "A: 432\n", "432")["correct"] == 0.0
+    r = check_addition(pad + "A:432 foo\n", "432")
+    assert (r["format"], r["correct"]) == (0.0, 0.0)
+    assert check_addition(pad + "A:432\n\n", "432")["format"] == 0.0     # one newline max
+    assert check_addition(" " + pad + "A:432\n", "432")["format"] == 0.0
+
+
+def test_addition_last_answer_line_wins():
+    assert check_addition("A:432\nA:431\n", "432")["correct"] == 0.0
+    assert check_addition("A:431\nA:432\n", "432")["correct"] == 1.0
+
+
+def test_addition_scratchpad_consistency():
+    # Consistent arithmetic, but for 346+85, not the prompt's 347+85.
+    other = addition_response(346, 85)
+    assert check_addition(other, "432")["correct"] == 0.0
+    assert check_addition(other, "431")["scratchpad_ok"] == 1.0
+    assert check_addition(other, "431", "347+85\n")["scratchpad_ok"] == 0.0
+    # Right answer after a wrong column sum (a lucky guess): correct but not ok.
+    lucky = "7+5+0=13\n4+8+1=13\n3+0+1=04\nA:432\n"
+    assert check_addition(lucky, "432") == {"format": 1.0, "correct": 1.0,
+                                            "scratchpad_ok": 0.0, "reward": 1.0}
+    # Carry not propagated.
+    assert check_addition("7+5+0=12\n4+8+0=12\n3+0+1=04\nA:422\n", "422")["scratchpad_ok"] == 0.0
+    # Extra column for the prompt: digits match numerically but column count does not.
+    assert check_addition("5+5+0=10\n0+0+1=01\nA:10\n", "10", "5+5\n")["scratchpad_ok"] == 0.0
+    assert check_addition("5+5+0=10\nA:10\n", "10", "5+5\n") == ALL_ONE
+
+
+def test_addition_any_single_digit_mutation_breaks_the_scratchpad():
+    rng = random.Random(1)
+    for _ in range(100):
+        a, b = rng.randint(0, 9999), rng.randint(0, 9999)
+        target, prompt = addition_response(a, b), addition_prompt(a, b)
+        digit_pos = [i for i, c in enumerate(target) if c.isdigit()]
+        i = rng.choice(digit_pos)
+        new = rng.choice([d for d in "0123456789" if d != target[i]])
+        mutated = target[:i] + new + target[i + 1:]
+        assert check_addition(mutated, str(a + b), prompt)["scratchpad_ok"] == 0.0, mutated
+
+
+def test_addition_bad_inputs():
+    assert check_addition(None, "5")["reward"] == 0.0
+    assert check_addition("", "5") == {"format": 0.0, "correct": 0.0, "scratchpad_ok": 0.0, "reward": 0.0}
+    with pytest.raises(ValueError, match="0432"):
+        check_addition("A:432", "0432")
+    with pytest.raises(ValueError, match="3 plus 4"):
+        check_addition("A:7", "7", prompt="3 plus 4")
+
+
+# --------------------------------------------------------------------------- batch score
+
+def test_score_dispatch_and_order():
+    resp = [r"\boxed{2}", r"\boxed{3}", "#### 1,000", "nothing", r"\boxed{\frac{2}{4}}"]
+    ans = ["2", "2", "1000", "1", "0.5"]
+    out = score(resp, ans, "math")
+    assert [s["correct"] for s in out] == [1.0, 0.0, 1.0, 0.0, 1.0]
+    assert [s["format"] for s in out] == [1.0, 1.0, 1.0, 0.0, 1.0]
+    add = score(["5+5+0=10\nA:10\n", "A:11"], ["10", "10"], "addition", prompts=["5+5\n", "5+5\n"])
+    assert add[0] == ALL_ONE and add[1]["reward"] == 0.0
+
+
+def test_score_errors_name_the_problem():
+    with pytest.raises(ValueError, match="'gsm8k'"):
+        score(["a"], ["1"], "gsm8k")
+    with pytest.raises(ValueError, match=r"3 responses but 2 answers"):
+        score(["a", "b", "c"], ["1", "2"], "math")
+    with pytest.raises(ValueError, match=r"1 responses but 2 prompts"):
+        score(["a"], ["1"], "addition", prompts=["1+1\n", "1+2\n"])
+
+
+def test_reward_tensor():
+    t = reward_tensor([{"reward": 1.0, "format": 0.0}, {"reward": 0.0, "format": 1.0}])
+    assert t.dtype == torch.float32 and t.tolist() == [1.0, 0.0]
+    assert reward_tensor([{"reward": 1.0}, {"reward": 0.0, "format": 1.0}], key="reward").shape == (2,)
+    assert reward_tensor([]).shape == (0,)
+    with pytest.raises(ValueError, match="'format'"):
+        reward_tensor([{"reward": 1.0}], key="format")
