@@ -70,7 +70,7 @@ class Config:
     """Seed of every random stream (prompts, sampling, mini-batch shuffles, evaluation)."""
     resume: bool = False
     """Continue from the last checkpoint in out_dir (exactly, including RNG states)."""
-    steps: int = 120
+    steps: int = 300
     """Training steps (rollout batches)."""
     max_minutes: float = 0.0
     """Stop after this many minutes of training (0 = no limit; makes runs non-reproducible)."""
@@ -144,8 +144,8 @@ class Config:
     """Negative token filtering fraction (0 = off; 0.1 in the paper)."""
 
     # --- optimisation ---
-    lr: float = 2e-4
-    """Adam learning rate."""
+    lr: float = 4e-4
+    """Adam learning rate (4e-4 suits the embedded model; 1e-3 collapsed it, 2e-4 is slow)."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     grad_clip: float = 1.0
@@ -160,13 +160,13 @@ class Config:
     """Rollouts per forward/backward (memory only: the result does not depend on it)."""
 
     # --- evaluation, diagnostics, checkpoints ---
-    eval_every: int = 20
+    eval_every: int = 25
     """Evaluate held-out pass@k every this many steps (and at the end; 0 = never)."""
     eval_samples: int = 4
     """Samples per held-out prompt; pass@k is reported for k = 1, 2, 4, ... up to this."""
     flip_every: int = 10
     """Token-flip diagnostic every this many steps (one extra forward; 0 = off)."""
-    save_every: int = 20
+    save_every: int = 25
     """Checkpoint every this many steps (atomically; 0 = only at the end)."""
 
 
@@ -484,8 +484,13 @@ def train_step(step: int, state: dict, cfg: Config) -> dict:
     # The "old policy" pass (as verl's recompute_log_prob): log-probs of the sampled tokens
     # and the full-vocabulary entropy at every response position, under the weights that
     # sampled. For vLLM rollouts the gap to vLLM's own log-probs is the staleness canary.
-    old_logp, entropy = no_grad_pass(model, ro, cfg, with_entropy=True)
+    # rollout.generate_rollouts already ran this pass (same model, same weights); vLLM
+    # rollouts need it from the trainer's model.
     mask = ro.response_mask.float()
+    if getattr(ro, "vllm_logp", None) is None and ro.entropy is not None:
+        old_logp, entropy = ro.old_logp, ro.entropy
+    else:
+        old_logp, entropy = no_grad_pass(model, ro, cfg, with_entropy=True)
     if getattr(ro, "vllm_logp", None) is not None:
         import vllm_rollout
         metrics["vllm/canary_gap"] = vllm_rollout.canary_gap(ro.vllm_logp, old_logp, mask)
@@ -618,6 +623,8 @@ def setup(cfg: Config) -> dict:
     """Everything a run needs, in a plain dict (no trainer class: read it top to bottom)."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()         # one progress bar (ours), not one per save
     device = pick_device(cfg)
     train_rows, task = data.load_task(cfg.data, "train", n=cfg.n_train or None, seed=cfg.seed, digits=cfg.digits)
     eval_rows, _ = data.load_task(cfg.data, "test", n=cfg.n_eval, seed=cfg.seed, digits=cfg.digits)
