@@ -139,3 +139,13 @@ def test_short_rl_run_on_the_synthetic_task_raises_held_out_pass_at_1(tmp_path):
     print(before, after)
     assert after["eval/pass@1"] > before["eval/pass@1"] + 0.05, (before, after)
     assert sum(rewards[-10:]) / 10 > sum(rewards[:3]) / 3
+
+
+def test_cli_bad_data_row_names_file_and_line(tmp_path, tiny_dir):
+    bad = tmp_path / "rows.jsonl"
+    bad.write_text('{"prompt": "1+1=?", "answer": "2"}\n{"prompt": "2+2=?"}\n')
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "train.py"), "--model", tiny_dir, "--data", str(bad),
+                           "--out_dir", str(tmp_path / "run")], cwd=REPO, capture_output=True, text=True)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "rows.jsonl" in lines[0] and (":2" in lines[0] or "line 2" in lines[0]), lines[0]
