@@ -198,7 +198,7 @@ def exp3_exchangeability(out_dir: str) -> dict:
 # 4. Mini-batching: random vs query-preserved vs reward-balanced
 # ---------------------------------------------------------------------------------------
 
-def exp4_minibatching(out_dir: str, seeds: range = range(8), n_groups: int = 8, k: int = 4,
+def exp4_minibatching(out_dir: str, seeds: range = range(6), n_groups: int = 8, k: int = 4,
                       lr: float = 0.02) -> dict:
     """Drift of the template logits after one epoch of k Adam steps on one rollout batch.
 
@@ -332,7 +332,7 @@ def _population(seed: int = 0, M: int = 6, K: int = 8):
     return logits, correct
 
 
-def simulate(name: str, steps: int = 200, lr: float = 1.0, schedule: str | None = None, seeds=range(4),
+def simulate(name: str, steps: int = 150, lr: float = 1.0, schedule: str | None = None, seeds=range(3),
              **hyper) -> dict:
     """Train the prompt population with SAMPLED groups; mean over seeds of entropy and solve rate.
 
@@ -401,7 +401,7 @@ def exp6_sign_and_difficulty(out_dir: str) -> dict:
         axes[2].plot(r["solve_rate"], label=label)
     fade = runs["fade + FADE schedule"]
     axes[1].axhline(fade["H_target"], color="k", ls=":", label="FADE H_target = 0.5 H0")
-    axes[1].set(title="6b. mean entropy (sampled groups, mean of 4 seeds)", xlabel="step", ylabel="nats")
+    axes[1].set(title="6b. mean entropy (sampled groups, mean of 3 seeds)", xlabel="step", ylabel="nats")
     axes[2].set(title="6c. mean solve rate", xlabel="step")
     axes[1].legend(fontsize=7)
     fig.tight_layout()
