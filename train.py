@@ -493,7 +493,10 @@ def train_step(step: int, state: dict, cfg: Config) -> dict:
         old_logp, entropy = no_grad_pass(model, ro, cfg, with_entropy=True)
     if getattr(ro, "vllm_logp", None) is not None:
         import vllm_rollout
-        metrics["vllm/canary_gap"] = vllm_rollout.canary_gap(ro.vllm_logp, old_logp, mask)
+        metrics["vllm/canary_gap"] = gap = vllm_rollout.canary_gap(ro.vllm_logp, old_logp, mask)
+        if gap > vllm_rollout.CANARY_OK_NATS:
+            print(f"warning: step {step}: vLLM and trainer log-probs differ by {gap:.3f} nats on average; "
+                  "the engine may be sampling from stale weights", file=sys.stderr)
     ref_logp = no_grad_pass(state["ref_model"], ro, cfg, with_entropy=False)[0] if state["ref_model"] else None
     mean_entropy = float((entropy * mask).sum() / mask.sum().clamp(min=1))
 
@@ -663,6 +666,11 @@ def run(cfg: Config) -> list[dict]:
     if cfg.resume:
         start = load_checkpoint(state, cfg)
         _truncate_metrics(metrics_path, start)
+        if start and state["llm"] is not None:
+            # The engine was built from the base model: give it the checkpoint's weights,
+            # or the first resumed step samples from the wrong policy.
+            import vllm_rollout
+            vllm_rollout.push_weights(state["llm"], state["model"])
     elif os.path.exists(metrics_path):
         os.remove(metrics_path)               # a fresh run in an old directory starts clean
     _atomic_write(os.path.join(cfg.out_dir, "config.json"), json.dumps(dataclasses.asdict(cfg), indent=1))

@@ -1,76 +1,364 @@
-"""The vLLM path's pure parts on CPU, with fake engine outputs (vLLM is not installed)."""
+"""The vLLM path on CPU: pure parts on hand examples, glue against fake engines.
 
+vLLM is not installed here. The fakes below mimic only what vllm_rollout.py relies on
+(vllm.LLM(**kwargs), SamplingParams(**kwargs), LLM.generate(list of {"prompt_token_ids"},
+list of SamplingParams, use_tqdm=...) -> [RequestOutput(outputs=[CompletionOutput])],
+LLM.collective_rpc("reload_weights", kwargs=...), LLM.reset_prefix_cache() -> bool).
+They test our code, not vLLM.
+"""
+
+import copy
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import types
 from types import SimpleNamespace as NS
 
 import pytest
 import torch
 
+import rollout
+import tinymodel
 import vllm_rollout as V
 
-
-def completion(tokens, logps, finish="stop"):
-    # vLLM: one dict per position {token_id: Logprob(logprob=...)}; logprobs=0 -> sampled only
-    return NS(token_ids=tokens, logprobs=[{t: NS(logprob=lp)} for t, lp in zip(tokens, logps)],
-              finish_reason=finish)
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 
-def test_vllm_is_absent_here_and_engine_says_how_to_get_it():
+def completion(tokens, logps, finish="stop", extra=None):
+    """A CompletionOutput look-alike: one {token_id: Logprob} dict per position."""
+    per_pos = [{t: NS(logprob=lp)} for t, lp in zip(tokens, logps)]
+    for pos, (tok, lp) in (extra or {}).items():        # top-k neighbours (logprobs > 0)
+        per_pos[pos][tok] = NS(logprob=lp)
+    return NS(token_ids=list(tokens), logprobs=per_pos, finish_reason=finish)
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    """A stand-in `vllm` module in sys.modules, recording LLM/SamplingParams calls."""
+    module = types.ModuleType("vllm")
+    module.__spec__ = importlib.machinery.ModuleSpec("vllm", None)
+    module.llm_calls = []
+
+    class SamplingParams:
+        def __init__(self, **kwargs):
+            self.kwargs = kwargs
+            self.__dict__.update(kwargs)
+
+    class LLM:
+        def __init__(self, **kwargs):
+            module.llm_calls.append((kwargs, os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")))
+
+    module.SamplingParams, module.LLM = SamplingParams, LLM
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    return module
+
+
+# ---------------------------------------------------------------------------------------
+# make_engine
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(HAS_VLLM, reason="vLLM is installed on this machine")
+def test_vllm_is_absent_here_and_make_engine_says_how_to_get_it(monkeypatch):
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
     assert V.vllm_available() is False
-    with pytest.raises(ImportError, match="requirements-gpu.txt"):
+    with pytest.raises(ImportError, match=r"pip install -r requirements-gpu\.txt"):
         V.make_engine("some/model", max_model_len=128)
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in os.environ      # failed call leaves no trace
 
 
-def test_assemble_pads_masks_and_places_logprobs():
+@pytest.mark.parametrize("kwargs, match", [
+    ({"max_model_len": 0}, "max_model_len"),
+    ({"max_model_len": 128, "gpu_memory_utilization": 0.0}, "gpu_memory_utilization"),
+    ({"max_model_len": 128, "gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
+    ({"max_model_len": 128, "dtype": "int8"}, "int8"),
+])
+def test_make_engine_rejects_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        V.make_engine("some/model", **kwargs)
+
+
+def test_make_engine_passes_the_recipe_and_sets_in_process_mode_first(fake_vllm):
+    assert V.vllm_available() is True
+    V.make_engine("/ckpt", max_model_len=640, gpu_memory_utilization=0.25, seed=7)
+    (kwargs, env_at_construction), = fake_vllm.llm_calls
+    assert env_at_construction == "0"
+    assert kwargs == {"model": "/ckpt", "dtype": "bfloat16", "max_model_len": 640, "gpu_memory_utilization": 0.25,
+                      "seed": 7, "enable_prefix_caching": True, "enforce_eager": True,
+                      "logprobs_mode": "processed_logprobs", "generation_config": "vllm"}
+
+
+# ---------------------------------------------------------------------------------------
+# Assembly of padded tensors (pure)
+# ---------------------------------------------------------------------------------------
+
+def test_assemble_pads_masks_truncation_and_logprob_placement():
     prompts = [[5, 6, 7], [8]]
     outs = [[completion([1, 2], [-0.1, -0.2]), completion([3], [-0.3], "length")],
-            [completion([4, 4, 4], [-1.0, -2.0, -3.0], "length"), completion([], [])]]
-    t = V.assemble(prompts, outs, G=2, pad_id=0)
+            [completion([4, 4, 9], [-1.0, -2.0, -3.0], "length", extra={1: (7, -0.05)}), completion([], [])]]
+    t = V.assemble_rollout_tensors(prompts, outs, G=2, pad_id=0)
     assert t["prompt_ids"].tolist() == [[5, 6, 7], [5, 6, 7], [0, 0, 8], [0, 0, 8]]
     assert t["prompt_mask"].tolist() == [[1, 1, 1], [1, 1, 1], [0, 0, 1], [0, 0, 1]]
-    assert t["response_ids"].tolist() == [[1, 2, 0], [3, 0, 0], [4, 4, 4], [0, 0, 0]]
+    assert t["response_ids"].tolist() == [[1, 2, 0], [3, 0, 0], [4, 4, 9], [0, 0, 0]]
+    assert t["response_mask"].dtype == torch.float32
     assert t["response_mask"].tolist() == [[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]]
-    assert torch.allclose(t["logp"], torch.tensor([[-0.1, -0.2, 0], [-0.3, 0, 0], [-1, -2, -3], [0, 0, 0.0]]))
+    # position 1 of row 2 also lists a more likely neighbour (token 7): the SAMPLED token's value is used
+    assert torch.equal(t["logp"], torch.tensor([[-0.1, -0.2, 0], [-0.3, 0, 0], [-1, -2, -3], [0, 0, 0.0]]))
     assert t["truncated"].tolist() == [False, True, True, False]
-    with pytest.raises(ValueError, match="expected G=3"):
-        V.assemble(prompts, outs, G=3, pad_id=0)
 
+
+def test_assemble_width_is_at_least_one_and_follows_longest_response():
+    t = V.assemble_rollout_tensors([[1]], [[completion([], [])]], G=1, pad_id=0)
+    assert t["response_ids"].shape == (1, 1) and t["response_mask"].sum() == 0
+    t = V.assemble_rollout_tensors([[1]], [[completion([2] * 5, [-1.0] * 5)]], G=1, pad_id=0)
+    assert t["response_ids"].shape == (1, 5)
+
+
+@pytest.mark.parametrize("outs, match", [
+    ([[completion([1], [-0.1])]], "expected G=2"),
+    ([[completion([1], [-0.1]), completion([1], [-0.1], finish="abort")]], "abort"),
+    ([[completion([1], [-0.1]), NS(token_ids=[1], logprobs=None, finish_reason="stop")]], "logprobs=0"),
+    ([[completion([1], [-0.1]), NS(token_ids=[1, 2], logprobs=[{1: NS(logprob=-1.0)}], finish_reason="stop")]],
+     "2 sampled tokens but 1"),
+    ([[completion([1], [-0.1]), NS(token_ids=[1], logprobs=[{5: NS(logprob=-1.0)}], finish_reason="stop")]],
+     "sampled token 1 has no log-prob"),
+    ([[completion([1], [-0.1]), completion([1], [float("-inf")])]], "-inf"),
+])
+def test_assemble_rejects_malformed_outputs(outs, match):
+    with pytest.raises(ValueError, match=match):
+        V.assemble_rollout_tensors([[3]], outs, G=2, pad_id=0)
+    with pytest.raises(ValueError, match="2 prompts but 1"):
+        V.assemble_rollout_tensors([[3], [4]], [[completion([1], [-0.1])]], G=1, pad_id=0)
+
+
+def test_pad_rows_left_right_and_overflow():
+    values, mask = V.pad_rows([[1, 2], [3]], 9, left=True)
+    assert values.tolist() == [[1, 2], [9, 3]] and mask.tolist() == [[1, 1], [0, 1]]
+    values, mask = V.pad_rows([[1, 2], [3]], 9, left=False)
+    assert values.tolist() == [[1, 2], [3, 9]] and mask.tolist() == [[1, 1], [1, 0]]
+    with pytest.raises(ValueError, match="width 1"):
+        V.pad_rows([[1, 2]], 0, left=False, width=1)
+
+
+def test_request_seeds_give_every_rollout_its_own_seed():
+    N, G, s = 3, 4, 100
+    bases = V.request_seeds(s, N, G)
+    # vLLM gives child j of a request with seed x the seed x + j
+    per_rollout = [base + j for base in bases for j in range(G)]
+    assert per_rollout == list(range(s, s + N * G))
+    assert V.request_seeds(None, N, G) == [None, None, None]
+
+
+# ---------------------------------------------------------------------------------------
+# Weight push
+# ---------------------------------------------------------------------------------------
 
 def test_strip_wrapper_prefix():
     assert V.strip_wrapper_prefix("_orig_mod.module.model.embed_tokens.weight") == "model.embed_tokens.weight"
-    assert V.strip_wrapper_prefix("lm_head.weight") == "lm_head.weight"
+    assert V.strip_wrapper_prefix("module._orig_mod.lm_head.weight") == "lm_head.weight"
+    assert V.strip_wrapper_prefix("model.layers.0.module_x.weight") == "model.layers.0.module_x.weight"
 
 
-class FakeLLM:
-    def __init__(self, reset_ok=True):
-        self.calls, self.reset_ok, self.order = [], reset_ok, []
+class RecordingLLM:
+    """Records collective_rpc calls (consuming the iterator, as the in-process worker does)."""
 
-    def collective_rpc(self, method, kwargs):
-        self.order.append("push")
-        self.calls.append((method, list(kwargs["weights_iterator"]), kwargs["is_checkpoint_format"]))
+    def __init__(self, reset_ok=True, consume=True, dtype=None):
+        self.calls, self.order, self.reset_ok, self.consume = [], [], reset_ok, consume
+        if dtype is not None:
+            self.model_config = NS(dtype=dtype)
+
+    def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+        self.order.append("rpc")
+        weights = list(kwargs["weights_iterator"]) if self.consume else None
+        self.calls.append((method, weights, kwargs["is_checkpoint_format"], torch.is_grad_enabled()))
+        return [None]
 
     def reset_prefix_cache(self):
         self.order.append("reset")
         return self.reset_ok
 
 
-def test_push_weights_sends_everything_in_one_call_in_engine_dtype_then_resets():
-    emb = torch.nn.Embedding(5, 3)
-    model = torch.nn.Module()
-    model.embed = emb
-    model.head = torch.nn.Linear(3, 5, bias=False)
-    model.head.weight = emb.weight                      # tied, like Qwen2.5-0.5B
-    llm = FakeLLM()
-    n = V.push_weights(llm, model)
-    assert llm.order == ["push", "reset"] and len(llm.calls) == 1
-    method, weights, ckpt = llm.calls[0]
-    assert method == "reload_weights" and ckpt is True and n == len(weights) == 1
-    assert weights[0][0] == "embed.weight" and weights[0][1].dtype == torch.bfloat16
+@pytest.fixture(scope="module")
+def tok():
+    return tinymodel.build_char_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    return tinymodel.build_tiny_model(tok, seed=0)
+
+
+class Compiled(torch.nn.Module):
+    """Names parameters like torch.compile's wrapper does ("_orig_mod." prefix)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self._orig_mod = inner
+
+
+def test_push_sends_every_tensor_once_in_one_call_in_engine_dtype_then_resets(model):
+    llm = RecordingLLM(dtype=torch.bfloat16)
+    n = V.push_weights(llm, Compiled(model))
+    assert llm.order == ["rpc", "reset"] and len(llm.calls) == 1
+    method, weights, ckpt_format, grad_enabled = llm.calls[0]
+    assert method == "reload_weights" and ckpt_format is True and grad_enabled is False
+    expected = dict(model.named_parameters())                 # tied: lm_head listed once, as embed_tokens
+    assert "lm_head.weight" not in expected and model.lm_head.weight is model.model.embed_tokens.weight
+    assert n == len(weights) == len(expected) == 20
+    assert [name for name, _ in weights] == list(expected)
+    for name, tensor in weights:
+        assert tensor.dtype == torch.bfloat16 and not tensor.requires_grad
+        assert torch.equal(tensor, expected[name].detach().to(torch.bfloat16))
+
+
+def test_push_reads_the_engine_dtype_and_falls_back_to_bf16(model):
+    for engine, want in ((RecordingLLM(dtype=torch.float16), torch.float16),
+                         (RecordingLLM(dtype="float32"), torch.float32),
+                         (RecordingLLM(), torch.bfloat16)):
+        V.push_weights(engine, model)
+        assert {t.dtype for _, t in engine.calls[0][1]} == {want}
+
+
+def test_push_refuses_stale_states(model):
     with pytest.raises(RuntimeError, match="prefix cache"):
-        V.push_weights(FakeLLM(reset_ok=False), model)
+        V.push_weights(RecordingLLM(reset_ok=False), model)
+    with pytest.raises(RuntimeError, match="did not read any weights"):
+        V.push_weights(RecordingLLM(consume=False), model)
+    doubled = torch.nn.Module()
+    doubled.a = torch.nn.Linear(2, 2)
+    doubled.module = torch.nn.Module()
+    doubled.module.a = torch.nn.Linear(2, 2)                  # "module.a.weight" -> "a.weight" twice
+    with pytest.raises(ValueError, match="a.weight"):
+        V.push_weights(RecordingLLM(), doubled)
 
 
-def test_canary_gap_hand_example():
-    v = torch.tensor([[-1.0, -2.0, 0.0]])
-    t = torch.tensor([[-1.1, -1.8, -9.0]])
-    m = torch.tensor([[1.0, 1.0, 0.0]])
-    assert V.canary_gap(v, t, m) == pytest.approx(0.15)
+# ---------------------------------------------------------------------------------------
+# The canary
+# ---------------------------------------------------------------------------------------
+
+def test_canary_gap_hand_example_and_edges():
+    v = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0]])
+    t = torch.tensor([[-1.1, -1.8, float("nan")], [-0.2, -9.0, 0.0]])
+    m = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    assert V.canary_gap(v, t, m) == pytest.approx((0.1 + 0.2 + 0.3) / 3)
+    assert V.canary_gap(v, t, torch.zeros_like(m)) == 0.0
+    with pytest.raises(ValueError, match="shape mismatch"):
+        V.canary_gap(v, t[:, :2], m)
+
+
+# ---------------------------------------------------------------------------------------
+# End to end on CPU: a fake engine holding its own copy of the tiny model (trap 8 replay)
+# ---------------------------------------------------------------------------------------
+
+class FakeEngine:
+    """Samples nothing: returns scripted responses, but scores them with ITS OWN weights,
+    one unpadded sequence at a time, at the requested temperature (processed_logprobs).
+    reload_weights copies tensors by name into its parameters and refuses partial pushes."""
+
+    def __init__(self, model, eos_id, script):
+        self.model = copy.deepcopy(model).float().eval()
+        self.model_config = NS(dtype=torch.float32)
+        self.eos_id, self.script = eos_id, script
+        self.generate_calls, self.resets = [], 0
+
+    def generate(self, prompts, params, use_tqdm=True):
+        self.generate_calls.append((prompts, params, use_tqdm))
+        outputs = []
+        for i, (prompt, sp) in enumerate(zip(prompts, params)):
+            p = torch.tensor([prompt["prompt_token_ids"]])
+            group = []
+            for j in range(sp.n):
+                tokens, finish = self.script(i, j, sp.max_tokens, self.eos_id)
+                r = torch.tensor([tokens])
+                with torch.no_grad():
+                    lp, _ = rollout.token_logprobs(self.model, p, torch.ones_like(p), r, torch.ones_like(r).float(),
+                                                   temperature=sp.temperature)
+                group.append(completion(tokens, lp[0].tolist(), finish))
+            outputs.append(NS(outputs=group))
+        return outputs
+
+    def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+        assert method == "reload_weights" and kwargs["is_checkpoint_format"] is True
+        params = dict(self.model.named_parameters())
+        got = set()
+        with torch.no_grad():
+            for name, tensor in kwargs["weights_iterator"]:
+                params[name].copy_(tensor)
+                got.add(name)
+        assert got == set(params), f"partial push: missing {set(params) - got}"
+        return [None]
+
+    def reset_prefix_cache(self):
+        self.resets += 1
+        return True
+
+
+def scripted(i, j, max_tokens, eos):
+    """Rollout j of prompt i: digits, ending in EOS ('stop') or cut at max_tokens ('length')."""
+    gen = torch.Generator().manual_seed(10 * i + j)
+    if j % 3 == 2:
+        return torch.randint(4, 14, (max_tokens,), generator=gen).tolist(), "length"
+    n = int(torch.randint(0, max_tokens - 1, (1,), generator=gen))
+    return torch.randint(4, 14, (n,), generator=gen).tolist() + [eos], "stop"
+
+
+def trainer_gap(model, ro, temperature):
+    with torch.no_grad():
+        lp, _ = rollout.token_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask,
+                                       temperature=temperature)
+    return V.canary_gap(ro.vllm_logp, lp, ro.response_mask)
+
+
+def test_generate_rollouts_vllm_end_to_end_and_the_canary_sees_staleness(fake_vllm, tok, model):
+    prompts, G, T, temp = ["12+3\n", "456+78\n"], 3, 6, 0.7
+    engine = FakeEngine(model, tok.eos_token_id, scripted)
+    ro = V.generate_rollouts_vllm(engine, tok, prompts, G, T, temperature=temp, seed=50)
+
+    (sent, params, use_tqdm), = engine.generate_calls
+    assert use_tqdm is False
+    assert sent == [{"prompt_token_ids": tok(p)["input_ids"]} for p in prompts]
+    assert [sp.kwargs for sp in params] == [
+        {"n": G, "temperature": temp, "top_p": 1.0, "top_k": 0, "max_tokens": T, "logprobs": 0, "seed": s}
+        for s in (50, 53)]
+
+    # layout: prompt-major, left-padded prompts, right-padded responses, EOS kept in the mask
+    B = len(prompts) * G
+    assert ro.prompt_ids.shape[0] == ro.response_ids.shape[0] == B and ro.G == G and ro.prompts == prompts
+    assert ro.prompt_ids[0, -5:].tolist() == tok(prompts[0])["input_ids"] and ro.prompt_mask[0].sum() == 5
+    for b in range(B):
+        tokens, finish = scripted(b // G, b % G, T, tok.eos_token_id)
+        n = len(tokens)
+        assert ro.response_ids[b, :n].tolist() == tokens and ro.response_mask[b].sum() == n
+        assert bool(ro.truncated[b]) == (finish == "length")
+        assert ro.texts[b] == tok.decode(tokens, skip_special_tokens=True)
+    assert ro.entropy is None and torch.equal(ro.old_logp, ro.vllm_logp)
+    assert ro.old_logp.data_ptr() != ro.vllm_logp.data_ptr()        # train.py may overwrite one
+
+    # the canary: same weights -> float32 noise only (the engine scored unpadded singles,
+    # the trainer a padded batch, so a misplaced log-prob would show up here)
+    assert trainer_gap(model, ro, temp) < 1e-5
+
+    trained = copy.deepcopy(model)                                     # an optimizer step, simulated
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    stale = V.generate_rollouts_vllm(engine, tok, prompts, G, T, temperature=temp)
+    assert trainer_gap(trained, stale, temp) > V.CANARY_OK_NATS      # negative control: no push yet
+
+    assert V.push_weights(engine, Compiled(trained)) == 20 and engine.resets == 1
+    fresh = V.generate_rollouts_vllm(engine, tok, prompts, G, T, temperature=temp)
+    assert trainer_gap(trained, fresh, temp) < 1e-5
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"prompts": []}, "non-empty list"),
+    ({"G": 0}, "G"),
+    ({"max_new_tokens": 0}, "max_new_tokens"),
+    ({"temperature": 0.0}, "temperature"),
+    ({"top_p": 1.5}, "top_p"),
+])
+def test_generate_rollouts_vllm_rejects_bad_arguments(fake_vllm, tok, model, kwargs, match):
+    args = {"prompts": ["1+1\n"], "G": 2, "max_new_tokens": 4} | kwargs
+    with pytest.raises(ValueError, match=match):
+        V.generate_rollouts_vllm(FakeEngine(model, tok.eos_token_id, scripted), tok, **args)
