@@ -42,10 +42,9 @@ import json
 import math
 import os
 import random
-import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -55,6 +54,7 @@ import batching
 import data
 import loss as loss_lib
 import scheduler as sched_lib
+import checkpoint
 import verify
 from loss import LossConfig
 
@@ -537,85 +537,9 @@ def train_step(step: int, state: dict, cfg: Config) -> dict:
     return metrics
 
 
-# ---------------------------------------------------------------------------------------
-# Checkpoints: atomic, complete (model, optimizer, schedule, every RNG stream, step)
-# ---------------------------------------------------------------------------------------
-
-def save_checkpoint(state: dict, cfg: Config, step: int, keep: int = 2) -> str:
-    """Write out_dir/checkpoints/step_XXXXXX atomically, then point `latest` at it.
-
-    Written into a temporary directory and renamed into place, and `latest` is replaced
-    with os.replace, so a run killed at any moment leaves either the previous complete
-    checkpoint or the new complete one, never half of one. Keeps the newest `keep`.
-    """
-    root = os.path.join(cfg.out_dir, "checkpoints")
-    os.makedirs(root, exist_ok=True)
-    final = os.path.join(root, f"step_{step:06d}")
-    tmp = final + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    state["model"].save_pretrained(os.path.join(tmp, "model"))
-    state["tokenizer"].save_pretrained(os.path.join(tmp, "model"))
-    torch.save({
-        "step": step,
-        "optimizer": state["optimizer"].state_dict(),
-        "scheduler": state["scheduler"].state_dict(),
-        "py_rng": state["py_rng"].getstate(),
-        "torch_rng": torch.get_rng_state(),
-        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-        "numpy_rng": np.random.get_state(),
-        "mb_generator": state["mb_generator"].get_state(),
-    }, os.path.join(tmp, "state.pt"))
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    _atomic_write(os.path.join(root, "latest"), os.path.basename(final))
-    for old in sorted(d for d in os.listdir(root) if d.startswith("step_") and not d.endswith(".tmp"))[:-keep]:
-        shutil.rmtree(os.path.join(root, old), ignore_errors=True)
-    return final
-
-
-def load_checkpoint(state: dict, cfg: Config) -> int:
-    """Restore the newest checkpoint into `state`; returns its step (0 if none exists)."""
-    root = os.path.join(cfg.out_dir, "checkpoints")
-    latest = os.path.join(root, "latest")
-    if not os.path.exists(latest):
-        return 0
-    path = os.path.join(root, open(latest).read().strip())
-    from transformers import AutoModelForCausalLM
-    device = next(state["model"].parameters()).device
-    dtype = next(state["model"].parameters()).dtype
-    state["model"] = AutoModelForCausalLM.from_pretrained(os.path.join(path, "model"), dtype=dtype).to(device)
-    state["optimizer"] = make_optimizer(state["model"], cfg)
-    ck = torch.load(os.path.join(path, "state.pt"), weights_only=False)
-    state["optimizer"].load_state_dict(ck["optimizer"])
-    state["scheduler"].load_state_dict(ck["scheduler"])
-    state["py_rng"].setstate(ck["py_rng"])
-    torch.set_rng_state(ck["torch_rng"])
-    if ck["cuda_rng"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(ck["cuda_rng"])
-    np.random.set_state(ck["numpy_rng"])
-    state["mb_generator"].set_state(ck["mb_generator"])
-    return int(ck["step"])
-
-
 def make_optimizer(model, cfg: Config) -> torch.optim.Optimizer:
     return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
-
-def _atomic_write(path: str, text: str) -> None:
-    with open(path + ".tmp", "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(path + ".tmp", path)
-
-
-def _truncate_metrics(path: str, last_step: int) -> None:
-    """On resume, drop metric lines logged after the checkpoint (they will be redone)."""
-    if not os.path.exists(path):
-        return
-    with open(path) as f:
-        keep = [line for line in f if line.strip() and json.loads(line)["step"] <= last_step]
-    _atomic_write(path, "".join(keep))
 
 
 # ---------------------------------------------------------------------------------------
@@ -664,8 +588,8 @@ def run(cfg: Config) -> list[dict]:
     metrics_path = os.path.join(cfg.out_dir, "metrics.jsonl")
     start = 0
     if cfg.resume:
-        start = load_checkpoint(state, cfg)
-        _truncate_metrics(metrics_path, start)
+        start = checkpoint.load_checkpoint(state, cfg.out_dir)
+        checkpoint.truncate_metrics(metrics_path, start)
         if start and state["llm"] is not None:
             # The engine was built from the base model: give it the checkpoint's weights,
             # or the first resumed step samples from the wrong policy.
@@ -673,7 +597,7 @@ def run(cfg: Config) -> list[dict]:
             vllm_rollout.push_weights(state["llm"], state["model"])
     elif os.path.exists(metrics_path):
         os.remove(metrics_path)               # a fresh run in an old directory starts clean
-    _atomic_write(os.path.join(cfg.out_dir, "config.json"), json.dumps(dataclasses.asdict(cfg), indent=1))
+    checkpoint.atomic_write(os.path.join(cfg.out_dir, "config.json"), json.dumps(dataclasses.asdict(cfg), indent=1))
 
     history, t_start = [], time.perf_counter()
     bar = tqdm(range(start + 1, cfg.steps + 1), initial=start, total=cfg.steps, desc="RL", dynamic_ncols=True)
@@ -689,7 +613,7 @@ def run(cfg: Config) -> list[dict]:
         bar.set_postfix(reward=f"{metrics['reward']:.2f}", H=f"{metrics['entropy']:.2f}",
                         **({"pass@1": f"{metrics['eval/pass@1']:.2f}"} if "eval/pass@1" in metrics else {}))
         if (cfg.save_every and step % cfg.save_every == 0) or last:
-            save_checkpoint(state, cfg, step)
+            checkpoint.save_checkpoint(state, cfg.out_dir, step)
         if last:
             break
     return history
