@@ -2,6 +2,22 @@
 
     python -m toy                      # everything, into toy_out/ (git-ignored)
     python -m toy --out /tmp/t --only 1 3
+
+What to read first, if you came here to understand cancellation:
+  1. toy/bandit.py's header: why, in a model whose output layer is shared by every
+     position and response, the update of token a's logit in a group is sum_i A_i n_a(o_i)
+     = G Cov(A, n_a), so a token every rollout shares gets nothing.
+  2. experiment 3 (experiments.exp3_exchangeability): the same shared token under nine
+     objectives; the ones that give rollouts unequal weights (1/|o_i|, GSPO ratios,
+     one-sided clipping) leave it a net update, DFPO's min/orth remove it again.
+  3. experiment 4: splitting a group across optimizer steps breaks the cancellation
+     even when every objective is exchangeable, and Adam turns the residual into steps.
+The other experiments (credit, flips, coupling, masses, entropy) test the papers' other
+claims; READING below says what each paper claims, and summary.md what the analog shows,
+including where it does NOT agree.
+
+Output: one PNG per experiment, summary.md (tables + the READING text) and results.json
+(every number, for scripts). The exit code is 2 for a bad flag.
 """
 
 from __future__ import annotations
