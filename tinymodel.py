@@ -188,10 +188,10 @@ class WarmupConfig:
     """Problems per optimizer step."""
     n_train: int = 20_000
     """Distinct training problems drawn (train side of data.py's split only)."""
-    max_steps: int = 2000
+    max_steps: int = 3000
     """Step cap: stop here even if target_pass1 was never reached."""
-    eval_every: int = 25
-    """Evaluate held-out pass@1 every this many steps."""
+    eval_every: int = 50
+    """Evaluate held-out pass@1 every this many steps (it also decides where the warm-up stops)."""
     eval_prompts: int = 128
     """Held-out problems per evaluation (one sample each at temperature 1)."""
     target_pass1: float = 0.3
