@@ -1,16 +1,28 @@
-"""plot_runs.py: turn one or several run directories into one PNG of panels.
+"""plot_runs.py: one or several run directories into one PNG of panels and a summary table.
 
-    python plot_runs.py runs/default                      # -> runs/default/plots.png
+    python plot_runs.py runs/default                        # -> runs/default/plots.png
     python plot_runs.py runs/grpo runs/fade --out compare.png --smooth 5
 
-train.py appends one JSON object per step to RUN_DIR/metrics.jsonl (keys in spec section
-7: reward, entropy, m_S, m_F, sched/*, eval/pass@K, flip/*, time/*, ...). Each panel
-below draws the keys it knows; a panel none of whose keys appear in any run is skipped,
-so a run without a FADE schedule draws no scheduler panel. With several runs every
-panel has one colour per run, labelled by the run's advantage and directory name.
+What a run leaves behind. train.py appends one JSON object per training step to
+RUN_DIR/metrics.jsonl: {"step": 12, "reward": 0.61, "entropy": 0.07, ...}, with the keys of
+spec section 7. Not every key is on every line: held-out evaluation (eval/pass@K) runs
+every few steps, token flips (flip/*) too, vLLM's canary only with --backend vllm. A value
+may be null (or NaN) when it was undefined on that step. RUN_DIR/config.json holds the
+run's Config, whose "advantage" (or an explicit "name") labels the run in legends.
 
-Also prints a one-row-per-run summary table (final reward, last and best held-out
-pass@1, steps, wall time): the numbers the README quotes come from it.
+What is drawn. PANELS below is the whole layout: a list of (title, keys). A panel draws
+every key it names that appears in at least one run and is skipped when none does, so a
+run without token-flip logging draws no flip panel. One run: one colour per key. Several
+runs: the same panels, one colour per run (named once, at the top) and one line style per
+key (named in each panel), so "grpo vs fade" is read panel by panel. Each panel's comment says what to look for in it.
+
+What is printed. A Markdown table with one row per run (steps, final training reward,
+last and best held-out pass@1, wall-clock minutes): the numbers the README quotes.
+
+Conventions: the x axis is the training step (one rollout batch = one step); entropy and
+KL are in nats; --smooth N averages over the last N *steps* (not the last N logged
+points), so sparse keys such as eval/pass@K are left alone unless N spans several
+evaluations. Matplotlib's Agg backend: no display needed.
 """
 
 from __future__ import annotations
@@ -21,36 +33,89 @@ import math
 import os
 import sys
 
-import numpy as np
+import matplotlib
 
-# (panel title, [(key, line label), ...]); keys ending in "*" match a prefix.
+matplotlib.use("Agg")                      # files only; works on a headless machine
+import matplotlib.pyplot as plt            # noqa: E402  (must follow matplotlib.use)
+from matplotlib.lines import Line2D        # noqa: E402
+import numpy as np                         # noqa: E402
+
+# ---------------------------------------------------------------------------------------
+# The layout: (panel title, [(key, legend label), ...]).
+# A key ending in "/" or "@" is a prefix: every logged key starting with it is drawn,
+# labelled by the rest of its name ("eval/pass@" -> pass@1, pass@2, ...).
+# ---------------------------------------------------------------------------------------
 PANELS = [
-    ("reward (train batches)", [("reward", "reward"), ("reward/format", "format"), ("reward/correct", "correct")]),
-    ("held-out pass@k", [("eval/pass@*", None)]),
-    ("entropy (nats / token)", [("entropy", "entropy"), ("sched/H_hat", "H_hat"), ("sched/H_target", "H_target")]),
-    ("gradient mass per rollout", [("m_S", "m_S"), ("m_F", "m_F")]),
+    # Mean 0/1 reward of each training batch and its parts (verify.py's score dict).
+    # solve_rate equals reward for 0/1 rewards; it differs once reward is shaped.
+    ("reward (training batches)", [("reward", "reward"), ("solve_rate", "solve rate"),
+                                   ("reward/", None)]),
+    # Unbiased pass@k on held-out prompts (Chen et al. 2021). Comparing runs: only pass@1
+    # and the largest k, or the panel drowns. pass@k rising while pass@1 stalls is the
+    # "exploration kept" signature; pass@1 up and pass@k flat is sharpening.
+    ("held-out pass@k", [("eval/pass@", None)]),
+    # Token entropy of the sampling policy, with FADE's smoothed estimate H_hat and the
+    # target H_target its delta steers toward (spec section 4). These two are scheduler
+    # state, but they are only readable next to the entropy they track.
+    ("entropy (nats / token)", [("entropy", "entropy"), ("sched/H_hat", "H_hat (EMA)"),
+                                ("sched/H_target", "H_target")]),
+    # Per-rollout success and failure mass (FADE paper, spec section 2). mean A is exactly
+    # m_S - m_F: zero for every zero-sum advantage (GRPO, RLOO, ...); positive means the
+    # tokens shared by a whole group are pushed up, which lowers entropy.
+    ("gradient mass per rollout", [("m_S", "m_S"), ("m_F", "m_F"), ("adv_mean", "mean A = m_S - m_F")]),
+    # The rest of FADE's scheduler state: difficulty exponent alpha, failure scale delta,
+    # EMA solve rate p_hat. A constant schedule logs them too (flat alpha and delta).
     ("FADE schedule", [("sched/alpha", "alpha"), ("sched/delta", "delta"), ("sched/p_hat", "p_hat")]),
-    ("KL and clipping", [("approx_kl", "approx KL(old||new)"), ("kl_ref", "KL to ref"),
+    # approx_kl: k3 estimate of KL(old || new) over one batch's optimizer steps (0 when
+    # on-policy with one optimizer step per batch); kl_ref: to the frozen reference. Clip
+    # fractions: share of tokens whose gradient PPO's clip removed, low and high side.
+    ("KL and clipping", [("approx_kl", "KL(old||new)"), ("kl_ref", "KL to ref"),
                          ("clip_frac_low", "clip low"), ("clip_frac_high", "clip high")]),
-    ("cancellation", [("cancellation_residual", "residual R_g"), ("frac_all_equal", "all-equal groups"),
-                      ("mb/split_groups", "split groups / step")]),
-    ("token flips", [("flip/boost_pos", "boost pos"), ("flip/suppress_pos", "suppress pos"),
-                     ("flip/boost_neg", "boost neg"), ("flip/suppress_neg", "suppress neg")]),
-    ("response length", [("resp_len_mean", "mean"), ("resp_len_max", "max"), ("truncation_rate", "truncated")]),
-    ("seconds per phase", [("time/generate", "generate"), ("time/score", "score"), ("time/train", "train")]),
+    # Cancellation Hypothesis paper (loss.py): R_g = |sum_i w_i A_i| / sum_i |w_i A_i| per
+    # group, 0 when a token shared by the whole group gets updates that cancel exactly
+    # (per-rollout weights w, e.g. GSPO's, break it). Also: the share of groups with no
+    # signal at all (all rollouts equal, so all advantages 0).
+    ("cancellation", [("cancellation_residual", "residual R_g"), ("frac_all_equal", "all-equal groups")]),
+    # How optimizer steps cut the batch (batching.py): groups split across steps cannot
+    # cancel inside one step; the largest |#positive - #negative| rollouts in one step.
+    ("mini-batch composition", [("mb/split_groups", "split groups / step"),
+                                ("mb/max_pos_neg_gap", "max |pos - neg|")]),
+    # Share of response tokens whose log-prob rose (boost) or fell (suppress) by more than
+    # a threshold after the update, in positive and negative rollouts. [recon] definition.
+    ("token flips", [("flip/", None)]),
+    ("response length (tokens)", [("resp_len_mean", "mean"), ("resp_len_max", "max")]),
+    # Responses that hit max_new_tokens: a rising curve means the budget is too small.
+    ("truncation rate", [("truncation_rate", "truncated")]),
+    ("gradient norm (before clipping)", [("grad_norm", "grad norm")]),
+    ("learning rate", [("lr", "lr")]),
+    # Mean |vLLM log-prob - trainer log-prob| of the sampled tokens: large = stale weights.
+    ("vLLM canary (nats)", [("vllm/canary_gap", "canary gap")]),
+    ("seconds per phase", [("time/", None)]),
 ]
 
+# Logged but not drawn: cumulative wall clock (a different scale; summarize() reports it).
+NOT_DRAWN = {"time/elapsed"}
 
-def load_metrics(run_dir: str) -> dict:
-    """{key: (steps ndarray, values ndarray)} from RUN_DIR/metrics.jsonl.
 
-    Missing keys on a step are simply absent from that key's arrays; null becomes NaN.
-    A malformed line raises ValueError naming the file and the 1-based line number.
+def load_metrics(run_dir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Read RUN_DIR/metrics.jsonl into {key: (steps, values)}.
+
+    steps: int array, increasing; values: float array of the same length, NaN where the
+    line had null (or NaN). A key missing on a line is simply absent from that key's
+    arrays, so eval/pass@1 logged every 25 steps has 1/25 as many points as reward.
+    Non-numeric values (strings, lists, booleans) are ignored: they are not curves.
+    If a step appears twice (a resumed run appended without truncating), the later line
+    wins; train.py truncates on resume, so this should not happen, but it should not
+    draw a zig-zag either.
+
+    Raises FileNotFoundError if there is no metrics.jsonl, and ValueError naming the file
+    and the 1-based line number for a line that is not a JSON object with an integer-like
+    "step". Blank lines are skipped (an editor's trailing newline is not an error).
     """
     path = os.path.join(run_dir, "metrics.jsonl")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no metrics.jsonl in {run_dir!r}")
-    series: dict[str, tuple[list, list]] = {}
+    by_key: dict[str, dict[int, float]] = {}
     with open(path) as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -58,136 +123,228 @@ def load_metrics(run_dir: str) -> dict:
             try:
                 row = json.loads(line)
                 step = int(row["step"])
-            except (ValueError, KeyError, TypeError) as e:
-                raise ValueError(f"{path}:{lineno}: not a metrics row ({e})") from None
+            except (ValueError, KeyError, TypeError, IndexError) as e:
+                raise ValueError(f"{path}:{lineno}: not a metrics row ({type(e).__name__}: {e})") from None
             for key, value in row.items():
-                if key == "step" or isinstance(value, (str, list, dict, bool)):
+                if key == "step" or isinstance(value, bool) or not isinstance(value, (int, float, type(None))):
                     continue
-                s, v = series.setdefault(key, ([], []))
-                s.append(step)
-                v.append(float("nan") if value is None else float(value))
-    return {k: (np.asarray(s), np.asarray(v, dtype=float)) for k, (s, v) in series.items()}
-
-
-def smooth(values: np.ndarray, n: int) -> np.ndarray:
-    """Trailing moving average over the last n points, ignoring NaNs (n = 1: unchanged).
-
-    Example: smooth([1, 2, nan, 4], 2) = [1, 1.5, 2, 4]: a NaN is skipped, not spread.
-    """
-    if n <= 1:
-        return values
-    out = np.empty_like(values)
-    for i in range(len(values)):
-        window = values[max(0, i - n + 1): i + 1]
-        window = window[~np.isnan(window)]
-        out[i] = window.mean() if len(window) else np.nan
+                by_key.setdefault(key, {})[step] = math.nan if value is None else float(value)
+    out = {}
+    for key, points in by_key.items():
+        steps = np.array(sorted(points), dtype=np.int64)
+        out[key] = (steps, np.array([points[s] for s in steps], dtype=float))
     return out
 
 
+def smooth(steps: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Trailing moving average over a window of n steps, skipping NaNs.
+
+    out[i] = mean{ values[j] : steps[i] - n < steps[j] <= steps[i], values[j] not NaN }
+    (NaN if the window holds no number). The window is in steps, not in logged points,
+    so a key logged every 10 steps is not averaged over 10x the span of one logged every
+    step. n = 1 returns the values unchanged (NaNs stay NaN: a gap stays a gap).
+
+    Example: steps [1, 2, 3, 5], values [1, 2, NaN, 4], n = 2 -> [1, 1.5, 2, 4]:
+    step 3 averages steps 2-3 (the NaN skipped), step 5's window (3, 5] holds only itself.
+
+    steps: [L] increasing ints; values: [L] floats. Returns [L] floats.
+    """
+    if n < 1:
+        raise ValueError(f"smoothing window must be >= 1 step, got {n}")
+    if n == 1:
+        return values
+    ok = ~np.isnan(values)
+    # Prefix sums of the numbers and of their count, with a leading 0: the window
+    # (lo, i] sums to csum[i + 1] - csum[lo] in O(1), however long the run. The numbers
+    # are first shifted by the first one: a constant curve (lr, H_target) then sums to
+    # exact zeros and stays exactly constant, instead of wobbling by the rounding error
+    # of a long running sum (which matplotlib would blow up into a noisy axis).
+    shift = values[ok][0] if ok.any() else 0.0
+    csum = np.concatenate([[0.0], np.cumsum(np.where(ok, values - shift, 0.0))])
+    ccnt = np.concatenate([[0], np.cumsum(ok)])
+    lo = np.searchsorted(steps, steps - n, side="right")     # first index inside the window
+    idx = np.arange(len(steps))
+    count = ccnt[idx + 1] - ccnt[lo]
+    total = csum[idx + 1] - csum[lo]
+    return np.where(count > 0, shift + total / np.maximum(count, 1), np.nan)
+
+
 def run_label(run_dir: str) -> str:
-    """'<advantage> (<dir name>)' from config.json when present, else the dir name."""
-    name = os.path.basename(os.path.normpath(run_dir))
+    """Legend name: config's "name" if set, else '<advantage>[+<schedule>] (<directory>)'.
+
+    The schedule is shown only when it is not "constant" (fade with a FADE schedule reads
+    "fade+fade"). No or unreadable config.json: the directory name alone.
+    """
+    dirname = os.path.basename(os.path.normpath(run_dir))
     try:
-        cfg = json.load(open(os.path.join(run_dir, "config.json")))
-        return f"{cfg.get('advantage', '?')} ({name})"
+        with open(os.path.join(run_dir, "config.json")) as f:
+            cfg = json.load(f)
     except (OSError, ValueError):
-        return name
+        return dirname
+    if not isinstance(cfg, dict):
+        return dirname
+    if cfg.get("name"):
+        return str(cfg["name"])
+    if not cfg.get("advantage"):
+        return dirname
+    schedule = cfg.get("schedule")
+    tag = cfg["advantage"] + (f"+{schedule}" if schedule and schedule != "constant" else "")
+    return f"{tag} ({dirname})"
+
+
+def select_panels(runs: list[tuple[str, dict]]) -> list[tuple[str, list]]:
+    """Which lines each panel draws: [(title, [(run index, key, label), ...]), ...].
+
+    runs: [(run label, load_metrics(...))]. Panels with no line are left out. With several
+    runs a prefix group of more than two keys is cut to its first and last key in
+    numeric order (for pass@k: pass@1 and the largest k).
+    """
+    panels = []
+    for title, spec in PANELS:
+        lines = []
+        for r, (_, series) in enumerate(runs):
+            for key, label in spec:
+                if key.endswith(("/", "@")):
+                    found = sorted((k for k in series if k.startswith(key) and k not in NOT_DRAWN),
+                                   key=_numeric_suffix)
+                    if len(runs) > 1 and key == "eval/pass@" and len(found) > 2:
+                        found = [found[0], found[-1]]
+                    lines += [(r, k, k[len(key):] if key.endswith("/") else k.split("/")[-1]) for k in found]
+                elif key in series:
+                    lines.append((r, key, label))
+        if lines:
+            panels.append((title, lines))
+    return panels
 
 
 def plot_runs(run_dirs: list[str], out: str, smooth_n: int = 1) -> list[str]:
-    """Draw every panel that has data into `out`; returns the drawn panels' titles."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Draw every panel with data into the PNG `out`; returns the drawn panels' titles.
 
+    Raises ValueError if no run has anything to draw (e.g. an empty metrics.jsonl), and
+    whatever load_metrics raises for a missing or malformed file.
+    """
     runs = [(run_label(d), load_metrics(d)) for d in run_dirs]
-    drawn = []
-    for title, keys in PANELS:
-        lines = []
-        for r, (label, series) in enumerate(runs):
-            for key, name in keys:
-                matches = sorted((k for k in series if k.startswith(key[:-1])), key=_pass_k_order) \
-                    if key.endswith("*") else ([key] if key in series else [])
-                if len(runs) > 1 and key.endswith("*") and len(matches) > 2:
-                    matches = [matches[0], matches[-1]]          # pass@1 and the largest k
-                for k in matches:
-                    lines.append((r, label, name or k.split("/")[-1], k, series[k]))
-        if lines:
-            drawn.append((title, lines))
-
+    panels = select_panels(runs)
+    if not panels:
+        raise ValueError(f"nothing to plot: no known metric in {', '.join(map(repr, run_dirs))}")
+    compare = len(runs) > 1
     cols = 3
-    rows = max(1, math.ceil(len(drawn) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 3.6 * rows), squeeze=False)
-    styles = ["-", "--", ":", "-."]
-    for ax, (title, lines) in zip(axes.flat, drawn):
-        seen = {}
-        for r, label, name, key, (steps, values) in lines:
-            j = seen.setdefault((r,), 0)
-            seen[(r,)] = j + 1
-            color = f"C{r}" if len(runs) > 1 else f"C{j}"
-            ls = styles[j % len(styles)] if len(runs) > 1 else "-"
-            text = f"{name} · {label}" if len(runs) > 1 else name
-            ax.plot(steps, smooth(values, smooth_n), color=color, ls=ls, lw=1.4, label=text,
-                    marker="o" if key.startswith("eval/") else None, ms=3)
-        ax.set_title(title)
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.6 * cols, 3.4 * rows), squeeze=False)
+    line_styles = ["-", "--", ":", "-."]
+    for ax, (title, lines) in zip(axes.flat, panels):
+        # One style per key of this panel, the same in every run. A different dash per
+        # key even for a single run: curves that coincide (m_S = m_F under GRPO, reward =
+        # correct) then stay visible as two.
+        labels = list(dict.fromkeys(label for _, _, label in lines))
+        for r, key, label in lines:
+            j = labels.index(label)
+            steps, values = runs[r][1][key]
+            ax.plot(steps, smooth(steps, values, smooth_n), color=f"C{r}" if compare else f"C{j}",
+                    ls=line_styles[j % len(line_styles)], lw=1.3,
+                    marker="o" if key.startswith("eval/") else None, ms=3, label=label)
+        if compare:
+            # The panel's legend names the keys by line style (grey); the figure's legend
+            # at the top names the runs by colour, once.
+            ax.legend([Line2D([], [], color="0.35", ls=line_styles[j % len(line_styles)]) for j in range(len(labels))],
+                      labels, fontsize=7)
+        else:
+            ax.legend(fontsize=7)
+        ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(drawn):]:
+    for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    fig.suptitle(" vs ".join(label for label, _ in runs))
-    fig.tight_layout()
+    if compare:
+        fig.legend([Line2D([], [], color=f"C{r}", lw=3) for r in range(len(runs))], [label for label, _ in runs],
+                   loc="upper center", ncol=min(len(runs), 4), bbox_to_anchor=(0.5, 0.985), frameon=False)
+    suffix = f"   (moving average over {smooth_n} steps)" if smooth_n > 1 else ""
+    fig.suptitle((f"{len(runs)} runs" if compare else runs[0][0]) + suffix, y=0.998)
+    fig.tight_layout(rect=(0, 0, 1, 0.975 if compare else 0.985))  # room for title (and run legend)
     fig.savefig(out, dpi=100)
     plt.close(fig)
-    return [title for title, _ in drawn]
+    return [title for title, _ in panels]
 
 
 def summarize(run_dir: str) -> dict:
-    """Headline numbers of a run: steps, final reward, last/best held-out pass@1, minutes."""
+    """Headline numbers of one run, for the table and the README.
+
+    {"run": label, "steps": last logged step (0 if none), "final_reward": reward of the
+    last batch, "last_pass@1", "best_pass@1", "best_step": held-out pass@1 at the last
+    evaluation and at the best one, "minutes": wall clock}. Keys without data are left
+    out. Minutes come from time/elapsed (train.py's clock since the run started); a run
+    without it gets the sum of its per-phase times, which misses time between phases.
+    final_reward is one batch (N x G rollouts), so it is noisy; pass@1 is the number to
+    compare.
+    """
     series = load_metrics(run_dir)
-    out = {"run": run_label(run_dir), "steps": int(series["reward"][0][-1]) if "reward" in series else 0}
+    out = {"run": run_label(run_dir),
+           "steps": max((int(s[-1]) for s, _ in series.values() if len(s)), default=0)}
     if "reward" in series:
         out["final_reward"] = float(series["reward"][1][-1])
     if "eval/pass@1" in series:
         steps, values = series["eval/pass@1"]
         out["last_pass@1"] = float(values[-1])
-        out["best_pass@1"] = float(np.nanmax(values))
-        out["best_step"] = int(steps[int(np.nanargmax(values))])
+        if np.isfinite(values).any():
+            best = int(np.nanargmax(values))
+            out["best_pass@1"], out["best_step"] = float(values[best]), int(steps[best])
     if "time/elapsed" in series:
         out["minutes"] = float(series["time/elapsed"][1][-1]) / 60
+    else:
+        phases = [v for k, (_, v) in series.items() if k.startswith("time/")]
+        if phases:
+            out["minutes"] = float(sum(np.nansum(v) for v in phases)) / 60
     return out
 
 
-def _pass_k_order(key: str) -> int:
-    try:
-        return int(key.rsplit("@", 1)[1])
-    except (IndexError, ValueError):
-        return 0
+SUMMARY_COLUMNS = ["run", "steps", "final_reward", "last_pass@1", "best_pass@1", "best_step", "minutes"]
+
+
+def format_table(rows: list[dict]) -> str:
+    """summarize() rows as a Markdown table (floats to 3 decimals, '-' where missing)."""
+    def cell(value):
+        return f"{value:.3f}" if isinstance(value, float) else ("-" if value is None else str(value))
+    lines = ["| " + " | ".join(SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
+    lines += ["| " + " | ".join(cell(row.get(c)) for c in SUMMARY_COLUMNS) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers and the command line
+# ---------------------------------------------------------------------------------------
+
+def _numeric_suffix(key: str) -> tuple[int, str]:
+    """Sort key: eval/pass@8 after eval/pass@4 (not after pass@16, as strings would)."""
+    digits = key.rsplit("@", 1)[-1]
+    return (int(digits), key) if "@" in key and digits.isdigit() else (0, key)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Plot train.py run directories.")
-    parser.error = lambda message: parser.exit(2, f"plot_runs.py: error: {message}\n")
-    parser.add_argument("runs", nargs="+", help="run directories (each holds metrics.jsonl)")
-    parser.add_argument("--out", help="PNG path (default RUN/plots.png for one run, compare.png for several)")
+    parser = argparse.ArgumentParser(description="Plot train.py run directories into one PNG.")
+    # argparse's own error() prints the usage block too; one line is easier to read in a
+    # log. Same exit code (2) and the same "prog: error: message" form.
+    parser.error = lambda message: parser.exit(2, f"{parser.prog}: error: {message}\n")
+    parser.add_argument("runs", nargs="+", help="run directories, each holding metrics.jsonl")
+    parser.add_argument("--out", help="PNG path (default: RUN/plots.png for one run, ./compare.png for several)")
     parser.add_argument("--smooth", type=int, default=1, help="moving-average window in steps (1 = off)")
     args = parser.parse_args(argv)
     if args.smooth < 1:
         parser.error(f"--smooth must be >= 1, got {args.smooth}")
     for d in args.runs:
+        if not os.path.isdir(d):
+            parser.error(f"run directory {d!r} does not exist")
         if not os.path.isfile(os.path.join(d, "metrics.jsonl")):
             parser.error(f"no metrics.jsonl in {d!r}")
     out = args.out or (os.path.join(args.runs[0], "plots.png") if len(args.runs) == 1 else "compare.png")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+        parser.error(f"--out {out!r}: its directory does not exist")
     try:
         titles = plot_runs(args.runs, out, args.smooth)
         rows = [summarize(d) for d in args.runs]
-    except ValueError as e:
+    except ValueError as e:                   # malformed line or nothing to plot
         parser.error(str(e))
     print(f"wrote {out} ({len(titles)} panels)")
-    cols = ["run", "steps", "final_reward", "last_pass@1", "best_pass@1", "best_step", "minutes"]
-    print(" | ".join(cols))
-    for row in rows:
-        print(" | ".join(f"{row[c]:.3f}" if isinstance(row.get(c), float) else str(row.get(c, "-")) for c in cols))
+    print(format_table(rows))
 
 
 if __name__ == "__main__":

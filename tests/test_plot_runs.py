@@ -1,4 +1,4 @@
-"""plot_runs.py on synthetic metrics files: loading, smoothing, panel selection, CLI."""
+"""plot_runs.py on synthetic metrics.jsonl files: loading, smoothing, panel choice, summary, CLI."""
 
 import json
 import math
@@ -12,64 +12,138 @@ import pytest
 import plot_runs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def write_run(path, rows, config=None):
+    """A run directory with metrics.jsonl (dict rows as JSON, str rows verbatim)."""
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "metrics.jsonl"), "w") as f:
         for row in rows:
             f.write((row if isinstance(row, str) else json.dumps(row)) + "\n")
     if config is not None:
-        json.dump(config, open(os.path.join(path, "config.json"), "w"))
+        with open(os.path.join(path, "config.json"), "w") as f:
+            json.dump(config, f)
     return str(path)
 
 
+# Four steps; evaluation on steps 2 and 4 only; entropy null on step 2.
 ROWS = [{"step": 1, "reward": 0.2, "entropy": 1.0, "time/elapsed": 30.0},
         {"step": 2, "reward": 0.4, "entropy": None, "eval/pass@1": 0.3, "eval/pass@4": 0.6, "time/elapsed": 60.0},
         {"step": 3, "reward": 0.5, "entropy": 0.8, "time/elapsed": 90.0},
         {"step": 4, "reward": 0.7, "entropy": 0.7, "eval/pass@1": 0.25, "eval/pass@4": 0.7, "time/elapsed": 120.0}]
 
 
-def test_load_metrics_with_gaps_and_nulls(tmp_path):
-    m = plot_runs.load_metrics(write_run(tmp_path / "r", ROWS))
-    assert m["eval/pass@1"][0].tolist() == [2, 4] and m["eval/pass@1"][1].tolist() == [0.3, 0.25]
-    assert math.isnan(m["entropy"][1][1]) and m["entropy"][0].tolist() == [1, 2, 3, 4]
+def test_load_metrics_gaps_nulls_duplicates(tmp_path):
+    rows = ROWS + ["", {"step": 4, "reward": 0.9, "note": "text", "done": True}]   # blank line, re-logged step 4
+    m = plot_runs.load_metrics(write_run(tmp_path / "r", rows))
+    steps, values = m["eval/pass@1"]
+    assert steps.tolist() == [2, 4] and values.tolist() == [0.3, 0.25]       # sparse key keeps its own steps
+    assert m["entropy"][0].tolist() == [1, 2, 3, 4] and math.isnan(m["entropy"][1][1])
+    assert m["reward"][1].tolist() == [0.2, 0.4, 0.5, 0.9]                  # the later line wins
+    assert "note" not in m and "done" not in m and "step" not in m          # not curves
 
 
-def test_malformed_line_names_file_and_line(tmp_path):
-    d = write_run(tmp_path / "r", [ROWS[0], "{not json", ROWS[2]])
-    with pytest.raises(ValueError, match=r"metrics.jsonl:2:"):
+@pytest.mark.parametrize("bad", ["{not json", '{"reward": 0.5}', "[1, 2]", '{"step": null}'])
+def test_malformed_line_names_file_and_line(tmp_path, bad):
+    d = write_run(tmp_path / "r", [ROWS[0], ROWS[1], bad, ROWS[3]])
+    with pytest.raises(ValueError, match=r"metrics\.jsonl:3: not a metrics row"):
         plot_runs.load_metrics(d)
 
 
-def test_smoothing_skips_nans():
-    out = plot_runs.smooth(np.array([1.0, 2.0, np.nan, 4.0]), 2)
-    assert out.tolist() == [1.0, 1.5, 2.0, 4.0]
-    assert plot_runs.smooth(np.array([1.0, 5.0]), 1).tolist() == [1.0, 5.0]
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no metrics.jsonl"):
+        plot_runs.load_metrics(str(tmp_path))
 
 
-def test_panels_without_data_are_skipped_and_png_written(tmp_path):
-    d = write_run(tmp_path / "r", ROWS, {"advantage": "fade"})
+def test_smoothing_hand_examples():
+    steps = np.array([1, 2, 3, 5])
+    values = np.array([1.0, 2.0, np.nan, 4.0])
+    # n=2: step 3 averages steps 2..3 skipping the NaN; step 5's window (3, 5] is itself.
+    assert plot_runs.smooth(steps, values, 2).tolist() == [1.0, 1.5, 2.0, 4.0]
+    # n=3: step 5's window (2, 5] holds steps 3 (NaN) and 5 only: 4, not the mean of the
+    # last three logged points (a window counted in points would give 3.0).
+    assert plot_runs.smooth(steps, values, 3).tolist() == [1.0, 1.5, 1.5, 4.0]
+    out = plot_runs.smooth(steps, values, 1)                                 # off: NaN stays a gap
+    assert out[:2].tolist() == [1.0, 2.0] and math.isnan(out[2]) and out[3] == 4.0
+    assert np.isnan(plot_runs.smooth(np.array([1, 2]), np.array([np.nan, np.nan]), 3)).all()
+    lr = np.full(5000, 4e-4)                                                 # constant stays exactly constant
+    assert (plot_runs.smooth(np.arange(5000), lr, 7) == 4e-4).all()
+    with pytest.raises(ValueError, match="got 0"):
+        plot_runs.smooth(steps, values, 0)
+
+
+def test_panels_skipped_when_keys_absent_and_png_written(tmp_path):
     out = tmp_path / "p.png"
-    titles = plot_runs.plot_runs([d], str(out))
-    assert titles == ["reward (train batches)", "held-out pass@k", "entropy (nats / token)"]
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert plot_runs.run_label(d) == "fade (r)"
+    titles = plot_runs.plot_runs([write_run(tmp_path / "r", ROWS)], str(out))
+    # time/elapsed is the only time key and is not drawn: no "seconds per phase" panel.
+    assert titles == ["reward (training batches)", "held-out pass@k", "entropy (nats / token)"]
+    assert out.read_bytes()[:8] == PNG_MAGIC
+    # Negative control: the same run with scheduler state and a phase time gains exactly
+    # those panels (H_hat joins the existing entropy panel).
+    sched = [dict(r, **{"sched/alpha": 1.0, "sched/delta": 0.9, "sched/H_hat": 0.8, "time/train": 0.1})
+             for r in ROWS]
+    titles = plot_runs.plot_runs([write_run(tmp_path / "s", sched)], str(out), smooth_n=2)
+    assert titles == ["reward (training batches)", "held-out pass@k", "entropy (nats / token)",
+                      "FADE schedule", "seconds per phase"]
+
+
+def test_pass_at_k_lines_single_run_vs_comparison(tmp_path):
+    rows = [{"step": 1, "reward": 0.5, **{f"eval/pass@{k}": 0.1 * k for k in (1, 2, 4, 8, 16)}}]
+    series = plot_runs.load_metrics(write_run(tmp_path / "r", rows))
+    keys = lambda panels: [key for title, lines in panels if title == "held-out pass@k" for _, key, _ in lines]
+    # One run: every k, in numeric order (pass@16 last, not after pass@1 as strings sort).
+    assert keys(plot_runs.select_panels([("a", series)])) == [f"eval/pass@{k}" for k in (1, 2, 4, 8, 16)]
+    # Two runs: pass@1 and the largest k per run.
+    assert keys(plot_runs.select_panels([("a", series), ("b", series)])) == ["eval/pass@1", "eval/pass@16"] * 2
+
+
+def test_nothing_to_plot_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="nothing to plot"):
+        plot_runs.plot_runs([write_run(tmp_path / "r", [{"step": 1, "unknown_key": 1.0}])], str(tmp_path / "x.png"))
+
+
+def test_run_label(tmp_path):
+    assert plot_runs.run_label(write_run(tmp_path / "a", ROWS)) == "a"
+    assert plot_runs.run_label(write_run(tmp_path / "b", ROWS, {"advantage": "grpo", "schedule": "constant"})) == "grpo (b)"
+    assert plot_runs.run_label(write_run(tmp_path / "c", ROWS, {"advantage": "fade", "schedule": "fade"})) == "fade+fade (c)"
+    assert plot_runs.run_label(write_run(tmp_path / "d", ROWS, {"advantage": "fade", "name": "mine"})) == "mine"
 
 
 def test_summarize(tmp_path):
-    s = plot_runs.summarize(write_run(tmp_path / "r", ROWS))
-    assert s["steps"] == 4 and s["final_reward"] == 0.7
-    assert s["last_pass@1"] == 0.25 and s["best_pass@1"] == 0.3 and s["best_step"] == 2
-    assert s["minutes"] == 2.0
+    s = plot_runs.summarize(write_run(tmp_path / "r", ROWS, {"advantage": "grpo"}))
+    assert s == {"run": "grpo (r)", "steps": 4, "final_reward": 0.7, "last_pass@1": 0.25,
+                 "best_pass@1": 0.3, "best_step": 2, "minutes": 2.0}
+    # No time/elapsed: the per-phase times are summed (0.5 + 1.0 + 1.5 s), no eval: no pass@1.
+    rows = [{"step": s, "reward": 0.1, "time/generate": 0.5 * s} for s in (1, 2, 3)]
+    s = plot_runs.summarize(write_run(tmp_path / "t", rows))
+    assert s["minutes"] == pytest.approx(3.0 / 60) and "last_pass@1" not in s and s["steps"] == 3
+    table = plot_runs.format_table([plot_runs.summarize(str(tmp_path / "r")), s])
+    assert table.splitlines()[2] == "| grpo (r) | 4 | 0.700 | 0.250 | 0.300 | 2 | 2.000 |"
+    assert table.splitlines()[3] == "| t | 3 | 0.100 | - | - | - | 0.050 |"
 
 
-def test_cli_compares_runs_and_rejects_missing_dir(tmp_path):
-    a, b = write_run(tmp_path / "a", ROWS), write_run(tmp_path / "b", ROWS[:2])
-    out = tmp_path / "c.png"
-    proc = subprocess.run([sys.executable, "plot_runs.py", a, b, "--out", str(out)], cwd=REPO,
-                          capture_output=True, text=True)
-    assert proc.returncode == 0 and out.exists() and "0.250" in proc.stdout
+def test_cli_in_process(tmp_path, capsys, monkeypatch):
+    a = write_run(tmp_path / "a", ROWS)
+    b = write_run(tmp_path / "b", ROWS[:2])
+    plot_runs.main([a])                                                      # default: RUN/plots.png
+    assert (tmp_path / "a" / "plots.png").read_bytes()[:8] == PNG_MAGIC
+    monkeypatch.chdir(tmp_path)
+    plot_runs.main([a, b, "--smooth", "3"])                                  # default: ./compare.png
+    assert (tmp_path / "compare.png").read_bytes()[:8] == PNG_MAGIC
+    assert "| b | 2 | 0.400 | 0.300 | 0.300 | 2 | 1.000 |" in capsys.readouterr().out
+    bad = write_run(tmp_path / "bad", [ROWS[0], "{oops"])
+    for argv, message in [([str(tmp_path)], "no metrics.jsonl"), ([bad], "metrics.jsonl:2:"),
+                          ([a, "--smooth", "0"], "--smooth must be >= 1, got 0"),
+                          ([a, "--out", str(tmp_path / "nodir" / "x.png")], "directory does not exist")]:
+        with pytest.raises(SystemExit) as e:
+            plot_runs.main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and message in err and err.count("\n") == 1, (argv, err)
+
+
+def test_cli_missing_directory_exit_code_2(tmp_path):
     proc = subprocess.run([sys.executable, "plot_runs.py", str(tmp_path / "missing")], cwd=REPO,
                           capture_output=True, text=True)
-    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "missing" in proc.stderr
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == f"plot_runs.py: error: run directory {str(tmp_path / 'missing')!r} does not exist\n"
