@@ -1,42 +1,54 @@
-"""The bandit analog of an LLM: a tiny token model where cancellation is computable exactly.
+"""The bandit analog of an LLM: a three-token "language model" whose every expectation is a finite sum.
 
-A prompt's response is L tokens. Position t offers a small MENU of tokens:
+A prompt asks for two digits that sum to 10. A response is three tokens,
 
-    position   0        1          2        3          4
-    menu       Let|let  2|3|5|7    so|So    2|3|5|7    ans|Ans
-               template reasoning  template reasoning  template
+    position   0            1             2
+    menu       Let | let    3 | 6 | 7     3 | 6 | 7
+    role       template     reasoning     reasoning
 
-Template positions almost always emit their template token ("Let", "so", "ans"); the
-capitalised variant is a rare, harmless format slip. Reasoning positions choose digits,
-and the reward is 1 iff the two digits are a correct pair (CORRECT_PAIRS). So the
-reward never depends on a template token: any net update a template token receives is
-reward-irrelevant drift, which is exactly what the Cancellation Hypothesis and the
-design-conditions papers are about.
+and its reward is 1 iff the two digits sum to 10 (3+7 or 7+3; "6" is in no correct
+response, 6+6 = 12). "Let" is the TEMPLATE: almost every response starts with it, and
+the reward never reads it. "let" is a harmless format slip; it exists only so that the
+template's probability is below 1 (a token the model emits with probability 1 has
+gradient 0 and nothing to cancel). Any net update "Let" receives is reward-irrelevant
+drift, which is what the cancellation papers are about.
 
-The policy is an LM's output layer in miniature. At position t the logit of token a is
+The policy is an LM's output layer in miniature. The logit of token a at position t is
 
-    z_t(a) = b[a] + W[a] . h_t + beta_t(a)
+    z_t(a) = W[a] . h_t + beta_t(a)            p_t = softmax over the menu of position t
 
-- b [V] a per-token bias and W [V, d] a low-rank output layer: SHARED across positions
-  and responses, so two occurrences of the same token are coupled through b[a] and W[a]
-  exactly as they are through an LM's unembedding matrix;
-- h_t [d] a fixed feature of position t (the "hidden state"; context-free on purpose, so
-  identical tokens at the same position share their context across rollouts);
-- beta_t fixed per-position offsets (how strongly the template is expected there).
-p_t = softmax of z_t over the menu of position t. Positions are independent, so the
-probability of a response is a product and all 2*4*2*4*2 = 128 responses can be
-enumerated: every expectation in this folder is an exact sum, not a sample mean.
+- W [V, D] is the only trainable tensor, SHARED across positions and responses: two
+  occurrences of the same token are coupled through W[a] exactly as in an LM's
+  unembedding matrix (spec section 6, "coupling").
+- h_t [D] is a fixed "hidden state" of position t with h_t[0] = 1, so W[a, 0] acts as
+  token a's own logit offset, the same at every position ("the token's logit").
+  The context is position-only on purpose: the same token at the same position has
+  the same gradient in every rollout, which is the premise of exact cancellation.
+- beta_t [V] is fixed: -inf off the menu, and the template's offset, chosen so the
+  template has exactly the probability you ask for at initialisation.
 
-Why context-free positions make the cancellation identity exact: d log pi(o) / d b[a] =
-n_a(o) - sum_t p_t(a), and the second term is the same for every response (it does not
-depend on which tokens were sampled). Multiply by A_i and sum over a group with
-sum_i A_i = 0: the update of b[a] is sum_i A_i n_a(o_i) = G Cov(A, n_a). A token every
-rollout contains equally often (a template) gets exactly 0; a token more frequent in
-successes gets positive credit. (Spec section 6, "implicit token credit".)
+Positions are independent, so pi(o) = prod_t p_t(o_t) and all K = 2*3*3 = 18 responses
+can be listed. A group of G = 4 rollouts is a multiset of responses; there are
+C(K+G-1, G) = 5985 of them, each with probability
+
+    P(group) = G! / prod_k m_k!  *  prod_k pi(o_k)^m_k        (m_k = copies of response k)
+
+(the multinomial law; ordered 4-tuples would be 18^4 = 104,976, the same sums). The
+expectations of experiments 1, 2, 3 and 5 are sums over these groups, exact to float
+rounding; experiment 4 and the simulation of experiment 6 sample, with fixed seeds.
+
+Early-stop variant (`make_bandit(early_stop=True)`, experiment 3): the second digit's menu
+also holds "<eos>", which ends the response after one digit (a short response, always
+wrong); complete responses end with "<eos>" too. Lengths are then 3 or 4 tokens, which
+is what per-sequence length normalisation needs to misbehave.
+
+Conventions: float64 everywhere (identities then hold to ~1e-16); natural log; G = 4.
+Functions over classes: a `Bandit` is a frozen description, `W` a plain tensor.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -44,144 +56,269 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-import advantages as adv_lib
+import loss as loss_lib
 
-TOKENS = ["Let", "let", "so", "So", "ans", "Ans", "2", "3", "5", "7"]
-IDX = {t: i for i, t in enumerate(TOKENS)}
-V = len(TOKENS)
-MENUS = [["Let", "let"], ["2", "3", "5", "7"], ["so", "So"], ["2", "3", "5", "7"], ["ans", "Ans"]]
-L = len(MENUS)
-TEMPLATE_POSITIONS = (0, 2, 4)
-TEMPLATE_TOKENS = ("Let", "so", "ans")
-REASONING_TOKENS = ("2", "3", "5", "7")
-# "x + y = 10" with the digits on the menu: 3+7, 7+3, 5+5 are correct (3 of 16 pairs).
-CORRECT_PAIRS = {("3", "7"), ("7", "3"), ("5", "5")}
-D = 3   # width of the low-rank output layer
+VOCAB = ("Let", "let", "3", "6", "7", "<eos>")
+IDX = {tok: i for i, tok in enumerate(VOCAB)}
+V = len(VOCAB)
+TEMPLATE, SLIP, EOS = "Let", "let", "<eos>"
+DIGITS = ("3", "6", "7")
+TARGET_SUM = 10
+G = 4            # rollouts per group, everywhere in the toy
+D = 3            # width of the output layer (h_t[0] = 1 is the bias coordinate)
+DTYPE = torch.float64
 
 
-@dataclass
-class Policy:
-    """Trainable b [V], W [V, D]; fixed position features H [L, D] and offsets beta [L, V]."""
+@dataclass(frozen=True)
+class Bandit:
+    """The fixed part of the analog. Shapes: L positions, K responses, V tokens, D features."""
 
-    b: Tensor
-    W: Tensor
-    H: Tensor
-    beta: Tensor
+    menus: tuple            # per position, the tokens that position may emit
+    H: Tensor               # [L, D] position features, H[:, 0] = 1
+    beta: Tensor            # [L, V] fixed logit offsets, -inf off the menu
+    responses: Tensor       # [K, L] token ids, padded with <eos> after the end
+    mask: Tensor            # [K, L] 1.0 on real response tokens (incl. a final <eos>)
+    reward: Tensor          # [K] 1.0 iff the two digits sum to 10
 
-    def parameters(self) -> list[Tensor]:
-        return [self.b, self.W]
+    @property
+    def L(self) -> int:
+        return self.H.shape[0]
 
-    def clone(self) -> "Policy":
-        return Policy(self.b.detach().clone().requires_grad_(True), self.W.detach().clone().requires_grad_(True),
-                      self.H, self.beta)
+    @property
+    def K(self) -> int:
+        return self.responses.shape[0]
 
 
-def make_policy(seed: int = 0, template_logit: float = 3.5) -> Policy:
-    """Initial policy: template tokens at ~97% on their positions, digits near-uniform.
+def make_bandit(template_prob: float = 0.9, early_stop: bool = False, seed: int = 0) -> tuple[Bandit, Tensor]:
+    """The analog and its initial weights W [V, D] (float64, deterministic in seed).
 
-    Deterministic in seed. float64 throughout, so identities hold to ~1e-15.
+    template_prob: the probability of "Let" at position 0 under the initial W, exactly
+    (beta_0("Let") absorbs whatever the random W gives). Must be in (0, 1).
+    Digits start near uniform (W is small): the solve rate is 0.30 at seed 0 (2/9 if uniform).
     """
-    g = torch.Generator().manual_seed(seed)
-    H = torch.randn(L, D, generator=g, dtype=torch.float64)
-    H = H / H.norm(dim=1, keepdim=True)
-    beta = torch.full((L, V), -math.inf, dtype=torch.float64)
-    for t, menu in enumerate(MENUS):
-        for tok in menu:
-            beta[t, IDX[tok]] = template_logit if tok in TEMPLATE_TOKENS else 0.0
-    b = (0.3 * torch.randn(V, generator=g, dtype=torch.float64)).requires_grad_(True)
-    W = (0.3 * torch.randn(V, D, generator=g, dtype=torch.float64)).requires_grad_(True)
-    return Policy(b, W, H, beta)
+    if not 0.0 < template_prob < 1.0:
+        raise ValueError(f"template_prob must be in (0, 1), got {template_prob}")
+    gen = torch.Generator().manual_seed(seed)
+    menus = [(TEMPLATE, SLIP), DIGITS, DIGITS + ((EOS,) if early_stop else ())]
+    if early_stop:
+        menus.append((EOS,))          # a complete response ends here; p = 1, no gradient
+    L = len(menus)
+    H = torch.cat([torch.ones(L, 1, dtype=DTYPE), 0.7 * torch.randn(L, D - 1, generator=gen, dtype=DTYPE)], dim=1)
+    W = 0.3 * torch.randn(V, D, generator=gen, dtype=DTYPE)
+    beta = torch.full((L, V), -math.inf, dtype=DTYPE)
+    for t, menu in enumerate(menus):
+        beta[t, [IDX[tok] for tok in menu]] = 0.0
+    # Choose beta_0(Let) so that p_0(Let) = template_prob exactly: the logit gap to "let"
+    # must be log(q / (1 - q)), and W already contributes (W[Let] - W[let]) . h_0.
+    gap_from_W = float((W[IDX[TEMPLATE]] - W[IDX[SLIP]]) @ H[0])
+    beta[0, IDX[TEMPLATE]] = math.log(template_prob / (1 - template_prob)) - gap_from_W
+    responses, mask = _enumerate_responses(menus)
+    digits = [[int(VOCAB[i]) for i in row if VOCAB[i] in DIGITS] for row in responses.tolist()]
+    reward = torch.tensor([float(len(d) == 2 and sum(d) == TARGET_SUM) for d in digits], dtype=DTYPE)
+    return Bandit(tuple(menus), H, beta, responses, mask, reward), W
 
 
-def position_logprobs(policy: Policy) -> Tensor:
-    """[L, V] log p_t(a); -inf off the menu. Differentiable in b and W."""
-    z = policy.b.unsqueeze(0) + policy.H @ policy.W.T + policy.beta
-    return torch.log_softmax(z, dim=1)
+def _enumerate_responses(menus: list) -> tuple[Tensor, Tensor]:
+    """Walk the tree of menus: every path is a response; "<eos>" ends a path early."""
+    L = len(menus)
+    open_paths, finished = [[]], []
+    for menu in menus:
+        open_paths = [path + [tok] for path in open_paths for tok in menu]
+        finished += [p for p in open_paths if p[-1] == EOS]
+        open_paths = [p for p in open_paths if p[-1] != EOS]
+    finished += open_paths                        # paths that used every position
+    ids = [[IDX[tok] for tok in p] + [IDX[EOS]] * (L - len(p)) for p in finished]
+    mask = [[1.0] * len(p) + [0.0] * (L - len(p)) for p in finished]
+    return torch.tensor(ids), torch.tensor(mask, dtype=DTYPE)
 
 
-def all_responses() -> Tensor:
-    """[128, L] token ids of every response (the whole sample space)."""
-    return torch.tensor([[IDX[t] for t in combo] for combo in itertools.product(*MENUS)])
+# ---------------------------------------------------------------------------------------
+# The policy: log-probabilities, response and group probabilities
+# ---------------------------------------------------------------------------------------
+
+def logp_table(bandit: Bandit, W: Tensor) -> Tensor:
+    """log p_t(a) for every position and token: [L, V], or [n, L, V] for a batch W [n, V, D].
+
+    -inf off the menu. Differentiable in W. A batch of weights is how we get one
+    gradient PER GROUP from a single backward pass (see `group_updates`).
+    """
+    z = W @ bandit.H.T                               # [..., V, L]
+    return torch.log_softmax(z.transpose(-1, -2) + bandit.beta, dim=-1)
 
 
-def reward(responses: Tensor) -> Tensor:
-    """[R] 1.0 iff the two reasoning digits are a correct pair; templates never matter."""
-    return torch.tensor([float((TOKENS[r[1]], TOKENS[r[3]]) in CORRECT_PAIRS) for r in responses.tolist()],
-                        dtype=torch.float64)
+def token_logp(bandit: Bandit, W: Tensor, responses: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
+    """[R, L] log p_t(o_t) of each response's tokens, 0 on padding (the `logp` loss.py takes)."""
+    responses = bandit.responses if responses is None else responses
+    mask = bandit.mask if mask is None else mask
+    lp = logp_table(bandit, W)
+    picked = lp[torch.arange(bandit.L).unsqueeze(0), responses]
+    return torch.where(mask > 0, picked, torch.zeros_like(picked))
 
 
-def token_logprobs(policy: Policy, responses: Tensor) -> Tensor:
-    """[R, L] log p_t(o_t) of each response's tokens (the per-token logp loss.py takes)."""
-    lp = position_logprobs(policy)
-    return lp[torch.arange(L).unsqueeze(0), responses]
+def response_probs(bandit: Bandit, W: Tensor) -> Tensor:
+    """[K] pi(o) = prod_t p_t(o_t) of every response; sums to 1 (tested)."""
+    return token_logp(bandit, W).sum(dim=1).exp()
 
 
-def response_probs(policy: Policy, responses: Tensor | None = None) -> Tensor:
-    """[R] pi(o) of each response (default: all 128; they sum to 1)."""
-    responses = all_responses() if responses is None else responses
-    return token_logprobs(policy, responses).sum(1).exp()
-
-
-def solve_rate(policy: Policy) -> float:
+def solve_rate(bandit: Bandit, W: Tensor) -> float:
     """p = P(reward = 1) under the policy, exactly."""
     with torch.no_grad():
-        return float((response_probs(policy) * reward(all_responses())).sum())
+        return float((response_probs(bandit, W) * bandit.reward).sum())
 
 
-def token_counts(responses: Tensor) -> Tensor:
-    """[R, V] n_a(o): how often token a occurs in each response."""
-    return torch.nn.functional.one_hot(responses, V).sum(1).double()
+@functools.lru_cache(maxsize=8)
+def enumerate_groups(K: int, G: int = G) -> tuple[Tensor, Tensor]:
+    """Every multiset of G responses out of K: (combos [n, G] sorted ids, log multinomial coef [n]).
 
-
-def sample_groups(policy: Policy, n_groups: int, G: int, seed: int) -> Tensor:
-    """[n_groups * G, L] responses sampled from the policy (one deterministic draw)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        probs = position_logprobs(policy).exp()
-    cols = [torch.multinomial(probs[t], n_groups * G, replacement=True, generator=g) for t in range(L)]
-    return torch.stack(cols, dim=1)
-
-
-def expected_advantage_by_reward(name: str, p: float, G: int, **hyper) -> tuple[float, float]:
-    """(a_1, a_0): the expected advantage of a success and of a failure at solve rate p.
-
-    In a group of G independent rollouts, rollout i's advantage depends on its own reward
-    r_i and on the c' successes among the other G-1 (c' ~ Binomial(G-1, p)), so
-
-        E[A_i grad log pi(o_i)] = a_1 E[grad log pi 1(r=1)] + a_0 E[grad log pi 1(r=0)]
-        a_r = sum_{c'} Binom(c'; G-1, p) * A(reward r in a group with c' + r successes)
-
-    The A values come from CALLING the project's advantage on synthetic groups, so this
-    is exact for every registered advantage of binary rewards.
+    n = C(K + G - 1, G). log coef = log G! - sum_k log m_k!, the number of orderings.
+    Cached (the same K comes back in every experiment); do not modify the returned tensors.
     """
-    rewards = (torch.arange(G).unsqueeze(0) < torch.arange(G + 1).unsqueeze(1)).double()   # row c: c ones
-    A = adv_lib.compute_advantages(name, rewards, **hyper)
-    a1 = a0 = 0.0
-    for c in range(G):   # c = successes among the other G - 1
-        w = math.comb(G - 1, c) * p ** c * (1 - p) ** (G - 1 - c)
-        a1 += w * float(A[c + 1, 0])          # a success in a group with c + 1 successes
-        a0 += w * float(A[c, G - 1])          # a failure in a group with c successes
-    return a1, a0
+    if K < 1 or G < 1:
+        raise ValueError(f"enumerate_groups needs K >= 1 and G >= 1, got K={K}, G={G}")
+    combos = torch.tensor(list(itertools.combinations_with_replacement(range(K), G)))
+    counts = torch.nn.functional.one_hot(combos, K).sum(dim=1).to(DTYPE)
+    log_coef = math.lgamma(G + 1) - torch.lgamma(counts + 1).sum(dim=1)
+    return combos, log_coef
 
 
-def expected_update(policy: Policy, name: str, G: int = 8, **hyper) -> list[Tensor]:
-    """Exact expected per-rollout policy-gradient E[A_i grad log pi(o_i)] w.r.t. (b, W).
-
-    Sums over all 128 responses, weighted by pi(o), using expected_advantage_by_reward.
-    Returns [grad_b [V], grad_W [V, D]] (an ascent direction).
-    """
-    responses = all_responses()
-    r = reward(responses)
-    probs = response_probs(policy, responses).detach()
-    a1, a0 = expected_advantage_by_reward(name, float((probs * r).sum()), G, **hyper)
-    weight = probs * torch.where(r > 0, torch.tensor(a1, dtype=torch.float64), torch.tensor(a0, dtype=torch.float64))
-    objective = (weight * token_logprobs(policy, responses).sum(1)).sum()
-    return list(torch.autograd.grad(objective, policy.parameters()))
-
-
-def entropy_per_position(policy: Policy) -> Tensor:
-    """[L] entropy of each position's distribution (nats)."""
+def group_probs(bandit: Bandit, W: Tensor, combos: Tensor, log_coef: Tensor) -> Tensor:
+    """[n] P(group) under the policy W (the multinomial law above); sums to 1."""
     with torch.no_grad():
-        lp = position_logprobs(policy)
-        p = lp.exp()
-        return -(p * torch.where(p > 0, lp, torch.zeros_like(lp))).sum(1)
+        log_pi = token_logp(bandit, W).sum(dim=1)
+        return (log_coef + log_pi[combos].sum(dim=1)).exp()
+
+
+# ---------------------------------------------------------------------------------------
+# Updates through the project's loss
+# ---------------------------------------------------------------------------------------
+
+def group_updates(bandit: Bandit, W: Tensor, combos: Tensor, adv: Tensor,
+                  cfg: loss_lib.LossConfig | None = None, old_W: Tensor | None = None) -> Tensor:
+    """The update each group would make on its own: Delta W_g = -dLoss_g/dW, [n, V, D].
+
+    Each group is one optimizer step of G rollouts, and its loss is the project's
+    loss.policy_loss on per-token log-probs built from the toy policy; autograd does the
+    rest (there is no hand-written gradient here). Trick: every group gets its own copy
+    W_g of the weights ([n, V, D]), so the summed loss of all groups, differentiated once,
+    gives every group's gradient separately (group g's loss only touches W_g).
+
+    adv: [n, G] advantages (from advantages.compute_advantages on the groups' rewards).
+    cfg: LossConfig (default: PPO, token-mean). old_W: the policy that sampled the
+    rollouts (default W itself: on-policy, every ratio is 1).
+    The step normaliser is loss.step_normaliser of one group of full-length responses,
+    so token-mean divides by G*L: a constant, the same for every rollout (with unequal
+    lengths a real step divides by its token count, also one constant per step).
+    Returns the ASCENT direction (what an SGD step with lr=1 adds to W).
+    """
+    cfg = loss_lib.LossConfig() if cfg is None else cfg
+    n = combos.shape[0]
+    if adv.shape != combos.shape:
+        raise ValueError(f"adv must have the groups' shape {tuple(combos.shape)}, got {tuple(adv.shape)}")
+    W_g = W.detach().expand(n, V, D).clone().requires_grad_(True)
+    logp = _group_token_logp(bandit, W_g, combos)
+    with torch.no_grad():
+        old = logp if old_W is None else _group_token_logp(bandit, old_W.detach().expand(n, V, D), combos)
+    mask = bandit.mask[combos].reshape(n * G, -1)
+    norm = loss_lib.step_normaliser(torch.ones(G, bandit.L, dtype=DTYPE))
+    loss, _ = loss_lib.policy_loss(logp.reshape(n * G, -1), old.reshape(n * G, -1).detach(), adv.reshape(-1),
+                                   mask, cfg, norm, group_index=torch.arange(n).repeat_interleave(G),
+                                   with_residual=False)
+    (grad,) = torch.autograd.grad(loss, W_g)
+    return -grad
+
+
+def token_coefficients(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor,
+                       cfg: loss_lib.LossConfig) -> Tensor:
+    """c_{i,t} = -dLoss/d logp_{i,t}: the weight each token's gradient gets from the loss.
+
+    logp, old_logp, mask: [n, G, L]; adv: [n, G]. Returns [n, G, L]. The parameter update
+    is sum_{i,t} c_{i,t} grad log p_t(o_{i,t}), so a token that every rollout of a group
+    shares at the same context moves by (sum_i c_{i,t}) times ONE common gradient: that
+    sum is the "net weight" whose zero is cancellation (loss.py's _residual_of_loss uses
+    the same trick). Groups are steps of G rollouts as in `group_updates`.
+    """
+    n, g, T = logp.shape
+    leaf = logp.detach().reshape(n * g, T).clone().requires_grad_(True)
+    norm = loss_lib.step_normaliser(torch.ones(g, T, dtype=DTYPE))
+    loss, _ = loss_lib.policy_loss(leaf, old_logp.reshape(n * g, T).detach(), adv.reshape(-1),
+                                   mask.reshape(n * g, T), cfg, norm,
+                                   group_index=torch.arange(n).repeat_interleave(g), with_residual=False)
+    (grad,) = torch.autograd.grad(loss, leaf)
+    return -grad.reshape(n, g, T)
+
+
+def _group_token_logp(bandit: Bandit, W_g: Tensor, combos: Tensor) -> Tensor:
+    """[n, G, L] token log-probs of every group's rollouts under per-group weights W_g [n, V, D]."""
+    n = combos.shape[0]
+    lp = logp_table(bandit, W_g)                                   # [n, L, V]
+    resp = bandit.responses[combos]                                # [n, G, L]
+    picked = lp.unsqueeze(1).expand(n, combos.shape[1], bandit.L, V).gather(-1, resp.unsqueeze(-1)).squeeze(-1)
+    return torch.where(bandit.mask[combos] > 0, picked, torch.zeros_like(picked))
+
+
+def logp_change(bandit: Bandit, W: Tensor, dW: Tensor, lr: float | None = None) -> Tensor:
+    """Change of log p_t(a) at every position and token when W moves along dW [n, V, D].
+
+    lr=None: first order, d/d(lr) at lr=0:  dz_t(a) - sum_b p_t(b) dz_t(b), with
+    dz_t(a) = dW[a] . h_t (the direction of the update, independent of its size).
+    lr given: exact, log_softmax(z + lr dz) - log_softmax(z) ("rescore before and after").
+    Returns [n, L, V]; 0 off the menu.
+    """
+    with torch.no_grad():
+        lp = logp_table(bandit, W)
+        on_menu = torch.isfinite(lp)
+        if lr is None:
+            dz = (dW @ bandit.H.T).transpose(-1, -2)                   # [n, L, V]
+            dz = torch.where(on_menu, dz, torch.zeros_like(dz))
+            change = dz - (lp.exp() * dz).sum(dim=-1, keepdim=True)
+        else:
+            change = logp_table(bandit, W + lr * dW) - lp
+        return torch.where(on_menu, change, torch.zeros_like(change))
+
+
+def sampled_token_values(table: Tensor, bandit: Bandit, combos: Tensor) -> Tensor:
+    """Pick [n, L, V] per-group values at each rollout's own tokens: [n, G, L] (0 on padding)."""
+    n, g = combos.shape
+    resp = bandit.responses[combos]
+    vals = table.unsqueeze(1).expand(n, g, bandit.L, V).gather(-1, resp.unsqueeze(-1)).squeeze(-1)
+    return vals * bandit.mask[combos]
+
+
+def sample_groups(bandit: Bandit, W: Tensor, n_groups: int, seed: int) -> Tensor:
+    """[n_groups, G] response ids drawn from pi (one deterministic draw, for experiment 4)."""
+    gen = torch.Generator().manual_seed(seed)
+    probs = response_probs(bandit, W).detach()
+    return torch.multinomial(probs, n_groups * G, replacement=True, generator=gen).view(n_groups, G)
+
+
+# ---------------------------------------------------------------------------------------
+# Coupling: how one token occurrence's gradient moves another's log-probability
+# ---------------------------------------------------------------------------------------
+
+def score_W(bandit: Bandit, W: Tensor, t: int, a: int) -> Tensor:
+    """Closed form of grad_W log p_t(a): (e_a - p_t) outer h_t, [V, D] (softmax score)."""
+    with torch.no_grad():
+        p = logp_table(bandit, W)[t].exp()
+        e = torch.zeros(V, dtype=DTYPE)
+        e[a] = 1.0
+        return torch.outer(e - p, bandit.H[t])
+
+
+def coupling(bandit: Bandit, W: Tensor, t: int, a: int, t2: int, b: int) -> float:
+    """[recon] Output-layer coupling of occurrence (t, a) with (t2, b), spec section 6:
+
+        grad_W log p_t(a) . grad_W log p_t2(b) = ([a == b] - p_t2(a) - p_t(b) + p_t . p_t2) (h_t . h_t2)
+
+    A step along the first occurrence's gradient changes the second one's log-prob by lr
+    times this. For the same token at the same position the bracket is
+    1 - 2 p_t(a) + |p_t|^2: close to 1 when the token is improbable and the rest of the
+    distribution is spread (LOW confidence), and exactly 0 when p_t(a) = 1. Different
+    tokens at one position couple NEGATIVELY (-p(a) - p(b) + |p|^2): pushing one up pushes
+    the other down. Tokens on disjoint menus do not couple at all.
+    (Derivation: expand (e_a - p)(e_b - p') and use h_t . h_t2 for the feature factor.)
+    """
+    with torch.no_grad():
+        P = logp_table(bandit, W).exp()
+        p, p2 = P[t], P[t2]
+        return float((float(a == b) - p2[a] - p[b] + (p * p2).sum()) * (bandit.H[t] @ bandit.H[t2]))
+

@@ -1,0 +1,296 @@
+"""Experiments 3 and 4: what breaks cancellation inside a training step, and what restores it.
+
+Cancellation needs two things (the "design conditions" paper, arXiv 2604.13088, and the
+Cancellation Hypothesis paper, arXiv 2605.08666):
+
+1. Gradient EXCHANGEABILITY (experiment 3). A token that every rollout of a group shares
+   at the same context has the same gradient g in every rollout, so the group moves it by
+   (sum_i c_i) g, where c_i is the weight the loss gives that token in rollout i. With
+   token-sum aggregation and an on-policy step c_i is proportional to A_i and the sum is
+   sum_i A_i = 0. Anything that makes c_i depend on the rollout other than through A_i
+   leaves a net push on a token the reward never looked at ("reward-irrelevant drift"):
+     - seq-mean-token-mean (the original GRPO): c_i = A_i / |o_i|, unequal lengths;
+     - GSPO: c_i = A_i s_i with a sequence ratio s_i that differs between rollouts;
+     - PPO clipping: a rollout whose ratio left the trust region loses its gradient, and
+       which rollouts lose it depends on the SIGN of A_i, so the survivors do not cancel.
+   Token-sum aggregations (token-mean over a step, seq-mean-token-sum, Dr. GRPO's
+   seq-mean-token-sum-norm) and DFPO's `min` / `orth` transforms of the GSPO weights
+   restore sum_i c_i = 0.
+2. The whole group in ONE optimizer step (experiment 4). Split a group across two Adam
+   steps and the template is pushed up in one and down in the other; Adam normalises
+   each step separately, so the two pushes are both full-sized and do not cancel.
+
+The "net weight" nu_g = sum_i c_{i,0} on the shared first token "Let" is what experiment 3
+reports: the template's update is nu_g times its common gradient. loss.py's own
+`cancellation_residual` R_g = |sum_i c_i| / sum_i |c_i| is reported too.
+"""
+
+from __future__ import annotations
+
+
+import torch
+
+import advantages as adv_lib
+import batching
+import loss as loss_lib
+from toy import bandit as B
+from toy import report
+
+RATIOS = tuple(round(0.6 + 0.05 * k, 2) for k in range(19))    # 0.6 .. 1.5, the PPO scan
+
+
+def _slip_free_groups(bandit: B.Bandit, W_sampler: torch.Tensor):
+    """Every group of G rollouts that all start with "Let", and P(group | no slip in it).
+
+    The claim is about a token shared by EVERY rollout, so we condition on that event:
+    the responses that start with "Let", each with probability pi(o) / p_0(Let).
+    Returns (combos [n, G] response ids, prob [n], summing to 1).
+    """
+    keep = (bandit.responses[:, 0] == B.IDX[B.TEMPLATE]).nonzero().squeeze(1)
+    local, log_coef = B.enumerate_groups(len(keep))
+    combos = keep[local]
+    with torch.no_grad():
+        log_pi = B.token_logp(bandit, W_sampler).sum(1) - B.logp_table(bandit, W_sampler)[0, B.IDX[B.TEMPLATE]]
+    return combos, (log_coef + log_pi[combos].sum(1)).exp()
+
+
+def net_template_weight(bandit, combos, logp, old_logp, adv, cfg) -> tuple[torch.Tensor, torch.Tensor]:
+    """(nu [n], residual [n]) for one objective: the net weight on "Let" and loss.py's R_g."""
+    mask = bandit.mask[combos]
+    c = B.token_coefficients(logp, old_logp, adv, mask, cfg)[:, :, 0]       # [n, G]
+    n = combos.shape[0]
+    residual = loss_lib.cancellation_residual(c.reshape(-1), torch.arange(n).repeat_interleave(B.G))
+    return c.sum(1), residual
+
+
+def exp3_exchangeability(out_dir: str) -> dict:
+    """Net update on the shared template "Let", exactly, over every slip-free group.
+
+    The early-stop bandit: responses are "Let d <eos>" (3 tokens, always wrong) or
+    "Let d d <eos>" (4 tokens). Groups are drawn by the sampling policy W_old; the
+    learner W_new is W_old after a small change of the digit and <eos> rows only (the
+    policy moved since sampling), so GSPO's sequence ratios differ between rollouts while
+    the template's own ratio is exactly 1. GRPO advantages. For PPO's clip we instead set
+    the template's ratio rho directly (every rollout shares it) and scan it.
+    GSPO is run with a 0.2 clip range (the paper's is ~4e-4) so that the breakage shown
+    is the weights s_i themselves. [recon] DFPO's per-rollout weights are GSPO's detached
+    sequence ratios with a group-constant length normaliser (loss.py's reading).
+    Reported per objective: E[nu] (signed drift), E|nu|, the largest |nu| among groups
+    whose rollouts all have the same length, and the mean of loss.cancellation_residual.
+    """
+    bandit, W_old = B.make_bandit(early_stop=True)
+    W_new = W_old.clone()
+    moved = [B.IDX[t] for t in B.DIGITS + (B.EOS,)]
+    W_new[moved] += 0.25 * torch.randn(len(moved), B.D, generator=torch.Generator().manual_seed(1), dtype=B.DTYPE)
+    combos, prob = _slip_free_groups(bandit, W_old)
+    n_all = combos.shape[0]
+    # A group whose rewards are all equal has A = 0 and contributes exactly 0 under every
+    # objective below, so only the mixed groups are computed (it halves the cost).
+    rewards = bandit.reward[combos]
+    mixed = rewards.max(1).values > rewards.min(1).values
+    combos, prob = combos[mixed], prob[mixed]
+    adv = adv_lib.compute_advantages("grpo", rewards[mixed])
+    with torch.no_grad():
+        old = B.token_logp(bandit, W_old)[combos]                                    # [n, G, L]
+        new = B.token_logp(bandit, W_new)[combos]
+    lengths = bandit.mask[combos].sum(2)
+    equal = (lengths == lengths[:, :1]).all(1)
+    C = loss_lib.LossConfig
+    gspo = dict(loss_type="gspo", eps_low=0.2, eps_high=0.2)
+    cases = [  # label, config, learner log-probs, should the net weight be exactly 0?
+        ("token-mean (DAPO, TRL default)", C(agg="token-mean"), old, True),
+        ("seq-mean-token-sum", C(agg="seq-mean-token-sum"), old, True),
+        ("seq-mean-token-sum-norm (Dr. GRPO)", C(agg="seq-mean-token-sum-norm"), old, True),
+        ("seq-mean-token-mean (GRPO), 1/|o_i|", C(agg="seq-mean-token-mean"), old, False),
+        ("GSPO sequence ratio s_i, off-policy", C(agg="token-mean", **gspo), new, False),
+        ("GSPO + DFPO min", C(agg="seq-mean-token-sum", weight_transform="min", **gspo), new, True),
+        ("GSPO + DFPO orth", C(agg="seq-mean-token-sum", weight_transform="orth", **gspo), new, True),
+    ]
+    numbers, claims, bars = {}, [], {}
+    for label, cfg, logp, zero in cases:
+        nu, residual = net_template_weight(bandit, combos, logp, old, adv, cfg)
+        ok = torch.isfinite(residual)
+        numbers[label] = {"E[nu]": float((prob * nu).sum()), "E|nu|": float((prob * nu.abs()).sum()),
+                          "max|nu|, equal-length groups": float(nu[equal].abs().max()),
+                          "E[R_g]": float((prob[ok] * residual[ok]).sum() / prob[ok].sum())}
+        bars[label] = (numbers[label]["E|nu|"], zero)
+    max_zero = max(float(numbers[l]["E|nu|"]) for l, _, _, z in cases if z)
+    min_broken = min(float(numbers[l]["E|nu|"]) for l, _, _, z in cases if not z)
+
+    # PPO clip: the template's ratio rho is the same in every rollout (same token, same
+    # context), so set it directly: old log p_0(Let) = log p_0(Let) - log rho.
+    scan = {}
+    n, R = combos.shape[0], len(RATIOS)
+    log_rho = torch.log(torch.tensor(RATIOS, dtype=B.DTYPE)).repeat_interleave(n)     # [R * n]
+    shifted = old.repeat(R, 1, 1).clone()
+    shifted[:, :, 0] -= log_rho.unsqueeze(1)             # every ratio value, as R copies of the groups
+    for eps_low, eps_high in ((0.2, 0.2), (0.2, 0.28)):
+        nu, _ = net_template_weight(bandit, combos.repeat(R, 1), old.repeat(R, 1, 1), shifted, adv.repeat(R, 1),
+                                    C(eps_low=eps_low, eps_high=eps_high))
+        scan[(eps_low, eps_high)] = (prob.repeat(R) * nu).view(R, n).sum(1).tolist()
+    inside = [i for i, r in enumerate(RATIOS) if 0.8 + 1e-9 < r < 1.2 - 1e-9]
+    outside = [i for i, r in enumerate(RATIOS) if r < 0.8 - 1e-9 or r > 1.28 + 1e-9]
+    at = lambda rho: min(range(len(RATIOS)), key=lambda i: abs(RATIOS[i] - rho))
+    numbers["PPO clip 0.2/0.2: E[nu] at rho = 0.7, 1.0, 1.25, 1.4"] = [scan[(0.2, 0.2)][at(r)]
+                                                                       for r in (0.7, 1.0, 1.25, 1.4)]
+    numbers["PPO clip 0.2/0.28 (DAPO): E[nu] at rho = 1.25, 1.4"] = [scan[(0.2, 0.28)][at(r)] for r in (1.25, 1.4)]
+    numbers["groups (slip-free, early-stop bandit; mixed rewards)"] = f"{n_all}; {combos.shape[0]}"
+    numbers["P(unequal lengths | mixed group)"] = float(prob[~equal].sum() / prob.sum())
+
+    seq = numbers["seq-mean-token-mean (GRPO), 1/|o_i|"]
+    claims += [
+        report.claim("1/|o_i| length normalisation with unequal lengths leaves a net update on a shared token",
+                     seq["E|nu|"] > 1e-3 and seq["max|nu|, equal-length groups"] < 1e-15,
+                     f"E|nu| = {seq['E|nu|']:.3g}, E[nu] = {seq['E[nu]']:+.3g} (short answers are wrong here, so "
+                     f"the template is pushed DOWN on average); 0 in every equal-length group"),
+        report.claim("GSPO's sequence weights leave a net update on a shared token",
+                     numbers["GSPO sequence ratio s_i, off-policy"]["E|nu|"] > 1e-3,
+                     f"E|nu| = {numbers['GSPO sequence ratio s_i, off-policy']['E|nu|']:.3g} although the "
+                     "template's own ratio is exactly 1"),
+        report.claim("Clipping leaves a net update on a shared token once the ratio leaves the clip range",
+                     all(abs(scan[k][i]) < 1e-15 for k in scan for i in inside)
+                     and all(abs(scan[(0.2, 0.28)][i]) > 1e-3 for i in outside),
+                     "E[nu] is 0 for rho inside [1-eps_low, 1+eps_high] and non-zero outside; its sign pulls "
+                     "rho back toward 1 (only the rollouts whose advantage points back keep their gradient)"),
+        report.claim("Token-sum aggregation and DFPO min / orth bring it back to exactly zero",
+                     max_zero < 1e-15,
+                     f"largest E|nu| among them {max_zero:.1e} (smallest among the breakers {min_broken:.2g})"),
+    ]
+
+    fig, (ax0, ax1) = report.figure(2, width=12, height=4.4)
+    fig.subplots_adjust(left=0.27)
+    labels = list(bars)
+    ax0.barh(labels, [max(v, 1e-18) for v, _ in bars.values()],
+             color=["C0" if z else "C3" for _, z in bars.values()])
+    report.log_axis(ax0, "x")
+    ax0.set_xlim(1e-18, 1)
+    ax0.invert_yaxis()
+    ax0.tick_params(axis="y", labelsize=8)
+    ax0.set(title="3a. E|net weight| on 'Let' (exact; blue: 0 up to rounding)", xlabel="E|Σ_i c_i|  (log scale)")
+    for (lo, hi), color in zip(scan, ("C3", "C1")):
+        ax1.plot(RATIOS, scan[(lo, hi)], color=color, label=f"PPO clip {lo}/{hi}")
+    ax1.axvspan(0.8, 1.2, color="0.9", label="inside both clip ranges")
+    ax1.axhline(0, color="k", lw=0.8)
+    ax1.set(title="3b. PPO: net weight vs the template's ratio ρ", xlabel="ρ = π(Let)/π_old(Let)",
+            ylabel="E[Σ_i c_i]")
+    ax1.legend(fontsize=8)
+    png = report.save(fig, out_dir, "exp3_exchangeability.png")
+    return {"numbers": numbers, "claims": claims, "png": png.split("/")[-1]}
+
+
+# ---------------------------------------------------------------------------------------
+# 4. Mini-batching
+# ---------------------------------------------------------------------------------------
+
+MODES = ("one step",) + batching.MODES
+
+
+def adam_step(W: torch.Tensor, grad: torch.Tensor, state: dict, lr: float,
+              betas: tuple = (0.9, 0.999), eps: float = 1e-8) -> None:
+    """One Adam step in place (Kingma & Ba 2015; torch.optim.Adam's defaults, tested equal).
+
+        m <- b1 m + (1 - b1) g        v <- b2 v + (1 - b2) g^2        t <- t + 1
+        W <- W - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+
+    Written out because it is the point of experiment 4: on the first step the update is
+    lr * g / (|g| + eps), i.e. about lr * sign(g) for ANY non-zero g. A template gradient of
+    1e-4 left over from a split group moves as far as a reasoning gradient of 1.
+    (torch.optim would also do, but its first step imports torch._dynamo: +2 s.)
+    """
+    b1, b2 = betas
+    state["t"] = state.get("t", 0) + 1
+    state["m"] = b1 * state.get("m", torch.zeros_like(W)) + (1 - b1) * grad
+    state["v"] = b2 * state.get("v", torch.zeros_like(W)) + (1 - b2) * grad * grad
+    m_hat = state["m"] / (1 - b1 ** state["t"])
+    v_hat = state["v"] / (1 - b2 ** state["t"])
+    W -= lr * m_hat / (v_hat.sqrt() + eps)
+
+
+def epoch_drift(bandit: B.Bandit, W0: torch.Tensor, seed: int, mode: str, n_groups: int = 4, k: int = 4,
+                lr: float = 0.05, advantage: str = "grpo") -> dict:
+    """One rollout batch, one epoch of Adam steps split by `mode`; what moved.
+
+    The batch: n_groups groups of G = 4 drawn from W0 (ONE deterministic draw per seed:
+    this experiment samples, it is not an exact sum). "one step" trains on the whole
+    batch at once; the batching.MODES split it into k steps with
+    batching.minibatch_indices. Each step: loss.policy_loss (PPO, token-mean, normaliser
+    from loss.step_normaliser of that step) and one Adam step; ratios to the sampling
+    policy are live from the second step on. Returns the template drift
+    Delta log p_0(Let), the change of the solve rate, and how many groups were split.
+    """
+    combos = B.sample_groups(bandit, W0, n_groups, seed)
+    A = adv_lib.compute_advantages(advantage, bandit.reward[combos])
+    resp = bandit.responses[combos].reshape(-1, bandit.L)
+    full = torch.ones(resp.shape, dtype=B.DTYPE)
+    with torch.no_grad():
+        old = B.token_logp(bandit, W0, resp, full)
+    if mode == "one step":
+        steps = [torch.arange(resp.shape[0])]
+    else:
+        steps = batching.minibatch_indices(A, k, mode, torch.Generator().manual_seed(seed))
+    W, state = W0.clone(), {}
+    for idx in steps:
+        W.requires_grad_(True)
+        mask = full[idx]
+        loss, _ = loss_lib.policy_loss(B.token_logp(bandit, W, resp[idx], mask), old[idx], A.reshape(-1)[idx], mask,
+                                       loss_lib.LossConfig(), loss_lib.step_normaliser(mask), group_index=idx // B.G,
+                                       with_residual=False)
+        (grad,) = torch.autograd.grad(loss, W)
+        W = W.detach()
+        adam_step(W, grad, state, lr)
+    let = B.IDX[B.TEMPLATE]
+    drift = float(B.logp_table(bandit, W)[0, let] - B.logp_table(bandit, W0)[0, let])
+    return {"drift": drift, "d_solve": B.solve_rate(bandit, W) - B.solve_rate(bandit, W0),
+            "split_groups": batching.split_groups(steps, B.G)}
+
+
+def exp4_minibatching(out_dir: str, seeds: range = range(12), template_prob: float = 0.99) -> dict:
+    """Template drift after one epoch: random vs query-preserved vs reward-balanced splits.
+
+    Modes of batching.minibatch_indices ([recon]: the paper's reward-balancing rule is
+    not public; batching.py documents ours), plus "one step" (no split) as the reference.
+    The template's true credit is 0 (the reward never reads it), so every bit of
+    |Delta log p(Let)| is reward-irrelevant drift. Mean over a fixed set of seeds (each a
+    different rollout batch and split); the spread across seeds is in the plot. Why
+    Adam matters: its first step moves every parameter with a non-zero gradient by about
+    lr, however small that gradient is, so a half-group's uncancelled push becomes a
+    full-sized step. (With plain SGD the two halves' pushes would nearly cancel, up to
+    O(lr^2) terms.)
+    The template has p(Let) = 0.99 here, as templates in an LLM are near-certain. A
+    second, smaller run at p(Let) = 0.9 shows what slips do: most batches then contain a
+    "let", whose legitimate (zero-mean) covariance credit Adam inflates just the same.
+    """
+    bandit, W0 = B.make_bandit(template_prob=template_prob)
+    runs = {mode: [epoch_drift(bandit, W0, seed, mode) for seed in seeds] for mode in MODES}
+    mean = lambda xs: sum(xs) / len(xs)
+    slippy, W_slippy = B.make_bandit(template_prob=0.9)
+    slips = {mode: mean([abs(epoch_drift(slippy, W_slippy, seed, mode)["drift"]) for seed in range(8)])
+             for mode in ("random", "query")}
+    numbers = {f"{mode}": {"E|drift|": mean([abs(r["drift"]) for r in rs]), "E[drift]": mean([r["drift"] for r in rs]),
+                           "E[d solve]": mean([r["d_solve"] for r in rs]),
+                           "split groups": mean([r["split_groups"] for r in rs])}
+               for mode, rs in runs.items()}
+    numbers["seeds (batches of 4 groups x 4 rollouts, 4 Adam steps, lr 0.05)"] = len(seeds)
+    numbers["p(Let) = 0.9, 8 seeds: E|drift| random, query"] = [slips["random"], slips["query"]]
+    drift = {m: numbers[m]["E|drift|"] for m in MODES}
+    claims = [
+        report.claim("Query-preserved mini-batching keeps cancellation alive (less template drift than a random split)",
+                     drift["query"] < 0.5 * drift["random"],
+                     f"E|Δ log p(Let)|: random {drift['random']:.3g}, query {drift['query']:.3g}, "
+                     f"one step {drift['one step']:.3g} (at p(Let) = 0.9, where slips carry their own credit: "
+                     f"random {slips['random']:.3g}, query {slips['query']:.3g})"),
+        report.claim("Reward-balanced batching reduces template drift compared with a random split",
+                     drift["balanced"] < drift["random"] and drift["query_balanced"] < 0.5 * drift["random"],
+                     f"balanced (splits groups) {drift['balanced']:.3g}, query_balanced {drift['query_balanced']:.3g} "
+                     f"vs random {drift['random']:.3g}: balancing counts alone barely helps, because GRPO's "
+                     "advantages differ in size between groups"),
+    ]
+    fig, (ax0, ax1) = report.figure(2, height=4.2)
+    ax0.boxplot([[abs(r["drift"]) for r in runs[m]] for m in MODES], tick_labels=list(MODES))
+    ax0.tick_params(axis="x", labelsize=8)
+    ax0.set(title=f"4a. |Δ log p(Let)| after one epoch ({len(seeds)} seeds)", ylabel="template drift")
+    ax1.bar(list(MODES), [numbers[m]["E[d solve]"] for m in MODES], color="C2")
+    ax1.tick_params(axis="x", labelsize=8)
+    ax1.set(title="4b. mean change of the solve rate (the useful part)", ylabel="Δ p(correct)")
+    png = report.save(fig, out_dir, "exp4_minibatching.png")
+    return {"numbers": numbers, "claims": claims, "png": png.split("/")[-1]}

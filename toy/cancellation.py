@@ -1,0 +1,312 @@
+"""Experiments 1, 2 and 5: where a group's update goes, token by token (Cancellation Hypothesis).
+
+The Cancellation Hypothesis paper (arXiv 2605.08666) reads critic-free RL at the token
+level. A group's update is sum_i A_i grad log pi(o_i). Write the gradient with respect to
+token a's own logit offset (W[a, 0] here, the bias coordinate of the output layer). With
+position-only contexts the softmax score gives
+
+    d log pi(o) / d W[a, 0]  =  n_a(o) - sum_t p_t(a)          (n_a(o): count of a in o)
+
+and the second term is the SAME for every response of equal length. Multiply by A_i and
+sum over a group whose advantages sum to zero: the second term drops out and
+
+    update of token a  =  sum_i A_i n_a(o_i)  =  G * Cov(A, n_a)       (population Cov)
+
+("implicit token credit", spec section 6 [recon]). A token every rollout contains equally
+often, a template, gets exactly 0 whatever the rewards; a token that is more frequent in
+the successes gets positive credit, one more frequent in the failures negative. No critic
+assigns this credit: the comparison inside the group does. Experiment 1 checks the
+identity in all 5985 groups through the project's loss; experiment 2 measures how much of
+the update lands on template tokens under positive-only training versus critic-free RL;
+experiment 5 looks at the other half of the paper's story: tokens are coupled through the
+shared output layer, so a token's change is not decided by its own advantage alone.
+
+All numbers are exact sums over every group of G = 4 rollouts (toy/bandit.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+import advantages as adv_lib
+from toy import bandit as B
+from toy import report
+
+TEMPLATE_PROBS = (0.5, 0.9, 0.99)
+FLIP_TAU = 1e-3       # spec section 6: a token is boosted if its log-prob rose by more than tau
+
+
+def _setup(template_prob: float = 0.9):
+    """The bandit, its weights, every group, their probabilities and rewards."""
+    bandit, W = B.make_bandit(template_prob=template_prob)
+    combos, log_coef = B.enumerate_groups(bandit.K)
+    prob = B.group_probs(bandit, W, combos, log_coef)
+    return bandit, W, combos, prob, bandit.reward[combos]
+
+
+def _slip_free(bandit, combos) -> torch.Tensor:
+    """[n] True where every rollout of the group starts with the template "Let"."""
+    return (bandit.responses[combos][:, :, 0] == B.IDX[B.TEMPLATE]).all(dim=1)
+
+
+# ---------------------------------------------------------------------------------------
+# 1. The cancellation identity
+# ---------------------------------------------------------------------------------------
+
+def exp1_cancellation_identity(out_dir: str) -> dict:
+    """Update of each token's logit = G Cov(A, n_a) / (G L), in every group, through loss.py.
+
+    Dr. GRPO's mean-centred advantage (sum_i A_i = 0), PPO on-policy, token-mean: the
+    loss divides by the step's G*L tokens, hence the 1/(G L). The update comes from
+    autograd through loss.policy_loss (bandit.group_updates); the prediction from the
+    token counts alone. Also: the template's whole update (all of W["Let"]) in the groups
+    where every rollout has it, which should be 0, and the same for the positive-only
+    `psr`, which is not zero-sum and therefore a negative control.
+    """
+    bandit, W, combos, prob, rewards = _setup()
+    A = adv_lib.compute_advantages("mean", rewards)
+    dW = B.group_updates(bandit, W, combos, A)
+    measured = dW[:, :, 0]                                                  # [n, V] logit offsets
+    counts = torch.nn.functional.one_hot(bandit.responses[combos], B.V).sum(dim=2).to(B.DTYPE)  # [n, G, V]
+    cov = ((A - A.mean(1, keepdim=True)).unsqueeze(-1) * (counts - counts.mean(1, keepdim=True))).mean(1)
+    predicted = B.G * cov / (B.G * bandit.L)
+    slip_free = _slip_free(bandit, combos)
+    let = B.IDX[B.TEMPLATE]
+    psr_dW = B.group_updates(bandit, W, combos, adv_lib.compute_advantages("psr", rewards))
+    credit = (prob.unsqueeze(1) * B.G * cov).sum(0)                         # E[G Cov(A, n_a)]
+    # In expectation the credit is (G-1) Cov_pi(r, n_a) (expand sum_i (r_i - mean r) n_i over
+    # independent rollouts), so its sign is that of E[n_a | correct] - E[n_a | wrong].
+    pi, r = B.response_probs(bandit, W).detach(), bandit.reward
+    n_resp = torch.nn.functional.one_hot(bandit.responses, B.V).sum(1).to(B.DTYPE)       # [K, V]
+    p_solve = float((pi * r).sum())
+    closed = (B.G - 1) * ((pi * r) @ n_resp - p_solve * (pi @ n_resp))
+    gap = ((pi * r) @ n_resp) / p_solve - ((pi * (1 - r)) @ n_resp) / (1 - p_solve)
+    numbers = {
+        "groups (all multisets of G=4 of 18 responses)": combos.shape[0],
+        "max |measured - G Cov/(G L)| over groups x tokens": float((measured - predicted).abs().max()),
+        "max |predicted| (scale)": float(predicted.abs().max()),
+        "slip-free groups, P(slip-free)": f"{int(slip_free.sum())}, {float(prob[slip_free].sum()):.4f}",
+        "mean: max |update of W[Let]| in slip-free groups": float(dW[slip_free][:, let].abs().max()),
+        "psr:  max |update of W[Let]| in slip-free groups": float(psr_dW[slip_free][:, let].abs().max()),
+        "expected credit E[G Cov(A, n_a)]": {tok: float(credit[B.IDX[tok]]) for tok in B.VOCAB[:5]},
+    }
+    claims = [
+        report.claim("A token's update is G*Cov(A, n_a) (mean-centred A, equal lengths)",
+                     numbers["max |measured - G Cov/(G L)| over groups x tokens"] < 1e-14,
+                     f"max error {numbers['max |measured - G Cov/(G L)| over groups x tokens']:.1e} over "
+                     f"all {combos.shape[0]} groups, through loss.policy_loss"),
+        report.claim("Template tokens shared by every rollout get exactly 0",
+                     numbers["mean: max |update of W[Let]| in slip-free groups"] < 1e-16,
+                     f"{numbers['mean: max |update of W[Let]| in slip-free groups']:.1e} (psr, not zero-sum: "
+                     f"{numbers['psr:  max |update of W[Let]| in slip-free groups']:.2g})"),
+        report.claim("Tokens more frequent in correct responses get positive credit",
+                     bool((credit - closed).abs().max() < 1e-15) and all(
+                         (float(credit[i]) > 0) == (float(gap[i]) > 0) for i in range(5) if abs(float(gap[i])) > 1e-12),
+                     "E[credit_a] = (G-1) Cov(r, n_a) exactly (error %.0e); E[n_a | correct] - E[n_a | wrong]: "
+                     % float((credit - closed).abs().max())
+                     + ", ".join(f"{B.VOCAB[i]} {float(gap[i]):+.2f} -> credit {float(credit[i]):+.3f}"
+                                 for i in (2, 3, 4))
+                     + (" ('7' is in every correct answer, yet 7+7, 6+7, 7+6 make it about as frequent in wrong "
+                        "ones: credit is covariance, not presence)" if float(gap[B.IDX["7"]]) < 0 else "")),
+    ]
+    fig, (ax0, ax1) = report.figure(2)
+    colors = ["C7", "C8", "C0", "C3", "C2"]
+    for tok, color in zip(B.VOCAB[:5], colors):
+        i = B.IDX[tok]
+        pairs = torch.unique(torch.stack([predicted[:, i], measured[:, i]], 1).round(decimals=12), dim=0)
+        ax0.plot(pairs[:, 0], pairs[:, 1], "o", ms=3, color=color, label=tok)
+    ax0.set(title="1a. all 5985 groups: autograd through loss.py vs prediction",
+            xlabel="G·Cov(A, n_a) / (G·L)", ylabel="update of W[a, 0] (token a's logit)")
+    ax0.legend(fontsize=8)
+    toks = list(B.VOCAB[:5])
+    ax1.bar(toks, [float(credit[B.IDX[t]]) for t in toks], color=colors)
+    ax1.axhline(0, color="k", lw=0.8)
+    ax1.set(title="1b. expected implicit credit E[G·Cov(A, n_a)] (exact)", ylabel="credit")
+    png = report.save(fig, out_dir, "exp1_cancellation_identity.png")
+    return {"numbers": numbers, "claims": claims, "png": png.split("/")[-1]}
+
+
+# ---------------------------------------------------------------------------------------
+# 2. Positive-only vs critic-free: where the updates go
+# ---------------------------------------------------------------------------------------
+
+def template_share(name: str, template_prob: float) -> dict:
+    """Share of the update's |Delta log pi| that lands on template-position tokens.
+
+    For every group: its update dW (through loss.py), the first-order change of each of
+    its sampled tokens' log-probs, Delta log p_t(o_t) = dz_t(o_t) - sum_b p_t(b) dz_t(b),
+    and the sums S_template (position 0: "Let" or the slip "let") and S_all. The share is
+    E[S_template] / E[S_all], exact over all groups; first order, so it does not depend
+    on the learning rate. [recon] the paper's exact measure is not public.
+    Also returned: the same share over slip-free groups only (every rollout has "Let").
+    """
+    bandit, W, combos, prob, rewards = _setup(template_prob)
+    A = adv_lib.compute_advantages(name, rewards)
+    change = B.logp_change(bandit, W, B.group_updates(bandit, W, combos, A))
+    per_token = B.sampled_token_values(change, bandit, combos).abs()          # [n, G, L]
+    tpl, total = per_token[:, :, 0].sum(1), per_token.sum((1, 2))
+    free = _slip_free(bandit, combos)
+    return {"share": float((prob * tpl).sum() / (prob * total).sum()),
+            "share_slip_free": float((prob * tpl)[free].sum() / (prob * total)[free].sum()),
+            "E_abs_total": float((prob * total).sum())}
+
+
+def exp2_where_updates_go(out_dir: str) -> dict:
+    """psr (positive-only) vs mean / grpo (critic-free) vs nsr: the template's share of the update.
+
+    Paper's claim: compared with training on positive rollouts only, critic-free RL moves
+    the update from template and formatting tokens toward reasoning tokens. The mechanism
+    in the analog: in a group where every rollout starts with "Let", a zero-sum advantage
+    gives "Let" exactly 0, while psr pushes it up by (1 - p) per success. Groups with a
+    slip "let" carry real (if reward-irrelevant) covariance under both. We scan the
+    template's confidence p(Let), because the direct push shrinks like (1 - p)^2.
+    """
+    names = ("psr", "mean", "grpo", "nsr")
+    table = {name: [template_share(name, q) for q in TEMPLATE_PROBS] for name in names}
+    numbers = {f"template share, {name}": {f"p(Let)={q}": row[j]["share"] for j, q in enumerate(TEMPLATE_PROBS)}
+               for name, row in table.items()}
+    numbers.update({f"share in slip-free groups, {name}": {f"p(Let)={q}": row[j]["share_slip_free"]
+                                                          for j, q in enumerate(TEMPLATE_PROBS)}
+                    for name, row in table.items()})
+    psr_higher = all(table["psr"][j]["share"] > max(table["mean"][j]["share"], table["grpo"][j]["share"])
+                     for j in range(len(TEMPLATE_PROBS)))
+    ratio = [table["psr"][j]["share"] / table["mean"][j]["share"] for j in range(len(TEMPLATE_PROBS))]
+    claims = [
+        report.claim("Critic-free RL moves the update share from template to reasoning tokens, compared "
+                     "with positive-only training",
+                     psr_higher,
+                     "template share psr / mean = " + ", ".join(f"{r:.2f}" for r in ratio)
+                     + f" at p(Let) = {', '.join(map(str, TEMPLATE_PROBS))}: the effect fades as the template "
+                       "becomes certain"),
+        report.claim("Mechanism: shared template tokens cancel under zero-sum advantages",
+                     all(table[n][j]["share_slip_free"] < 1e-12 for n in ("mean", "grpo")
+                         for j in range(len(TEMPLATE_PROBS)))
+                     and all(table["psr"][j]["share_slip_free"] > 0 for j in range(len(TEMPLATE_PROBS))),
+                     "share in slip-free groups: mean/grpo 0 (to 1e-12), psr "
+                     + ", ".join(f"{table['psr'][j]['share_slip_free']:.3g}" for j in range(len(TEMPLATE_PROBS)))),
+    ]
+    fig, (ax0, ax1) = report.figure(2)
+    x = list(range(len(TEMPLATE_PROBS)))
+    for name, color, style in zip(names, ["C3", "C0", "C2", "C1"], ["o-", "o-", "x--", "o-"]):
+        ax0.plot(x, [r["share"] for r in table[name]], style, color=color, label=name)
+        ax1.plot(x, [r["share"] / p["share"] for r, p in zip(table[name], table["psr"])], style, color=color,
+                 label=name)
+    for ax in (ax0, ax1):
+        ax.set_xticks(x, [str(q) for q in TEMPLATE_PROBS])
+        ax.set_xlabel("template probability p(Let)")
+        ax.legend(fontsize=8)
+    report.log_axis(ax0, "y")
+    ax0.set(title="2a. share of |Δ log π| on the template position (exact)", ylabel="template share")
+    ax1.set(title="2b. the same, relative to positive-only (psr)", ylabel="share / share of psr")
+    png = report.save(fig, out_dir, "exp2_where_updates_go.png")
+    return {"numbers": numbers, "claims": claims, "png": png.split("/")[-1], "table": table}
+
+
+# ---------------------------------------------------------------------------------------
+# 5. Token flips and coupling
+# ---------------------------------------------------------------------------------------
+
+def flip_fractions(lr: float = 1.0, tau: float = FLIP_TAU, name: str = "grpo") -> dict:
+    """[recon] Expected fractions of boosted / suppressed tokens in positive and negative rollouts.
+
+    One SGD step of size lr per group (through loss.py, PPO on-policy, token-mean), then
+    every sampled token is rescored exactly: boosted if log p rose by more than tau,
+    suppressed if it fell by more than tau (spec section 6). Fractions are ratios of
+    expectations over all groups, e.g. E[#boosted tokens in A>0 rollouts] /
+    E[#tokens in A>0 rollouts]. Also split into the template position and the digits.
+    """
+    bandit, W, combos, prob, rewards = _setup()
+    A = adv_lib.compute_advantages(name, rewards)
+    change = B.logp_change(bandit, W, B.group_updates(bandit, W, combos, A), lr=lr)
+    vals = B.sampled_token_values(change, bandit, combos)                       # [n, G, L]
+    out = {}
+    for sign, rows in (("pos", A > 0), ("neg", A < 0)):
+        weight = prob.unsqueeze(1) * rows                                      # [n, G]
+        for part, cols in (("all", slice(None)), ("template", slice(0, 1)), ("digits", slice(1, None))):
+            v = vals[:, :, cols]
+            n_tok = (weight * v.shape[2]).sum()
+            out[f"boost_{sign}_{part}"] = float((weight * (v > tau).sum(2)).sum() / n_tok)
+            out[f"suppress_{sign}_{part}"] = float((weight * (v < -tau).sum(2)).sum() / n_tok)
+    return out
+
+
+def coupling_matrix(bandit, W) -> tuple[list, torch.Tensor, torch.Tensor]:
+    """Every menu occurrence (t, a); closed-form coupling matrix and the autograd one, [M, M]."""
+    occ = [(t, B.IDX[tok]) for t, menu in enumerate(bandit.menus) for tok in menu if len(menu) > 1]
+    Wl = W.detach().clone().requires_grad_(True)
+    grads = torch.stack([torch.autograd.grad(B.logp_table(bandit, Wl)[t, a], Wl)[0].reshape(-1) for t, a in occ])
+    closed = torch.tensor([[B.coupling(bandit, W, t, a, t2, b) for (t2, b) in occ] for (t, a) in occ], dtype=B.DTYPE)
+    return occ, closed, grads @ grads.T
+
+
+def exp5_flips_and_coupling(out_dir: str, lr: float = 1.0) -> dict:
+    """Token flips after one GRPO step, and output-layer coupling: closed form vs autograd.
+
+    Paper: positive and negative rollouts have remarkably similar fractions of boosted
+    and suppressed tokens, because a token's change is not fixed by its own advantage:
+    occurrences are coupled through shared parameters, mostly identical tokens that are
+    both predicted with low confidence. [recon] definitions, spec section 6.
+    5a: every group takes one SGD step of lr 1 on its own GRPO loss (PPO on-policy,
+    token-mean); each sampled token is rescored exactly and counted as boosted or
+    suppressed at tau = 1e-3; fractions are exact expectations over all 5985 groups.
+    5b: the coupling of every pair of (token, position) occurrences on the menus, by the
+    closed form and by autograd; "low confidence" means both probabilities below 0.5.
+    """
+    bandit, W = B.make_bandit()
+    flips = flip_fractions(lr)
+    occ, closed, auto = coupling_matrix(bandit, W)
+    P = B.logp_table(bandit, W).exp()
+    same_low, same_high, different = [], [], []
+    for i, (t, a) in enumerate(occ):
+        for j, (t2, b) in enumerate(occ):
+            if j < i:
+                continue
+            value = abs(float(closed[i, j]))
+            if a != b:
+                different.append(value)
+            elif max(float(P[t, a]), float(P[t2, b])) < 0.5:
+                same_low.append(value)
+            else:
+                same_high.append(value)
+    mean = lambda xs: sum(xs) / len(xs)
+    numbers = {**{k: v for k, v in flips.items() if k.endswith("_all")},
+               "boosted, template position: pos / neg": f"{flips['boost_pos_template']:.3f} / "
+                                                        f"{flips['boost_neg_template']:.3f}",
+               "boosted, digits: pos / neg": f"{flips['boost_pos_digits']:.3f} / {flips['boost_neg_digits']:.3f}",
+               "coupling: max |closed form - autograd|": float((closed - auto).abs().max()),
+               "mean |coupling|, identical tokens, p < 0.5": mean(same_low),
+               "mean |coupling|, identical tokens, p >= 0.5": mean(same_high),
+               "mean |coupling|, different tokens": mean(different)}
+    gap_boost = abs(flips["boost_pos_all"] - flips["boost_neg_all"])
+    gap_supp = abs(flips["suppress_pos_all"] - flips["suppress_neg_all"])
+    claims = [
+        report.claim("Positive and negative rollouts have similar fractions of boosted and suppressed tokens "
+                     "(we call |difference| <= 0.1 similar)",
+                     gap_boost <= 0.1 and gap_supp <= 0.1,
+                     f"boosted {flips['boost_pos_all']:.3f} (A>0) vs {flips['boost_neg_all']:.3f} (A<0); "
+                     f"suppressed {flips['suppress_pos_all']:.3f} vs {flips['suppress_neg_all']:.3f}"),
+        report.claim("Negative rollouts also contain boosted tokens (a token's change is not its own advantage's sign)",
+                     flips["boost_neg_all"] > 0.05,
+                     f"{flips['boost_neg_all']:.3f} of the tokens in A<0 rollouts are boosted"),
+        report.claim("Coupling is largest between identical low-confidence tokens (closed form = autograd)",
+                     numbers["coupling: max |closed form - autograd|"] < 1e-14
+                     and mean(same_low) > max(mean(same_high), mean(different)),
+                     f"mean |coupling| {mean(same_low):.3f} (identical, p<0.5) vs {mean(same_high):.3f} "
+                     f"(identical, p>=0.5) vs {mean(different):.3f} (different); closed form - autograd "
+                     f"{numbers['coupling: max |closed form - autograd|']:.0e}"),
+    ]
+    fig, (ax0, ax1) = report.figure(2, height=4.4)
+    labels = ["boosted\nA>0", "suppressed\nA>0", "boosted\nA<0", "suppressed\nA<0"]
+    ax0.bar(labels, [flips["boost_pos_all"], flips["suppress_pos_all"], flips["boost_neg_all"],
+                     flips["suppress_neg_all"]], color=["C2", "C3", "C2", "C3"])
+    ax0.set(title=f"5a. token flips after one GRPO step (exact, τ={FLIP_TAU:g})", ylabel="fraction of tokens")
+    names = [f"{B.VOCAB[a]}@{t}" for t, a in occ]
+    fig.subplots_adjust(right=0.93)
+    vmax = float(closed.abs().max())
+    im = ax1.imshow(closed.numpy(), cmap="RdBu_r", vmin=-vmax, vmax=vmax)
+    ax1.set_xticks(range(len(occ)), names, rotation=60, fontsize=8)
+    ax1.set_yticks(range(len(occ)), names, fontsize=8)
+    ax1.set_title("5b. coupling ∇log p·∇log p' (token@position)")
+    fig.colorbar(im, ax=ax1, fraction=0.046)
+    png = report.save(fig, out_dir, "exp5_flips_coupling.png")
+    return {"numbers": numbers, "claims": claims, "png": png.split("/")[-1]}
