@@ -316,14 +316,14 @@ def make_scheduler(cfg: Config) -> sched_lib.AdvantageScheduler:
 # One training step
 # ---------------------------------------------------------------------------------------
 
-def sample_rollouts(model, tokenizer, prompts, cfg: Config, llm=None):
+def sample_rollouts(model, tokenizer, prompts, G: int, cfg: Config, llm=None):
     """G rollouts per prompt from transformers' generate (CPU, tested) or vLLM (GPU)."""
     if llm is not None:
         import vllm_rollout
-        return vllm_rollout.generate_rollouts_vllm(llm, tokenizer, prompts, cfg.group_size, cfg.max_new_tokens,
+        return vllm_rollout.generate_rollouts_vllm(llm, tokenizer, prompts, G, cfg.max_new_tokens,
                                                    temperature=cfg.temperature)
     import rollout
-    return rollout.generate_rollouts(model, tokenizer, prompts, cfg.group_size, cfg.max_new_tokens,
+    return rollout.generate_rollouts(model, tokenizer, prompts, G, cfg.max_new_tokens,
                                      temperature=cfg.temperature)
 
 
@@ -441,17 +441,12 @@ def evaluate(model, tokenizer, rows, task, cfg: Config, step: int) -> dict:
     training streams, so evaluating more or less often does not change training.
     """
     n = cfg.eval_samples
-    saved = cfg.group_size
     correct = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed * 100003 + step)
         for start in range(0, len(rows), max(1, 256 // n)):
             chunk = rows[start:start + max(1, 256 // n)]
-            cfg.group_size = n
-            try:
-                ro = sample_rollouts(model, tokenizer, format_prompts([r["prompt"] for r in chunk], tokenizer, cfg), cfg)
-            finally:
-                cfg.group_size = saved
+            ro = sample_rollouts(model, tokenizer, format_prompts([r["prompt"] for r in chunk], tokenizer, cfg), n, cfg)
             scores = verify.score(ro.texts, [r["answer"] for r in chunk for _ in range(n)], task,
                                   [r["prompt"] for r in chunk for _ in range(n)])
             c = verify.reward_tensor(scores, "correct").view(len(chunk), n).sum(1)
@@ -473,7 +468,7 @@ def train_step(step: int, state: dict, cfg: Config) -> dict:
     rows = [state["train_rows"][state["py_rng"].randrange(len(state["train_rows"]))] for _ in range(N)]
     prompts = format_prompts([r["prompt"] for r in rows], tokenizer, cfg)
     model.eval()
-    ro = sample_rollouts(model, tokenizer, prompts, cfg, llm=state.get("llm"))
+    ro = sample_rollouts(model, tokenizer, prompts, G, cfg, llm=state.get("llm"))
     t1 = time.perf_counter()
 
     scores = verify.score(ro.texts, [r["answer"] for r in rows for _ in range(G)], state["task"],
