@@ -31,11 +31,17 @@ Caching. The warm-up result is a model directory under <repo>/.cache/tinymodel/,
 by a hash of the WarmupConfig, written atomically (a temporary directory renamed into
 place), so a second run reuses it and a crash never leaves a half-written model.
 
-Sizes, measured on this project's 2-core CPU machine with one torch thread: warm-up ~40 s to pass@1 0.42 (seed 0); then a
-plain GRPO loop (N=32 prompts x G=8, token-mean, AdamW lr 2e-4, ~1.1 s per step)
-lifts held-out pass@1 to ~0.8 in 150-200 steps. Wider (d=128) or deeper (3 layers)
-models learned faster in the warm-up but not faster under RL per second; RL learning
-rates of 5e-4 and 1e-3 were worse than 2e-4 (1e-3 collapsed to pass@1 ~0.05).
+Sizes, measured on this project's 2-core CPU machine with one torch thread: the
+warm-up takes ~45 s to reach pass@1 0.42 (seed 0, step 450); then a plain GRPO loop
+(N=32 prompts x G=8, token-mean, AdamW lr 2e-4, ~1.1 s per step) lifts held-out
+pass@1 to ~0.8 in 150-200 steps. RL learning rates of 5e-4 and 1e-3 were no better than
+2e-4 in that loop (1e-3 collapsed to pass@1 ~0.05). Candidly, the RL phase is
+sensitive to the exact checkpoint: from the checkpoint 25 warm-up steps earlier
+(pass@1 0.38) the same loop hovered at 0.72-0.78 after 130-250 steps, and a 2-layer
+warm-up with batch 128 (pass@1 0.41) plateaued the same way. A 3-layer model (0.20M
+parameters, ~1.6x slower per RL step) reached 0.80-0.83 at steps 130-200 from two
+seeds' checkpoints (pass@1 0.38 and 0.58): more reliable, not faster per second.
+Wider models (d=128) learned faster in the warm-up but not faster under RL.
 
 Sections: 1. tokenizer; 2. model; 3. warm-up and cache; helpers at the end.
 """
