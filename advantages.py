@@ -13,8 +13,14 @@ arXiv 2607.01490): per group, the success mass and the failure mass
 
     m_S = sum_{A_i > 0} A_i          m_F = sum_{A_i < 0} |A_i|
 
-- the SIGN axis is their ratio m_S / m_F: success-biased updates (m_S > m_F) sharpen the
-  policy and collapse entropy; failure-biased ones keep entropy up;
+- the SIGN axis is their ratio m_S / m_F. The paper's claim: success-biased updates
+  (m_S > m_F) collapse entropy, failure-biased ones collapse the weight geometry. Careful
+  with the mechanism (spec section 2): in expectation, under plain SGD on logits, the
+  imbalance m_S - m_F has NO first-order effect on entropy (a constant shift of the
+  advantages is a baseline, and E_pi[grad log pi] = 0); whatever effect the sign axis
+  has on entropy comes from second-order sources: Adam's per-coordinate normalisation,
+  clipping, finite groups (psr never cancels its all-correct groups), and function
+  approximation. toy/ tests it with Adam, with SGD as the control;
 - the DIFFICULTY axis is where the total m_S(p) + m_F(p) peaks as a function of the solve
   rate p: GRPO peaks at p = 1/2, `power` with exponent alpha at p = 1/(1 + alpha).
 
@@ -206,8 +212,10 @@ def nsr(rewards: Tensor) -> Tensor:
 
     A_i = -1 on wrong rollouts, 0 on correct ones. Binary only.
     Masses per rollout: m_S = 0, m_F = 1 - p: purely failure-driven. The paper finds it
-    keeps entropy (and pass@k at large k) up, because pushing down a wrong answer spreads
-    its probability over all alternatives instead of onto one.
+    keeps entropy (and pass@k at large k) up in real training; its explanation is that
+    pushing down a wrong answer spreads its probability over all alternatives instead of
+    onto one. (Under SGD on logits the mass imbalance has no first-order effect on
+    entropy in expectation, spec section 2: the effect is an optimizer-level one.)
     All-wrong groups get -1 everywhere, all-correct 0. Works with G = 1.
     """
     rewards = _check_rewards(rewards, "nsr")
@@ -283,11 +291,12 @@ def asym(rewards: Tensor, delta: float = 0.5) -> Tensor:
 
     A_i = (r_i - p) if r_i > p, (r_i - p) / delta if r_i < p.
     Masses per rollout: m_S = p(1-p), m_F = p(1-p)/delta. delta < 1 is failure-biased
-    (keeps entropy up), delta > 1 success-biased. delta = 0.5 here is an arbitrary probe
-    value (FADE's own delta lives in [0.3, 1]).
+    (the FADE paper: keeps entropy up), delta > 1 success-biased. delta = 0.5 here is an
+    arbitrary probe value (FADE's own delta lives in [0.3, 1]). Whether the bias moves
+    entropy depends on the optimizer (spec section 2: not at first order under SGD).
     NOT zero-sum unless delta = 1: the group sums to p(1-p) G (1 - 1/delta), so a shared
     token gets a net push down when delta < 1. This is the price FADE pays, on purpose,
-    for entropy control. All-equal groups: 0.
+    for its entropy control. All-equal groups: 0.
     """
     rewards = _check_rewards(rewards, "asym")
     _require(delta > 0, "asym", "delta > 0", delta)
@@ -478,8 +487,10 @@ def gradient_mass(adv: Tensor) -> tuple[Tensor, Tensor]:
     adv: [N, G]. Returns two [N] tensors. These are group SUMS; divide by G for the
     per-rollout masses the FADE paper writes as m_S = w_S p, m_F = w_F (1 - p).
     m_S = m_F for every zero-sum method; m_S - m_F is the net push a token shared by the
-    whole group receives, which is what drives entropy (first order:
-    dH ~ eta [ (m_S - m_F) H - Cov(A, log pi) ], spec section 2).
+    whole group receives. It does NOT drive entropy at first order: for one group under
+    SGD on logits, dH ~ -(eta/G) [ sum_i A_i pi(o_i)(log pi(o_i) + H) - (m_S - m_F) kappa ],
+    kappa = sum_a pi_a^2 (log pi_a + H), and in expectation over on-policy samples the
+    mass term drops out (spec section 2, corrected; Cui et al. 2025's covariance form).
     """
     if adv.dim() != 2:
         raise ValueError(f"gradient_mass: adv must have shape [N, G], got {tuple(adv.shape)}")

@@ -1,16 +1,22 @@
 """The policy-gradient objective: from per-rollout advantages to one scalar loss.
 
 advantages.py gives every rollout a weight A_i. This file turns the weights into a loss
-whose gradient is (approximately) sum_i sum_t w_{i,t} A_i grad log pi(o_{i,t}), and it
-is where most of the quiet differences between GRPO implementations live:
+whose gradient is (approximately) sum_i sum_t c_{i,t} A_i grad log pi(o_{i,t}), and it
+is where most of the quiet differences between GRPO implementations live. Read
+`policy_loss` (bottom of the file) first: it picks a surrogate, aggregates, adds KL and
+entropy. Everything above it is one of those pieces.
 
 1. The per-token surrogate (spec section 3). With rho_t = pi(o_t) / pi_old(o_t):
-   - PPO clip (Schulman et al. 2017): max(-A rho, -A clip(rho, 1 - eps_low, 1 + eps_high)),
+   - `ppo_clip` (Schulman et al. 2017): max(-A rho, -A clip(rho, 1 - eps_low, 1 + eps_high)),
      clip-higher eps_high = 0.28 from DAPO, optional dual clip c = 3 for A < 0 (Ye et al.);
-   - CISPO (MiniMax-M1): -sg(clip(rho)) A log pi, so no token ever loses its gradient;
-   - GSPO (Qwen): one ratio per SEQUENCE, s_i = exp(mean_t log rho_{i,t}), clipped per
-     sequence.
-2. The aggregation, which decides how much each token weighs (four modes below).
+   - `cispo` (MiniMax-M1): -sg(clip(rho)) A log pi, so no token ever loses its gradient;
+   - `gspo` (Qwen, Zheng et al. 2025): one ratio per SEQUENCE,
+     s_i = exp(mean_t log rho_{i,t}), clipped per sequence. GSPO is a sequence objective,
+     J = mean_i min(s_i A_i, clip(s_i) A_i), so it runs ONLY with the aggregation that
+     reproduces it, seq-mean-token-mean (any other is refused: it would be a different
+     objective under GSPO's name);
+   - `dfpo`: GSPO's weights made exchangeable (point 3).
+2. The aggregation, which decides how much each token weighs (four modes, `aggregate`).
 3. Token gradient cancellation (arXiv 2604.13088, "design conditions"; its method is
    DFPO). Inside a group with sum_i A_i = 0, a token every rollout shares at the same
    context (a template prefix) gets the same gradient g from every rollout, so its net
@@ -19,17 +25,18 @@ is where most of the quiet differences between GRPO implementations live:
      - GSPO's sequence ratio s_i, different in every rollout once the policy moved;
      - asymmetric clipping, which zeroes some rollouts' weights and not others';
      - [derived] per-sequence length normalisation 1/|o_i| with unequal lengths
-       (seq-mean-token-mean, the original GRPO).
+       (seq-mean-token-mean, the original GRPO, and GSPO's own aggregation).
    The paper's two fixes act on detached per-rollout weights w before the gradient:
      min:  w~_i = min_j w_j over the group;   orth:  w~ = w - (A.w / A.A) A.
-   Both make sum_i w~_i A_i = 0 again. `cancellation_residual` measures the breakage.
+   Both make sum_i w~_i A_i = 0 again. `cancellation_residual_of_loss` measures the
+   breakage of any configuration, read off the loss's own gradient.
 
 Also here: KL to a reference policy (k1, k2, k3), full-vocabulary entropy, and
 negative-token filtering for single-rollout training.
 
 Shapes: B rollouts in this call (a micro-batch), T response positions.
-    logp, old_logp, ref_logp, mask, entropy: [B, T]; advantages: [B] (or [B, T]);
-    group_index: [B] long, which prompt (group) each rollout belongs to.
+    logp, old_logp, ref_logp, mask, entropy: [B, T]; advantages: [B] (or [B, T] for
+    ppo/cispo); group_index: [B] long, which prompt (group) each rollout belongs to.
 Natural logs; entropy and KL in nats.
 
 Micro-batch invariance: the normaliser (how many tokens / sequences the whole optimizer
@@ -41,6 +48,7 @@ weights short micro-batches' tokens more (tests/test_loss.py shows both).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -51,10 +59,20 @@ LOSS_TYPES = ("ppo", "cispo", "gspo")
 WEIGHT_TRANSFORMS = (None, "min", "orth")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
+# The aggregation each surrogate runs with when none is asked for. GSPO's is the only one
+# it accepts; DFPO's is a token-sum mode with a step constant (Dr. GRPO's), the closest
+# exchangeable analog of GSPO's per-sequence mean.
+OWN_AGGREGATION = {"ppo": "token-mean", "cispo": "token-mean", "gspo": "seq-mean-token-mean",
+                   "dfpo": "seq-mean-token-sum-norm"}
+
 
 @dataclass
 class LossConfig:
-    """Everything that defines the objective; train.py exposes each field as a flag."""
+    """Everything that defines the objective; train.py exposes each field as a flag.
+
+    "Off" is None for every optional piece (dual_clip, weight_transform, neg_filter_frac)
+    and 0.0 for the two coefficients.
+    """
 
     loss_type: str = "ppo"
     """Surrogate: 'ppo' (token ratio clip), 'cispo' (clipped detached ratio), 'gspo' (sequence ratio)."""
@@ -63,11 +81,11 @@ class LossConfig:
     eps_high: float = 0.2
     """Upper clip range: ratios above 1 + eps_high stop pushing up tokens with A > 0 (DAPO: 0.28)."""
     dual_clip: float | None = None
-    """Dual clip constant c (> 1, typically 3): caps the loss of A < 0 tokens at -c A. None = off."""
-    agg: str = "token-mean"
-    """Aggregation: token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm."""
+    """Dual clip constant c > 1 (typically 3): caps the loss of A < 0 tokens at -c A. None = off."""
+    agg: str | None = None
+    """Aggregation (token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm); None = the surrogate's own."""
     weight_transform: str | None = None
-    """DFPO transform of GSPO's detached sequence weights: None | 'min' | 'orth' (loss_type='gspo' only)."""
+    """DFPO transform of GSPO's detached sequence weights: 'min' | 'orth' (loss_type gspo); None = off."""
     kl_coef: float = 0.0
     """Coefficient of the KL penalty to the reference policy (0 = off, no reference needed)."""
     kl_estimator: str = "k3"
@@ -75,18 +93,32 @@ class LossConfig:
     entropy_coef: float = 0.0
     """Entropy bonus coefficient (0 = off; entropy is still logged when given)."""
     neg_filter_frac: float | None = None
-    """Negative token filtering: in A < 0 rollouts keep only this lowest-probability fraction (0.1)."""
+    """Negative token filtering: in A < 0 rollouts keep only this lowest-probability fraction (paper: 0.1). None = off."""
+
+    @property
+    def surrogate(self) -> str:
+        """'ppo' | 'cispo' | 'gspo' | 'dfpo' (GSPO with a weight transform)."""
+        return "dfpo" if self.weight_transform is not None else self.loss_type
 
     def __post_init__(self):
+        # Checks at the door: every field once, here; the formula functions trust them.
         if self.loss_type not in LOSS_TYPES:
             raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {self.loss_type!r}")
-        if self.agg not in AGGREGATIONS:
-            raise ValueError(f"agg must be one of {AGGREGATIONS}, got {self.agg!r}")
         if self.weight_transform not in WEIGHT_TRANSFORMS:
             raise ValueError(f"weight_transform must be one of {WEIGHT_TRANSFORMS}, got {self.weight_transform!r}")
         if self.weight_transform is not None and self.loss_type != "gspo":
             raise ValueError(f"weight_transform={self.weight_transform!r} acts on GSPO's sequence weights; "
                              f"it needs loss_type='gspo', got {self.loss_type!r}")
+        if self.agg is None:
+            self.agg = OWN_AGGREGATION[self.surrogate]
+        if self.agg not in AGGREGATIONS:
+            raise ValueError(f"agg must be one of {AGGREGATIONS}, got {self.agg!r}")
+        if self.surrogate == "gspo" and self.agg != "seq-mean-token-mean":
+            raise ValueError(f"GSPO's objective is a mean over sequences: it needs agg='seq-mean-token-mean' "
+                             f"(or agg=None), got agg={self.agg!r}")
+        if self.surrogate == "dfpo" and self.agg == "seq-mean-token-mean":
+            raise ValueError("weight_transform needs a token-sum aggregation (token-mean, seq-mean-token-sum or "
+                             "seq-mean-token-sum-norm): seq-mean-token-mean's 1/|o_i| re-breaks exchangeability")
         if self.kl_estimator not in KL_ESTIMATORS:
             raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
         if not 0 <= self.eps_low < 1:
@@ -138,10 +170,10 @@ def step_normaliser(mask: Tensor, max_len: int | None = None) -> StepNorm:
 def aggregate(per_token: Tensor, mask: Tensor, agg: str, norm: StepNorm) -> Tensor:
     """Reduce a [B, T] per-token loss to this micro-batch's share of the step's scalar.
 
-        token-mean               sum_{i,t} l / n_tokens(step)          (DAPO, TRL default)
-        seq-mean-token-mean      sum_i (sum_t l / |o_i|) / n_seqs(step)  (original GRPO)
+        token-mean               sum_{i,t} l / n_tokens(step)             (DAPO, TRL "dapo")
+        seq-mean-token-mean      sum_i (sum_t l / |o_i|) / n_seqs(step)   (original GRPO, GSPO)
         seq-mean-token-sum       sum_{i,t} l / n_seqs(step)
-        seq-mean-token-sum-norm  sum_{i,t} l / (n_seqs(step) * max_len)  (Dr. GRPO)
+        seq-mean-token-sum-norm  sum_{i,t} l / (n_seqs(step) * max_len)   (Dr. GRPO)
 
     Only seq-mean-token-mean gives a token a weight that depends on its own sequence's
     length, 1/|o_i|: a shared template token then weighs more in short rollouts than in
@@ -149,6 +181,11 @@ def aggregate(per_token: Tensor, mask: Tensor, agg: str, norm: StepNorm) -> Tens
     bias: short correct answers are pushed up harder, long wrong ones pushed down less).
     Every mode is a sum over rollouts divided by step constants, so micro-batch losses
     add up to the step's loss exactly.
+
+    Names are verl's, but one normaliser differs: verl's seq-mean-token-sum-norm divides
+    the token sum by the length constant L_max ONLY (its loss grows with the number of
+    sequences); ours divides by n_seqs * L_max, Dr. GRPO's formula, which keeps the scale
+    of the loss independent of the batch size. The gradients differ by the factor B.
     """
     masked = per_token * mask
     if agg == "token-mean":
@@ -158,17 +195,16 @@ def aggregate(per_token: Tensor, mask: Tensor, agg: str, norm: StepNorm) -> Tens
         return (masked.sum(dim=1) / lengths).sum() / norm.n_seqs
     if agg == "seq-mean-token-sum":
         return masked.sum() / norm.n_seqs
-    if agg == "seq-mean-token-sum-norm":
-        return masked.sum() / (norm.n_seqs * norm.max_len)
-    raise ValueError(f"unknown aggregation {agg!r}; choose from {AGGREGATIONS}")
+    return masked.sum() / (norm.n_seqs * norm.max_len)   # seq-mean-token-sum-norm
 
 
 # ---------------------------------------------------------------------------------------
-# Per-token surrogates
+# The surrogates. Each returns (per-token loss [B, T], clipped_low, clipped_high,
+# clipped_dual): three [B, T] bool masks of the tokens whose gradient a clip removed.
 # ---------------------------------------------------------------------------------------
 
 def ppo_clip(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float,
-             dual_clip: float | None = None) -> tuple[Tensor, Tensor, Tensor]:
+             dual_clip: float | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """PPO's clipped surrogate per token, with separate low/high ranges and dual clip.
 
         l = max(-A rho, -A clip(rho, 1 - eps_low, 1 + eps_high))
@@ -179,32 +215,36 @@ def ppo_clip(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float,
     (eps_high > eps_low, DAPO) lets rare good tokens grow further before clipping: it is
     ASYMMETRIC, so rollouts with A > 0 and A < 0 stop at different ratios and a shared
     token's updates no longer cancel. Dual clip bounds the loss of a negative-advantage
-    token whose ratio exploded (rho > c), which otherwise dominates the batch.
-    ratio, adv: [B, T] (adv broadcast from [B, 1] is fine). Returns (loss [B, T],
-    clipped_low [B, T] bool, clipped_high [B, T] bool): the tokens whose gradient the
-    clip removed, for the clip-fraction metrics.
+    token whose ratio exploded (rho > c), which otherwise dominates the batch; such a
+    token's loss is the constant -c A, so it gets NO gradient: it is counted in
+    clipped_dual. ratio, adv: [B, T] (adv broadcast from [B, 1] is fine).
     """
     unclipped = -adv * ratio
     clipped = -adv * ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
     loss = torch.maximum(unclipped, clipped)
-    if dual_clip is not None:
-        loss = torch.where(adv < 0, torch.minimum(loss, -adv * dual_clip), loss)
     clipped_low = (adv < 0) & (ratio < 1.0 - eps_low)
     clipped_high = (adv > 0) & (ratio > 1.0 + eps_high)
-    return loss, clipped_low, clipped_high
+    clipped_dual = torch.zeros_like(clipped_low)
+    if dual_clip is not None:
+        clipped_dual = (adv < 0) & (ratio > dual_clip)
+        loss = torch.where(clipped_dual, -adv * dual_clip, loss)
+    return loss, clipped_low, clipped_high, clipped_dual
 
 
-def cispo(logp: Tensor, ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float) -> Tensor:
+def cispo(logp: Tensor, ratio: Tensor, adv: Tensor, eps_low: float,
+          eps_high: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """CISPO (MiniMax-M1, 2025): clip the importance weight, not the gradient.
 
         l = -sg(clip(rho, 1 - eps_low, 1 + eps_high)) * A * log pi
 
     The clipped ratio is detached, so it only scales a REINFORCE term: every token keeps a
     gradient (PPO's clip drops tokens outright, often the rare "reflection" tokens).
-    On-policy (rho = 1) the gradient equals PPO's. Returns [B, T].
+    On-policy (rho = 1) the gradient equals PPO's. The "clipped" masks here mark tokens
+    whose WEIGHT was capped (any sign of A); none loses its gradient, so dual is empty.
     """
     weight = ratio.detach().clamp(1.0 - eps_low, 1.0 + eps_high)
-    return -weight * adv * logp
+    nothing = torch.zeros_like(ratio, dtype=torch.bool)
+    return -weight * adv * logp, ratio < 1.0 - eps_low, ratio > 1.0 + eps_high, nothing
 
 
 def gspo_sequence_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor, length: Tensor | None = None) -> Tensor:
@@ -218,31 +258,91 @@ def gspo_sequence_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor, length: Te
     return torch.exp(((logp - old_logp) * mask).sum(dim=1) / L)
 
 
-def dfpo_transform(w: Tensor, adv: Tensor, group_index: Tensor, mode: str) -> Tensor:
+def gspo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, eps_low: float,
+         eps_high: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """GSPO (Zheng et al. 2025, Qwen) written per token, so that `aggregate` can reduce it.
+
+        GSPO:   J = mean_i min(s_i A_i, clip(s_i, 1 - eps_low, 1 + eps_high) A_i)
+        here:   l_{i,t} = ppo_clip(s_i * exp(log pi_t - sg(log pi_t)), A_i)
+
+    Every token of rollout i carries the VALUE s_i and the gradient s_i grad log pi_t,
+    clipped per sequence (all its tokens share one ratio). Averaged over the tokens of
+    the sequence (1/|o_i|) and then over sequences, that is exactly GSPO's J and its
+    gradient s_i A_i (1/|o_i|) sum_t grad log pi_t; LossConfig therefore allows only
+    seq-mean-token-mean here (tests/test_loss.py checks loss and gradient against an
+    independent sequence-level implementation to 1e-6). adv: [B].
+    """
+    s = gspo_sequence_ratio(logp.detach(), old_logp, mask)                   # [B] value only
+    token_ratio = s.unsqueeze(1) * torch.exp(logp - logp.detach())            # value s_i, grad s_i
+    return ppo_clip(token_ratio, adv.unsqueeze(1), eps_low, eps_high)
+
+
+def dfpo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, group_index: Tensor, mode: str,
+         eps_low: float, eps_high: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """DFPO (arXiv 2604.13088): GSPO's weights, made exchangeable inside each group.
+
+        w_i  = s_i with a group-constant length L_g = max_{j in g} |o_j|     [recon]
+        kept = not clipped by GSPO's rule (A > 0: w <= 1 + eps_high; A < 0: w >= 1 - eps_low)
+        w~   = dfpo_transform(w, A) over the KEPT rollouts of each group;  w~ = 0 if dropped
+        l_{i,t} = -w~_i A_i exp(log pi_t - sg(log pi_t))     (value -w~A, grad -w~A grad log pi)
+
+    [recon] The paper's exact rule is not public. Ours: w_i is the detached GSPO sequence
+    ratio with a normaliser that is the same for every rollout of the group (GSPO's own
+    1/|o_i| would break exchangeability again); GSPO's clip decides which rollouts are
+    dropped, and a dropped rollout stays dropped, at exactly zero gradient: the transform
+    only sees the kept ones. (Transforming first and then clipping would let `orth` give
+    a dropped rollout a non-zero weight, pushing it further out of the trust region, and
+    `min` would take the dropped rollout's 0 as the group's minimum and zero the whole
+    group.) After `orth`, sum_{kept} w~_i A_i = 0 exactly; after `min`, every kept rollout
+    has the same weight, so a shared token gets w_min * sum_{kept} A_i, which is 0 unless
+    the clip dropped some rollouts of the group.
+    Use a token-sum aggregation (LossConfig enforces it). adv: [B]; group_index: [B].
+    """
+    lengths = mask.sum(dim=1)
+    groups, inverse = torch.unique(group_index, return_inverse=True)
+    group_len = torch.zeros(len(groups), dtype=lengths.dtype).scatter_reduce(0, inverse, lengths, "amax",
+                                                                           include_self=False)
+    s = gspo_sequence_ratio(logp.detach(), old_logp, mask, length=group_len[inverse].clamp(min=1))
+    dropped = ((adv > 0) & (s > 1 + eps_high)) | ((adv < 0) & (s < 1 - eps_low))
+    w = dfpo_transform(s, adv, group_index, mode, kept=~dropped)
+    per_token = -(w * adv).unsqueeze(1) * torch.exp(logp - logp.detach())
+    row = lambda flags: flags.unsqueeze(1).expand_as(mask)
+    return per_token, row((adv < 0) & dropped), row((adv > 0) & dropped), row(torch.zeros_like(dropped))
+
+
+def dfpo_transform(w: Tensor, adv: Tensor, group_index: Tensor, mode: str, kept: Tensor | None = None) -> Tensor:
     """The DFPO weight transforms (arXiv 2604.13088) that restore exchangeability.
 
-    w: [B] detached per-rollout weights; adv: [B]; group_index: [B]. Per group g:
-        min:   w~_i = min_{j in g} w_j                  every rollout the same weight
-        orth:  w~ = w - (A.w / A.A) A                   remove w's component along A
-    After either, sum_{i in g} w~_i A_i = 0 whenever sum_i A_i = 0 (min) or always
-    (orth), so a token shared by the group gets no net update. min is conservative (the
-    whole group moves at its most pessimistic weight); orth keeps w's spread where it is
-    orthogonal to the advantages. Groups with A.A = 0 (all-equal rewards) are left as is.
+    w: [B] detached per-rollout weights; adv: [B]; group_index: [B]; kept: [B] bool
+    (default all). Per group g, over its kept rollouts K:
+        min:   w~_i = min_{j in K} w_j                  every kept rollout the same weight
+        orth:  w~_K = w_K - (A_K.w_K / A_K.A_K) A_K     remove w's component along A
+    and w~_i = 0 for the rollouts not kept. After orth, sum_{i in K} w~_i A_i = 0 always;
+    after min, whenever sum_{i in K} A_i = 0. min is conservative (the whole group moves
+    at its most pessimistic weight); orth keeps w's spread where it is orthogonal to the
+    advantages. A group with A_K.A_K = 0 keeps its weights under orth; a group with no
+    kept rollout gets zeros.
+
+    What orth does to advantages that do NOT sum to zero (FADE with delta < 1, asym,
+    psr, nsr, w_reinforce): on-policy (w = 1) the effective coefficients become
+    w~_i A_i = A_i - (sum A / A.A) A_i^2, which sum to zero: orth RE-CENTRES them and
+    undoes the imbalance the advantage chose on purpose (FADE's delta; psr's all-positive
+    push becomes exactly 0). policy_loss therefore refuses orth with such advantages.
     Only the rollouts present in this call are a "group": pass whole groups (the
     query-preserved batching of batching.py does).
     """
-    out = w.clone()
+    kept = torch.ones_like(w, dtype=torch.bool) if kept is None else kept
+    out = torch.zeros_like(w)
     for g in torch.unique(group_index):
-        idx = (group_index == g).nonzero().squeeze(1)
+        idx = ((group_index == g) & kept).nonzero().squeeze(1)
+        if len(idx) == 0:
+            continue
         wg, ag = w[idx], adv[idx]
         if mode == "min":
             out[idx] = wg.min()
-        elif mode == "orth":
+        else:  # orth
             aa = (ag * ag).sum()
-            if aa > 0:
-                out[idx] = wg - (ag * wg).sum() / aa * ag
-        else:
-            raise ValueError(f"unknown weight transform {mode!r}; choose 'min' or 'orth'")
+            out[idx] = wg - (ag * wg).sum() / aa * ag if aa > 0 else wg
     return out
 
 
@@ -284,9 +384,7 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, estimator: str) -> Tensor:
         return -log_r
     if estimator == "k2":
         return 0.5 * log_r ** 2
-    if estimator == "k3":
-        return torch.exp(log_r) - 1.0 - log_r
-    raise ValueError(f"unknown KL estimator {estimator!r}; choose from {KL_ESTIMATORS}")
+    return torch.exp(log_r) - 1.0 - log_r   # k3
 
 
 def entropy_from_logits(logits: Tensor) -> Tensor:
@@ -296,8 +394,8 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
     log 0. This is the policy's entropy at a position, NOT the surprisal -log p of the
     sampled token (which only estimates it, noisily). Apply any temperature before.
     """
-    p = torch.softmax(logits.float(), dim=-1)
-    return torch.logsumexp(logits.float(), dim=-1) - (p * logits.float()).sum(dim=-1)
+    z = logits.float()
+    return torch.logsumexp(z, dim=-1) - (torch.softmax(z, dim=-1) * z).sum(dim=-1)
 
 
 def negative_token_filter(old_logp: Tensor, mask: Tensor, adv: Tensor, frac: float) -> Tensor:
@@ -317,105 +415,67 @@ def negative_token_filter(old_logp: Tensor, mask: Tensor, adv: Tensor, frac: flo
         n = int(mask[i].sum())
         if n == 0:
             continue
-        k = max(1, int(torch.ceil(torch.tensor(frac * n)).item()))
+        k = max(1, math.ceil(frac * n))
         scores = torch.where(mask[i] > 0, old_logp[i], torch.full_like(old_logp[i], big))
-        lowest = torch.topk(scores, k, largest=False).indices
         keep[i] = 0.0
-        keep[i, lowest] = 1.0
+        keep[i, torch.topk(scores, k, largest=False).indices] = 1.0
     return keep
 
 
 # ---------------------------------------------------------------------------------------
-# The loss
+# The loss: pick a surrogate, aggregate, add KL and entropy
 # ---------------------------------------------------------------------------------------
+
+def per_token_surrogate(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, cfg: LossConfig,
+                        group_index: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The configured surrogate (and negative-token filter) per token, before aggregation.
+
+    Returns (l [B, T], clipped_low, clipped_high, clipped_dual); see the surrogates above.
+    """
+    adv_tok = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
+    ratio = torch.exp(logp - old_logp)
+    if cfg.surrogate == "ppo":
+        out = ppo_clip(ratio, adv_tok, cfg.eps_low, cfg.eps_high, cfg.dual_clip)
+    elif cfg.surrogate == "cispo":
+        out = cispo(logp, ratio, adv_tok, cfg.eps_low, cfg.eps_high)
+    elif cfg.surrogate == "gspo":
+        out = gspo(logp, old_logp, advantages, mask, cfg.eps_low, cfg.eps_high)
+    else:
+        out = dfpo(logp, old_logp, advantages, mask, group_index, cfg.weight_transform, cfg.eps_low, cfg.eps_high)
+    per_token, *clipped = out
+    if cfg.neg_filter_frac is not None:
+        per_token = per_token * negative_token_filter(old_logp, mask, advantages, cfg.neg_filter_frac)
+    return (per_token, *clipped)
+
 
 def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, cfg: LossConfig,
                 norm: StepNorm, group_index: Tensor | None = None, ref_logp: Tensor | None = None,
-                entropy: Tensor | None = None, with_residual: bool = True) -> tuple[Tensor, dict]:
+                entropy: Tensor | None = None) -> tuple[Tensor, dict]:
     """This micro-batch's share of the step's loss, and the statistics a trainer logs.
 
+        loss = aggregate(surrogate) + kl_coef * aggregate(KL) - entropy_coef * aggregate(H)
+
     logp: [B, T] log pi(o_t) under the current policy (differentiable); old_logp: [B, T]
-    under the sampling policy (detached); advantages: [B] per rollout (or [B, T] per
-    token; GSPO and the DFPO transforms need [B]); mask: [B, T] response-token mask;
-    norm: from `step_normaliser` on the WHOLE step; group_index: [B] group ids (needed by
-    the DFPO transforms and the cancellation residual); ref_logp: [B, T] reference
-    log-probs (needed iff kl_coef > 0); entropy: [B, T] full-vocabulary entropy
-    (differentiable if entropy_coef > 0).
+    under the sampling policy; advantages: [B] per rollout (or [B, T] per token for ppo and
+    cispo); mask: [B, T] response-token mask; norm: from `step_normaliser` on the WHOLE
+    step; group_index: [B] group ids (DFPO needs it); ref_logp: [B, T] (needed iff
+    kl_coef > 0); entropy: [B, T] full-vocabulary entropy (differentiable if
+    entropy_coef > 0).
 
-    loss = aggregate(surrogate) + kl_coef * aggregate(KL) - entropy_coef * aggregate(H)
-
-    Stats (python floats, token-means over THIS call unless noted; train.py weights them
-    by "n_tokens" to combine micro-batches):
-      clip_frac_low / clip_frac_high   tokens whose gradient PPO's clip removed, per side
-                                       (0 by construction with one step per batch: rho = 1)
-      approx_kl                        k3 estimate of KL(pi_old || pi) (Schulman's)
-      entropy, kl_ref                  when given
-      cancellation_residual            nanmean over groups of R_g (see below; only with
-                                       group_index and with_residual=True)
+    Stats (python floats, token-means over THIS call; train.py weights them by
+    "n_tokens" to combine micro-batches):
+      clip_frac_low / _high / _dual   tokens whose gradient a clip removed (0 by
+                                      construction with one step per batch: rho = 1)
+      approx_kl                       k3 estimate of KL(pi_old || pi) (Schulman's)
+      entropy, kl_ref                 when given
+    The cancellation residual is a separate diagnostic, `cancellation_residual_of_loss`,
+    so that the training path pays nothing for it.
     """
-    if logp.shape != old_logp.shape or logp.shape != mask.shape or logp.dim() != 2:
-        raise ValueError(f"policy_loss: logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and "
-                         f"mask {tuple(mask.shape)} must all be the same [B, T]")
-    B = logp.shape[0]
-    if advantages.shape not in ((B,), (B, logp.shape[1])):
-        raise ValueError(f"policy_loss: advantages must be [B]={B} or [B, T], got {tuple(advantages.shape)}")
-    if not torch.isfinite(advantages).all():
-        raise ValueError("policy_loss: advantages contain NaN or inf")
-    per_rollout = advantages.dim() == 1
-    if cfg.loss_type == "gspo" and not per_rollout:
-        raise ValueError("policy_loss: GSPO needs one advantage per rollout, shape [B]")
-    if cfg.kl_coef > 0 and ref_logp is None:
-        raise ValueError("policy_loss: kl_coef > 0 needs ref_logp")
-    if cfg.weight_transform is not None and group_index is None:
-        raise ValueError("policy_loss: the DFPO weight transform needs group_index")
-
+    _check_inputs(logp, old_logp, advantages, mask, cfg, group_index, ref_logp)
     mask = mask.to(logp.dtype)
-    adv_tok = advantages.unsqueeze(1).expand_as(logp) if per_rollout else advantages
     old_logp = old_logp.detach()
-    log_ratio = logp - old_logp
-    ratio = torch.exp(log_ratio)
-    clipped_low = clipped_high = torch.zeros_like(mask, dtype=torch.bool)
-
-    if cfg.loss_type == "ppo":
-        per_token, clipped_low, clipped_high = ppo_clip(ratio, adv_tok, cfg.eps_low, cfg.eps_high, cfg.dual_clip)
-    elif cfg.loss_type == "cispo":
-        per_token = cispo(logp, ratio, adv_tok, cfg.eps_low, cfg.eps_high)
-        clipped_low = (ratio < 1.0 - cfg.eps_low) & mask.bool()
-        clipped_high = (ratio > 1.0 + cfg.eps_high) & mask.bool()
-    elif cfg.weight_transform is None:
-        # GSPO, token form: the value of every token's ratio is s_i, its gradient
-        # s_i * grad log pi_t; clipped per sequence. With agg="seq-mean-token-mean" this
-        # is exactly GSPO's sequence objective.
-        s = gspo_sequence_ratio(logp.detach(), old_logp, mask)
-        token_ratio = s.unsqueeze(1) * torch.exp(logp - logp.detach())
-        per_token, clipped_low, clipped_high = ppo_clip(token_ratio, adv_tok, cfg.eps_low, cfg.eps_high)
-    else:
-        # DFPO. [recon] The paper's w_i is taken as the detached GSPO sequence ratio with
-        # a normaliser that is the same for every rollout of a group (the group's longest
-        # response), zeroed where GSPO's clip would drop the sequence. The transform then
-        # equalises the weights (min) or removes their component along A (orth), and the
-        # surrogate is a REINFORCE term with that detached weight:
-        #     l_{i,t} = -w~_i A_i exp(log pi_t - sg(log pi_t))    (value -w~A, grad -w~A grad log pi)
-        # Use a token-sum aggregation with it: seq-mean-token-mean would multiply in
-        # 1/|o_i| again and re-break exchangeability.
-        lengths = mask.sum(dim=1)
-        group_len = torch.zeros_like(lengths)
-        for g in torch.unique(group_index):
-            sel = group_index == g
-            group_len[sel] = lengths[sel].max()
-        s = gspo_sequence_ratio(logp.detach(), old_logp, mask, length=group_len.clamp(min=1))
-        dropped = ((advantages > 0) & (s > 1 + cfg.eps_high)) | ((advantages < 0) & (s < 1 - cfg.eps_low))
-        w = torch.where(dropped, torch.zeros_like(s), s)
-        w = dfpo_transform(w, advantages, group_index, cfg.weight_transform)
-        per_token = -(w * advantages).unsqueeze(1) * torch.exp(logp - logp.detach())
-        clipped_low = ((advantages < 0) & dropped).unsqueeze(1) & mask.bool()
-        clipped_high = ((advantages > 0) & dropped).unsqueeze(1) & mask.bool()
-
-    if cfg.neg_filter_frac is not None:
-        if not per_rollout:
-            raise ValueError("policy_loss: negative token filtering needs advantages of shape [B]")
-        per_token = per_token * negative_token_filter(old_logp, mask, advantages, cfg.neg_filter_frac)
-
+    per_token, clipped_low, clipped_high, clipped_dual = per_token_surrogate(
+        logp, old_logp, advantages, mask, cfg, group_index)
     loss = aggregate(per_token, mask, cfg.agg, norm)
     stats = {}
     if cfg.kl_coef > 0:
@@ -428,35 +488,76 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
         stats["entropy"] = _masked_mean(entropy.detach(), mask)
 
     with torch.no_grad():
-        n_tok = float(mask.sum())
-        stats["n_tokens"] = n_tok
-        stats["clip_frac_low"] = float((clipped_low.float() * mask).sum()) / max(n_tok, 1.0)
-        stats["clip_frac_high"] = float((clipped_high.float() * mask).sum()) / max(n_tok, 1.0)
-        stats["approx_kl"] = _masked_mean(ratio - 1.0 - log_ratio, mask)
-    if with_residual and group_index is not None and per_rollout:
-        stats["cancellation_residual"] = _residual_of_loss(logp, old_logp, advantages, mask, cfg, norm, group_index)
+        log_ratio = logp.detach() - old_logp
+        stats["n_tokens"] = float(mask.sum())
+        stats["clip_frac_low"] = _masked_mean(clipped_low, mask)
+        stats["clip_frac_high"] = _masked_mean(clipped_high, mask)
+        stats["clip_frac_dual"] = _masked_mean(clipped_dual, mask)
+        stats["approx_kl"] = _masked_mean(torch.exp(log_ratio) - 1.0 - log_ratio, mask)
     return loss, stats
 
 
-def _masked_mean(x: Tensor, mask: Tensor) -> float:
-    return float((x * mask).sum() / mask.sum().clamp(min=1))
+# ---------------------------------------------------------------------------------------
+# Diagnostic: the cancellation residual of the loss actually used
+# ---------------------------------------------------------------------------------------
 
-
-def _residual_of_loss(logp, old_logp, advantages, mask, cfg, norm, group_index) -> float:
-    """Cancellation residual of the loss actually used, read off its gradient.
+def cancellation_residual_of_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
+                                  cfg: LossConfig, norm: StepNorm, group_index: Tensor) -> float:
+    """How far a configuration is from exact cancellation, read off its own gradient.
 
     The coefficient of grad log pi at token t of rollout i is c_{i,t} = -dLoss/dlogp_{i,t}.
     A token shared by the whole group at the same context gets sum_i c_{i,t} times its
     gradient, so we take m_i = mean_t c_{i,t} (the coefficient a typical shared token gets
-    in rollout i) and report the nanmean over groups of |sum_i m_i| / sum_i |m_i|.
-    One extra backward through the cheap loss head only (the model is not involved).
+    in rollout i) and return the nanmean over groups of R_g = |sum_i m_i| / sum_i |m_i|
+    (`cancellation_residual`); NaN if no group has anything to cancel.
+    Cost: one backward through the surrogate and the aggregation only (never through the
+    model), so call it when a diagnostic wants the number, not on every micro-batch.
+    KL and entropy terms are left out: they are not functions of the advantages.
+    logp, old_logp, mask: [B, T] (detached is fine); advantages, group_index: [B].
     """
     leaf = logp.detach().clone().requires_grad_(True)
-    plain = LossConfig(**{**cfg.__dict__, "kl_coef": 0.0, "entropy_coef": 0.0})
+    mask = mask.to(leaf.dtype)
     with torch.enable_grad():
-        loss, _ = policy_loss(leaf, old_logp, advantages, mask, plain, norm, group_index=group_index,
-                              with_residual=False)
-        (coef,) = torch.autograd.grad(loss, leaf)
+        per_token = per_token_surrogate(leaf, old_logp.detach(), advantages, mask, cfg, group_index)[0]
+        (coef,) = torch.autograd.grad(aggregate(per_token, mask, cfg.agg, norm), leaf)
     m = -(coef * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
     r = cancellation_residual(m.double(), group_index)
     return float(torch.nanmean(r)) if bool(torch.isfinite(r).any()) else float("nan")
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------
+
+def _masked_mean(x: Tensor, mask: Tensor) -> float:
+    return float((x.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1))
+
+
+def _check_inputs(logp, old_logp, advantages, mask, cfg, group_index, ref_logp) -> None:
+    """policy_loss's checks at the door: shapes, finiteness, what the config needs."""
+    if logp.shape != old_logp.shape or logp.shape != mask.shape or logp.dim() != 2:
+        raise ValueError(f"policy_loss: logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and "
+                         f"mask {tuple(mask.shape)} must all be the same [B, T]")
+    B = logp.shape[0]
+    if advantages.shape not in ((B,), (B, logp.shape[1])):
+        raise ValueError(f"policy_loss: advantages must be [B]={B} or [B, T], got {tuple(advantages.shape)}")
+    if not torch.isfinite(advantages).all():
+        raise ValueError("policy_loss: advantages contain NaN or inf")
+    if advantages.dim() == 2 and (cfg.surrogate in ("gspo", "dfpo") or cfg.neg_filter_frac is not None):
+        raise ValueError(f"policy_loss: {cfg.surrogate} / negative token filtering need one advantage per "
+                         f"rollout, shape [B]={B}, got {tuple(advantages.shape)}")
+    if cfg.kl_coef > 0 and ref_logp is None:
+        raise ValueError("policy_loss: kl_coef > 0 needs ref_logp")
+    if cfg.surrogate == "dfpo":
+        if group_index is None or group_index.shape != (B,):
+            raise ValueError(f"policy_loss: the DFPO weight transform needs group_index of shape [B]={B}")
+        if cfg.weight_transform == "orth":
+            # orth would re-centre advantages that do not sum to zero (see dfpo_transform)
+            groups, inverse = torch.unique(group_index, return_inverse=True)
+            total = torch.zeros(len(groups), dtype=advantages.dtype).index_add_(0, inverse, advantages)
+            scale = torch.zeros(len(groups), dtype=advantages.dtype).index_add_(0, inverse, advantages.abs())
+            worst = int((total.abs() - 1e-6 * scale).argmax())
+            if total[worst].abs() > 1e-6 * scale[worst] + 1e-12:
+                raise ValueError(f"policy_loss: weight_transform='orth' needs advantages that sum to zero in every "
+                                 f"group (orth would re-centre them); group {int(groups[worst])} sums to "
+                                 f"{float(total[worst]):.4g}. Use a zero-sum advantage or 'min'.")

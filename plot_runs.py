@@ -61,7 +61,8 @@ PANELS = [
                                 ("sched/H_target", "H_target")]),
     # Per-rollout success and failure mass (FADE paper, spec section 2). mean A is exactly
     # m_S - m_F: zero for every zero-sum advantage (GRPO, RLOO, ...); positive means the
-    # tokens shared by a whole group are pushed up, which lowers entropy.
+    # tokens shared by a whole group are pushed up on net. (Not an entropy gauge: under SGD
+    # the imbalance has no first-order effect on entropy in expectation, spec section 2.)
     ("gradient mass per rollout", [("m_S", "m_S"), ("m_F", "m_F"), ("adv_mean", "mean A = m_S - m_F")]),
     # The rest of FADE's scheduler state: difficulty exponent alpha, failure scale delta,
     # EMA solve rate p_hat. A constant schedule logs them too (flat alpha and delta).

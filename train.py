@@ -130,8 +130,8 @@ class Config:
     """Upper clip range (DAPO clip-higher: 0.28)."""
     dual_clip: float = 0.0
     """Dual-clip constant c for A < 0 (0 = off; typical 3)."""
-    agg: str = "token-mean"
-    """token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm."""
+    agg: str = "auto"
+    """auto (the surrogate's own: token-mean; GSPO seq-mean-token-mean; DFPO seq-mean-token-sum-norm) | token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm."""
     weight_transform: str = "none"
     """DFPO transform of GSPO weights: 'none', 'min' or 'orth' (needs whole groups per step)."""
     kl_coef: float = 0.0
@@ -165,7 +165,7 @@ class Config:
     eval_samples: int = 4
     """Samples per held-out prompt; pass@k is reported for k = 1, 2, 4, ... up to this."""
     flip_every: int = 10
-    """Token-flip diagnostic every this many steps (one extra forward; 0 = off)."""
+    """Token flips and cancellation residual every this many steps (one extra forward; 0 = off)."""
     save_every: int = 25
     """Checkpoint every this many steps (atomically; 0 = only at the end)."""
 
@@ -225,6 +225,11 @@ def validate(cfg: Config) -> None:
     need(cfg.weight_transform == "none" or cfg.minibatches == 1 or cfg.minibatch_mode in ("query", "query_balanced"),
          f"--weight_transform {cfg.weight_transform} needs whole groups per optimizer step: "
          f"use --minibatch_mode query or query_balanced, got {cfg.minibatch_mode!r}")
+    zero_sum = cfg.advantage in adv_lib.ZERO_SUM and not (cfg.advantage == "fade" and
+                                                           (cfg.schedule != "constant" or cfg.delta != 1))
+    need(cfg.weight_transform != "orth" or zero_sum,
+         f"--weight_transform orth re-centres advantages that do not sum to zero per group (it would undo "
+         f"--advantage {cfg.advantage}'s imbalance); use a zero-sum advantage or --weight_transform min")
     need(cfg.eval_samples >= 1, f"--eval_samples must be >= 1, got {cfg.eval_samples}")
     for name in ("eval_every", "flip_every", "save_every", "n_train", "threads"):
         need(getattr(cfg, name) >= 0, f"--{name} must be >= 0, got {getattr(cfg, name)}")
@@ -241,7 +246,7 @@ def validate(cfg: Config) -> None:
 def loss_config(cfg: Config) -> LossConfig:
     """The loss.py view of the config (LossConfig raises on invalid combinations)."""
     return LossConfig(loss_type=cfg.loss_type, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
-                      dual_clip=cfg.dual_clip or None, agg=cfg.agg,
+                      dual_clip=cfg.dual_clip or None, agg=None if cfg.agg == "auto" else cfg.agg,
                       weight_transform=None if cfg.weight_transform == "none" else cfg.weight_transform,
                       kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator, entropy_coef=cfg.entropy_coef,
                       neg_filter_frac=cfg.neg_filter_frac or None)
@@ -349,7 +354,7 @@ def no_grad_pass(model, ro, cfg: Config, with_entropy: bool):
 
 
 def optimizer_steps(model, optimizer, ro, old_logp, ref_logp, advantages, cfg: Config,
-                    mb_generator: torch.Generator) -> tuple[dict, list[dict]]:
+                    mb_generator: torch.Generator, with_residual: bool = False) -> tuple[dict, list[dict]]:
     """epochs x minibatches Adam steps on one rollout batch. Returns (stats, mb composition).
 
     The normaliser of each optimizer step is computed from that step's whole mask BEFORE
@@ -378,6 +383,10 @@ def optimizer_steps(model, optimizer, ro, old_logp, ref_logp, advantages, cfg: C
                     norm, group_index=group_index[idx].to(device),
                     ref_logp=None if ref_logp is None else ref_logp[idx].to(device), entropy=ent)
                 loss.backward()
+                if with_residual:   # diagnostic steps only: one extra backward through the loss head
+                    stats["cancellation_residual"] = loss_lib.cancellation_residual_of_loss(
+                        logp, old_logp[idx].to(device), adv_flat[idx].to(device), mask[idx].to(device), lcfg,
+                        norm, group_index[idx].to(device))
                 w = stats.pop("n_tokens")
                 for key, value in stats.items():
                     if not (isinstance(value, float) and math.isnan(value)):
@@ -499,8 +508,9 @@ def train_step(step: int, state: dict, cfg: Config) -> dict:
     advantages = adv_lib.compute_advantages(cfg.advantage, rewards, **advantage_hyper(cfg, sched["alpha"], sched["delta"]))
     m_S, m_F = adv_lib.gradient_mass(advantages)
 
+    diagnose = bool(cfg.flip_every) and step % cfg.flip_every == 0
     train_stats, comps = optimizer_steps(model, state["optimizer"], ro, old_logp, ref_logp, advantages, cfg,
-                                         state["mb_generator"])
+                                         state["mb_generator"], with_residual=diagnose)
     t3 = time.perf_counter()
 
     lengths = mask.sum(1)
@@ -520,7 +530,7 @@ def train_step(step: int, state: dict, cfg: Config) -> dict:
         **train_stats,
         "lr": state["optimizer"].param_groups[0]["lr"],
     })
-    if cfg.flip_every and step % cfg.flip_every == 0:
+    if diagnose:
         new_logp, _ = no_grad_pass(model, ro, cfg, with_entropy=False)
         metrics.update(token_flips(new_logp, old_logp, mask, advantages.reshape(-1)))
     if state.get("llm") is not None:

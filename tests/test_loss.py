@@ -60,6 +60,8 @@ def template_token_grad(cfg, lengths, adv, old_shift=None, seed=0):
     loss, stats = policy_loss(logp, old, adv, mask, cfg, step_normaliser(mask), group_index=gi)
     loss.backward()
     grad = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    stats["cancellation_residual"] = L.cancellation_residual_of_loss(logp, old, adv, mask, cfg,
+                                                                     step_normaliser(mask), gi)
     return grad, stats
 
 
@@ -94,7 +96,8 @@ SHIFT = torch.tensor([0.3, -0.2, 0.1, 0.25, -0.15], dtype=torch.float64) / 5  # 
 
 
 def test_shared_token_does_not_cancel_under_raw_gspo_weights():
-    grad, stats = template_token_grad(LossConfig(loss_type="gspo", agg="token-mean", eps_low=0.9, eps_high=9.0),
+    # equal lengths, so GSPO's own 1/|o_i| is the same for all: the breaker is s_i alone
+    grad, stats = template_token_grad(LossConfig(loss_type="gspo", eps_low=0.9, eps_high=9.0),
                                       EQUAL, ADV, old_shift=SHIFT)
     assert grad.abs().max().item() > 1e-4
     assert stats["cancellation_residual"] > 0.01
@@ -221,11 +224,13 @@ def test_on_policy_ppo_is_vanilla_policy_gradient_and_never_clips():
 def test_clip_fractions_and_dual_clip_values():
     ratio = torch.tensor([[0.5, 1.5, 5.0, 1.0]])
     adv = torch.tensor([[-1.0, 1.0, -1.0, 1.0]])
-    loss, low, high = L.ppo_clip(ratio, adv, 0.2, 0.28)
+    loss, low, high, dual = L.ppo_clip(ratio, adv, 0.2, 0.28)
     assert loss.tolist()[0] == pytest.approx([0.8, -1.28, 5.0, -1.0])
     assert low.tolist() == [[True, False, False, False]] and high.tolist() == [[False, True, False, False]]
-    loss, _, _ = L.ppo_clip(ratio, adv, 0.2, 0.28, dual_clip=3.0)
+    assert not dual.any()
+    loss, _, _, dual = L.ppo_clip(ratio, adv, 0.2, 0.28, dual_clip=3.0)
     assert loss.tolist()[0] == pytest.approx([0.8, -1.28, 3.0, -1.0])   # capped at -c A = 3
+    assert dual.tolist() == [[False, False, True, False]]
 
 
 def test_cispo_keeps_gradient_where_ppo_drops_it():
@@ -329,3 +334,116 @@ def test_bad_config_and_shapes_name_the_value():
                     step_normaliser(mask))
     with pytest.raises(ValueError, match="no response tokens"):
         step_normaliser(torch.zeros(2, 3))
+
+
+# ---- GSPO is GSPO; DFPO under clipping; dual clip counted; residual off the hot path ----
+
+def gspo_reference(logp, old, adv, mask, eps_low, eps_high):
+    """GSPO's sequence objective written independently, at the sequence level:
+    J = mean_i min(s_i A_i, clip(s_i) A_i), s_i = exp(mean_t log rho_{i,t}); loss = -J."""
+    s = torch.exp(((logp - old) * mask).sum(1) / mask.sum(1))
+    J = torch.minimum(s * adv, s.clamp(1 - eps_low, 1 + eps_high) * adv)
+    return -J.mean()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_gspo_equals_the_sequence_objective(seed):
+    theta, old, adv, mask = random_step(seed=seed, B=10, T=9)
+    logp0 = old + 0.4 * torch.tanh(theta)          # ratios spread enough that some sequences clip
+    eps_low, eps_high = 0.05, 0.04
+    cfg = LossConfig(loss_type="gspo", eps_low=eps_low, eps_high=eps_high)
+    assert cfg.agg == "seq-mean-token-mean"       # GSPO's own aggregation, chosen for it
+    ours = logp0.clone().requires_grad_(True)
+    loss, stats = policy_loss(ours, old, adv, mask, cfg, step_normaliser(mask))
+    loss.backward()
+    ref = logp0.clone().requires_grad_(True)
+    ref_loss = gspo_reference(ref, old, adv, mask, eps_low, eps_high)
+    ref_loss.backward()
+    assert abs(loss.item() - ref_loss.item()) < 1e-6
+    assert torch.allclose(ours.grad, ref.grad, atol=1e-6, rtol=0)
+    assert 0 < stats["clip_frac_low"] + stats["clip_frac_high"] < 1   # the test exercises the clip
+
+
+def test_gspo_refuses_any_other_aggregation():
+    for agg in ("token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"):
+        with pytest.raises(ValueError, match=f"GSPO.*seq-mean-token-mean.*got agg='{agg}'"):
+            LossConfig(loss_type="gspo", agg=agg)
+    # DFPO needs a token-sum aggregation: it refuses GSPO's 1/|o_i|, and picks Dr. GRPO's by default
+    with pytest.raises(ValueError, match="token-sum aggregation"):
+        LossConfig(loss_type="gspo", weight_transform="min", agg="seq-mean-token-mean")
+    assert LossConfig(loss_type="gspo", weight_transform="orth").agg == "seq-mean-token-sum-norm"
+    assert LossConfig().agg == "token-mean" and LossConfig(loss_type="cispo").agg == "token-mean"
+
+
+def dfpo_group_with_a_dropped_rollout(transform):
+    """One zero-sum group of 4; rollout 0 (A > 0) has ratio e^0.5 on every token, far above
+    1 + eps_high, so GSPO's clip drops it; the other three moved a little. Returns the
+    gradient coefficient of every token (-dLoss/dlogp) and the stats."""
+    adv = torch.tensor([1.5, 0.5, -1.0, -1.0], dtype=torch.float64)
+    mask = torch.ones(4, 3, dtype=torch.float64)
+    old = torch.full((4, 3), -1.0, dtype=torch.float64)
+    shift = torch.tensor([0.5, 0.02, -0.03, 0.01], dtype=torch.float64)
+    logp = (old + shift.unsqueeze(1)).requires_grad_(True)
+    cfg = LossConfig(loss_type="gspo", weight_transform=transform, eps_low=0.2, eps_high=0.2)
+    loss, stats = policy_loss(logp, old, adv, mask, cfg, step_normaliser(mask), group_index=torch.zeros(4, dtype=torch.long))
+    loss.backward()
+    return -logp.grad, adv, stats
+
+
+@pytest.mark.parametrize("transform", ["min", "orth"])
+def test_dfpo_dropped_rollout_stays_dropped(transform):
+    coef, adv, stats = dfpo_group_with_a_dropped_rollout(transform)
+    assert torch.equal(coef[0], torch.zeros(3, dtype=torch.float64))   # exactly zero: dropped stays dropped
+    assert (coef[1:].abs() > 1e-3).all()                               # the kept rollouts still learn
+    assert stats["clip_frac_high"] == pytest.approx(0.25)
+    if transform == "orth":
+        # over the kept rollouts the effective coefficients cancel exactly
+        assert abs(coef[1:, 0].sum().item()) < 1e-15
+    else:
+        # min: every kept rollout has the same weight w, so coef_i / A_i is one number
+        w = coef[1:, 0] / adv[1:]
+        assert torch.allclose(w, w[0].expand(3), rtol=1e-12)
+
+
+def test_orth_refuses_advantages_that_do_not_sum_to_zero():
+    from advantages import compute_advantages as ca
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
+    fade = ca("fade", rewards, alpha=1.0, delta=0.5)[0]           # delta < 1: sums to 2 * (0.5 - 1) != 0
+    mask = torch.ones(4, 3)
+    cfg = LossConfig(loss_type="gspo", weight_transform="orth")
+    with pytest.raises(ValueError, match="orth.*sum to zero.*group 0 sums to"):
+        policy_loss(torch.zeros(4, 3), torch.zeros(4, 3), fade, mask, cfg, step_normaliser(mask),
+                    group_index=torch.zeros(4, dtype=torch.long))
+    # what orth would have done: on-policy w = 1, and w~ A sums to zero, undoing delta
+    w = L.dfpo_transform(torch.ones(4), fade, torch.zeros(4, dtype=torch.long), "orth")
+    assert abs((w * fade).sum().item()) < 1e-6 and abs(fade.sum().item()) > 0.5
+    # min keeps FADE's imbalance: every rollout the same weight
+    cfg_min = LossConfig(loss_type="gspo", weight_transform="min")
+    policy_loss(torch.zeros(4, 3), torch.zeros(4, 3), fade, mask, cfg_min, step_normaliser(mask),
+                group_index=torch.zeros(4, dtype=torch.long))
+
+
+def test_dual_clip_counts_the_tokens_it_silences():
+    old = torch.zeros(1, 4)
+    logp = torch.log(torch.tensor([[5.0, 2.0, 1.0, 4.0]])).requires_grad_(True)   # ratios 5, 2, 1, 4
+    adv = torch.tensor([-1.0])
+    mask = torch.ones(1, 4)
+    loss, stats = policy_loss(logp, old, adv, mask, LossConfig(dual_clip=3.0), step_normaliser(mask))
+    loss.backward()
+    assert stats["clip_frac_dual"] == pytest.approx(0.5)           # ratios 5 and 4 exceed c = 3
+    assert logp.grad[0, 0].item() == 0 and logp.grad[0, 3].item() == 0
+    assert logp.grad[0, 1].item() == pytest.approx(2.0 / 4)        # -A rho / n_tokens, not clipped
+    _, stats = policy_loss(logp, old, adv, mask, LossConfig(), step_normaliser(mask))
+    assert stats["clip_frac_dual"] == 0
+
+
+def test_policy_loss_runs_no_extra_backward(monkeypatch):
+    """The residual is a diagnostic: the training path must not pay an extra backward."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("policy_loss called torch.autograd.grad")
+    theta, old, adv, mask = random_step()
+    monkeypatch.setattr(torch.autograd, "grad", forbidden)
+    for cfg in (LossConfig(), LossConfig(loss_type="gspo"), LossConfig(loss_type="gspo", weight_transform="min")):
+        _, stats = policy_loss(old + 0.1 * theta, old, adv, mask, cfg, step_normaliser(mask),
+                               group_index=torch.arange(8) // 4)
+        assert "cancellation_residual" not in stats

@@ -106,6 +106,10 @@ def test_resume_negative_control_other_seed_differs(tiny_dir, tmp_path):
     (["--loss_type", "gspo", "--weight_transform", "min", "--minibatches", "2", "--minibatch_mode", "random"],
      "needs whole groups per optimizer step"),
     (["--data", "nope.jsonl"], "nope.jsonl"),
+    (["--loss_type", "gspo", "--agg", "token-mean"], "GSPO's objective is a mean over sequences"),
+    (["--loss_type", "gspo", "--weight_transform", "orth", "--advantage", "psr"], "orth re-centres advantages"),
+    (["--loss_type", "gspo", "--weight_transform", "orth", "--advantage", "fade", "--schedule", "fade"],
+     "orth re-centres advantages"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_code_2(flags, needle, tmp_path, tiny_dir):
     proc = subprocess.run([sys.executable, os.path.join(REPO, "train.py"), "--model", tiny_dir,
