@@ -31,6 +31,13 @@ and the parameters shared with every other token drift in between. So:
   query_balanced  both at once [recon]: pack whole groups into steps so each step's
                   positive and negative masses are as equal as possible, e.g. pair a group
                   that solved 1/8 (1 positive, 7 negatives) with one that solved 7/8.
+  mass_balanced   advantage-mass balancing [recon]: like `balanced` it may split groups,
+                  but it balances the SUM of the advantages in each step instead of the
+                  counts. Cancellation needs sum_{b in step} A_b = 0: a token whose gradient
+                  is the same in every rollout of the step moves by that sum times its
+                  gradient. With GRPO a 1/4-solved group's one success (+1.5) outweighs
+                  each of its failures (-0.5), so a step with 2 positives and 2 negatives
+                  can still push such a token hard; equal counts are not equal mass.
 
 Conventions. A rollout is "positive" if its advantage is > 0, "negative" if < 0, and
 "neutral" if exactly 0 (all-equal groups under any zero-sum advantage; dropped rollouts
@@ -54,7 +61,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-MODES = ("random", "query", "balanced", "query_balanced")
+MODES = ("random", "query", "balanced", "query_balanced", "mass_balanced")
 
 
 # ---------------------------------------------------------------------------------------
@@ -65,8 +72,8 @@ def minibatch_indices(advantages: Tensor, n_minibatches: int, mode: str,
                       generator: torch.Generator, lengths: Tensor | None = None) -> list[Tensor]:
     """Split one rollout batch into `n_minibatches` optimizer steps.
 
-    advantages: [N, G] float, the advantages that will be trained on (only their signs are
-        used, plus lengths for query_balanced). NaN/inf is an error.
+    advantages: [N, G] float, the advantages that will be trained on (their signs; their
+        values only in mass_balanced; plus lengths in query_balanced). NaN/inf is an error.
     n_minibatches: number of optimizer steps k, 1 <= k <= N*G (and k <= N for the two
         group-preserving modes, which cannot make more steps than there are groups).
     mode: one of MODES (see the module header).
@@ -77,8 +84,8 @@ def minibatch_indices(advantages: Tensor, n_minibatches: int, mode: str,
 
     Returns a list of k LongTensors of flat rollout indices b = n*G + g, each sorted
     ascending, that together partition range(N*G) exactly (every rollout once).
-    Step sizes: random and query give near-equal chunks (sizes differ by at most one
-    rollout, resp. one group); balanced and query_balanced are described in their helpers.
+    Step sizes: random, query and mass_balanced give near-equal chunks (sizes differ by at
+    most one rollout, resp. one group); balanced and query_balanced: see their helpers.
     """
     n_prompts, group_size = _check_advantages(advantages)
     if lengths is not None:
@@ -105,6 +112,8 @@ def minibatch_indices(advantages: Tensor, n_minibatches: int, mode: str,
                  for chunk in torch.tensor_split(group_order, n_minibatches)]
     elif mode == "balanced":
         steps = _balanced(advantages, n_minibatches, generator)
+    elif mode == "mass_balanced":
+        steps = _mass_balanced(advantages, n_minibatches, generator)
     else:
         steps = _query_balanced(advantages, n_minibatches, generator, lengths)
 
@@ -145,6 +154,69 @@ def _balanced(advantages: Tensor, k: int, generator: torch.Generator) -> list[Te
     for b in neutrals.tolist():
         smallest = min(range(k), key=lambda s: len(buckets[s]))
         buckets[smallest].append(b)
+    return [torch.tensor(bucket, dtype=torch.long) for bucket in buckets]
+
+
+def _mass_balanced(advantages: Tensor, k: int, generator: torch.Generator) -> list[Tensor]:
+    """Steps whose advantages sum to (nearly) zero [recon]: greedy number partitioning.
+
+    Target: for every step s, S_s = sum_{b in s} A_b as close to 0 as the batch allows
+    (sum_s S_s = sum of all advantages is fixed, so the best possible is S_s = that sum / k
+    each; for zero-sum advantages, 0). Why the sum: under token-mean aggregation, on the
+    first step of an epoch (every ratio 1), a token that has the same gradient g in every
+    rollout of the step (a template at the same context) gets (S_s / n_tokens) g, whatever
+    the rollouts' lengths; so lengths are not used here.
+    Rule (ours; the paper balances rewards, its exact rule is unknown):
+      1. shuffle all rollouts (random tie-breaking), then stable-sort the non-neutral ones
+         by |A_b| descending (largest first, the usual cheap heuristic for partitioning);
+      2. put each into the step, among those not yet full, that minimises |S_s + A_b|;
+         on a tie, the step holding fewer rollouts, then the lower index;
+      3. neutrals (A_b = 0) fill the remaining places, smallest step first;
+      4. repair what the greedy pass left (its last, small rollouts may find the fitting
+         steps full): while it narrows the gap, swap one rollout of the step with the
+         largest sum for one of the step with the smallest sum, the pair that brings the
+         two sums closest (a neutral counts, so mass can move without changing sizes).
+    Step s holds at most floor(B/k) + [s < B mod k] rollouts (B = N*G), as in random mode.
+    Example: G = 4, mean-centred groups solved 1/4 (+.75, -.25 x3), 2/4 (+.5 x2, -.5 x2),
+    3/4 (+.25 x3, -.75) and 0/4, k = 4: every step sums to exactly 0 (tested), while
+    count-balancing (`balanced`) leaves steps such as {+.75, -.5, 0, 0} (sum +.25).
+    Groups are split freely, so a token whose gradient differs between prompts (a prompt's
+    own wording) is balanced only by the rollouts of its own group: keeping groups whole
+    (query) is still the sure way; this mode is for when a step cannot hold whole groups,
+    or when the advantages are not zero-sum per group (psr, asym, FADE with delta < 1), where
+    query cannot balance anything. Greedy is not optimal in general (NP-hard) and makes no
+    promise beyond what the tests check.
+    """
+    values = advantages.reshape(-1).tolist()
+    total = len(values)
+    capacity = [total // k + (1 if s < total % k else 0) for s in range(k)]
+    shuffled = torch.randperm(total, generator=generator).tolist()
+    movers = sorted((b for b in shuffled if values[b] != 0.0), key=lambda b: -abs(values[b]))
+    buckets: list[list[int]] = [[] for _ in range(k)]
+    sums = [0.0] * k
+    for b in movers:
+        open_steps = [s for s in range(k) if len(buckets[s]) < capacity[s]]
+        best = min(open_steps, key=lambda s: (abs(sums[s] + values[b]), len(buckets[s]), s))
+        buckets[best].append(b)
+        sums[best] += values[b]
+    for b in (b for b in shuffled if values[b] == 0.0):
+        open_steps = [s for s in range(k) if len(buckets[s]) < capacity[s]]
+        buckets[min(open_steps, key=lambda s: (len(buckets[s]), s))].append(b)
+    for _ in range(total):                       # each swap strictly narrows the widest gap
+        hi = max(range(k), key=lambda s: sums[s])
+        lo = min(range(k), key=lambda s: sums[s])
+        gap = sums[hi] - sums[lo]
+        # Swapping x (in hi) for y (in lo) moves d = A_x - A_y: the new gap is |gap - 2d|.
+        a_hi = torch.tensor([values[b] for b in buckets[hi]], dtype=torch.float64)
+        a_lo = torch.tensor([values[b] for b in buckets[lo]], dtype=torch.float64)
+        new_gap = (gap - 2 * (a_hi[:, None] - a_lo[None, :])).abs()
+        i, j = divmod(int(new_gap.argmin()), len(a_lo))
+        if not float(new_gap[i, j]) < gap - 1e-12:
+            break
+        x, y = buckets[hi][i], buckets[lo][j]
+        buckets[hi][i], buckets[lo][j] = y, x
+        sums[hi] -= values[x] - values[y]
+        sums[lo] += values[x] - values[y]
     return [torch.tensor(bucket, dtype=torch.long) for bucket in buckets]
 
 

@@ -17,7 +17,7 @@ import torch
 import advantages as adv_lib
 import loss as loss_lib
 from toy import bandit as B
-from toy import breakers, cancellation, fade
+from toy import breakers, cancellation, fade, report
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -55,6 +55,15 @@ def exp5(out):
 @pytest.fixture(scope="module")
 def exp6(out):
     return fade.exp6_sign_and_difficulty(out)
+
+
+@pytest.fixture(scope="module")
+def exp7(out, exp6):                      # after exp6: they share fade.runs("adam") (cached)
+    return fade.exp7_fade_schedule(out)
+
+
+def labels(result):
+    return [c["label"] for c in result["claims"]]
 
 
 # ---------------------------------------------------------------------------------------
@@ -100,6 +109,42 @@ def test_make_bandit_template_probability_reward_and_bad_input():
         B.make_bandit(template_prob=1.5)
     with pytest.raises(ValueError, match="K=0"):
         B.enumerate_groups(0)
+    with pytest.raises(ValueError, match="-1"):
+        B.make_bandit(n_filler=-1)
+    with pytest.raises(ValueError, match="early_stop"):
+        B.make_bandit(n_filler=2, early_stop=True)
+
+
+def test_filler_variant_leaves_the_base_analog_unchanged_and_samples_exactly():
+    base, W = B.make_bandit()
+    filler, W_f = B.make_bandit(n_filler=3)
+    assert torch.equal(B.reward_of(base.responses), base.reward)                 # the reward, re-derived
+    assert filler.L == 6 and filler.menus[1:4] == (B.FILLERS,) * 3 and filler.responses is None
+    with pytest.raises(ValueError, match="sample"):
+        filler.K
+    # the filler rows of W are drawn last: the base analog is what it was before fillers existed
+    assert B.solve_rate(base, W) == pytest.approx(0.29946146558949965, abs=1e-15)
+    assert abs(float(B.logp_table(filler, W_f)[0, B.IDX["Let"]].exp()) - 0.9) < 1e-14
+    tokens = B.sample_tokens(filler, W_f, 40000, seed=3)
+    freq = torch.nn.functional.one_hot(tokens, B.V).double().mean(0)              # [L, V]
+    assert (freq - B.logp_table(filler, W_f).exp()).abs().max() < 0.01             # position by position = pi
+    assert torch.equal(tokens, B.sample_tokens(filler, W_f, 40000, seed=3))
+    with pytest.raises(ValueError, match="early-stop"):
+        B.sample_tokens(*B.make_bandit(early_stop=True), 4, seed=0)
+
+
+def test_one_step_over_many_groups_is_the_mean_of_their_own_steps():
+    # token-mean over a step of k groups divides by k*G*L: exactly the average of the k
+    # one-group updates (on-policy). The identity behind experiment 5's two designs.
+    bandit, W = B.make_bandit(n_filler=2)
+    tokens = B.sample_tokens(bandit, W, 6 * B.G, seed=0).view(6, B.G, bandit.L)
+    mask = torch.ones(tokens.shape, dtype=torch.float64)
+    adv = adv_lib.compute_advantages("grpo", B.reward_of(tokens))
+    per_group = B.step_updates(bandit, W, tokens, mask, adv)
+    one_step = B.step_updates(bandit, W, tokens.reshape(1, -1, bandit.L), mask.reshape(1, -1, bandit.L),
+                              adv.reshape(1, -1))
+    assert torch.allclose(one_step[0], per_group.mean(0), atol=1e-16, rtol=0)
+    assert per_group.abs().max() > 1e-3
 
 
 def _direct_group_gradient(bandit, W, combo, adv, cfg, old_W=None):
@@ -109,12 +154,13 @@ def _direct_group_gradient(bandit, W, combo, adv, cfg, old_W=None):
     logp = B.token_logp(bandit, leaf, resp, mask)
     old = B.token_logp(bandit, W if old_W is None else old_W, resp, mask).detach()
     loss, _ = loss_lib.policy_loss(logp, old, adv, mask, cfg, loss_lib.step_normaliser(torch.ones(B.G, bandit.L)),
-                                   group_index=torch.zeros(B.G, dtype=torch.long), with_residual=False)
+                                   group_index=torch.zeros(B.G, dtype=torch.long))
     (grad,) = torch.autograd.grad(loss, leaf)
     return -grad
 
 
 @pytest.mark.parametrize("cfg", [loss_lib.LossConfig(), loss_lib.LossConfig(agg="seq-mean-token-mean"),
+                                 loss_lib.LossConfig(loss_type="gspo", agg="seq-mean-token-mean"),
                                  loss_lib.LossConfig(loss_type="gspo", weight_transform="orth",
                                                      agg="seq-mean-token-sum")])
 def test_batched_group_updates_equal_one_group_at_a_time(cfg):
@@ -165,7 +211,7 @@ def test_exp1_identity_template_zero_and_credit(exp1, out):
     credit = n["expected credit E[G Cov(A, n_a)]"]
     assert credit["3"] > 0.2 and credit["6"] < -0.2 and credit["7"] < 0     # 7 is as frequent in wrong answers
     assert abs(credit["Let"]) < 1e-15 and abs(credit["let"]) < 1e-15
-    assert all(c["holds"] for c in exp1["claims"])
+    assert labels(exp1) == ["agrees"] * 3
     assert os.path.exists(os.path.join(out, exp1["png"]))
 
 
@@ -178,18 +224,33 @@ def test_exp2_positive_only_spends_more_on_templates(exp2):
         assert table["psr"][j]["share_slip_free"] > 1e-5
     shares = [r["share"] for r in table["psr"]]
     assert shares == sorted(shares, reverse=True)                      # fades as the template becomes certain
-    assert [c["holds"] for c in exp2["claims"]] == [True, True]
+    assert labels(exp2) == ["agrees"] * 2
 
 
-def test_exp5_flips_and_coupling(exp5):
-    n = exp5["numbers"]
-    assert n["coupling: max |closed form - autograd|"] < 1e-14
-    assert n["mean |coupling|, identical tokens, p < 0.5"] > 2 * n["mean |coupling|, identical tokens, p >= 0.5"]
-    assert n["mean |coupling|, identical tokens, p < 0.5"] > 2 * n["mean |coupling|, different tokens"]
-    # negative rollouts do contain boosted tokens, but the fractions are NOT similar here
-    assert 0.05 < n["boost_neg_all"] < n["boost_pos_all"] - 0.1
-    assert n["suppress_neg_all"] > n["suppress_pos_all"] + 0.1
-    assert [c["holds"] for c in exp5["claims"]] == [False, True, True]
+def test_exp5_flips_old_and_new_design(exp5):
+    n, runs = exp5["numbers"], exp5["runs"]
+    mean = lambda xs: sum(xs) / len(xs)
+    gap = lambda run, kind, part="all": mean(run[f"{kind}_pos_{part}"]) - mean(run[f"{kind}_neg_{part}"])
+    old = runs["old"]                                                    # exact, 3 tokens, 1 group per step
+    assert old["boost_pos_all"] - old["boost_neg_all"] > 0.3 and old["suppress_neg_all"] - old["suppress_pos_all"] > 0.3
+    new = runs["new"]                                                    # fillers, one step over 64 groups
+    assert abs(gap(new, "boost")) < 0.1 and abs(gap(new, "suppress")) < 0.1
+    assert mean(new["boost_neg_all"]) > 0.4 and mean(new["suppress_pos_all"]) > 0.3
+    # each change alone leaves a large gap: the two causes
+    assert gap(runs["one_group"], "boost") > 0.2 and gap(runs["no_filler"], "boost") > 0.15
+    # the mechanism: reward-irrelevant tokens follow their rollout's sign only in a one-group step
+    assert gap(runs["one_group"], "boost", "irrelevant") > 0.15 > 0.05 > abs(gap(new, "boost", "irrelevant"))
+    # decisive tokens keep a sign-dependent change (negative control inside the new design)
+    assert gap(new, "boost", "decisive") > 0.3
+    assert n["5d coupling: max |closed form - autograd|"] < 1e-14
+    assert n["5d mean |coupling|, identical tokens, p < 0.5"] > 2 * n["5d mean |coupling|, identical tokens, p >= 0.5"]
+    assert n["5d mean |coupling|, identical tokens, p < 0.5"] > 2 * n["5d mean |coupling|, different tokens"]
+    assert labels(exp5) == ["agrees"] * 3
+
+
+def test_sampled_flips_rejects_a_step_size_that_does_not_divide_the_batch():
+    with pytest.raises(ValueError, match="divide 64"):
+        cancellation.sampled_flips(groups_per_step=5)
 
 
 def test_coupling_formula_limits():
@@ -207,17 +268,22 @@ def test_coupling_formula_limits():
 
 def test_exp3_breakers_and_fixes(exp3):
     n = exp3["numbers"]
-    for label in ("token-mean (DAPO, TRL default)", "seq-mean-token-sum", "seq-mean-token-sum-norm (Dr. GRPO)",
-                  "GSPO + DFPO min", "GSPO + DFPO orth"):
+    for label in ("token-mean (DAPO, TRL default)", "seq-mean-token-sum", "seq-mean-token-sum-norm (Dr. GRPO)"):
         assert n[label]["E|nu|"] < 1e-16 and n[label]["E[R_g]"] < 1e-15, label
     seq = n["seq-mean-token-mean (GRPO), 1/|o_i|"]
     assert seq["E[nu]"] < -1e-3 and seq["max|nu|, equal-length groups"] < 1e-16 and seq["E[R_g]"] > 0.01
-    assert n["GSPO sequence ratio s_i, off-policy"]["E|nu|"] > 1e-3
+    gspo = n["GSPO sequence ratio s_i, off-policy"]
+    assert gspo["E|nu|"] > 1e-3 and gspo["max|nu|, equal-length groups"] > 1e-2     # s_i alone breaks it
+    # DFPO: orth is exact everywhere; min only where GSPO's clip dropped no rollout (a
+    # dropped rollout keeps zero gradient, [recon]); ~14% of groups have one here.
+    orth, dmin = n["GSPO + DFPO orth"], n["GSPO + DFPO min"]
+    assert orth["E|nu|"] < 1e-16 and orth["P(a rollout dropped)"] == dmin["P(a rollout dropped)"] > 0.05
+    assert dmin["max|nu|, nothing dropped"] < 1e-15 and dmin["E|nu|"] > 1e-3
     low, one, high, higher = n["PPO clip 0.2/0.2: E[nu] at rho = 0.7, 1.0, 1.25, 1.4"]
     assert low > 1e-3 and abs(one) < 1e-16 and high < -1e-3 and higher < -1e-3   # restoring toward rho = 1
     inside, outside = n["PPO clip 0.2/0.28 (DAPO): E[nu] at rho = 1.25, 1.4"]
     assert abs(inside) < 1e-16 and outside < -1e-3
-    assert all(c["holds"] for c in exp3["claims"])
+    assert labels(exp3) == ["agrees"] * 4
 
 
 def test_exp3_dfpo_cancels_in_every_single_group():
@@ -228,12 +294,20 @@ def test_exp3_dfpo_cancels_in_every_single_group():
     old = B.token_logp(bandit, W)[combos].detach()
     new = old + 0.1 * torch.randn(old.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     new = new * bandit.mask[combos]
-    for mode in ("min", "orth"):
-        cfg = loss_lib.LossConfig(loss_type="gspo", weight_transform=mode, agg="seq-mean-token-sum")
-        nu, _ = breakers.net_template_weight(bandit, combos, new, old, adv, cfg)
-        assert nu.abs().max() < 1e-15, mode
-    nu, _ = breakers.net_template_weight(bandit, combos, new, old, adv, loss_lib.LossConfig(loss_type="gspo"))
-    assert nu.abs().max() > 1e-3
+    gspo = dict(loss_type="gspo", eps_low=0.05, eps_high=0.05)          # narrow: some rollouts get dropped
+    nu, _, dropped = breakers.net_template_weight(bandit, combos, new, old, adv, loss_lib.LossConfig(
+        weight_transform="orth", agg="seq-mean-token-sum", **gspo))
+    assert nu.abs().max() < 1e-15 and dropped.any()
+    nu, _, dropped = breakers.net_template_weight(bandit, combos, new, old, adv, loss_lib.LossConfig(
+        weight_transform="min", agg="seq-mean-token-sum", **gspo))
+    assert nu[~dropped].abs().max() < 1e-15
+    mixed = rewards.max(1).values > rewards.min(1).values
+    # min cannot pair a dropped rollout: the rest no longer cancel (unless what is kept
+    # happens to sum to 0, e.g. nothing kept, or one + and one - of equal size dropped)
+    assert (nu[dropped & mixed].abs() > 1e-3).double().mean() > 0.5
+    nu, _, _ = breakers.net_template_weight(bandit, combos, new, old, adv, loss_lib.LossConfig(
+        agg="seq-mean-token-mean", **gspo))
+    assert nu.abs().max() > 1e-3                                           # negative control: plain GSPO
 
 
 def test_adam_step_matches_torch_adam():
@@ -249,16 +323,19 @@ def test_adam_step_matches_torch_adam():
     assert torch.allclose(W, ref.detach(), atol=1e-15, rtol=0)
 
 
-def test_exp4_whole_groups_per_step_stop_the_drift(exp4):
+def test_exp4_whole_groups_or_balanced_mass_per_step_stop_the_drift(exp4):
     n = exp4["numbers"]
     random, query = n["random"]["E|drift|"], n["query"]["E|drift|"]
     assert random > 1e-3 and query < 0.01 * random and n["query_balanced"]["E|drift|"] < 0.01 * random
-    assert n["balanced"]["E|drift|"] < random                          # a little, not much
+    assert 0.5 * random < n["balanced"]["E|drift|"] < random                 # equal counts: a little, not much
+    assert n["mass_balanced"]["E|drift|"] < 0.2 * random                     # equal mass: most of the way
+    assert n["mass_balanced"]["E[max over steps |sum A|]"] < 0.05 < 0.5 < n["balanced"]["E[max over steps |sum A|]"]
     assert n["random"]["split groups"] == 4 and n["query"]["split groups"] == 0
-    assert all(n[m]["E[d solve]"] > 0.01 for m in breakers.MODES)      # every split still learns
+    assert n["mass_balanced"]["split groups"] > 2                            # it gets there with groups split
+    assert all(n[m]["E[d solve]"] > 0.01 for m in breakers.MODES)           # every split still learns
     slippy_random, slippy_query = n["p(Let) = 0.9, 8 seeds: E|drift| random, query"]
     assert 0.2 * slippy_random < slippy_query < slippy_random          # slips: drift even without splitting
-    assert [c["holds"] for c in exp4["claims"]] == [True, True]
+    assert labels(exp4) == ["agrees"] * 2
 
 
 # ---------------------------------------------------------------------------------------
@@ -268,34 +345,94 @@ def test_exp4_whole_groups_per_step_stop_the_drift(exp4):
 def test_exp6_masses_and_exact_one_step(exp6):
     n = exp6["numbers"]
     assert n["6a max |enumeration - expected_mass_curve|"] < 1e-15
-    psr_dH = n["6b E[ΔH] per step at p=(0.05, 0.2, 0.5, 0.8, 0.95, 0.99), psr (success only)"]
-    psr_eq = n["6b   ... of it from all-equal groups, psr (success only)"]
+    key = "6b E[ΔH] of one SGD step (lr 1) at p=(0.05, 0.2, 0.5, 0.8, 0.95, 0.99), "
+    psr_dH, psr_eq = n[key + "psr (success only)"], n["6b   ... of it from all-equal groups, psr (success only)"]
     assert psr_dH[-1] < -0.01 and psr_eq[-1] / psr_dH[-1] > 0.9       # psr's loss at p=0.99: all-correct groups
-    nsr_dH = n["6b E[ΔH] per step at p=(0.05, 0.2, 0.5, 0.8, 0.95, 0.99), nsr (failure only)"]
-    nsr_eq = n["6b   ... of it from all-equal groups, nsr (failure only)"]
+    nsr_dH, nsr_eq = n[key + "nsr (failure only)"], n["6b   ... of it from all-equal groups, nsr (failure only)"]
     assert nsr_dH[0] < -0.01 and nsr_eq[0] / nsr_dH[0] > 0.8          # nsr's loss at p=0.05: all-wrong groups
     for label in ("mean (balanced)", "asym δ=2 (success-biased)", "asym δ=0.5 (failure-biased)"):
         assert all(v == 0 for v in n[f"6b   ... of it from all-equal groups, {label}"])
-        assert abs(n[f"6b E[ΔH] per step at p=(0.05, 0.2, 0.5, 0.8, 0.95, 0.99), {label}"][-1]) < 0.002
+        assert abs(n[key + label][-1]) < 0.002
+    first = n["6b entropy per unit of progress at p=0.5, first order in lr (exact)"]
+    assert max(first.values()) - min(first.values()) < 1e-12           # no first-order sign effect
+    at_lr = n["6b the same at lr 1.5 (exact, one step)"]
+    assert max(at_lr.values()) - min(at_lr.values()) > 0.1            # second order: it appears with lr
 
 
-def test_exp6_simulation_findings_pinned(exp6):
-    H = exp6["numbers"][f"6c entropy when the solve rate first reaches {fade.MATCH_P}"]
-    psr, asym2, mean, asym05, nsr = (H[m[0]] for m in fade.METHODS)
-    assert psr < mean - 0.05                        # agrees: success-only collapses entropy
-    assert asym2 > mean and asym05 < mean           # disagrees: the sign of ΣA acts the other way
-    assert nsr < mean
-    target, delta, _ = exp6["numbers"]["6c FADE: H_target, final delta, final alpha"]
-    assert exp6["numbers"]["6c final entropy (100 steps, lr 1.5)"]["fade + FADE schedule"] < 0.5 * target
-    assert delta < 1.0                              # the schedule did react (amplified failures)
-    assert [c["holds"] for c in exp6["claims"]] == [True, True, False, False, False, False]
+def test_first_order_entropy_cost_is_one_number_for_every_sign_axis_probe():
+    """Spec section 2 (corrected): in expectation, under SGD on logits, the mass imbalance
+    has no first-order effect on entropy; psr, nsr, mean, asym all spend the same."""
+    for p in (0.2, 0.7):
+        costs = [fade.first_order_cost(p, name, **hyper) for _, name, hyper in fade.METHODS]
+        costs.append(fade.first_order_cost(p, "grpo"))
+        assert max(costs) - min(costs) < 1e-12 * max(abs(c) for c in costs)
+        assert abs(costs[0]) > 1e-3
+    # the limit is a derivative: one tiny step reproduces it (psr at p = 0.7)
+    small = fade.one_step(0.7, "psr", lr=1e-5)
+    assert small["dH"] / small["dp"] == pytest.approx(fade.first_order_cost(0.7, "psr"), rel=1e-3)
 
 
-def test_simulation_ordering_is_not_one_lucky_seed():
-    H = {label: fade.entropy_at_solve_rate(fade.simulate(name, seed=1, **hyper), fade.MATCH_P)
-         for label, name, hyper in fade.METHODS}
-    psr, asym2, mean, asym05, nsr = (H[m[0]] for m in fade.METHODS)
-    assert psr < min(asym05, nsr) and max(asym05, nsr) < mean < asym2
+def test_exp6_adam_vs_sgd_verdicts_pinned(exp6):
+    matched = exp6["matched"]
+    d = {opt: {label: matched[opt][label] - matched[opt]["mean (balanced)"] for label, _, _ in fade.METHODS}
+         for opt in ("adam", "sgd")}
+    mean = lambda x: float(x.mean())
+    # Adam: every sign-axis claim holds (rows: 1 entropy, 2 among correct, 3 coverage)
+    for label, sign in (("psr (success only)", -1), ("asym δ=2 (success-biased)", -1),
+                        ("asym δ=0.5 (failure-biased)", +1), ("nsr (failure only)", +1)):
+        assert all(fade.differs(d["adam"][label][i], sign) for i in (1, 2, 3)), label
+    assert mean(d["adam"]["nsr (failure only)"][2]) > 0.08
+    # SGD, the control: only psr (all-correct groups it never cancels) collapses entropy
+    assert fade.differs(d["sgd"]["psr (success only)"][2], -1)
+    assert fade.differs(d["sgd"]["asym δ=2 (success-biased)"][1], +1)
+    assert fade.differs(d["sgd"]["asym δ=0.5 (failure-biased)"][1], -1)
+    assert mean(d["sgd"]["nsr (failure only)"][2]) < 0
+    assert labels(exp6) == ["agrees", "agrees"] + ["depends on the optimizer"] * 3
+
+
+def test_exp7_fade_vs_static_pinned(exp7):
+    n = exp7["numbers"]
+    target, reach, H0 = n["FADE: H_target, most entropy possible at its final solve rate, H0"]
+    assert target < reach < 0.5 * H0                  # the paper's 0.5 H0 is out of reach, ours is not
+    first, final_delta = n["FADE: first step with delta < 1, final delta (mean over seeds)"]
+    assert first is not None and final_delta < 0.95   # the controller engaged
+    t90 = exp7["runs"]
+    fade_t = fade.steps_to(t90["FADE schedule"]["hist"], fade.MATCH_P)
+    mean_t = fade.steps_to(t90["mean (balanced)"]["hist"], fade.MATCH_P)
+    assert fade.differs(fade_t - mean_t, -1) and float((mean_t - fade_t).mean()) < 5   # sooner, by a few steps
+    final = {label: t90[label]["hist"][-1] for label in ("FADE schedule", "asym δ=0.5 (failure-biased)")}
+    assert fade.differs(final["asym δ=0.5 (failure-biased)"][3] - final["FADE schedule"][3], +1)
+    assert labels(exp7) == ["agrees", "not reproduced"]
+
+
+def test_static_baselines_are_the_shared_runs_exactly():
+    rewards = (torch.rand(50, fade.G, generator=torch.Generator().manual_seed(0)) < 0.4).double()
+    assert torch.equal(adv_lib.compute_advantages("fade", rewards, alpha=1.0, delta=1.0),
+                       adv_lib.compute_advantages("mean", rewards))
+    assert torch.equal(adv_lib.compute_advantages("fade", rewards, alpha=1.0, delta=0.5),
+                       adv_lib.compute_advantages("asym", rewards, delta=0.5))
+    assert fade.static_label(1.0, 1.0) == "mean (balanced)" and fade.static_label(2.0, 1.0) == "static α=2 δ=1"
+
+
+def test_max_entropy_is_attained_and_not_exceeded():
+    n_correct = torch.tensor([1, 2, 3, 4])
+    z, correct = fade.population_logits(torch.full((4,), 0.9, dtype=torch.float64), n_correct)
+    n = n_correct.unsqueeze(1).double()
+    uniform = torch.where(correct, math.log(0.9) - n.log(), math.log(0.1) - (fade.K_ANS - n).log())
+    assert float(fade.entropy(uniform).mean()) == pytest.approx(fade.max_entropy(0.9, n_correct), abs=1e-14)
+    assert float(fade.entropy(z).mean()) < fade.max_entropy(0.9, n_correct)
+
+
+def test_interpolation_to_equal_solve_rate_and_never_reached():
+    hist = torch.zeros(4, 4, 2, dtype=torch.float64)
+    hist[:, 0, 0] = torch.tensor([0.5, 0.8, 0.95, 0.99], dtype=torch.float64)
+    hist[:, 0, 1] = torch.tensor([0.5, 0.6, 0.7, 0.8], dtype=torch.float64)           # never reaches 0.9
+    hist[:, 2, 0] = torch.tensor([2.0, 1.5, 1.0, 0.9], dtype=torch.float64)
+    m = fade.at_solve_rate(hist, 0.9)
+    assert float(m[2, 0]) == pytest.approx(1.5 - 0.5 * (0.1 / 0.15), abs=1e-15) and torch.isnan(m[:, 1]).all()
+    t = fade.steps_to(hist, 0.9)
+    assert float(t[0]) == pytest.approx(1 + 0.1 / 0.15, abs=1e-15) and torch.isnan(t[1])
+    assert not fade.differs(torch.tensor([float("nan")] * 3, dtype=torch.float64), +1)   # NaN never passes
 
 
 def test_psr_and_nsr_have_identical_expected_updates_exactly():
@@ -318,8 +455,9 @@ def test_simulation_update_is_the_loss_gradient():
     combos, _ = fade.answer_groups()
     adv = adv_lib.compute_advantages("grpo", correct[combos].double())
     pi = torch.softmax(z, 0)
-    closed = (adv.unsqueeze(-1) * (torch.nn.functional.one_hot(combos, fade.K_ANS).double() - pi)).mean(1)
+    closed = fade.logit_update(adv, combos, pi.expand(len(combos), fade.K_ANS))
     assert torch.allclose(fade.group_logit_updates(z, combos, adv), closed, atol=1e-15, rtol=0)
+    assert torch.allclose(fade._log_softmax(z), torch.log_softmax(z, 0), atol=1e-15, rtol=0)
     with pytest.raises(ValueError, match="1.2"):
         fade.prompt_logits(1.2)
 
@@ -335,9 +473,9 @@ def test_cli_writes_pngs_and_summary(tmp_path):
     summary = (tmp_path / "summary.md").read_text()
     assert "## 1. The cancellation identity" in summary and "## 5. Token flips" in summary
     assert summary.index("## 1.") < summary.index("## 5.")
-    assert "does not agree" in summary                                  # exp 5's flip fractions
+    assert "Verdicts on 6 claims: 6 agree." in summary and "| agrees |" in summary
     assert (tmp_path / "exp1_cancellation_identity.png").exists() and (tmp_path / "exp5_flips_coupling.png").exists()
-    assert "AGREES" in proc.stdout and "claims" in proc.stdout
+    assert "[AGREES]" in proc.stdout and "Verdicts on 6 claims" in proc.stdout
 
 
 @pytest.mark.parametrize("argv, message", [(["--only", "9"], "unknown experiment 9"),
@@ -356,3 +494,12 @@ def test_cli_rejects_an_out_path_that_is_a_file(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         main(["--out", str(a_file)])
     assert stop.value.code == 2 and "is not a folder" in capsys.readouterr().err
+
+
+def test_claim_labels_are_the_four_and_counted():
+    with pytest.raises(ValueError, match="'holds'"):
+        report.claim("x", "holds", "y")
+    claims = [report.claim("a", "agrees", ""), report.claim("b", "depends on the optimizer", ""),
+              report.claim("c", "agrees", "")]
+    assert report.label_counts(claims) == "2 agree, 1 depends on the optimizer"
+    assert report.agrees_if(True) == "agrees" and report.agrees_if(False) == "not reproduced"

@@ -1,10 +1,11 @@
-"""python -m toy: run the six experiments, print their tables, write one PNG each and summary.md.
+"""python -m toy: run the seven experiments, print their tables, write one PNG each and summary.md.
 
     python -m toy                          # everything, into toy_out/ (git-ignored)
     python -m toy --out /tmp/t --only 1 3  # a subset, elsewhere
 
-Prints, per experiment, its numbers and the papers' claims with the analog's verdict
-(AGREES / DISAGREES, decided from the numbers of this run), then the total wall time.
+Prints, per experiment, its numbers and the papers' claims with the analog's verdict (one
+of report.LABELS: agrees / not reproduced / depends on the optimizer / not testable in
+this analog, decided from the numbers of this run), then the total wall time.
 Writes OUT/expN_*.png, OUT/summary.md (the same, as markdown) and OUT/results.json.
 """
 
@@ -31,7 +32,8 @@ EXPERIMENTS = {
     3: ("Exchangeability breakers and the DFPO fixes", breakers.exp3_exchangeability),
     4: ("Mini-batching and template drift", breakers.exp4_minibatching),
     5: ("Token flips and coupling", cancellation.exp5_flips_and_coupling),
-    6: ("Sign and difficulty axes (FADE)", fade.exp6_sign_and_difficulty),
+    6: ("Sign and difficulty axes, entropy: Adam vs SGD", fade.exp6_sign_and_difficulty),
+    7: ("FADE's schedule vs static baselines", fade.exp7_fade_schedule),
 }
 
 
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = sorted(set(args.only)) if args.only else list(EXPERIMENTS)
     bad = [n for n in chosen if n not in EXPERIMENTS]
     if bad:
-        parser.error(f"unknown experiment {bad[0]}; choose from 1..6")
+        parser.error(f"unknown experiment {bad[0]}; choose from 1..{len(EXPERIMENTS)}")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         parser.error(f"--out {args.out!r} exists and is not a folder")
     os.makedirs(args.out, exist_ok=True)
@@ -62,9 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({str(n): {"numbers": r["numbers"], "claims": r["claims"]} for n, _, _, r in sections}, f,
                   indent=1, default=str)
-    agree = sum(c["holds"] for *_, r in sections for c in r["claims"])
-    claims = sum(len(r["claims"]) for *_, r in sections)
-    print(f"\nThe analog agrees with {agree} of {claims} claims. Wrote {args.out}/summary.md and "
+    claims = [c for *_, r in sections for c in r["claims"]]
+    print(f"\nVerdicts on {len(claims)} claims: {report.label_counts(claims)}. Wrote {args.out}/summary.md and "
           f"{len(sections)} PNGs; the experiments took {total:.1f} s.")
     return 0
 

@@ -34,13 +34,23 @@ C(K+G-1, G) = 5985 of them, each with probability
     P(group) = G! / prod_k m_k!  *  prod_k pi(o_k)^m_k        (m_k = copies of response k)
 
 (the multinomial law; ordered 4-tuples would be 18^4 = 104,976, the same sums). The
-expectations of experiments 1, 2, 3 and 5 are sums over these groups, exact to float
-rounding; experiment 4 and the simulation of experiment 6 sample, with fixed seeds.
+expectations of experiments 1, 2, 3 and 5a are sums over these groups, exact to float
+rounding; experiments 4 and 5b-c sample, with fixed seeds.
 
 Early-stop variant (`make_bandit(early_stop=True)`, experiment 3): the second digit's menu
 also holds "<eos>", which ends the response after one digit (a short response, always
 wrong); complete responses end with "<eos>" too. Lengths are then 3 or 4 tokens, which
 is what per-sequence length normalisation needs to misbehave.
+
+Filler variant (`make_bandit(n_filler=F)`, experiment 5): F positions between the template
+and the digits, each choosing among the filler words "so" | "we" | "then", near-uniformly
+(low confidence). The reward never reads them, every rollout has F of them, and the same
+word at two filler positions shares its row W[a]. That is what an LLM response mostly
+consists of: reward-irrelevant tokens that positive and negative rollouts share, coupled
+through the output layer, around a few decisive ones (here 2 of F + 3). Its 2 * 3^F * 9
+responses are too many to list (6e8 at F = 16), so this variant is SAMPLED token by
+token (`sample_tokens`; positions are independent, so that is exact sampling from pi)
+and its `responses`, `mask` and `reward` are None.
 
 Conventions: float64 everywhere (identities then hold to ~1e-16); natural log; G = 4.
 Functions over classes: a `Bandit` is a frozen description, `W` a plain tensor.
@@ -58,11 +68,12 @@ from torch import Tensor
 
 import loss as loss_lib
 
-VOCAB = ("Let", "let", "3", "6", "7", "<eos>")
+VOCAB = ("Let", "let", "3", "6", "7", "<eos>", "so", "we", "then")
 IDX = {tok: i for i, tok in enumerate(VOCAB)}
 V = len(VOCAB)
 TEMPLATE, SLIP, EOS = "Let", "let", "<eos>"
 DIGITS = ("3", "6", "7")
+FILLERS = ("so", "we", "then")     # used only by the filler variant; their rows of W are idle otherwise
 TARGET_SUM = 10
 G = 4            # rollouts per group, everywhere in the toy
 D = 3            # width of the output layer (h_t[0] = 1 is the bias coordinate)
@@ -76,9 +87,9 @@ class Bandit:
     menus: tuple            # per position, the tokens that position may emit
     H: Tensor               # [L, D] position features, H[:, 0] = 1
     beta: Tensor            # [L, V] fixed logit offsets, -inf off the menu
-    responses: Tensor       # [K, L] token ids, padded with <eos> after the end
-    mask: Tensor            # [K, L] 1.0 on real response tokens (incl. a final <eos>)
-    reward: Tensor          # [K] 1.0 iff the two digits sum to 10
+    responses: Tensor | None  # [K, L] token ids, padded with <eos> after the end (None: filler variant)
+    mask: Tensor | None       # [K, L] 1.0 on real response tokens (incl. a final <eos>)
+    reward: Tensor | None     # [K] 1.0 iff the two digits sum to 10
 
     @property
     def L(self) -> int:
@@ -86,25 +97,38 @@ class Bandit:
 
     @property
     def K(self) -> int:
+        if self.responses is None:
+            raise ValueError("the filler variant does not list its responses; sample them with sample_tokens")
         return self.responses.shape[0]
 
 
-def make_bandit(template_prob: float = 0.9, early_stop: bool = False, seed: int = 0) -> tuple[Bandit, Tensor]:
+def make_bandit(template_prob: float = 0.9, early_stop: bool = False, seed: int = 0,
+                n_filler: int = 0) -> tuple[Bandit, Tensor]:
     """The analog and its initial weights W [V, D] (float64, deterministic in seed).
 
     template_prob: the probability of "Let" at position 0 under the initial W, exactly
     (beta_0("Let") absorbs whatever the random W gives). Must be in (0, 1).
+    n_filler: reward-irrelevant filler positions after the template (module header), >= 0;
+    with n_filler > 0 the responses are not listed (sample them) and early_stop is refused.
     Digits start near uniform (W is small): the solve rate is 0.30 at seed 0 (2/9 if uniform).
+    The random draws are ordered so that n_filler = 0 gives the same analog as before
+    the filler variant existed (the filler rows of W are drawn last).
     """
     if not 0.0 < template_prob < 1.0:
         raise ValueError(f"template_prob must be in (0, 1), got {template_prob}")
+    if isinstance(n_filler, bool) or not isinstance(n_filler, int) or n_filler < 0:
+        raise ValueError(f"n_filler must be an int >= 0, got {n_filler!r}")
+    if n_filler and early_stop:
+        raise ValueError("the filler variant is sampled position by position; early_stop=True cannot be")
     gen = torch.Generator().manual_seed(seed)
-    menus = [(TEMPLATE, SLIP), DIGITS, DIGITS + ((EOS,) if early_stop else ())]
+    menus = [(TEMPLATE, SLIP)] + [FILLERS] * n_filler + [DIGITS, DIGITS + ((EOS,) if early_stop else ())]
     if early_stop:
         menus.append((EOS,))          # a complete response ends here; p = 1, no gradient
     L = len(menus)
     H = torch.cat([torch.ones(L, 1, dtype=DTYPE), 0.7 * torch.randn(L, D - 1, generator=gen, dtype=DTYPE)], dim=1)
-    W = 0.3 * torch.randn(V, D, generator=gen, dtype=DTYPE)
+    n_base = VOCAB.index(FILLERS[0])
+    W = 0.3 * torch.cat([torch.randn(n_base, D, generator=gen, dtype=DTYPE),
+                         torch.randn(V - n_base, D, generator=gen, dtype=DTYPE)])
     beta = torch.full((L, V), -math.inf, dtype=DTYPE)
     for t, menu in enumerate(menus):
         beta[t, [IDX[tok] for tok in menu]] = 0.0
@@ -112,10 +136,18 @@ def make_bandit(template_prob: float = 0.9, early_stop: bool = False, seed: int 
     # must be log(q / (1 - q)), and W already contributes (W[Let] - W[let]) . h_0.
     gap_from_W = float((W[IDX[TEMPLATE]] - W[IDX[SLIP]]) @ H[0])
     beta[0, IDX[TEMPLATE]] = math.log(template_prob / (1 - template_prob)) - gap_from_W
+    if n_filler:
+        return Bandit(tuple(menus), H, beta, None, None, None), W
     responses, mask = _enumerate_responses(menus)
-    digits = [[int(VOCAB[i]) for i in row if VOCAB[i] in DIGITS] for row in responses.tolist()]
-    reward = torch.tensor([float(len(d) == 2 and sum(d) == TARGET_SUM) for d in digits], dtype=DTYPE)
-    return Bandit(tuple(menus), H, beta, responses, mask, reward), W
+    return Bandit(tuple(menus), H, beta, responses, mask, reward_of(responses)), W
+
+
+def reward_of(tokens: Tensor) -> Tensor:
+    """[...] 1.0 iff a response [..., L] holds exactly two digits and they sum to 10 (float64)."""
+    value = torch.tensor([float(tok) if tok in DIGITS else 0.0 for tok in VOCAB], dtype=DTYPE)
+    is_digit = torch.tensor([tok in DIGITS for tok in VOCAB])
+    two = is_digit[tokens].sum(-1) == 2
+    return (two & (value[tokens].sum(-1) == TARGET_SUM)).to(DTYPE)
 
 
 def _enumerate_responses(menus: list) -> tuple[Tensor, Tensor]:
@@ -194,35 +226,44 @@ def group_probs(bandit: Bandit, W: Tensor, combos: Tensor, log_coef: Tensor) -> 
 
 def group_updates(bandit: Bandit, W: Tensor, combos: Tensor, adv: Tensor,
                   cfg: loss_lib.LossConfig | None = None, old_W: Tensor | None = None) -> Tensor:
-    """The update each group would make on its own: Delta W_g = -dLoss_g/dW, [n, V, D].
+    """The update each group would make on its own, as one optimizer step: [n, V, D].
 
-    Each group is one optimizer step of G rollouts, and its loss is the project's
-    loss.policy_loss on per-token log-probs built from the toy policy; autograd does the
-    rest (there is no hand-written gradient here). Trick: every group gets its own copy
-    W_g of the weights ([n, V, D]), so the summed loss of all groups, differentiated once,
-    gives every group's gradient separately (group g's loss only touches W_g).
+    combos: [n, G] response ids; adv: [n, G] advantages (advantages.compute_advantages on
+    the groups' rewards). `step_updates` with every group a step of its own.
+    """
+    return step_updates(bandit, W, bandit.responses[combos], bandit.mask[combos], adv, cfg, old_W)
 
-    adv: [n, G] advantages (from advantages.compute_advantages on the groups' rewards).
-    cfg: LossConfig (default: PPO, token-mean). old_W: the policy that sampled the
-    rollouts (default W itself: on-policy, every ratio is 1).
-    The step normaliser is loss.step_normaliser of one group of full-length responses,
-    so token-mean divides by G*L: a constant, the same for every rollout (with unequal
-    lengths a real step divides by its token count, also one constant per step).
+
+def step_updates(bandit: Bandit, W: Tensor, tokens: Tensor, mask: Tensor, adv: Tensor,
+                 cfg: loss_lib.LossConfig | None = None, old_W: Tensor | None = None) -> Tensor:
+    """The update each step would make on its own: Delta W_s = -dLoss_s/dW, [n, V, D].
+
+    tokens, mask: [n, R, L]. Row s is ONE optimizer step of R rollouts: one group (R = G,
+    experiments 1-3) or many groups side by side (R = k*G, experiment 5; rollout r
+    belongs to group r // G of its step). Its loss is the project's loss.policy_loss on
+    per-token log-probs built from the toy policy; autograd does the rest (there is no
+    hand-written gradient here). Trick: every step gets its own copy W_s of the weights
+    ([n, V, D]), so the summed loss of all steps, differentiated once, gives every step's
+    gradient separately (step s's loss only touches W_s).
+
+    adv: [n, R] advantages. cfg: LossConfig (default: PPO, token-mean). old_W: the policy
+    that sampled the rollouts (default W itself: on-policy, every ratio is 1).
+    The step normaliser is loss.step_normaliser of R full-length responses, so token-mean
+    divides by R*L: a constant, the same for every rollout (with unequal lengths a real
+    step divides by its token count, also one constant per step).
     Returns the ASCENT direction (what an SGD step with lr=1 adds to W).
     """
     cfg = loss_lib.LossConfig() if cfg is None else cfg
-    n = combos.shape[0]
-    if adv.shape != combos.shape:
-        raise ValueError(f"adv must have the groups' shape {tuple(combos.shape)}, got {tuple(adv.shape)}")
+    n, R, L = tokens.shape
+    if adv.shape != (n, R):
+        raise ValueError(f"adv must have the steps' shape {(n, R)}, got {tuple(adv.shape)}")
     W_g = W.detach().expand(n, V, D).clone().requires_grad_(True)
-    logp = _group_token_logp(bandit, W_g, combos)
+    logp = _group_token_logp(bandit, W_g, tokens, mask)
     with torch.no_grad():
-        old = logp if old_W is None else _group_token_logp(bandit, old_W.detach().expand(n, V, D), combos)
-    mask = bandit.mask[combos].reshape(n * G, -1)
-    norm = loss_lib.step_normaliser(torch.ones(G, bandit.L, dtype=DTYPE))
-    loss, _ = loss_lib.policy_loss(logp.reshape(n * G, -1), old.reshape(n * G, -1).detach(), adv.reshape(-1),
-                                   mask, cfg, norm, group_index=torch.arange(n).repeat_interleave(G),
-                                   with_residual=False)
+        old = logp if old_W is None else _group_token_logp(bandit, old_W.detach().expand(n, V, D), tokens, mask)
+    norm = loss_lib.step_normaliser(torch.ones(R, L, dtype=DTYPE))
+    loss, _ = loss_lib.policy_loss(logp.reshape(n * R, L), old.reshape(n * R, L).detach(), adv.reshape(-1),
+                                   mask.reshape(n * R, L), cfg, norm, group_index=torch.arange(n * R) // G)
     (grad,) = torch.autograd.grad(loss, W_g)
     return -grad
 
@@ -234,26 +275,26 @@ def token_coefficients(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor
     logp, old_logp, mask: [n, G, L]; adv: [n, G]. Returns [n, G, L]. The parameter update
     is sum_{i,t} c_{i,t} grad log p_t(o_{i,t}), so a token that every rollout of a group
     shares at the same context moves by (sum_i c_{i,t}) times ONE common gradient: that
-    sum is the "net weight" whose zero is cancellation (loss.py's _residual_of_loss uses
-    the same trick). Groups are steps of G rollouts as in `group_updates`.
+    sum is the "net weight" whose zero is cancellation (loss.py's
+    cancellation_residual_of_loss uses the same trick). Groups are steps of G rollouts as
+    in `group_updates`.
     """
     n, g, T = logp.shape
     leaf = logp.detach().reshape(n * g, T).clone().requires_grad_(True)
     norm = loss_lib.step_normaliser(torch.ones(g, T, dtype=DTYPE))
     loss, _ = loss_lib.policy_loss(leaf, old_logp.reshape(n * g, T).detach(), adv.reshape(-1),
                                    mask.reshape(n * g, T), cfg, norm,
-                                   group_index=torch.arange(n).repeat_interleave(g), with_residual=False)
+                                   group_index=torch.arange(n).repeat_interleave(g))
     (grad,) = torch.autograd.grad(loss, leaf)
     return -grad.reshape(n, g, T)
 
 
-def _group_token_logp(bandit: Bandit, W_g: Tensor, combos: Tensor) -> Tensor:
-    """[n, G, L] token log-probs of every group's rollouts under per-group weights W_g [n, V, D]."""
-    n = combos.shape[0]
+def _group_token_logp(bandit: Bandit, W_g: Tensor, tokens: Tensor, mask: Tensor) -> Tensor:
+    """[n, R, L] token log-probs of every step's rollouts under per-step weights W_g [n, V, D]."""
+    n, R, L = tokens.shape
     lp = logp_table(bandit, W_g)                                   # [n, L, V]
-    resp = bandit.responses[combos]                                # [n, G, L]
-    picked = lp.unsqueeze(1).expand(n, combos.shape[1], bandit.L, V).gather(-1, resp.unsqueeze(-1)).squeeze(-1)
-    return torch.where(bandit.mask[combos] > 0, picked, torch.zeros_like(picked))
+    picked = lp.unsqueeze(1).expand(n, R, L, V).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    return torch.where(mask > 0, picked, torch.zeros_like(picked))
 
 
 def logp_change(bandit: Bandit, W: Tensor, dW: Tensor, lr: float | None = None) -> Tensor:
@@ -276,19 +317,32 @@ def logp_change(bandit: Bandit, W: Tensor, dW: Tensor, lr: float | None = None) 
         return torch.where(on_menu, change, torch.zeros_like(change))
 
 
-def sampled_token_values(table: Tensor, bandit: Bandit, combos: Tensor) -> Tensor:
-    """Pick [n, L, V] per-group values at each rollout's own tokens: [n, G, L] (0 on padding)."""
-    n, g = combos.shape
-    resp = bandit.responses[combos]
-    vals = table.unsqueeze(1).expand(n, g, bandit.L, V).gather(-1, resp.unsqueeze(-1)).squeeze(-1)
-    return vals * bandit.mask[combos]
+def sampled_token_values(table: Tensor, tokens: Tensor, mask: Tensor) -> Tensor:
+    """Pick [n, L, V] per-step values at each rollout's own tokens [n, R, L]: [n, R, L] (0 on padding)."""
+    n, R, L = tokens.shape
+    vals = table.unsqueeze(1).expand(n, R, L, V).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    return vals * mask
 
 
 def sample_groups(bandit: Bandit, W: Tensor, n_groups: int, seed: int) -> Tensor:
-    """[n_groups, G] response ids drawn from pi (one deterministic draw, for experiment 4)."""
+    """[n_groups, G] response ids drawn from pi (one deterministic draw, experiments 4 and 5)."""
     gen = torch.Generator().manual_seed(seed)
     probs = response_probs(bandit, W).detach()
     return torch.multinomial(probs, n_groups * G, replacement=True, generator=gen).view(n_groups, G)
+
+
+def sample_tokens(bandit: Bandit, W: Tensor, n: int, seed: int) -> Tensor:
+    """[n, L] responses drawn from pi token by token (any variant without early stop).
+
+    Positions are independent (pi(o) = prod_t p_t(o_t)), so drawing each position from
+    its own p_t IS drawing a response from pi. One deterministic draw per seed.
+    """
+    if bool((bandit.beta[:, IDX[EOS]] > -math.inf).any()):
+        raise ValueError("sample_tokens: an early-stop bandit ends responses at <eos>; use sample_groups")
+    with torch.no_grad():
+        p = logp_table(bandit, W).exp()                                  # [L, V]
+    gen = torch.Generator().manual_seed(seed)
+    return torch.multinomial(p, n, replacement=True, generator=gen).T
 
 
 # ---------------------------------------------------------------------------------------

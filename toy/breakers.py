@@ -15,7 +15,8 @@ Cancellation Hypothesis paper, arXiv 2605.08666):
        which rollouts lose it depends on the SIGN of A_i, so the survivors do not cancel.
    Token-sum aggregations (token-mean over a step, seq-mean-token-sum, Dr. GRPO's
    seq-mean-token-sum-norm) and DFPO's `min` / `orth` transforms of the GSPO weights
-   restore sum_i c_i = 0.
+   restore sum_i c_i = 0 (`min` only where GSPO's clip dropped no rollout: a dropped
+   rollout keeps zero gradient [recon], and equal weights on the others do not cancel).
 2. The whole group in ONE optimizer step (experiment 4). Split a group across two Adam
    steps and the template is pushed up in one and down in the other; Adam normalises
    each step separately, so the two pushes are both full-sized and do not cancel.
@@ -54,13 +55,17 @@ def _slip_free_groups(bandit: B.Bandit, W_sampler: torch.Tensor):
     return combos, (log_coef + log_pi[combos].sum(1)).exp()
 
 
-def net_template_weight(bandit, combos, logp, old_logp, adv, cfg) -> tuple[torch.Tensor, torch.Tensor]:
-    """(nu [n], residual [n]) for one objective: the net weight on "Let" and loss.py's R_g."""
+def net_template_weight(bandit, combos, logp, old_logp, adv, cfg) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(nu [n], residual [n], dropped [n]) for one objective.
+
+    nu: the net weight on "Let"; residual: loss.py's R_g; dropped: True where the loss
+    gives some rollout with A != 0 no gradient at all (a clip dropped it).
+    """
     mask = bandit.mask[combos]
     c = B.token_coefficients(logp, old_logp, adv, mask, cfg)[:, :, 0]       # [n, G]
     n = combos.shape[0]
     residual = loss_lib.cancellation_residual(c.reshape(-1), torch.arange(n).repeat_interleave(B.G))
-    return c.sum(1), residual
+    return c.sum(1), residual, ((c == 0) & (adv != 0)).any(1)
 
 
 def exp3_exchangeability(out_dir: str) -> dict:
@@ -72,11 +77,15 @@ def exp3_exchangeability(out_dir: str) -> dict:
     policy moved since sampling), so GSPO's sequence ratios differ between rollouts while
     the template's own ratio is exactly 1. GRPO advantages. For PPO's clip we instead set
     the template's ratio rho directly (every rollout shares it) and scan it.
-    GSPO is run with a 0.2 clip range (the paper's is ~4e-4) so that the breakage shown
-    is the weights s_i themselves. [recon] DFPO's per-rollout weights are GSPO's detached
-    sequence ratios with a group-constant length normaliser (loss.py's reading).
-    Reported per objective: E[nu] (signed drift), E|nu|, the largest |nu| among groups
-    whose rollouts all have the same length, and the mean of loss.cancellation_residual.
+    GSPO is run as GSPO (its own seq-mean-token-mean aggregation, the only one loss.py
+    accepts for it) with a 0.2 clip range (the paper's is ~4e-4), so that the breakage
+    shown is the weights s_i themselves; its equal-length groups isolate s_i from 1/|o_i|.
+    [recon] DFPO's per-rollout weights are GSPO's detached sequence ratios with a
+    group-constant length normaliser, transformed over the rollouts GSPO's clip keeps
+    (loss.py's reading). Reported per objective: E[nu] (signed drift), E|nu|, the largest
+    |nu| among groups whose rollouts all have the same length, the mean of
+    loss.cancellation_residual, the probability that a group has a dropped rollout, and
+    the largest |nu| among groups without one.
     """
     bandit, W_old = B.make_bandit(early_stop=True)
     W_new = W_old.clone()
@@ -102,20 +111,27 @@ def exp3_exchangeability(out_dir: str) -> dict:
         ("seq-mean-token-sum", C(agg="seq-mean-token-sum"), old, True),
         ("seq-mean-token-sum-norm (Dr. GRPO)", C(agg="seq-mean-token-sum-norm"), old, True),
         ("seq-mean-token-mean (GRPO), 1/|o_i|", C(agg="seq-mean-token-mean"), old, False),
-        ("GSPO sequence ratio s_i, off-policy", C(agg="token-mean", **gspo), new, False),
+        ("GSPO sequence ratio s_i, off-policy", C(agg="seq-mean-token-mean", **gspo), new, False),
         ("GSPO + DFPO min", C(agg="seq-mean-token-sum", weight_transform="min", **gspo), new, True),
         ("GSPO + DFPO orth", C(agg="seq-mean-token-sum", weight_transform="orth", **gspo), new, True),
     ]
     numbers, claims, bars = {}, [], {}
     for label, cfg, logp, zero in cases:
-        nu, residual = net_template_weight(bandit, combos, logp, old, adv, cfg)
+        nu, residual, dropped = net_template_weight(bandit, combos, logp, old, adv, cfg)
         ok = torch.isfinite(residual)
         numbers[label] = {"E[nu]": float((prob * nu).sum()), "E|nu|": float((prob * nu.abs()).sum()),
                           "max|nu|, equal-length groups": float(nu[equal].abs().max()),
-                          "E[R_g]": float((prob[ok] * residual[ok]).sum() / prob[ok].sum())}
+                          "E[R_g]": float((prob[ok] * residual[ok]).sum() / prob[ok].sum()),
+                          "P(a rollout dropped)": float(prob[dropped].sum() / prob.sum()),
+                          "max|nu|, nothing dropped": float(nu[~dropped].abs().max())}
         bars[label] = (numbers[label]["E|nu|"], zero)
-    max_zero = max(float(numbers[l]["E|nu|"]) for l, _, _, z in cases if z)
+    # A rollout that GSPO's clip drops keeps exactly zero gradient under DFPO (loss.py,
+    # [recon]); `min` then equalises only the kept ones, whose advantages need not sum to
+    # 0, while `orth` re-balances them. So `min` is judged where nothing was dropped.
+    exact = [numbers[l]["max|nu|, nothing dropped" if "min" in l else "E|nu|"] for l, _, _, z in cases if z]
+    max_zero = max(exact)
     min_broken = min(float(numbers[l]["E|nu|"]) for l, _, _, z in cases if not z)
+    dfpo_min = numbers["GSPO + DFPO min"]
 
     # PPO clip: the template's ratio rho is the same in every rollout (same token, same
     # context), so set it directly: old log p_0(Let) = log p_0(Let) - log rho.
@@ -125,7 +141,7 @@ def exp3_exchangeability(out_dir: str) -> dict:
     shifted = old.repeat(R, 1, 1).clone()
     shifted[:, :, 0] -= log_rho.unsqueeze(1)             # every ratio value, as R copies of the groups
     for eps_low, eps_high in ((0.2, 0.2), (0.2, 0.28)):
-        nu, _ = net_template_weight(bandit, combos.repeat(R, 1), old.repeat(R, 1, 1), shifted, adv.repeat(R, 1),
+        nu, _, _ = net_template_weight(bandit, combos.repeat(R, 1), old.repeat(R, 1, 1), shifted, adv.repeat(R, 1),
                                     C(eps_low=eps_low, eps_high=eps_high))
         scan[(eps_low, eps_high)] = (prob.repeat(R) * nu).view(R, n).sum(1).tolist()
     inside = [i for i, r in enumerate(RATIOS) if 0.8 + 1e-9 < r < 1.2 - 1e-9]
@@ -138,35 +154,42 @@ def exp3_exchangeability(out_dir: str) -> dict:
     numbers["P(unequal lengths | mixed group)"] = float(prob[~equal].sum() / prob.sum())
 
     seq = numbers["seq-mean-token-mean (GRPO), 1/|o_i|"]
+    gspo_row = numbers["GSPO sequence ratio s_i, off-policy"]
     claims += [
         report.claim("1/|o_i| length normalisation with unequal lengths leaves a net update on a shared token",
-                     seq["E|nu|"] > 1e-3 and seq["max|nu|, equal-length groups"] < 1e-15,
+                     report.agrees_if(seq["E|nu|"] > 1e-3 and seq["max|nu|, equal-length groups"] < 1e-15),
                      f"E|nu| = {seq['E|nu|']:.3g}, E[nu] = {seq['E[nu]']:+.3g} (short answers are wrong here, so "
                      f"the template is pushed DOWN on average); 0 in every equal-length group"),
         report.claim("GSPO's sequence weights leave a net update on a shared token",
-                     numbers["GSPO sequence ratio s_i, off-policy"]["E|nu|"] > 1e-3,
-                     f"E|nu| = {numbers['GSPO sequence ratio s_i, off-policy']['E|nu|']:.3g} although the "
-                     "template's own ratio is exactly 1"),
+                     report.agrees_if(gspo_row["E|nu|"] > 1e-3 and gspo_row["max|nu|, equal-length groups"] > 1e-3),
+                     f"E|nu| = {gspo_row['E|nu|']:.3g} although the template's own ratio is exactly 1; "
+                     f"{gspo_row['max|nu|, equal-length groups']:.3g} at most in equal-length groups, where "
+                     "1/|o_i| is the same for every rollout: the weights s_i alone break it"),
         report.claim("Clipping leaves a net update on a shared token once the ratio leaves the clip range",
-                     all(abs(scan[k][i]) < 1e-15 for k in scan for i in inside)
-                     and all(abs(scan[(0.2, 0.28)][i]) > 1e-3 for i in outside),
+                     report.agrees_if(all(abs(scan[k][i]) < 1e-15 for k in scan for i in inside)
+                                      and all(abs(scan[(0.2, 0.28)][i]) > 1e-3 for i in outside)),
                      "E[nu] is 0 for rho inside [1-eps_low, 1+eps_high] and non-zero outside; its sign pulls "
                      "rho back toward 1 (only the rollouts whose advantage points back keep their gradient)"),
         report.claim("Token-sum aggregation and DFPO min / orth bring it back to exactly zero",
-                     max_zero < 1e-15,
-                     f"largest E|nu| among them {max_zero:.1e} (smallest among the breakers {min_broken:.2g})"),
+                     report.agrees_if(max_zero < 1e-15),
+                     f"largest E|nu| among them {max_zero:.1e} (smallest among the breakers {min_broken:.2g}); "
+                     f"for min, in the groups where GSPO's clip drops no rollout. In the "
+                     f"{dfpo_min['P(a rollout dropped)']:.0%} of groups where it drops one, the dropped rollout keeps "
+                     f"zero gradient ([recon]) and min leaves E|nu| = {dfpo_min['E|nu|']:.3g} overall; orth "
+                     f"re-balances the kept rollouts and stays at {numbers['GSPO + DFPO orth']['E|nu|']:.0e}"),
     ]
 
     fig, (ax0, ax1) = report.figure(2, width=12, height=4.4)
-    fig.subplots_adjust(left=0.27)
+    fig.subplots_adjust(left=0.27, top=0.86)
     labels = list(bars)
     ax0.barh(labels, [max(v, 1e-18) for v, _ in bars.values()],
-             color=["C0" if z else "C3" for _, z in bars.values()])
+             color=["C1" if "min" in label else "C0" if z else "C3" for label, (_, z) in bars.items()])
     report.log_axis(ax0, "x")
     ax0.set_xlim(1e-18, 1)
     ax0.invert_yaxis()
     ax0.tick_params(axis="y", labelsize=8)
-    ax0.set(title="3a. E|net weight| on 'Let' (exact; blue: 0 up to rounding)", xlabel="E|Σ_i c_i|  (log scale)")
+    ax0.set(title="3a. E|net weight| on 'Let' (exact; blue: 0 up to rounding;\norange: 0 unless the clip drops a rollout)",
+            xlabel="E|Σ_i c_i|  (log scale)")
     for (lo, hi), color in zip(scan, ("C3", "C1")):
         ax1.plot(RATIOS, scan[(lo, hi)], color=color, label=f"PPO clip {lo}/{hi}")
     ax1.axvspan(0.8, 1.2, color="0.9", label="inside both clip ranges")
@@ -216,7 +239,8 @@ def epoch_drift(bandit: B.Bandit, W0: torch.Tensor, seed: int, mode: str, n_grou
     batching.minibatch_indices. Each step: loss.policy_loss (PPO, token-mean, normaliser
     from loss.step_normaliser of that step) and one Adam step; ratios to the sampling
     policy are live from the second step on. Returns the template drift
-    Delta log p_0(Let), the change of the solve rate, and how many groups were split.
+    Delta log p_0(Let), the change of the solve rate, how many groups were split, and the
+    largest |sum of the advantages| of a step (what cancellation needs to be 0).
     """
     combos = B.sample_groups(bandit, W0, n_groups, seed)
     A = adv_lib.compute_advantages(advantage, bandit.reward[combos])
@@ -233,22 +257,27 @@ def epoch_drift(bandit: B.Bandit, W0: torch.Tensor, seed: int, mode: str, n_grou
         W.requires_grad_(True)
         mask = full[idx]
         loss, _ = loss_lib.policy_loss(B.token_logp(bandit, W, resp[idx], mask), old[idx], A.reshape(-1)[idx], mask,
-                                       loss_lib.LossConfig(), loss_lib.step_normaliser(mask), group_index=idx // B.G,
-                                       with_residual=False)
+                                       loss_lib.LossConfig(), loss_lib.step_normaliser(mask))
         (grad,) = torch.autograd.grad(loss, W)
         W = W.detach()
         adam_step(W, grad, state, lr)
     let = B.IDX[B.TEMPLATE]
     drift = float(B.logp_table(bandit, W)[0, let] - B.logp_table(bandit, W0)[0, let])
     return {"drift": drift, "d_solve": B.solve_rate(bandit, W) - B.solve_rate(bandit, W0),
-            "split_groups": batching.split_groups(steps, B.G)}
+            "split_groups": batching.split_groups(steps, B.G),
+            "max_step_sum": max(abs(float(A.reshape(-1)[idx].sum())) for idx in steps)}
 
 
 def exp4_minibatching(out_dir: str, seeds: range = range(12), template_prob: float = 0.99) -> dict:
-    """Template drift after one epoch: random vs query-preserved vs reward-balanced splits.
+    """Template drift after one epoch: random vs query-preserved vs reward- and mass-balanced splits.
 
     Modes of batching.minibatch_indices ([recon]: the paper's reward-balancing rule is
-    not public; batching.py documents ours), plus "one step" (no split) as the reference.
+    not public; batching.py documents ours: `balanced` equalises the COUNTS of positive
+    and negative rollouts per step, `mass_balanced` the SUM of their advantages, which is
+    what cancellation needs), plus "one step" (no split) as the reference. All groups here
+    share one prompt, so the template's gradient is the same in every rollout of a step
+    and a step whose advantages sum to 0 leaves it exactly still, even with its groups
+    split; in an LLM, prompts differ and only format tokens come close to that.
     The template's true credit is 0 (the reward never reads it), so every bit of
     |Delta log p(Let)| is reward-irrelevant drift. Mean over a fixed set of seeds (each a
     different rollout batch and split); the spread across seeds is in the plot. Why
@@ -268,29 +297,38 @@ def exp4_minibatching(out_dir: str, seeds: range = range(12), template_prob: flo
              for mode in ("random", "query")}
     numbers = {f"{mode}": {"E|drift|": mean([abs(r["drift"]) for r in rs]), "E[drift]": mean([r["drift"] for r in rs]),
                            "E[d solve]": mean([r["d_solve"] for r in rs]),
-                           "split groups": mean([r["split_groups"] for r in rs])}
+                           "split groups": mean([r["split_groups"] for r in rs]),
+                           "E[max over steps |sum A|]": mean([r["max_step_sum"] for r in rs])}
                for mode, rs in runs.items()}
     numbers["seeds (batches of 4 groups x 4 rollouts, 4 Adam steps, lr 0.05)"] = len(seeds)
     numbers["p(Let) = 0.9, 8 seeds: E|drift| random, query"] = [slips["random"], slips["query"]]
     drift = {m: numbers[m]["E|drift|"] for m in MODES}
     claims = [
         report.claim("Query-preserved mini-batching keeps cancellation alive (less template drift than a random split)",
-                     drift["query"] < 0.5 * drift["random"],
+                     report.agrees_if(drift["query"] < 0.5 * drift["random"]),
                      f"E|Δ log p(Let)|: random {drift['random']:.3g}, query {drift['query']:.3g}, "
                      f"one step {drift['one step']:.3g} (at p(Let) = 0.9, where slips carry their own credit: "
                      f"random {slips['random']:.3g}, query {slips['query']:.3g})"),
         report.claim("Reward-balanced batching reduces template drift compared with a random split",
-                     drift["balanced"] < drift["random"] and drift["query_balanced"] < 0.5 * drift["random"],
-                     f"balanced (splits groups) {drift['balanced']:.3g}, query_balanced {drift['query_balanced']:.3g} "
-                     f"vs random {drift['random']:.3g}: balancing counts alone barely helps, because GRPO's "
-                     "advantages differ in size between groups"),
+                     report.agrees_if(drift["mass_balanced"] < 0.5 * drift["random"]
+                                      and drift["query_balanced"] < 0.5 * drift["random"]),
+                     f"[recon] variants vs random {drift['random']:.3g}: mass_balanced (splits groups, balances "
+                     f"the sum of A per step) {drift['mass_balanced']:.3g}, query_balanced "
+                     f"{drift['query_balanced']:.3g}; count balancing alone (balanced) {drift['balanced']:.3g} barely "
+                     f"helps, because GRPO's advantages differ in size between groups: its worst step sums to "
+                     f"|ΣA| = {numbers['balanced']['E[max over steps |sum A|]']:.3g} on average, mass_balanced's "
+                     f"{numbers['mass_balanced']['E[max over steps |sum A|]']:.3g}, random's "
+                     f"{numbers['random']['E[max over steps |sum A|]']:.3g}. Adam turns any residual into a "
+                     "full-sized step, so only exact zeros stop the drift"),
     ]
     fig, (ax0, ax1) = report.figure(2, height=4.2)
-    ax0.boxplot([[abs(r["drift"]) for r in runs[m]] for m in MODES], tick_labels=list(MODES))
-    ax0.tick_params(axis="x", labelsize=8)
-    ax0.set(title=f"4a. |Δ log p(Let)| after one epoch ({len(seeds)} seeds)", ylabel="template drift")
+    fig.subplots_adjust(bottom=0.2)
+    ax0.boxplot([[max(abs(r["drift"]), 1e-16) for r in runs[m]] for m in MODES], tick_labels=list(MODES))
+    report.log_axis(ax0, "y")
+    ax0.tick_params(axis="x", labelsize=7, labelrotation=15)
+    ax0.set(title=f"4a. |Δ log p(Let)| after one epoch ({len(seeds)} seeds)", ylabel="template drift (log)")
     ax1.bar(list(MODES), [numbers[m]["E[d solve]"] for m in MODES], color="C2")
-    ax1.tick_params(axis="x", labelsize=8)
+    ax1.tick_params(axis="x", labelsize=7, labelrotation=15)
     ax1.set(title="4b. mean change of the solve rate (the useful part)", ylabel="Δ p(correct)")
     png = report.save(fig, out_dir, "exp4_minibatching.png")
     return {"numbers": numbers, "claims": claims, "png": png.split("/")[-1]}
