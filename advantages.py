@@ -40,6 +40,8 @@ Conventions (pinned here, tested in tests/test_advantages.py):
 - G = 1: mean-centred methods give 0 (a lone rollout has nothing to compare with; use
   `reinforce`, `psr`, `nsr` or `w_reinforce` for single-rollout training); `rloo` and
   the pass@k methods need more rollouts and raise ValueError.
+- input is checked once, by `compute_advantages` (the tables of reward domains and
+  hyper-parameter ranges sit next to it); the formula functions assume valid input.
 
 Usage:
     A = compute_advantages("grpo", rewards)            # validated entry point
@@ -53,57 +55,15 @@ from __future__ import annotations
 import argparse
 import inspect
 import math
+import numbers
 
 import torch
 from torch import Tensor
 
 
 # ---------------------------------------------------------------------------------------
-# Helpers used by every advantage (validation, exact mean-centring)
+# Helpers used by every advantage (exact mean-centring)
 # ---------------------------------------------------------------------------------------
-
-def _check_rewards(rewards: Tensor, name: str) -> Tensor:
-    """Validate a [N, G] reward tensor and return it as float (float32 stays float32).
-
-    Raises ValueError naming the problem: wrong rank, empty, NaN/inf (with the first
-    offending position, because a NaN reward almost always means a verifier crashed and
-    silently turning it into 0 would train on a wrong signal).
-    """
-    if not isinstance(rewards, Tensor):
-        raise ValueError(f"{name}: rewards must be a torch.Tensor of shape [N, G], got {type(rewards).__name__}")
-    if rewards.dim() != 2:
-        raise ValueError(f"{name}: rewards must have shape [N, G], got shape {tuple(rewards.shape)}")
-    if rewards.numel() == 0:
-        raise ValueError(f"{name}: rewards is empty, shape {tuple(rewards.shape)}")
-    if not rewards.is_floating_point():
-        rewards = rewards.float()
-    bad = ~torch.isfinite(rewards)
-    if bad.any():
-        n, g = (int(v) for v in bad.nonzero()[0])
-        raise ValueError(f"{name}: rewards must be finite, got {rewards[n, g].item()} at [{n}, {g}]")
-    return rewards
-
-
-def _require_binary(rewards: Tensor, name: str) -> None:
-    """Methods defined only for 0/1 rewards (psr, nsr, w_reinforce, passk, pkpo)."""
-    ok = (rewards == 0) | (rewards == 1)
-    if not ok.all():
-        n, g = (int(v) for v in (~ok).nonzero()[0])
-        raise ValueError(f"{name}: needs binary 0/1 rewards, got {rewards[n, g].item()} at [{n}, {g}]")
-
-
-def _require_unit_interval(rewards: Tensor, name: str) -> None:
-    """Methods that use (1 - p) as a weight need rewards in [0, 1] so that 1 - p >= 0."""
-    if (rewards < 0).any() or (rewards > 1).any():
-        bad = rewards[(rewards < 0) | (rewards > 1)][0].item()
-        raise ValueError(f"{name}: needs rewards in [0, 1] (it weights by 1 - p), got {bad}")
-
-
-def _require(cond: bool, name: str, what: str, value) -> None:
-    """One-line hyper-parameter check: `_require(k >= 1, "passk", "k >= 1", k)`."""
-    if not cond:
-        raise ValueError(f"{name}: needs {what}, got {value!r}")
-
 
 def _constant_groups(rewards: Tensor) -> Tensor:
     """[N, 1] bool: True where every rollout of the group has the same reward."""
@@ -127,6 +87,9 @@ def _solve_rate(rewards: Tensor) -> Tensor:
 
 # ---------------------------------------------------------------------------------------
 # The advantages (spec section 1). Each: rewards [N, G] -> advantages [N, G].
+# Called through compute_advantages, which validates: each function below receives a
+# finite float [N, G] tensor inside its reward domain, with hyper-parameters in range, so
+# it is only the math. The "Needs ..." lines are the checks compute_advantages makes.
 # ---------------------------------------------------------------------------------------
 
 def reinforce(rewards: Tensor) -> Tensor:
@@ -137,7 +100,7 @@ def reinforce(rewards: Tensor) -> Tensor:
     group gets the full push (its updates never cancel). All-wrong groups give 0.
     Works with G = 1. The high-variance baseline every other method improves on.
     """
-    return _check_rewards(rewards, "reinforce").clone()
+    return rewards.clone()
 
 
 def mean(rewards: Tensor) -> Tensor:
@@ -150,7 +113,7 @@ def mean(rewards: Tensor) -> Tensor:
     almost all-correct or all-wrong (a difficulty bias, see `grpo`).
     Example: G = 8, c = 2 -> success +0.75, failure -0.25.
     """
-    return _centred(_check_rewards(rewards, "mean"))
+    return _centred(rewards)
 
 
 def rloo(rewards: Tensor) -> Tensor:
@@ -164,9 +127,7 @@ def rloo(rewards: Tensor) -> Tensor:
     Example: G = 8, c = 2 -> success +0.857, failure -0.286.
     Needs G >= 2 (ValueError otherwise: there is no "other" rollout to form a baseline).
     """
-    rewards = _check_rewards(rewards, "rloo")
     G = rewards.shape[1]
-    _require(G >= 2, "rloo", "G >= 2 rollouts per prompt", G)
     return _centred(rewards) * (G / (G - 1))
 
 
@@ -185,8 +146,6 @@ def grpo(rewards: Tensor, eps: float = 1e-6) -> Tensor:
     Example: G = 8, c = 2 -> success +1.620, failure -0.540.
     eps = 1e-6 (TRL uses 1e-4, verl 1e-6; it only matters for near-constant rewards).
     """
-    rewards = _check_rewards(rewards, "grpo")
-    _require(eps > 0, "grpo", "eps > 0", eps)
     centred = _centred(rewards)
     if rewards.shape[1] == 1:
         return centred  # zeros
@@ -202,8 +161,6 @@ def psr(rewards: Tensor) -> Tensor:
     with. Nothing cancels: a template token is pushed up in every correct rollout.
     All-correct groups get 1 everywhere, all-wrong 0. Works with G = 1.
     """
-    rewards = _check_rewards(rewards, "psr")
-    _require_binary(rewards, "psr")
     return rewards.clone()
 
 
@@ -218,8 +175,6 @@ def nsr(rewards: Tensor) -> Tensor:
     entropy in expectation, spec section 2: the effect is an optimizer-level one.)
     All-wrong groups get -1 everywhere, all-correct 0. Works with G = 1.
     """
-    rewards = _check_rewards(rewards, "nsr")
-    _require_binary(rewards, "nsr")
     return rewards - 1.0
 
 
@@ -229,10 +184,8 @@ def w_reinforce(rewards: Tensor, lam: float = 0.1) -> Tensor:
     A_i = +lam on correct rollouts, -1 on wrong ones; lam = 0.1 as in the paper.
     Binary only. Masses per rollout: m_S = lam p, m_F = 1 - p.
     Not zero-sum; all-correct groups get +lam, all-wrong -1. Works with G = 1.
+    Needs lam >= 0.
     """
-    rewards = _check_rewards(rewards, "w_reinforce")
-    _require_binary(rewards, "w_reinforce")
-    _require(lam >= 0, "w_reinforce", "lam >= 0", lam)
     return torch.where(rewards > 0, torch.full_like(rewards, lam), torch.full_like(rewards, -1.0))
 
 
@@ -246,7 +199,6 @@ def asymre(rewards: Tensor, dV: float = -0.1) -> Tensor:
     success-biased (m_S > m_F) and NOT zero-sum: an all-equal group gets -dV = +0.1 on
     every rollout, and shared tokens no longer cancel (by G * |dV| per group).
     """
-    rewards = _check_rewards(rewards, "asymre")
     return _centred(rewards) - dV
 
 
@@ -258,11 +210,8 @@ def focal(rewards: Tensor, gamma: float = 1.0, eps: float = 1e-6) -> Tensor:
     (Lin et al. 2017). Binary masses per rollout: (1-p)^gamma sqrt((G-1)/G) sqrt(p(1-p))
     each. gamma = 1 by default: the paper's default is not in the abstract we have.
     Zero-sum (a per-group scale of a zero-sum advantage). All-equal groups: 0.
-    Needs rewards in [0, 1].
+    Needs rewards in [0, 1] and gamma >= 0.
     """
-    rewards = _check_rewards(rewards, "focal")
-    _require_unit_interval(rewards, "focal")
-    _require(gamma >= 0, "focal", "gamma >= 0", gamma)
     return (1.0 - _solve_rate(rewards)) ** gamma * grpo(rewards, eps=eps)
 
 
@@ -277,9 +226,6 @@ def power(rewards: Tensor, alpha: float = 2.0) -> Tensor:
     sample size). Zero-sum; all-equal groups 0. Needs rewards in [0, 1] and alpha > 0.
     The paper reports alpha = 2 beats GRPO on LiveCodeBench (40.3 vs 37.4 pass@1 at 7B).
     """
-    rewards = _check_rewards(rewards, "power")
-    _require_unit_interval(rewards, "power")
-    _require(alpha > 0, "power", "alpha > 0", alpha)
     # alpha < 1 makes (1 - p)^(alpha - 1) infinite on all-correct groups (inf * 0 = NaN):
     # those groups carry no signal, so they are zeroed after the product.
     scaled = (1.0 - _solve_rate(rewards)) ** (alpha - 1.0) * _centred(rewards)
@@ -296,10 +242,8 @@ def asym(rewards: Tensor, delta: float = 0.5) -> Tensor:
     entropy depends on the optimizer (spec section 2: not at first order under SGD).
     NOT zero-sum unless delta = 1: the group sums to p(1-p) G (1 - 1/delta), so a shared
     token gets a net push down when delta < 1. This is the price FADE pays, on purpose,
-    for its entropy control. All-equal groups: 0.
+    for its entropy control. All-equal groups: 0. Needs delta > 0.
     """
-    rewards = _check_rewards(rewards, "asym")
-    _require(delta > 0, "asym", "delta > 0", delta)
     centred = _centred(rewards)
     return torch.where(centred < 0, centred / delta, centred)
 
@@ -317,10 +261,6 @@ def fade(rewards: Tensor, alpha: float = 1.0, delta: float = 1.0) -> Tensor:
     sums to zero: FADE trades some cancellation for entropy control (spec section 4).
     All-equal groups: 0. Needs rewards in [0, 1], alpha > 0, delta > 0.
     """
-    rewards = _check_rewards(rewards, "fade")
-    _require_unit_interval(rewards, "fade")
-    _require(alpha > 0, "fade", "alpha > 0", alpha)
-    _require(delta > 0, "fade", "delta > 0", delta)
     centred = (1.0 - _solve_rate(rewards)) ** (alpha - 1.0) * _centred(rewards)
     centred = centred.masked_fill(_constant_groups(rewards), 0.0)   # alpha < 1: inf * 0
     return torch.where(centred < 0, centred / delta, centred)
@@ -338,10 +278,7 @@ def passk(rewards: Tensor, k: int = 4) -> Tensor:
     already contains a success (R = 1, s = 0) and we return 0; c = 0 gives R = 0 and 0.
     k = 1 reduces to GRPO with a population (ddof=0) std. Binary only; needs 1 <= k <= G.
     """
-    rewards = _check_rewards(rewards, "passk")
-    _require_binary(rewards, "passk")
     G = rewards.shape[1]
-    _require(isinstance(k, int) and 1 <= k <= G, "passk", f"an integer k in [1, G={G}]", k)
     out = torch.zeros_like(rewards)
     for n, c in enumerate(rewards.sum(dim=1).round().long().tolist()):
         if c == 0 or G - c < k:
@@ -366,10 +303,7 @@ def pkpo(rewards: Tensor, k: int = 4) -> Tensor:
     subset has another success), all-wrong groups 0. k = 1: every success gets 1/G.
     Binary only; needs 1 <= k <= G.
     """
-    rewards = _check_rewards(rewards, "pkpo")
-    _require_binary(rewards, "pkpo")
     G = rewards.shape[1]
-    _require(isinstance(k, int) and 1 <= k <= G, "pkpo", f"an integer k in [1, G={G}]", k)
     c = rewards.sum(dim=1).round().long().tolist()
     w = torch.tensor([math.comb(G - ci, k - 1) / math.comb(G, k) for ci in c],
                      dtype=rewards.dtype).unsqueeze(1)
@@ -385,9 +319,6 @@ def maxrl(rewards: Tensor, eps: float = 1e-6) -> Tensor:
     Masses per rollout: m_S = m_F = 1 - p (monotone in difficulty: peak at p -> 0).
     Zero-sum; all-equal groups 0 (all-wrong: 0, not 0/eps). Needs rewards >= 0.
     """
-    rewards = _check_rewards(rewards, "maxrl")
-    _require(bool((rewards >= 0).all()), "maxrl", "rewards >= 0", rewards.min().item())
-    _require(eps > 0, "maxrl", "eps > 0", eps)
     return _centred(rewards) / (_solve_rate(rewards) + eps)
 
 
@@ -401,8 +332,6 @@ def risk(rewards: Tensor, beta: float = 2.0) -> Tensor:
     wrong (1/Z - 1)/beta. Zero-sum (sum_i exp/mean = G). All-equal groups: 0.
     beta = 2 as in the spec. Needs beta != 0.
     """
-    rewards = _check_rewards(rewards, "risk")
-    _require(beta != 0, "risk", "beta != 0", beta)
     # Subtract the group max before exp: same ratio, no overflow for large beta * r.
     z = beta * rewards
     e = torch.exp(z - z.max(dim=1, keepdim=True).values)
@@ -422,8 +351,6 @@ def reinforce_pp(rewards: Tensor, eps: float = 1e-6) -> Tensor:
     Caution: the result depends on the whole batch, so compute it once per rollout batch,
     never per micro-batch. A batch whose groups are all constant gives 0.
     """
-    rewards = _check_rewards(rewards, "reinforce_pp")
-    _require(eps > 0, "reinforce_pp", "eps > 0", eps)
     x = _centred(rewards)
     if x.numel() < 2 or not bool((x != 0).any()):
         return torch.zeros_like(x)
@@ -431,7 +358,11 @@ def reinforce_pp(rewards: Tensor, eps: float = 1e-6) -> Tensor:
     return adv.masked_fill(_constant_groups(rewards), 0.0)
 
 
-# The registry: name -> function. train.py picks one with --advantage NAME.
+# ---------------------------------------------------------------------------------------
+# The registry and the door: compute_advantages is the one place that checks input
+# ---------------------------------------------------------------------------------------
+
+# name -> function. train.py picks one with --advantage NAME.
 ADVANTAGES = {
     "reinforce": reinforce,
     "mean": mean,
@@ -457,22 +388,100 @@ ADVANTAGES = {
 ZERO_SUM = ("mean", "rloo", "grpo", "focal", "power", "fade", "passk", "maxrl", "risk",
             "reinforce_pp")
 
+# Reward domains. Binary: the method is defined by "correct or not" (psr keeps the
+# rewards as weights; passk and pkpo count c). Unit interval: it weights by 1 - p, which
+# must be >= 0. Non-negative: maxrl divides by p + eps, which must be > 0.
+BINARY_REWARDS = ("psr", "nsr", "w_reinforce", "passk", "pkpo")
+UNIT_REWARDS = ("focal", "power", "fade")
+NONNEGATIVE_REWARDS = ("maxrl",)
+
+# Smallest group size G a method is defined for (1 otherwise): rloo's baseline for a
+# rollout is the mean of the OTHER G - 1. The pass@k methods need k <= G (HYPER_RANGES).
+MIN_GROUP_SIZE = {"rloo": 2}
+
+# Hyper-parameter ranges: name -> (test(value, G), what it needs). Every hyper-parameter
+# of the chosen method is checked, defaults included (passk's default k = 4 fails at G = 3).
+HYPER_RANGES = {
+    "eps": (lambda v, G: _real(v) and v > 0, "a finite eps > 0"),            # a denominator guard
+    "alpha": (lambda v, G: _real(v) and v > 0, "a finite alpha > 0"),
+    "delta": (lambda v, G: _real(v) and v > 0, "a finite delta > 0"),        # divides failures
+    "lam": (lambda v, G: _real(v) and v >= 0, "a finite lam >= 0"),
+    "gamma": (lambda v, G: _real(v) and v >= 0, "a finite gamma >= 0"),
+    "beta": (lambda v, G: _real(v) and v != 0, "a finite beta != 0"),         # divides
+    "dV": (lambda v, G: _real(v), "a finite dV"),
+    "k": (lambda v, G: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= G,
+          "an integer k in [1, G={G}]"),
+}
+
 
 def compute_advantages(name: str, rewards: Tensor, **hyper) -> Tensor:
     """The validated entry point: ADVANTAGES[name](rewards, **hyper).
 
-    Raises ValueError for an unknown name (listing the known ones) and for a
-    hyper-parameter the method does not take (naming it and the accepted ones), instead
-    of Python's TypeError deep inside a training step.
+    The one place that checks input; each check raises a one-line ValueError naming the
+    bad value, in this order:
+      1. an unknown name (listing the known ones), a hyper-parameter the method does not
+         take (naming it and the accepted ones), instead of Python's TypeError deep
+         inside a training step;
+      2. rewards: a torch.Tensor of shape [N, G], non-empty, finite. NaN/inf are reported
+         with the first offending position, because a NaN reward almost always means a
+         verifier crashed and silently turning it into 0 would train on a wrong signal;
+      3. the method's reward domain (BINARY_REWARDS, UNIT_REWARDS, NONNEGATIVE_REWARDS),
+         with the first offending value and position;
+      4. its group size (MIN_GROUP_SIZE);
+      5. every hyper-parameter, defaults included, against HYPER_RANGES.
+    Integer rewards become float (torch's default float dtype); float32 stays float32.
     """
     if name not in ADVANTAGES:
         raise ValueError(f"unknown advantage {name!r}; choose from {', '.join(ADVANTAGES)}")
     fn = ADVANTAGES[name]
-    accepted = list(inspect.signature(fn).parameters)[1:]
+    params = list(inspect.signature(fn).parameters.values())[1:]
+    accepted = [p.name for p in params]
     for key in hyper:
         if key not in accepted:
             raise ValueError(f"advantage {name!r} takes no hyper-parameter {key!r}; it takes {accepted or 'none'}")
+    rewards = _check_rewards(rewards, name)
+    if name in BINARY_REWARDS:
+        _require_rewards((rewards == 0) | (rewards == 1), rewards, name, "needs binary 0/1 rewards")
+    if name in UNIT_REWARDS:
+        _require_rewards((rewards >= 0) & (rewards <= 1), rewards, name,
+                         "needs rewards in [0, 1] (it weights by 1 - p)")
+    if name in NONNEGATIVE_REWARDS:
+        _require_rewards(rewards >= 0, rewards, name, "needs rewards >= 0 (it divides by p)")
+    G = rewards.shape[1]
+    if G < MIN_GROUP_SIZE.get(name, 1):
+        raise ValueError(f"{name}: needs G >= {MIN_GROUP_SIZE[name]} rollouts per prompt, got G={G}")
+    for p in params:
+        value = hyper.get(p.name, p.default)
+        ok, what = HYPER_RANGES[p.name]
+        if not ok(value, G):
+            raise ValueError(f"{name}: needs {what.format(G=G)}, got {value!r}")
     return fn(rewards, **hyper)
+
+
+def _check_rewards(rewards: Tensor, name: str) -> Tensor:
+    """Validate a [N, G] reward tensor and return it as float (float32 stays float32)."""
+    if not isinstance(rewards, Tensor):
+        raise ValueError(f"{name}: rewards must be a torch.Tensor of shape [N, G], got {type(rewards).__name__}")
+    if rewards.dim() != 2:
+        raise ValueError(f"{name}: rewards must have shape [N, G], got shape {tuple(rewards.shape)}")
+    if rewards.numel() == 0:
+        raise ValueError(f"{name}: rewards is empty, shape {tuple(rewards.shape)}")
+    if not rewards.is_floating_point():
+        rewards = rewards.float()
+    _require_rewards(torch.isfinite(rewards), rewards, name, "rewards must be finite")
+    return rewards
+
+
+def _require_rewards(ok: Tensor, rewards: Tensor, name: str, what: str) -> None:
+    """Raise "{name}: {what}, got {value} at [n, g]" at the first reward where ok is False."""
+    if not ok.all():
+        n, g = (int(v) for v in (~ok).nonzero()[0])
+        raise ValueError(f"{name}: {what}, got {rewards[n, g].item()} at [{n}, {g}]")
+
+
+def _real(v) -> bool:
+    """A finite real number, not a bool: the base of every float range in HYPER_RANGES."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
 
 
 # ---------------------------------------------------------------------------------------

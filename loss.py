@@ -100,6 +100,11 @@ class LossConfig:
         """'ppo' | 'cispo' | 'gspo' | 'dfpo' (GSPO with a weight transform)."""
         return "dfpo" if self.weight_transform is not None else self.loss_type
 
+    @property
+    def aggregation(self) -> str:
+        """The aggregation in force: `agg`, or the surrogate's own when agg is None."""
+        return OWN_AGGREGATION[self.surrogate] if self.agg is None else self.agg
+
     def __post_init__(self):
         # Checks at the door: every field once, here; the formula functions trust them.
         if self.loss_type not in LOSS_TYPES:
@@ -109,14 +114,12 @@ class LossConfig:
         if self.weight_transform is not None and self.loss_type != "gspo":
             raise ValueError(f"weight_transform={self.weight_transform!r} acts on GSPO's sequence weights; "
                              f"it needs loss_type='gspo', got {self.loss_type!r}")
-        if self.agg is None:
-            self.agg = OWN_AGGREGATION[self.surrogate]
-        if self.agg not in AGGREGATIONS:
-            raise ValueError(f"agg must be one of {AGGREGATIONS}, got {self.agg!r}")
-        if self.surrogate == "gspo" and self.agg != "seq-mean-token-mean":
+        if self.agg is not None and self.agg not in AGGREGATIONS:
+            raise ValueError(f"agg must be one of {AGGREGATIONS} (or None), got {self.agg!r}")
+        if self.surrogate == "gspo" and self.aggregation != "seq-mean-token-mean":
             raise ValueError(f"GSPO's objective is a mean over sequences: it needs agg='seq-mean-token-mean' "
                              f"(or agg=None), got agg={self.agg!r}")
-        if self.surrogate == "dfpo" and self.agg == "seq-mean-token-mean":
+        if self.surrogate == "dfpo" and self.aggregation == "seq-mean-token-mean":
             raise ValueError("weight_transform needs a token-sum aggregation (token-mean, seq-mean-token-sum or "
                              "seq-mean-token-sum-norm): seq-mean-token-mean's 1/|o_i| re-breaks exchangeability")
         if self.kl_estimator not in KL_ESTIMATORS:
@@ -321,7 +324,8 @@ def dfpo_transform(w: Tensor, adv: Tensor, group_index: Tensor, mode: str, kept:
     after min, whenever sum_{i in K} A_i = 0. min is conservative (the whole group moves
     at its most pessimistic weight); orth keeps w's spread where it is orthogonal to the
     advantages. A group with A_K.A_K = 0 keeps its weights under orth; a group with no
-    kept rollout gets zeros.
+    kept rollout gets zeros, and one with a single kept rollout (A != 0) gets exactly 0
+    under orth, as the formula says (computed, it would leave a 1e-16 rounding residue).
 
     What orth does to advantages that do NOT sum to zero (FADE with delta < 1, asym,
     psr, nsr, w_reinforce): on-policy (w = 1) the effective coefficients become
@@ -340,6 +344,8 @@ def dfpo_transform(w: Tensor, adv: Tensor, group_index: Tensor, mode: str, kept:
         wg, ag = w[idx], adv[idx]
         if mode == "min":
             out[idx] = wg.min()
+        elif len(idx) == 1:   # orth of one rollout is exactly 0 (w - (a w / a^2) a); say so, no rounding
+            out[idx] = 0.0 if bool(ag[0] != 0) else wg
         else:  # orth
             aa = (ag * ag).sum()
             out[idx] = wg - (ag * wg).sum() / aa * ag if aa > 0 else wg
@@ -476,15 +482,15 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
     old_logp = old_logp.detach()
     per_token, clipped_low, clipped_high, clipped_dual = per_token_surrogate(
         logp, old_logp, advantages, mask, cfg, group_index)
-    loss = aggregate(per_token, mask, cfg.agg, norm)
+    loss = aggregate(per_token, mask, cfg.aggregation, norm)
     stats = {}
     if cfg.kl_coef > 0:
         kl = kl_penalty(logp, ref_logp.detach(), cfg.kl_estimator)
-        loss = loss + cfg.kl_coef * aggregate(kl, mask, cfg.agg, norm)
+        loss = loss + cfg.kl_coef * aggregate(kl, mask, cfg.aggregation, norm)
         stats["kl_ref"] = _masked_mean(kl.detach(), mask)
     if entropy is not None:
         if cfg.entropy_coef > 0:
-            loss = loss - cfg.entropy_coef * aggregate(entropy, mask, cfg.agg, norm)
+            loss = loss - cfg.entropy_coef * aggregate(entropy, mask, cfg.aggregation, norm)
         stats["entropy"] = _masked_mean(entropy.detach(), mask)
 
     with torch.no_grad():
@@ -519,7 +525,7 @@ def cancellation_residual_of_loss(logp: Tensor, old_logp: Tensor, advantages: Te
     mask = mask.to(leaf.dtype)
     with torch.enable_grad():
         per_token = per_token_surrogate(leaf, old_logp.detach(), advantages, mask, cfg, group_index)[0]
-        (coef,) = torch.autograd.grad(aggregate(per_token, mask, cfg.agg, norm), leaf)
+        (coef,) = torch.autograd.grad(aggregate(per_token, mask, cfg.aggregation, norm), leaf)
     m = -(coef * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
     r = cancellation_residual(m.double(), group_index)
     return float(torch.nanmean(r)) if bool(torch.isfinite(r).any()) else float("nan")

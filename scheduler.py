@@ -4,8 +4,9 @@ The FADE paper splits any advantage into a success mass m_S and a failure mass m
 (spec section 2) and reads them along two axes:
   - difficulty: where m_S(p) + m_F(p) peaks over the group solve rate p. Focusing on hard
     prompts sharpens the signal but spends fewer rollouts' worth of gradient;
-  - sign: m_S versus m_F. Too much success mass collapses the entropy, too much failure
-    mass collapses the geometry of the weights.
+  - sign: m_S versus m_F. The paper's claim: too much success mass collapses the entropy,
+    too much failure mass collapses the geometry of the weights (with Adam; under SGD on
+    logits the imbalance has no first-order effect on entropy, spec section 2).
 Its observation is that the right point on both axes moves during training: early on
 (exploration) balance and a hard focus help; later (exploitation) suppressing failures
 harder and a medium focus help. FADE ("Focal Advantage with Dynamic Entropy") therefore
@@ -55,6 +56,7 @@ entropy control.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 SCHEDULES = ("fade", "constant", "decay")
@@ -64,6 +66,58 @@ EMA_CONVENTIONS = ("new", "source")
 ALPHA_MIN, ALPHA_MAX = 1.0, 3.0
 DELTA_MIN, DELTA_MAX = 0.3, 1.0
 
+
+# ---------------------------------------------------------------------------------------
+# The FADE formulas, as plain functions: the two knobs and the EMA that feeds them.
+# The scheduler calls them with checked inputs (AdvantageScheduler.step checks them once).
+# ---------------------------------------------------------------------------------------
+
+def fade_alpha(p_hat: float) -> float:
+    """Difficulty focus: alpha = clip(3 (1 - p_hat) / (2 p_hat), 1, 3).
+
+    The power advantage (1-p)^(alpha-1) (r - mean) has mass p(1-p)^alpha, peaking at
+    p = 1/(1+alpha): alpha = 3 focuses on prompts solved 1/4 of the time, alpha = 1 on
+    1/2 (plain mean-centring). The formula hits 3 at p_hat = 1/3 and 1 at p_hat = 0.6.
+    Example: p_hat = 0.5 -> 3 * 0.5 / 1.0 = 1.5. p_hat = 0 (never solved) -> 3, handled
+    before the division.
+    """
+    if p_hat <= 1.0 / 3.0:    # the clip's top; also keeps p_hat = 0 out of the division
+        return ALPHA_MAX
+    if p_hat >= 0.6:          # the clip's bottom, exact (3 * 0.4 / 1.2 is 1.0000000000000002)
+        return ALPHA_MIN
+    return _clip(3.0 * (1.0 - p_hat) / (2.0 * p_hat), ALPHA_MIN, ALPHA_MAX)
+
+
+def fade_delta(h_hat: float, h_target: float) -> float:
+    """Sign balance: delta = clip(1 + H_hat - H_target, 0.3, 1).
+
+    delta divides the negative advantages, so delta = 1 keeps the group zero-sum
+    (balanced) and delta < 1 makes failures weigh 1/delta times more. The FADE paper's
+    reading: pushing failures down spreads probability over the other tokens and raises
+    the entropy, which is why it is switched on once the entropy falls below target.
+    (With Adam; under SGD on logits the imbalance has no first-order effect on entropy:
+    spec section 2, toy experiment 6.) Example: H_target = 1.0,
+    H_hat = 0.5 -> delta = 0.5 (failures x2); H_hat <= 0.3 -> the floor 0.3 (x3.3).
+    """
+    return _clip(1.0 + h_hat - h_target, DELTA_MIN, DELTA_MAX)
+
+
+def _ema(old: float, x: float, beta: float, convention: str) -> float:
+    """One EMA update. "new": (1-beta) old + beta x.  "source" [recon]: beta old + (1-beta) x.
+
+    After k updates with a constant x from old = v0 under "new":
+        v_k = (1 - beta)^k v0 + (1 - (1 - beta)^k) x     (tested)
+    e.g. beta = 0.02, k = 50: 36% of v0 is left. Under "source" only beta^k of v0 is left
+    (0.02 after one step).
+    """
+    if convention == "new":
+        return (1.0 - beta) * old + beta * x
+    return beta * old + (1.0 - beta) * x
+
+
+# ---------------------------------------------------------------------------------------
+# The config, checked once at its door (__post_init__)
+# ---------------------------------------------------------------------------------------
 
 @dataclass
 class SchedulerConfig:
@@ -95,64 +149,32 @@ class SchedulerConfig:
     """"decay": number of training steps the linear ramp spans (>= 2); required for decay."""
 
     def __post_init__(self) -> None:
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"unknown schedule {self.schedule!r}; expected one of {SCHEDULES}")
-        if self.ema not in EMA_CONVENTIONS:
-            raise ValueError(f"unknown ema convention {self.ema!r}; expected one of {EMA_CONVENTIONS}")
-        if not 0.0 < self.beta < 1.0:
-            raise ValueError(f"beta must be in (0, 1), got {self.beta}")
-        if not 0.0 < self.p_init <= 1.0:
-            raise ValueError(f"p_init must be in (0, 1], got {self.p_init}")
-        if self.h_target is not None and not (math.isfinite(self.h_target) and self.h_target >= 0):
-            raise ValueError(f"h_target must be a finite number of nats >= 0, got {self.h_target}")
-        if not (math.isfinite(self.target_rel) and self.target_rel > 0):
-            raise ValueError(f"target_rel must be finite and > 0, got {self.target_rel}")
-        # alpha < 1 would make (1 - p)^(alpha - 1) infinite on all-correct groups (p = 1).
-        for name in ("alpha", "alpha_start", "alpha_end"):
+        """The door: every field against CONFIG_RANGES; one ValueError line naming the value."""
+        for name, (ok, what) in CONFIG_RANGES.items():
             value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 1.0):
-                raise ValueError(f"{name} must be finite and >= 1, got {value}")
-        for name in ("delta", "delta_end"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0.0):
-                raise ValueError(f"{name} must be finite and > 0, got {value}")
-        if self.schedule == "decay":
-            if isinstance(self.total_steps, bool) or not isinstance(self.total_steps, int) \
-                    or self.total_steps < 2:
-                raise ValueError(f"the decay schedule needs an int total_steps >= 2, "
-                                 f"got {self.total_steps!r}")
+            if not ok(value):
+                raise ValueError(f"{name} must be {what}, got {value!r}")
+        steps = self.total_steps
+        if self.schedule == "decay" and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 2):
+            raise ValueError(f"the decay schedule needs an int total_steps >= 2, got {steps!r}")
 
 
-# ---------------------------------------------------------------------------------------
-# The two FADE formulas, as plain functions (the scheduler calls them)
-# ---------------------------------------------------------------------------------------
-
-def fade_alpha(p_hat: float) -> float:
-    """Difficulty focus: alpha = clip(3 (1 - p_hat) / (2 p_hat), 1, 3).
-
-    The power advantage (1-p)^(alpha-1) (r - mean) has mass p(1-p)^alpha, peaking at
-    p = 1/(1+alpha): alpha = 3 focuses on prompts solved 1/4 of the time, alpha = 1 on
-    1/2 (plain mean-centring). The formula hits 3 at p_hat = 1/3 and 1 at p_hat = 0.6.
-    Example: p_hat = 0.5 -> 3 * 0.5 / 1.0 = 1.5. p_hat = 0 (never solved) -> 3, handled
-    before the division.
-    """
-    if p_hat <= 1.0 / 3.0:
-        return ALPHA_MAX
-    if p_hat >= 0.6:          # exact at the boundary (3 * 0.4 / 1.2 is 1.0000000000000002)
-        return ALPHA_MIN
-    return min(max(3.0 * (1.0 - p_hat) / (2.0 * p_hat), ALPHA_MIN), ALPHA_MAX)
-
-
-def fade_delta(h_hat: float, h_target: float) -> float:
-    """Sign balance: delta = clip(1 + H_hat - H_target, 0.3, 1).
-
-    delta divides the negative advantages, so delta = 1 keeps the group zero-sum
-    (balanced) and delta < 1 makes failures weigh 1/delta times more. Pushing failures
-    down spreads probability over the other tokens and raises the entropy, which is why
-    it is switched on once the entropy falls below target. Example: H_target = 1.0,
-    H_hat = 0.5 -> delta = 0.5 (failures x2); H_hat <= 0.3 -> the floor 0.3 (x3.3).
-    """
-    return min(max(1.0 + h_hat - h_target, DELTA_MIN), DELTA_MAX)
+# SchedulerConfig's field ranges: field -> (test(value), what it must be). total_steps is
+# checked only for "decay", the one schedule that reads it.
+CONFIG_RANGES = {
+    "schedule": (lambda v: v in SCHEDULES, f"one of {SCHEDULES}"),
+    "ema": (lambda v: v in EMA_CONVENTIONS, f"one of {EMA_CONVENTIONS}"),
+    "beta": (lambda v: _real(v) and 0.0 < v < 1.0, "in (0, 1)"),
+    "p_init": (lambda v: _real(v) and 0.0 < v <= 1.0, "in (0, 1]"),
+    "h_target": (lambda v: v is None or (_real(v) and v >= 0.0), "None or a finite number of nats >= 0"),
+    "target_rel": (lambda v: _real(v) and v > 0.0, "finite and > 0"),
+    # alpha < 1 would make (1 - p)^(alpha - 1) infinite on all-correct groups (p = 1).
+    "alpha": (lambda v: _real(v) and v >= 1.0, "finite and >= 1"),
+    "alpha_start": (lambda v: _real(v) and v >= 1.0, "finite and >= 1"),
+    "alpha_end": (lambda v: _real(v) and v >= 1.0, "finite and >= 1"),
+    "delta": (lambda v: _real(v) and v > 0.0, "finite and > 0"),
+    "delta_end": (lambda v: _real(v) and v > 0.0, "finite and > 0"),
+}
 
 
 # ---------------------------------------------------------------------------------------
@@ -165,7 +187,7 @@ class AdvantageScheduler:
     Usage (train.py):
         sched = AdvantageScheduler(SchedulerConfig())
         knobs = sched.step(solve_rate=batch_solve_rate, entropy=batch_mean_entropy)
-        adv = advantages.fade(rewards, knobs["alpha"], knobs["delta"])
+        adv = advantages.compute_advantages("fade", rewards, alpha=knobs["alpha"], delta=knobs["delta"])
     """
 
     def __init__(self, config: SchedulerConfig | None = None) -> None:
@@ -180,6 +202,7 @@ class AdvantageScheduler:
 
         solve_rate: the batch's mean binary reward, in [0, 1].
         entropy: the batch's mean per-token entropy in nats, finite and >= 0.
+        Both are checked here, once, before any state changes (ValueError naming the value).
         Returns {"alpha", "delta", "p_hat", "H_hat", "H_target"} (Python floats), where
         p_hat and H_hat already include this batch (see the module header for why).
         Step k = 0, 1, ... of "decay" uses fraction f = min(k / (total_steps - 1), 1):
@@ -244,19 +267,6 @@ class AdvantageScheduler:
 # Helpers
 # ---------------------------------------------------------------------------------------
 
-def _ema(old: float, x: float, beta: float, convention: str) -> float:
-    """One EMA update. "new": (1-beta) old + beta x.  "source" [recon]: beta old + (1-beta) x.
-
-    After k updates with a constant x from old = v0 under "new":
-        v_k = (1 - beta)^k v0 + (1 - (1 - beta)^k) x     (tested)
-    e.g. beta = 0.02, k = 50: 36% of v0 is left. Under "source" only beta^k of v0 is left
-    (0.02 after one step).
-    """
-    if convention == "new":
-        return (1.0 - beta) * old + beta * x
-    return beta * old + (1.0 - beta) * x
-
-
 def _check_inputs(solve_rate: float, entropy: float) -> tuple[float, float]:
     """Convert to float and validate: solve_rate in [0, 1], entropy finite and >= 0."""
     try:
@@ -269,3 +279,13 @@ def _check_inputs(solve_rate: float, entropy: float) -> tuple[float, float]:
     if not (math.isfinite(entropy) and entropy >= 0.0):
         raise ValueError(f"entropy must be finite and >= 0 (nats), got {entropy}")
     return solve_rate, entropy
+
+
+def _clip(x: float, lo: float, hi: float) -> float:
+    """clip(x, lo, hi) = min(max(x, lo), hi)."""
+    return min(max(x, lo), hi)
+
+
+def _real(v) -> bool:
+    """A finite real number, not a bool."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)

@@ -1,13 +1,16 @@
 """Closed forms, conventions and mass curves of every advantage in advantages.py."""
 
+import inspect
 import itertools
 import math
+import re
 
 import pytest
 import torch
 
 import advantages as adv
-from advantages import ADVANTAGES, ZERO_SUM, compute_advantages, gradient_mass, mass_curve, pass_at_k
+from advantages import (ADVANTAGES, BINARY_REWARDS, HYPER_RANGES, NONNEGATIVE_REWARDS, UNIT_REWARDS, ZERO_SUM,
+                        compute_advantages, gradient_mass, mass_curve, pass_at_k)
 
 G = 8
 
@@ -148,6 +151,107 @@ def test_bad_inputs_name_the_value():
         compute_advantages("fade", torch.tensor([[2.0, 0.0]]))
     with pytest.raises(ValueError, match=r"k in \[1, G=4\], got 5"):
         compute_advantages("passk", torch.tensor([[1.0, 0, 0, 0]]), k=5)
+
+
+# ---- checks at the door: compute_advantages is the one place that validates -------------
+
+def test_rloo_with_one_rollout_per_prompt_names_G():
+    with pytest.raises(ValueError, match=r"^rloo: needs G >= 2 rollouts per prompt, got G=1$"):
+        compute_advantages("rloo", torch.zeros(3, 1))
+    assert (compute_advantages("rloo", torch.zeros(3, 2)) == 0).all()     # G = 2 is enough
+
+
+def test_reward_tensor_checks_name_the_value():
+    for bad, msg in [([[1.0, 0.0]], r"torch\.Tensor of shape \[N, G\], got list"),
+                     (torch.ones(2, 3, 1), r"shape \[N, G\], got shape \(2, 3, 1\)"),
+                     (torch.ones(0, 4), r"empty, shape \(0, 4\)"),
+                     (torch.ones(3, 0), r"empty, shape \(3, 0\)"),
+                     (torch.tensor([[0.0, 1.0], [float("-inf"), 0.0]]), r"finite, got -inf at \[1, 0\]")]:
+        for name in ADVANTAGES:
+            with pytest.raises(ValueError, match=f"^{name}: .*{msg}"):
+                compute_advantages(name, bad)
+
+
+@pytest.mark.parametrize("domain,bad,good", [
+    (BINARY_REWARDS, 0.5, 1.0),
+    (UNIT_REWARDS, 1.5, 0.5),
+    (NONNEGATIVE_REWARDS, -0.5, 2.0),
+])
+def test_reward_domains_reject_the_first_bad_reward_with_its_position(domain, bad, good):
+    r = torch.tensor([[0.0, 1.0, good, 1.0], [1.0, 0.0, bad, bad]])
+    for name in domain:
+        with pytest.raises(ValueError, match=rf"^{name}: needs .*rewards.*, got {bad} at \[1, 2\]$"):
+            compute_advantages(name, r)
+        r_ok = r.clone()
+        r_ok[1, 2:] = good
+        assert torch.isfinite(compute_advantages(name, r_ok)).all(), name      # negative control
+
+
+def test_reward_domains_are_exactly_the_restricted_methods():
+    # every other method takes any finite reward, e.g. partial credit outside [0, 1]
+    r = torch.tensor([[-1.0, 2.5, 0.5], [3.0, 3.0, -2.0]])
+    restricted = set(BINARY_REWARDS) | set(UNIT_REWARDS) | set(NONNEGATIVE_REWARDS)
+    free = [name for name in ADVANTAGES if name not in restricted]
+    assert free == ["reinforce", "mean", "rloo", "grpo", "asymre", "asym", "risk", "reinforce_pp"]
+    for name in free:
+        assert torch.isfinite(compute_advantages(name, r)).all(), name
+
+
+def test_every_hyper_parameter_has_a_range():
+    for name, fn in ADVANTAGES.items():
+        for p in list(inspect.signature(fn).parameters.values())[1:]:
+            assert p.name in HYPER_RANGES, (name, p.name)
+            ok, _ = HYPER_RANGES[p.name]
+            assert ok(p.default, 8), (name, p.name, p.default)   # the defaults are in range at G = 8
+
+
+# (advantage, hyper-parameter, values that must fail, values at the edge that must pass)
+RANGE_CASES = [
+    ("grpo", "eps", [0.0, -1e-6, float("nan"), float("inf")], [1e-12]),
+    ("focal", "eps", [0.0], [1e-12]),
+    ("maxrl", "eps", [0.0], [1e-12]),
+    ("reinforce_pp", "eps", [0.0], [1e-12]),
+    ("power", "alpha", [0.0, -1.0, float("nan"), float("inf")], [1e-3]),
+    ("fade", "alpha", [0.0], [1e-3]),
+    ("asym", "delta", [0.0, -0.5, float("inf")], [1e-3]),
+    ("fade", "delta", [0.0], [1e-3]),
+    ("w_reinforce", "lam", [-0.1, float("nan")], [0.0]),
+    ("focal", "gamma", [-1.0, float("inf")], [0.0]),
+    ("risk", "beta", [0.0, float("nan"), float("inf")], [-1.0, 1e-3]),
+    ("asymre", "dV", [float("nan"), float("inf")], [0.0, 0.7]),
+    ("passk", "k", [0, 5, 2.0, True, "2"], [1, 4]),
+    ("pkpo", "k", [0, 5, 2.0, True], [1, 4]),
+]
+
+
+@pytest.mark.parametrize("name,key,bad,edge", RANGE_CASES)
+def test_hyper_parameter_ranges_name_the_value(name, key, bad, edge):
+    r = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0]])            # G = 4
+    for value in bad:
+        with pytest.raises(ValueError, match=rf"^{name}: needs .*{key}.*, got {re.escape(repr(value))}$"):
+            compute_advantages(name, r, **{key: value})
+    for value in edge:
+        assert torch.isfinite(compute_advantages(name, r, **{key: value})).all(), (name, key, value)
+
+
+def test_every_range_is_exercised():
+    assert {key for _, key, _, _ in RANGE_CASES} == set(HYPER_RANGES)
+    assert {(n, k) for n, k, _, _ in RANGE_CASES} >= {
+        (name, p) for name, fn in ADVANTAGES.items() for p in list(inspect.signature(fn).parameters)[1:]}
+
+
+def test_default_k_is_checked_against_G():
+    with pytest.raises(ValueError, match=r"^passk: needs an integer k in \[1, G=3\], got 4$"):
+        compute_advantages("passk", torch.tensor([[1.0, 0.0, 0.0]]))
+
+
+def test_dtypes_ints_become_float_float32_stays():
+    r = torch.tensor([[1, 0, 0, 1], [0, 1, 1, 1]])
+    for name in ADVANTAGES:
+        assert compute_advantages(name, r).dtype == torch.get_default_dtype(), name
+        assert compute_advantages(name, r.float()).dtype == torch.float32, name
+        assert compute_advantages(name, r.double()).dtype == torch.float64, name
+        assert torch.equal(compute_advantages(name, r), compute_advantages(name, r.float())), name
 
 
 def test_fade_reduces_to_mean_and_power():

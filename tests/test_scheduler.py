@@ -1,5 +1,6 @@
 """Tests for scheduler.py: FADE closed forms, EMA conventions, targets, resume, schedules."""
 
+import hashlib
 import math
 import os
 import sys
@@ -8,8 +9,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from scheduler import (AdvantageScheduler, SchedulerConfig, fade_alpha,  # noqa: E402
-                       fade_delta)
+from scheduler import (CONFIG_RANGES, AdvantageScheduler, SchedulerConfig,  # noqa: E402
+                       fade_alpha, fade_delta)
 
 
 def test_alpha_closed_form_and_clips():
@@ -155,7 +156,55 @@ def test_bad_step_inputs_raise(sr, h, match):
     ({"beta": 1.5}, "1.5"), ({"schedule": "decay"}, "None"),
     ({"schedule": "decay", "total_steps": 1}, "1"), ({"alpha": 0.5}, "0.5"),
     ({"delta": 0.0}, "0.0"), ({"p_init": 0.0}, "0.0"), ({"target_rel": -1.0}, "-1.0"),
-    ({"h_target": math.nan}, "nan")])
+    ({"h_target": math.nan}, "nan"), ({"h_target": -0.5}, "-0.5"), ({"alpha_start": 0.9}, "0.9"),
+    ({"alpha_end": math.inf}, "inf"), ({"delta_end": 0.0}, "0.0"), ({"delta": math.inf}, "inf"),
+    ({"beta": "0.1"}, "'0.1'"), ({"p_init": True}, "True"), ({"target_rel": math.inf}, "inf"),
+    ({"schedule": "decay", "total_steps": 10.0}, "10.0"), ({"schedule": "decay", "total_steps": True}, "True")])
 def test_bad_config_raises(kwargs, match):
     with pytest.raises(ValueError, match=match):
         SchedulerConfig(**kwargs)
+
+
+def test_config_door_names_the_field_and_covers_every_range():
+    for name in CONFIG_RANGES:
+        with pytest.raises(ValueError, match=rf"^{name} must be .*, got -7$"):
+            SchedulerConfig(**{name: -7})
+    assert set(CONFIG_RANGES) | {"total_steps"} == set(SchedulerConfig.__dataclass_fields__)
+    # total_steps is read by "decay" only, so other schedules accept any value (as before)
+    assert SchedulerConfig(schedule="fade", total_steps=1).total_steps == 1
+    assert SchedulerConfig(schedule="decay", total_steps=2).total_steps == 2
+
+
+def test_a_rejected_step_changes_no_state():
+    s = AdvantageScheduler()
+    s.step(0.25, 1.5)
+    before = s.state_dict()
+    for sr, h in [(math.nan, 1.0), (0.5, -1.0), (2.0, 1.0)]:
+        with pytest.raises(ValueError):
+            s.step(sr, h)
+        assert s.state_dict() == before
+
+
+# The issue-8 refactor (checks moved to the door, clips written as clip()) changed no bit:
+# sha256 of the repr of 120 steps' outputs, computed with scheduler.py as it was before it
+# (git 848a306). Plain Python floats, so the pins hold on any IEEE-754 machine.
+SCHEDULE_PINS = [
+    ({}, "f6bf193f8c66c7e8"),
+    ({"ema": "source"}, "4f6f38f9d9934262"),
+    ({"h_target": 1.2, "beta": 0.1}, "3830e0ee379ef412"),
+    ({"schedule": "constant", "alpha": 2.0, "delta": 0.7}, "4f6a46e006842db7"),
+    ({"schedule": "decay", "total_steps": 50}, "654c2b9268184147"),
+]
+
+
+@pytest.mark.parametrize("kwargs,pin", SCHEDULE_PINS)
+def test_outputs_are_pinned_bit_for_bit(kwargs, pin):
+    inputs = [((7 * i % 11) / 10, 2.5 * 0.97 ** i + 0.05 * (i % 3)) for i in range(120)]
+    s = AdvantageScheduler(SchedulerConfig(**kwargs))
+    outs = [s.step(*x) for x in inputs]
+    assert hashlib.sha256(repr(outs).encode()).hexdigest()[:16] == pin
+    # negative control: a 1e-12 change of one input changes the pin
+    s = AdvantageScheduler(SchedulerConfig(**kwargs))
+    nudged = inputs[:60] + [(inputs[60][0] + 1e-12, inputs[60][1])] + inputs[61:]
+    outs = [s.step(*x) for x in nudged]
+    assert hashlib.sha256(repr(outs).encode()).hexdigest()[:16] != pin
