@@ -22,10 +22,11 @@ import shutil
 
 import numpy as np
 import torch
+from transformers import AutoModelForCausalLM
 
 
 
-def save_checkpoint(state: dict, out_dir: str, step: int, keep: int = 2) -> str:
+def save_checkpoint(run, out_dir: str, step: int, keep: int = 2) -> str:
     """Write out_dir/checkpoints/step_XXXXXX atomically, then point `latest` at it.
 
     Written into a temporary directory and renamed into place, and `latest` is replaced
@@ -37,17 +38,17 @@ def save_checkpoint(state: dict, out_dir: str, step: int, keep: int = 2) -> str:
     final = os.path.join(root, f"step_{step:06d}")
     tmp = final + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    state["model"].save_pretrained(os.path.join(tmp, "model"))
-    state["tokenizer"].save_pretrained(os.path.join(tmp, "model"))
+    run.model.save_pretrained(os.path.join(tmp, "model"))
+    run.tokenizer.save_pretrained(os.path.join(tmp, "model"))
     torch.save({
         "step": step,
-        "optimizer": state["optimizer"].state_dict(),
-        "scheduler": state["scheduler"].state_dict(),
-        "py_rng": state["py_rng"].getstate(),
+        "optimizer": run.optimizer.state_dict(),
+        "scheduler": run.scheduler.state_dict(),
+        "py_rng": run.py_rng.getstate(),
         "torch_rng": torch.get_rng_state(),
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         "numpy_rng": np.random.get_state(),
-        "mb_generator": state["mb_generator"].get_state(),
+        "mb_generator": run.mb_generator.get_state(),
     }, os.path.join(tmp, "state.pt"))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
@@ -57,28 +58,27 @@ def save_checkpoint(state: dict, out_dir: str, step: int, keep: int = 2) -> str:
     return final
 
 
-def load_checkpoint(state: dict, out_dir: str) -> int:
-    """Restore the newest checkpoint into `state`; returns its step (0 if none exists)."""
+def load_checkpoint(run, out_dir: str) -> int:
+    """Restore the newest checkpoint into `run` (train.Run); returns its step (0 if none exists)."""
     root = os.path.join(out_dir, "checkpoints")
     latest = os.path.join(root, "latest")
     if not os.path.exists(latest):
         return 0
     path = os.path.join(root, open(latest).read().strip())
-    from transformers import AutoModelForCausalLM
     # Copy the saved weights INTO the existing model, so the optimizer built for its
     # parameters stays attached to them and can take its saved state as is.
     saved = AutoModelForCausalLM.from_pretrained(os.path.join(path, "model"),
-                                                 dtype=next(state["model"].parameters()).dtype)
-    state["model"].load_state_dict(saved.state_dict())
+                                                 dtype=next(run.model.parameters()).dtype)
+    run.model.load_state_dict(saved.state_dict())
     ck = torch.load(os.path.join(path, "state.pt"), weights_only=False)
-    state["optimizer"].load_state_dict(ck["optimizer"])
-    state["scheduler"].load_state_dict(ck["scheduler"])
-    state["py_rng"].setstate(ck["py_rng"])
+    run.optimizer.load_state_dict(ck["optimizer"])
+    run.scheduler.load_state_dict(ck["scheduler"])
+    run.py_rng.setstate(ck["py_rng"])
     torch.set_rng_state(ck["torch_rng"])
     if ck["cuda_rng"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(ck["cuda_rng"])
     np.random.set_state(ck["numpy_rng"])
-    state["mb_generator"].set_state(ck["mb_generator"])
+    run.mb_generator.set_state(ck["mb_generator"])
     return int(ck["step"])
 
 

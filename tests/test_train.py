@@ -42,7 +42,7 @@ def read_metrics(out_dir):
 def test_smoke_full_loop_writes_metrics_and_checkpoint(tiny_dir, tmp_path):
     cfg = train.parse_args(small_args(tiny_dir, tmp_path, "--steps", "3", "--minibatches", "2",
                                       "--minibatch_mode", "random", "--epochs", "2"))
-    history = train.run(cfg)
+    history = train.train(cfg)
     assert [m["step"] for m in history] == [1, 2, 3]
     rows = read_metrics(tmp_path)
     assert rows == json.loads(json.dumps(history))
@@ -58,17 +58,17 @@ def test_every_parameter_changes_after_one_step(tiny_dir, tmp_path):
     # psr on an untrained model: rewards are all 0, so use reinforce on a reward that is
     # never constant... simplest: nsr pushes every sampled (wrong) response down.
     cfg = train.parse_args(small_args(tiny_dir, tmp_path, "--steps", "1", "--advantage", "nsr", "--eval_every", "0"))
-    state = train.setup(cfg)
-    before = {n: p.detach().clone() for n, p in state["model"].named_parameters()}
-    train.train_step(1, state, cfg)
-    unchanged = [n for n, p in state["model"].named_parameters() if torch.equal(p.detach(), before[n])]
+    run = train.setup(cfg)
+    before = {n: p.detach().clone() for n, p in run.model.named_parameters()}
+    train.train(cfg, run)
+    unchanged = [n for n, p in run.model.named_parameters() if torch.equal(p.detach(), before[n])]
     assert unchanged == []
 
 
 def test_resume_after_kill_reproduces_uninterrupted_run(tiny_dir, tmp_path):
     common = ["--steps", "6", "--advantage", "nsr", "--minibatches", "2", "--minibatch_mode", "random"]
     straight = tmp_path / "straight"
-    train.run(train.parse_args(small_args(tiny_dir, straight, *common)))
+    train.train(train.parse_args(small_args(tiny_dir, straight, *common)))
 
     killed = tmp_path / "killed"
     cmd = [sys.executable, os.path.join(REPO, "train.py"), *small_args(tiny_dir, killed, *common)]
@@ -84,7 +84,7 @@ def test_resume_after_kill_reproduces_uninterrupted_run(tiny_dir, tmp_path):
     saved = int(latest.read_text().split("_")[1])
     assert saved < 6, "the run finished before it could be killed; the test proves nothing"
 
-    train.run(train.parse_args(small_args(tiny_dir, killed, *common, "--resume")))
+    train.train(train.parse_args(small_args(tiny_dir, killed, *common, "--resume")))
     a, b = read_metrics(straight), read_metrics(killed)
     drop = lambda m: {k: v for k, v in m.items() if not k.startswith("time/")}
     assert [drop(m) for m in a] == [drop(m) for m in b]
@@ -92,8 +92,8 @@ def test_resume_after_kill_reproduces_uninterrupted_run(tiny_dir, tmp_path):
 
 def test_resume_negative_control_other_seed_differs(tiny_dir, tmp_path):
     common = ["--steps", "2", "--advantage", "nsr", "--eval_every", "0"]
-    a = train.run(train.parse_args(small_args(tiny_dir, tmp_path / "a", *common)))
-    b = train.run(train.parse_args(small_args(tiny_dir, tmp_path / "b", *common, "--seed", "1")))
+    a = train.train(train.parse_args(small_args(tiny_dir, tmp_path / "a", *common)))
+    b = train.train(train.parse_args(small_args(tiny_dir, tmp_path / "b", *common, "--seed", "1")))
     assert a[-1]["entropy"] != b[-1]["entropy"]
 
 
@@ -121,8 +121,8 @@ def test_cli_bad_input_is_one_line_and_exit_code_2(flags, needle, tmp_path, tiny
 
 def test_micro_batch_size_does_not_change_training(tiny_dir, tmp_path):
     common = ["--steps", "2", "--advantage", "nsr", "--eval_every", "0", "--flip_every", "0"]
-    a = train.run(train.parse_args(small_args(tiny_dir, tmp_path / "a", *common, "--micro_batch", "16")))
-    b = train.run(train.parse_args(small_args(tiny_dir, tmp_path / "b", *common, "--micro_batch", "3")))
+    a = train.train(train.parse_args(small_args(tiny_dir, tmp_path / "a", *common, "--micro_batch", "16")))
+    b = train.train(train.parse_args(small_args(tiny_dir, tmp_path / "b", *common, "--micro_batch", "3")))
     assert abs(a[-1]["entropy"] - b[-1]["entropy"]) < 1e-4
     assert abs(a[-1]["grad_norm"] - b[-1]["grad_norm"]) < 1e-4 * max(1.0, a[-1]["grad_norm"])
 
@@ -135,11 +135,11 @@ def test_short_rl_run_on_the_synthetic_task_raises_held_out_pass_at_1(tmp_path):
     cfg = train.parse_args(["--model", model_dir, "--out_dir", str(tmp_path / "run"), "--digits", "2",
                             "--steps", "40", "--prompts_per_step", "32", "--max_new_tokens", "28", "--lr", "4e-4",
                             "--n_eval", "100", "--eval_samples", "4", "--eval_every", "0", "--flip_every", "0"])
-    state = train.setup(cfg)
+    run = train.setup(cfg)
     # the same evaluation seed before and after (common random numbers)
-    before = train.evaluate(state["model"], state["tokenizer"], state["eval_rows"], state["task"], cfg, 0)
-    rewards = [train.train_step(step, state, cfg)["reward"] for step in range(1, cfg.steps + 1)]
-    after = train.evaluate(state["model"], state["tokenizer"], state["eval_rows"], state["task"], cfg, 0)
+    before = train.evaluate(run, cfg, 0)
+    rewards = [m["reward"] for m in train.train(cfg, run)]
+    after = train.evaluate(run, cfg, 0)
     print(before, after)
     assert after["eval/pass@1"] > before["eval/pass@1"] + 0.05, (before, after)
     assert sum(rewards[-10:]) / 10 > sum(rewards[:3]) / 3
