@@ -185,10 +185,12 @@ def aggregate(per_token: Tensor, mask: Tensor, agg: str, norm: StepNorm) -> Tens
     Every mode is a sum over rollouts divided by step constants, so micro-batch losses
     add up to the step's loss exactly.
 
-    Names are verl's, but one normaliser differs: verl's seq-mean-token-sum-norm divides
-    the token sum by the length constant L_max ONLY (its loss grows with the number of
-    sequences); ours divides by n_seqs * L_max, Dr. GRPO's formula, which keeps the scale
-    of the loss independent of the batch size. The gradients differ by the factor B.
+    Names are verl's, but seq-mean-token-sum-norm has meant two things there. Up to at
+    least verl 0.6.1 it divided the token sum by the length constant L_max ONLY (the loss,
+    and the gradient, grow with the number of sequences B); ours divides by B * L_max, Dr.
+    GRPO's formula, which keeps the scale independent of the batch size, so the two differ
+    by the factor B. verl 0.9.1 divides by (non-empty sequences) * L, as we do, with L the
+    padded width unless loss_scale_factor is set (tests/test_integration_verl.py pins it).
     """
     masked = per_token * mask
     if agg == "token-mean":

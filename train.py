@@ -182,7 +182,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         # 1. sample: N prompts, G rollouts each, from the current policy
         rows = [run.train_rows[run.py_rng.randrange(len(run.train_rows))] for _ in range(N)]
         run.model.eval()
-        ro = sample_rollouts(run, [r["prompt"] for r in rows], G, cfg)
+        ro = sample_rollouts(run, [r["prompt"] for r in rows], G, cfg, seed=vllm_rollout.batch_seed(cfg.seed, step, 0))
         mask = ro.response_mask.float()
         t1 = time.perf_counter()
 
@@ -219,8 +219,9 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         tally, grad_norms, residuals = {}, [], []
         run.model.train()
         for j, (k, idx) in enumerate(micro):
-            logp, ent = rollout.token_logprobs(run.model, *batch_inputs(ro, idx, run.model.device),
-                                               temperature=cfg.temperature, with_entropy=cfg.loss.entropy_coef > 0)
+            with autocast(run.model):
+                logp, ent = rollout.token_logprobs(run.model, *batch_inputs(ro, idx, run.model.device),
+                                                   temperature=cfg.temperature, with_entropy=cfg.loss.entropy_coef > 0)
             l, stats = loss.policy_loss(logp, old_d[idx], adv_d[idx], mask_d[idx], cfg.loss, norms[k], group_d[idx],
                                         None if ref_d is None else ref_d[idx], ent)
             l.backward()
@@ -238,7 +239,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         # 7. log: metrics, diagnostics (token flips, residual), evaluation, checkpoint
         metrics = {"step": step, **step_metrics(rewards, scores, adv, entropy, mask, ro, sched, G),
                    **batch_composition(opt_steps, adv, lengths), **stat_means(tally),
-                   "grad_norm": float(np.mean(grad_norms)), "lr": run.optimizer.param_groups[0]["lr"]}
+                   "grad_norm": float(np.mean(grad_norms)), "lr": run.optimizer.param_groups[0]["lr"], **run.canary}
         if diagnose:
             new_logp = no_grad_pass(run.model, ro, cfg, with_entropy=False)[0]
             metrics.update(token_flips(new_logp, old_logp, mask, adv.reshape(-1)))
@@ -285,6 +286,10 @@ class Run:
     """Frozen copy of the initial policy, only when loss.kl_coef > 0."""
     llm: object | None = None
     """The in-process vLLM engine (backend 'vllm')."""
+    canary_first: float | None = None
+    """The first batch's canary gap: the reference of vllm_rollout.canary_bound."""
+    canary: dict = field(default_factory=dict)
+    """This step's canary metrics (vLLM backend)."""
 
 
 def setup(cfg: Config) -> Run:
@@ -298,8 +303,12 @@ def setup(cfg: Config) -> Run:
     path, model, tokenizer = load_model(cfg, device)
     llm = None
     if cfg.backend == "vllm":
-        llm = vllm_rollout.make_engine(path, max_model_len=2048 + cfg.max_new_tokens,
-                                       gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed)
+        # max_model_len covers every prompt the engine will see (training and evaluation)
+        prompts = format_prompts([r["prompt"] for r in train_rows + eval_rows], tokenizer, cfg)
+        ids = vllm_rollout.tokenize_prompts(tokenizer, prompts, cfg.chat_template)
+        llm = vllm_rollout.make_engine(path, model, vllm_rollout.engine_max_model_len(model.config, ids, cfg.max_new_tokens),
+                                       gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed,
+                                       dtype="bfloat16" if device.type == "cuda" else "float32")
     # Seed AFTER constructing vLLM: an in-process engine reseeds random/numpy/torch.
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
@@ -349,7 +358,9 @@ def load_model(cfg: Config, device: torch.device):
     would: the embedded model is an ordinary model directory on disk.
     """
     path = tinymodel.load_or_warmup(tinymodel.WarmupConfig(digits=cfg.digits)) if cfg.model == "tiny" else cfg.model
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    if cfg.model != "tiny" and cfg.model.startswith(("/", ".", "~")) and not os.path.isdir(os.path.expanduser(cfg.model)):
+        raise FileNotFoundError(f"--model {cfg.model!r}: no such directory")    # hub ids never start so
+    dtype = torch.float32                 # fp32 master weights; bf16 autocast on CUDA (see autocast)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -376,21 +387,23 @@ def format_prompts(prompts: list[str], tokenizer, cfg: Config) -> list[str]:
                                           add_generation_prompt=True) for p in prompts]
 
 
-def sample_rollouts(run: Run, prompts: list[str], G: int, cfg: Config) -> rollout.Rollouts:
+def sample_rollouts(run: Run, prompts: list[str], G: int, cfg: Config, seed: int | None = None) -> rollout.Rollouts:
     """G rollouts per prompt from transformers' generate (CPU, tested) or the vLLM engine."""
     prompts = format_prompts(prompts, run.tokenizer, cfg)
     if run.llm is not None:
         return vllm_rollout.generate_rollouts_vllm(run.llm, run.tokenizer, prompts, G, cfg.max_new_tokens,
-                                                   temperature=cfg.temperature)
-    return rollout.generate_rollouts(run.model, run.tokenizer, prompts, G, cfg.max_new_tokens,
-                                     temperature=cfg.temperature)
+                                                   temperature=cfg.temperature, seed=seed,
+                                                   chat_template=cfg.chat_template)
+    with autocast(run.model):
+        return rollout.generate_rollouts(run.model, run.tokenizer, prompts, G, cfg.max_new_tokens,
+                                         temperature=cfg.temperature)
 
 
 def no_grad_pass(model, ro: rollout.Rollouts, cfg: Config, with_entropy: bool):
     """(logp [B, T], entropy [B, T] or None) of every rollout under `model`, no grad."""
     B = ro.response_ids.shape[0]
     logps, ents = [], []
-    with torch.no_grad():
+    with torch.no_grad(), autocast(model):
         for idx in torch.arange(B).split(cfg.micro_batch):
             lp, ent = rollout.token_logprobs(model, *batch_inputs(ro, idx, model.device),
                                              temperature=cfg.temperature, with_entropy=with_entropy)
@@ -412,9 +425,14 @@ def old_policy_pass(run: Run, ro: rollout.Rollouts, cfg: Config):
     old_logp, entropy = no_grad_pass(run.model, ro, cfg, with_entropy=True)
     if engine_logp is not None:
         gap = vllm_rollout.canary_gap(engine_logp, old_logp, ro.response_mask.float())
-        if gap > vllm_rollout.CANARY_OK_NATS:
-            print(f"warning: vLLM and trainer log-probs differ by {gap:.3f} nats on average; "
-                  "the engine may be sampling from stale weights", file=sys.stderr)
+        if run.canary_first is None:        # first batch: engine and trainer hold the same checkpoint
+            run.canary_first = gap
+        bound = vllm_rollout.canary_bound(run.canary_first)
+        run.canary = {"vllm/canary_gap": gap, "vllm/canary_bound": bound}
+        if gap > bound:
+            print(f"warning: vLLM and trainer log-probs differ by {gap:.2e} nats on average, above "
+                  f"{bound:.2e} (3 x the first step's {run.canary_first:.2e}); the engine may be sampling "
+                  "from stale weights", file=sys.stderr)
     return old_logp, entropy
 
 
@@ -437,6 +455,17 @@ def micro_batches(step_idx: torch.Tensor, group_index: torch.Tensor, cfg: Config
     if current:
         chunks.append(torch.tensor(current))
     return chunks
+
+
+def autocast(model):
+    """bf16 autocast on CUDA, a no-op on CPU.
+
+    The weights stay fp32 ("master weights") and AdamW updates them in fp32: at RL
+    learning rates (~1e-6) a pure-bf16 update falls below bf16's resolution (8 bits of
+    mantissa) and is rounded away. Forwards run in bf16 under autocast; the weights pushed
+    to a vLLM engine are cast to its dtype there. Not run on a GPU here.
+    """
+    return torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=model.device.type == "cuda")
 
 
 def batch_inputs(ro: rollout.Rollouts, idx: torch.Tensor, device) -> tuple:
@@ -522,8 +551,14 @@ def evaluate(run: Run, cfg: Config, step: int) -> dict:
         torch.manual_seed(cfg.seed * 100003 + step)
         for start in range(0, len(rows), max(1, 256 // n)):
             chunk = rows[start:start + max(1, 256 // n)]
-            ro = sample_rollouts(run, [r["prompt"] for r in chunk], n, cfg)
-            scores = verify.score(ro.texts, [r["answer"] for r in chunk for _ in range(n)], run.task,
+            if run.llm is not None:
+                texts = vllm_rollout.sample_texts_vllm(
+                    run.llm, run.tokenizer, format_prompts([r["prompt"] for r in chunk], run.tokenizer, cfg), n,
+                    cfg.max_new_tokens, temperature=cfg.temperature, chat_template=cfg.chat_template,
+                    seed=vllm_rollout.batch_seed(cfg.seed, step, 1) + start * n)
+            else:
+                texts = sample_rollouts(run, [r["prompt"] for r in chunk], n, cfg).texts
+            scores = verify.score(texts, [r["answer"] for r in chunk for _ in range(n)], run.task,
                                   [r["prompt"] for r in chunk for _ in range(n)])
             c = verify.reward_tensor(scores, "correct").view(len(chunk), n).sum(1)
             correct += [int(x) for x in c.round().tolist()]
@@ -562,6 +597,9 @@ def validate(cfg: Config) -> None:
                  "weight_decay"):
         need(getattr(cfg, name) >= 0, f"--{name} must be >= 0, got {getattr(cfg, name)}")
     need(cfg.temperature > 0, f"--temperature must be > 0, got {cfg.temperature}")
+    need(cfg.backend != "vllm" or vllm_rollout.MIN_TEMPERATURE <= cfg.temperature <= vllm_rollout.MAX_TEMPERATURE,
+         f"--temperature must be in [{vllm_rollout.MIN_TEMPERATURE}, {vllm_rollout.MAX_TEMPERATURE}] with "
+         f"--backend vllm (vLLM's limits), got {cfg.temperature}")
     need(cfg.lr > 0, f"--lr must be > 0, got {cfg.lr}")
     need(cfg.backend in ("transformers", "vllm"), f"--backend must be 'transformers' or 'vllm', got {cfg.backend!r}")
     need(cfg.device in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, got {cfg.device!r}")

