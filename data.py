@@ -99,6 +99,53 @@ def make_addition_rows(n: int, digits: int = 3, seed: int = 0) -> list[dict]:
     return rows
 
 
+def template_token_mask(task: str, tokenizer, response_ids, response_mask):
+    """Which response tokens are template (format) tokens: [B, T] bool, or None.
+
+    The Cancellation Hypothesis paper's "where do updates go" diagnostic
+    (diagnostics.where_updates_go) splits the change in log-prob between template
+    tokens, which right and wrong rollouts share, and reasoning tokens, which decide
+    the reward. Only the task knows which is which, so the rule lives here:
+
+    task "addition" (this section's format, "7+5+0=12\\nA:12\\n"):
+      reasoning  a token whose text contains a digit: the operand, carry, column-sum
+                 and answer digits;
+      template   every other real token: "+", "=", "\\n", "A", ":", the EOS token
+                 (the choice to stop after the answer line is part of the format; it
+                 sits at the same place in every well-formed response), and any stray
+                 character (a warmed-up model almost never emits one).
+      A token that mixes digits and format characters ("=1", possible with a BPE
+      tokenizer, never with the embedded one-character-per-token tokenizer) counts
+      as reasoning: it carries a digit the answer depends on.
+      The split is by token TYPE, not by decision: "\\n" versus "A" after the last
+      column, or EOS, can decide the reward too; they are still the format's tokens.
+    task "math" (GSM8K, MATH, .jsonl files): None. Free text has no fixed template,
+      and any rule (say, "digits are reasoning") would give a silently wrong split, so
+      the diagnostic is skipped for it.
+
+    response_ids: [B, T] long; response_mask: [B, T] (1 on real tokens, incl. EOS).
+    Returns a [B, T] bool tensor, False on padding (the reasoning tokens are then
+    response_mask & ~template). Each distinct id is decoded once
+    (tokenizer.decode([id], skip_special_tokens=True): special tokens decode to "").
+    Unknown task: ValueError naming it.
+    Example: the tokens of "7+5+0=12\\nA:12\\n" + EOS are template at
+    + + = \\n A : \\n EOS, reasoning at 7 5 0 1 2 1 2.
+    """
+    import torch
+
+    if task == "math":
+        return None
+    if task != "addition":
+        raise ValueError(f"template_token_mask: unknown task {task!r}; expected 'addition' or 'math'")
+    ids = torch.as_tensor(response_ids)
+    distinct, where = torch.unique(ids, return_inverse=True)
+    # ASCII digits only: str.isdigit() would also count "²" or "٣".
+    template_kind = torch.tensor([not any(c in "0123456789" for c in tokenizer.decode([i], skip_special_tokens=True))
+                                  for i in distinct.tolist()], dtype=torch.bool)
+    is_template = template_kind[where]
+    return is_template & (torch.as_tensor(response_mask) != 0)
+
+
 # ---------------------------------------------------------------------------------------
 # SECTION 2. {prompt, answer} rows in JSON Lines files
 # ---------------------------------------------------------------------------------------

@@ -61,6 +61,7 @@ import batching
 import checkpoint
 import config
 import data
+import diagnostics
 import loss
 import rollout
 import tinymodel
@@ -154,7 +155,15 @@ class Config:
     eval_samples: int = 4
     """Samples per held-out prompt; pass@k is reported for k = 1, 2, 4, ... up to this."""
     flip_every: int = 10
-    """Token flips and cancellation residual every this many steps (one extra forward; 0 = off)."""
+    """Token diagnostics (flips, where updates go, coupling; diagnostics.py) and the cancellation residual every this many steps (0 = off)."""
+    coupling_pairs: int = 256
+    """Token pairs per coupling class on diagnostic steps (output-layer closed form, one forward; 0 = off)."""
+    value_every: int = 0
+    """Token-value Monte Carlo every this many steps (2 x value_samples x value_k sampled continuations; 0 = off)."""
+    value_samples: int = 64
+    """Response positions per token-value estimate (stratified: boosted/suppressed x positive/negative rollouts)."""
+    value_k: int = 8
+    """Continuations per prefix in the token-value estimate (each V has standard error sqrt(V(1-V)/k))."""
     save_every: int = 25
     """Checkpoint every this many steps (atomically; 0 = only at the end)."""
 
@@ -215,7 +224,8 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         old_d, adv_d, mask_d, group_d, ref_d = map(dev, (old_logp, adv.reshape(-1).float(), mask, group_index, ref_logp))
 
         # 6. update: the policy loss of every micro-batch, one Adam step per optimizer step
-        diagnose = bool(cfg.flip_every) and step % cfg.flip_every == 0
+        value_step = bool(cfg.value_every) and step % cfg.value_every == 0
+        diagnose = (bool(cfg.flip_every) and step % cfg.flip_every == 0) or value_step
         tally, grad_norms, residuals = {}, [], []
         run.model.train()
         for j, (k, idx) in enumerate(micro):
@@ -242,7 +252,11 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
                    "grad_norm": float(np.mean(grad_norms)), "lr": run.optimizer.param_groups[0]["lr"], **run.canary}
         if diagnose:
             new_logp = no_grad_pass(run.model, ro, cfg, with_entropy=False)[0]
-            metrics.update(token_flips(new_logp, old_logp, mask, adv.reshape(-1)))
+            metrics.update(diagnostics.after_update(
+                run.model, run.tokenizer, ro, old_logp, new_logp, adv.reshape(-1), run.task,
+                [r["answer"] for r in rows], value_samples=cfg.value_samples if value_step else 0,
+                value_k=cfg.value_k, coupling_pairs=cfg.coupling_pairs, seed=cfg.seed, step=step,
+                max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature))
             metrics["cancellation_residual"] = nanmean(residuals)
         if run.llm is not None:
             vllm_rollout.push_weights(run.llm, run.model)
@@ -518,27 +532,6 @@ def batch_composition(opt_steps, adv, lengths) -> dict:
             "mb/split_groups": float(np.mean([c["n_groups"] - c["n_whole_groups"] for c in comps]))}
 
 
-def token_flips(new_logp, old_logp, mask, adv_flat, tau: float = 1e-3) -> dict:
-    """Token flips (Cancellation Hypothesis paper; [recon] its exact definition is not public).
-
-    Rescore the same sampled tokens after the update: a token is boosted if its log-prob
-    rose by more than tau, suppressed if it fell by more than tau. Fractions are reported
-    separately for positive (A > 0) and negative (A < 0) rollouts. The paper's finding:
-    the fractions are remarkably similar, i.e. a negative rollout has many boosted tokens
-    (the ones it shares with successes) and a positive rollout many suppressed ones.
-    """
-    diff = new_logp - old_logp
-    out = {}
-    for name, rows in (("pos", adv_flat > 0), ("neg", adv_flat < 0)):
-        m = mask[rows]
-        n = float(m.sum())
-        if n == 0:
-            continue
-        out[f"flip/boost_{name}"] = float(((diff[rows] > tau).float() * m).sum()) / n
-        out[f"flip/suppress_{name}"] = float(((diff[rows] < -tau).float() * m).sum()) / n
-    return out
-
-
 def evaluate(run: Run, cfg: Config, step: int) -> dict:
     """Held-out pass@k (unbiased estimator, advantages.pass_at_k) for k = 1, 2, 4, ... n.
 
@@ -591,10 +584,10 @@ def validate(cfg: Config) -> None:
         if not cond:
             raise ValueError(msg)
     for name in ("steps", "prompts_per_step", "group_size", "max_new_tokens", "epochs", "minibatches",
-                 "micro_batch", "eval_samples", "n_eval", "digits"):
+                 "micro_batch", "eval_samples", "n_eval", "digits", "value_samples", "value_k"):
         need(getattr(cfg, name) >= 1, f"--{name} must be >= 1, got {getattr(cfg, name)}")
     for name in ("eval_every", "flip_every", "save_every", "n_train", "threads", "max_minutes", "grad_clip",
-                 "weight_decay"):
+                 "weight_decay", "value_every", "coupling_pairs"):
         need(getattr(cfg, name) >= 0, f"--{name} must be >= 0, got {getattr(cfg, name)}")
     need(cfg.temperature > 0, f"--temperature must be > 0, got {cfg.temperature}")
     need(cfg.backend != "vllm" or vllm_rollout.MIN_TEMPERATURE <= cfg.temperature <= vllm_rollout.MAX_TEMPERATURE,

@@ -1,0 +1,519 @@
+"""Token-level diagnostics of the Cancellation Hypothesis paper: where an update goes.
+
+A critic-free update (GRPO and its family) gives every token of rollout i the same
+weight A_i. The Cancellation Hypothesis paper ("The Cancellation Hypothesis in
+Critic-Free RL: From Outcome Rewards to Token Credits") asks what that does token by
+token, and answers with four measurements, all taken right after an optimizer step by
+rescoring the SAME sampled tokens under the new weights (spec section 6):
+
+  1. token flips      a token is boosted if its log-prob rose by more than tau, suppressed
+                      if it fell by more. Finding: positive and negative rollouts have
+                      remarkably similar boosted and suppressed fractions, because a
+                      token's change is not fixed by its own advantage.
+  2. where updates go the share of the total |Δ log π| on template (format) tokens
+                      versus reasoning tokens. Finding: compared with positive-only
+                      training, critic-free RL moves the share toward reasoning tokens
+                      (the template tokens, shared by rights and wrongs, cancel).
+  3. token value      the Monte Carlo success probability of continuations with the token
+                      minus without it. Finding: boosted tokens have higher value than
+                      suppressed ones, in positive and in negative rollouts alike.
+  4. token coupling   how much a step on one occurrence's log-prob moves another's.
+                      Finding: identical tokens predicted with low confidence couple most,
+                      which is how a token in a failed rollout can rise.
+
+All four are [recon]: the paper's exact definitions are not public; each function
+says what we chose. Conventions: natural logs; Δ log π = logp_new - logp_old per
+sampled token, [B, T] like every per-token tensor of rollout.py (B = N * G rollouts,
+prompt-major, a float response mask that is 1 on real tokens including EOS);
+"positive" and "negative" rollouts are those with A > 0 and A < 0 (A = 0 rollouts
+count in the totals of 1-2 but in neither sign). Every number is a function of the
+current step's batch; the trainer calls `after_update` every few steps (train.py,
+stage 7) and logs the dict it returns to metrics.jsonl.
+
+The toy version of the same claims, with exact expectations instead of samples, is in
+toy/cancellation.py; this file measures them on the real task and the real model.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import Tensor
+
+import data
+import rollout
+import verify
+
+TAU = 1e-3                  # flip threshold in nats (spec section 6)
+VALUE_CELLS = ("boosted_pos", "suppressed_pos", "boosted_neg", "suppressed_neg")
+COUPLING_CLASSES = ("same_low", "same_high", "different")
+# Seeds of the diagnostics' own random streams, derived from (seed, step) and offset so
+# that they differ from train.evaluate's seed * 100_003 + step.
+SEED_OFFSET = 7_000_003
+
+
+# ---------------------------------------------------------------------------------------
+# The entry point the trainer calls
+# ---------------------------------------------------------------------------------------
+
+def after_update(model, tokenizer, ro: rollout.Rollouts, old_logp: Tensor, new_logp: Tensor, adv_flat: Tensor,
+                 task: str, answers: list[str], *, tau: float = TAU, value_samples: int = 0, value_k: int = 8,
+                 coupling_pairs: int = 0, seed: int = 0, step: int = 0, max_new_tokens: int = 48,
+                 temperature: float = 1.0) -> dict:
+    """All token diagnostics of one step, as a flat dict of metrics (keys below).
+
+    Call after the optimizer step(s) of a rollout batch, with the batch's log-probs
+    under the sampling weights (old_logp) and under the updated weights (new_logp),
+    both [B, T] on the CPU from the same teacher-forced pass (rollout.token_logprobs),
+    and with the model in eval mode. What runs, and what it costs:
+      flip/*      token_flips                     free (tensor arithmetic)
+      where/*     where_updates_go                free; only for tasks with a template
+                                                  (data.template_token_mask; skipped for
+                                                  "math")
+      coupling/*  coupling_stats, coupling_pairs  one forward over the rollouts holding
+                  pairs per class (0 = off)       the sampled occurrences
+      value/*     value_stats, value_samples      2 * value_samples * value_k sampled
+                  positions (0 = off)             continuations: the expensive one
+    plus time/diag_coupling and time/diag_value (seconds) when those run. Measured on
+    the embedded model after one step of the default run (32 x 8 rollouts, one torch
+    thread, a shared 2-core CPU, so noisy): flips + where ~2 ms; coupling, 256 pairs
+    per class, ~0.13 s (about one rescoring pass); value, 64 positions x k = 8, ~0.8 s,
+    and linear in positions x k (128 x 8 ~1.8 s). Almost all of the value's time is
+    rollout.sample.
+
+    ro: the step's Rollouts; adv_flat: [B] advantages (adv.reshape(-1)); task: the
+    verifier's task ("addition" or "math"); answers: the N reference answers, one per
+    prompt (rollout b answers answers[b // G]); max_new_tokens and temperature: the
+    run's sampling settings (the value continuations use them). seed, step: the value
+    and coupling samples come from streams seeded by (seed, step), and the sampling
+    runs inside torch.random.fork_rng, so calling this never moves the training RNG
+    streams and is reproducible on resume.
+    Checks at the door: shapes, counts and settings; ValueError naming the bad one.
+    """
+    B, T = ro.response_ids.shape
+    for name, t in (("old_logp", old_logp), ("new_logp", new_logp)):
+        if tuple(t.shape) != (B, T):
+            raise ValueError(f"after_update: {name} has shape {tuple(t.shape)}, the rollouts are {(B, T)}")
+    if tuple(adv_flat.shape) != (B,):
+        raise ValueError(f"after_update: adv_flat has shape {tuple(adv_flat.shape)}, expected ({B},)")
+    if len(answers) * ro.G != B:
+        raise ValueError(f"after_update: {len(answers)} answers x G={ro.G} != {B} rollouts")
+    for name, v, low in (("value_samples", value_samples, 0), ("value_k", value_k, 1),
+                         ("coupling_pairs", coupling_pairs, 0), ("max_new_tokens", max_new_tokens, T)):
+        if v < low:
+            raise ValueError(f"after_update: {name} must be >= {low}, got {v}")
+    if not temperature > 0 or not tau >= 0:
+        raise ValueError(f"after_update: need temperature > 0 and tau >= 0, got {temperature}, {tau}")
+
+    mask = ro.response_mask.float()
+    old_logp, new_logp, adv_flat = old_logp.float().cpu(), new_logp.float().cpu(), adv_flat.float().cpu()
+    out = token_flips(new_logp, old_logp, mask, adv_flat, tau)
+    template = data.template_token_mask(task, tokenizer, ro.response_ids, ro.response_mask)
+    if template is not None:
+        out.update(where_updates_go(new_logp, old_logp, mask, adv_flat, template))
+    base_seed = seed * 100_003 + step + SEED_OFFSET
+    if coupling_pairs:
+        t0 = time.perf_counter()
+        gen = torch.Generator().manual_seed(base_seed + 1)
+        pairs = sample_coupling_pairs(ro.response_ids, mask, old_logp, coupling_pairs, gen)
+        out.update(coupling_stats(model, ro, pairs, temperature))
+        out["time/diag_coupling"] = time.perf_counter() - t0
+    if value_samples:
+        t0 = time.perf_counter()
+        gen = torch.Generator().manual_seed(base_seed + 2)
+        rows, cols, cells = sample_value_positions(new_logp - old_logp, mask, adv_flat, value_samples, gen, tau)
+        device = next(model.parameters()).device
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(base_seed)
+            v_with, v_without = token_values(model, tokenizer, ro, rows, cols, answers, task, value_k,
+                                             max_new_tokens, temperature)
+        out.update(value_stats(v_with - v_without, cells))
+        out["time/diag_value"] = time.perf_counter() - t0
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# 1. Token flips
+# ---------------------------------------------------------------------------------------
+
+def token_flips(new_logp: Tensor, old_logp: Tensor, mask: Tensor, adv_flat: Tensor, tau: float = TAU) -> dict:
+    """Token flips (Cancellation Hypothesis paper; [recon] its exact definition is not public).
+
+        Δ_{b,t} = logp_new - logp_old      boosted: Δ > tau      suppressed: Δ < -tau
+
+    Fractions of the real tokens of the positive (A > 0) rollouts, and of the negative
+    (A < 0) rollouts: "flip/boost_pos", "flip/suppress_pos", "flip/boost_neg",
+    "flip/suppress_neg". A sign with no rollout (an all-zero batch) has no keys.
+    The paper's finding: the four fractions are remarkably similar, i.e. a negative
+    rollout has many boosted tokens (those it shares with successes) and a positive
+    rollout many suppressed ones. tau = 1e-3 nats by default (spec section 6); the
+    rest (|Δ| <= tau) is neither.
+    new_logp, old_logp, mask: [B, T]; adv_flat: [B]. Example: one positive rollout with
+    Δ = (+0.01, -0.01, 0) on three real tokens -> boost_pos = suppress_pos = 1/3.
+    """
+    diff = new_logp - old_logp
+    out = {}
+    for name, rows in (("pos", adv_flat > 0), ("neg", adv_flat < 0)):
+        m = mask[rows]
+        n = float(m.sum())
+        if n == 0:
+            continue
+        out[f"flip/boost_{name}"] = float(((diff[rows] > tau).float() * m).sum()) / n
+        out[f"flip/suppress_{name}"] = float(((diff[rows] < -tau).float() * m).sum()) / n
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# 2. Where updates go: template versus reasoning tokens
+# ---------------------------------------------------------------------------------------
+
+def where_updates_go(new_logp: Tensor, old_logp: Tensor, mask: Tensor, adv_flat: Tensor, template: Tensor) -> dict:
+    """[recon] How the step's change in log-prob splits between template and reasoning tokens.
+
+        share(c)        = sum_{tokens of class c} |Δ|  /  sum_{all real tokens} |Δ|
+        dlogp(c, sign)  = mean of Δ over the tokens of class c in the rollouts of that sign
+
+    with Δ = logp_new - logp_old and the classes from the task
+    (data.template_token_mask): template = `template & mask`, reasoning = `mask &
+    ~template`. Keys: "where/template_share", "where/reasoning_share" (they sum to 1),
+    "where/template_tokens" (the template's share of the real tokens: a share equal to
+    it means the change is spread evenly over tokens), and "where/dlogp_{template,
+    reasoning}_{pos,neg}". The shares use every real token, A = 0 rollouts included
+    (their tokens move through shared parameters too); the signed means use the
+    positive (A > 0) or negative (A < 0) rollouts only.
+    The paper's finding: compared with positive-only training (psr), critic-free RL
+    moves the share toward the reasoning tokens: a template token appears in right and
+    wrong rollouts alike, so its pushes up and down cancel. [recon]: the paper's
+    token classes and normalisation are not public; ours are by token type.
+    Edge cases: no change at all (sum |Δ| = 0) -> no share keys; a class with no token
+    in a sign -> no key for it. A template token whose log-prob did not move adds 0.
+    Shapes: new_logp, old_logp, mask, template [B, T]; adv_flat [B].
+    """
+    real = mask != 0
+    is_template = template.bool() & real
+    is_reasoning = real & ~template.bool()
+    delta = (new_logp - old_logp).double() * real
+    total = float(delta.abs().sum())
+    out = {"where/template_tokens": float(is_template.sum()) / max(float(real.sum()), 1.0)}
+    if total > 0:
+        out["where/template_share"] = float(delta.abs()[is_template].sum()) / total
+        out["where/reasoning_share"] = float(delta.abs()[is_reasoning].sum()) / total
+    for name, rows in (("pos", adv_flat > 0), ("neg", adv_flat < 0)):
+        for cls, members in (("template", is_template), ("reasoning", is_reasoning)):
+            sel = members & rows.unsqueeze(1)
+            if sel.any():
+                out[f"where/dlogp_{cls}_{name}"] = float(delta[sel].mean())
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# 3. Token value: Monte Carlo success probability with and without the token
+# ---------------------------------------------------------------------------------------
+
+def sample_value_positions(delta: Tensor, mask: Tensor, adv_flat: Tensor, n: int, generator: torch.Generator,
+                           tau: float = TAU) -> tuple[Tensor, Tensor, list[str]]:
+    """[recon] n response positions for the value estimate, stratified by flip and sign.
+
+    Four cells: boosted_pos, suppressed_pos, boosted_neg, suppressed_neg (boosted:
+    Δ > tau, suppressed: Δ < -tau, as token_flips; pos/neg: the rollout's A > 0 / A < 0).
+    Each cell gets n // 4 positions (the first n % 4 cells one more), drawn uniformly
+    WITHOUT replacement among its real tokens; a cell with fewer tokens gives all it has
+    and the rest of its quota is not moved elsewhere (so a cell's mean is always an
+    unbiased estimate for that cell, and the sample sizes say how much to trust it).
+    Why stratified: the claim compares boosted with suppressed tokens in each sign,
+    and a uniform sample would spend most of its budget on tokens that moved less than
+    tau, which answer nothing.
+    delta, mask: [B, T]; adv_flat: [B]. Returns (rows [S] long, cols [S] long, cells:
+    S names), S <= n. Deterministic in the generator's state.
+    """
+    real = mask != 0
+    sign = {"pos": (adv_flat > 0).unsqueeze(1), "neg": (adv_flat < 0).unsqueeze(1)}
+    flip = {"boosted": delta > tau, "suppressed": delta < -tau}
+    rows, cols, cells = [], [], []
+    for k, cell in enumerate(VALUE_CELLS):
+        kind, s = cell.split("_")
+        where = (real & flip[kind] & sign[s]).nonzero()                  # [M, 2] (b, t)
+        quota = n // len(VALUE_CELLS) + (1 if k < n % len(VALUE_CELLS) else 0)
+        pick = where[torch.randperm(len(where), generator=generator)[:quota]]
+        rows.append(pick[:, 0])
+        cols.append(pick[:, 1])
+        cells += [cell] * len(pick)
+    return torch.cat(rows), torch.cat(cols), cells
+
+
+def token_values(model, tokenizer, ro: rollout.Rollouts, rows: Tensor, cols: Tensor, answers: list[str], task: str,
+                 k: int, max_new_tokens: int, temperature: float = 1.0,
+                 max_batch_rows: int = 2048) -> tuple[Tensor, Tensor]:
+    """[recon] Monte Carlo success probabilities from a prefix with and without a token.
+
+    For the sampled token o_t of rollout b (position (rows[s], cols[s])):
+
+        V_with    = P(success | q, o_{<=t})  ~  mean over k continuations of q + o_{<=t}
+        V_without = P(success | q, o_{<t})   ~  mean over k continuations of q + o_{<t}
+        value     = V_with - V_without
+
+    Continuations are sampled from the CURRENT policy (the caller's model: in the
+    trainer, the weights after this step's update) at the run's temperature, by
+    rollout.sample, with the budget the rollout had left: max_new_tokens - |prefix|
+    tokens, so a prefix that would have hit the length limit still does. Each full
+    response (prefix + continuation, cut after its first EOS) is decoded and scored
+    by the task's verifier (verify.score, key "reward"), exactly as a rollout is.
+    V_without counts o_t's alternatives too, so value is an advantage of the token
+    under the current policy: positive when choosing o_t raised the chance of success.
+    No sampling is needed when the prefix with the token is already complete (o_t is
+    EOS, or the budget is used up): V_with is then the prefix's own score, exactly.
+    The paper's estimator is not public; this is the plain one, with k samples per
+    prefix, so each V has binomial standard error sqrt(V(1-V)/k).
+
+    Batching: every prefix that needs continuations is a "prompt" of one rollout.sample
+    call with G = k (prompts of different lengths are left-padded, as rollout.left_pad
+    does for prompts); the call runs to the largest budget of its prefixes and each
+    row is cut at its own budget (ancestral sampling, so cutting a longer sample is
+    the same as sampling a shorter one). Prefixes are grouped so that a call has at
+    most max_batch_rows rows; with the defaults (64 positions, k = 8) that is ONE call.
+    Consumes torch's global RNG: wrap in torch.random.fork_rng (after_update does).
+
+    ro: the Rollouts the positions index; answers: N reference answers (answers[b // G]).
+    Returns (v_with [S] float64, v_without [S] float64).
+    """
+    pad_id, eos_ids = rollout.special_ids(model, tokenizer)
+    device = next(model.parameters()).device
+    # One job per (position, with/without): the prompt + response prefix, its budget.
+    jobs = []                                   # (position s, with?, prompt ids, prefix ids, budget)
+    for s, (b, t) in enumerate(zip(rows.tolist(), cols.tolist())):
+        prompt = ro.prompt_ids[b][ro.prompt_mask[b] != 0].tolist()
+        response = ro.response_ids[b, :t + 1].tolist()
+        for with_token in (True, False):
+            prefix = response if with_token else response[:-1]
+            jobs.append((s, with_token, prompt, prefix, max_new_tokens - len(prefix)))
+    texts, owners = [], []                      # decoded full responses; the job each belongs to
+    done = [j for j, job in enumerate(jobs) if job[1] and (job[3][-1] in eos_ids or job[4] <= 0)]
+    for j in done:                              # complete already: score the prefix itself
+        texts.append(tokenizer.decode(jobs[j][3], skip_special_tokens=True))
+        owners.append(j)
+    todo = sorted(set(range(len(jobs))) - set(done))
+    per_call = max(1, max_batch_rows // k)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for start in range(0, len(todo), per_call):
+                chunk = todo[start:start + per_call]
+                ids, attn = rollout.left_pad([jobs[j][2] + jobs[j][3] for j in chunk], pad_id)
+                budget = max(jobs[j][4] for j in chunk)
+                tokens = rollout.sample(model, ids.to(device), attn.to(device), k, budget, temperature=temperature,
+                                        top_p=1.0, pad_id=pad_id, eos_ids=eos_ids)[0].cpu()
+                for i, j in enumerate(chunk):
+                    cont = tokens[i * k:(i + 1) * k, :jobs[j][4]]
+                    cont, cont_mask, _ = rollout.cut_at_eos(cont, eos_ids, pad_id)
+                    for row, n_real in zip(cont.tolist(), cont_mask.sum(1).long().tolist()):
+                        texts.append(tokenizer.decode(jobs[j][3] + row[:n_real], skip_special_tokens=True))
+                        owners.append(j)
+    finally:
+        model.train(was_training)
+    answer_of = [answers[int(rows[jobs[j][0]]) // ro.G] for j in owners]
+    rewards = verify.reward_tensor(verify.score(texts, answer_of, task)).double()
+    total = torch.zeros(len(jobs), dtype=torch.float64).index_add_(0, torch.tensor(owners, dtype=torch.long), rewards)
+    count = torch.zeros(len(jobs), dtype=torch.float64).index_add_(0, torch.tensor(owners, dtype=torch.long),
+                                                                   torch.ones_like(rewards))
+    v = (total / count).view(-1, 2)             # jobs were appended (with, without) per position
+    return v[:, 0], v[:, 1]
+
+
+def value_stats(value: Tensor, cells: list[str]) -> dict:
+    """Mean token value per cell, with sample size and standard error.
+
+    Keys, for each cell of VALUE_CELLS: "value/<cell>" (mean of V_with - V_without),
+    "value/n_<cell>" (positions) and "value/se_<cell>" (std (ddof=1) / sqrt(n): it
+    includes both the spread of values across tokens and the Monte Carlo noise). The
+    mean is absent when n = 0, the standard error when n < 2.
+    The paper's claim, in these keys: value/boosted_pos > value/suppressed_pos and
+    value/boosted_neg > value/suppressed_neg.
+    """
+    out = {}
+    for cell in VALUE_CELLS:
+        v = value[[i for i, c in enumerate(cells) if c == cell]].double()
+        out[f"value/n_{cell}"] = len(v)
+        if len(v):
+            out[f"value/{cell}"] = float(v.mean())
+        if len(v) > 1:
+            out[f"value/se_{cell}"] = float(v.std() / len(v) ** 0.5)
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# 4. Token coupling through the output layer
+# ---------------------------------------------------------------------------------------
+
+def output_layer_coupling(p1: Tensor, p2: Tensor, a: Tensor, b: Tensor, h1: Tensor, h2: Tensor,
+                          temperature: float = 1.0, bias: bool = False) -> Tensor:
+    """[recon] Output-layer coupling of two token occurrences (spec section 6).
+
+    Occurrence 1 is token a predicted from final hidden state h (distribution p =
+    softmax(W h / T)); occurrence 2 is token b from h' (p'). Through the output matrix
+    W alone (h, h' held fixed), grad_W log p_a = (e_a - p) h^T / T, so
+
+        <grad_W log p_a, grad_W log p'_b> = ([a == b] - p'_a - p_b + p . p') (h . h') / T^2
+
+    (expand (e_a - p) . (e_b - p'); with an output bias, h . h' becomes h . h' + 1).
+    A gradient step of size lr on occurrence 1's log-prob changes occurrence 2's by
+    lr times this (to first order): it is the "change of one occurrence's log-prob
+    caused by another's gradient", per unit learning rate, for plain SGD.
+    Reading the bracket: identical tokens (a == b) with both predicted improbably give
+    ~ 1 - p'_a - p_a + p.p' ~ 1 (strong positive coupling, if the contexts' features
+    align); both confident give ~ 0 (at p_a = p'_a = 1 exactly 0); different tokens
+    give -p'_a - p_b + p.p', small or negative.
+    [recon] and partial: only the output layer's term of the full gradient inner
+    product (which sums over all parameters; with tied embeddings, as in the embedded
+    model, the matrix's input-embedding use is left out too), and Adam rescales the
+    step per coordinate. It is the one term that costs a single forward pass.
+    Shapes: p1, p2 [M, V]; a, b [M] long; h1, h2 [M, d]. Returns [M] (dtype of p1).
+    """
+    bracket = ((a == b).to(p1.dtype) - p2.gather(1, a.unsqueeze(1)).squeeze(1)
+               - p1.gather(1, b.unsqueeze(1)).squeeze(1) + (p1 * p2).sum(1))
+    features = (h1 * h2).sum(1) + (1.0 if bias else 0.0)
+    return bracket * features / temperature ** 2
+
+
+def sample_coupling_pairs(token_ids: Tensor, mask: Tensor, old_logp: Tensor, n: int,
+                          generator: torch.Generator) -> dict[str, tuple[Tensor, Tensor]]:
+    """[recon] n pairs of distinct token occurrences per class, uniformly among the class's pairs.
+
+    Occurrences are the real response tokens of the batch, identified by their flat
+    index b * T + t. Classes (confidence = pi_old of the sampled token = exp(old_logp)):
+      same_low   the same token id, both occurrences with pi_old < 0.5
+      same_high  the same token id, both with pi_old >= 0.5
+      different  different token ids, any confidence (the control)
+    Pairs with one low and one high occurrence are in no class. Within a class every
+    ordered pair of distinct occurrences is equally likely (drawn with replacement):
+    for same_*, a token id with c occurrences is chosen with weight c (c - 1), then two
+    distinct occurrences of it; for different, two occurrences are drawn uniformly and
+    redrawn while their ids match (at most 32 rounds; a batch of one repeated token has
+    no such pair). Pairs in the same rollout or the same position of two rollouts
+    count like any other: the update sums over all of them.
+    token_ids, mask, old_logp: [B, T]. Returns {class: (first [n'], second [n'])}, with
+    n' = n, or fewer (down to 0) when the class has no pair (or, for different, when
+    32 rounds found fewer than n).
+    """
+    flat = (mask.flatten() != 0).nonzero().squeeze(1)
+    tok = token_ids.flatten()[flat]
+    low = old_logp.flatten()[flat].exp() < 0.5
+    return {"same_low": _same_token_pairs(flat[low], tok[low], n, generator),
+            "same_high": _same_token_pairs(flat[~low], tok[~low], n, generator),
+            "different": _different_token_pairs(flat, tok, n, generator)}
+
+
+def coupling_stats(model, ro: rollout.Rollouts, pairs: dict[str, tuple[Tensor, Tensor]],
+                   temperature: float = 1.0) -> dict:
+    """Mean output-layer coupling per class of pairs, and the number of pairs.
+
+    One forward pass (rollout.token_logprobs, in chunks) over the rollouts that hold a
+    sampled occurrence gives each occurrence's final hidden state h (the input of the
+    output layer) and its next-token distribution p; output_layer_coupling does the
+    rest. The model is the caller's (in the trainer: after the update, one step away
+    from pi_old); the confidence classes use pi_old itself.
+    Keys: "coupling/<class>" (mean coupling, signed, per unit learning rate) and
+    "coupling/n_<class>"; the mean is absent for a class with no pair. The paper's
+    claim: coupling/same_low is the largest; we expect same_low > same_high > different.
+    """
+    T = ro.response_ids.shape[1]
+    needed = torch.unique(torch.cat([torch.cat(p) for p in pairs.values()]))
+    h, logp_all = output_layer_features(model, ro, needed // T, needed % T, temperature)
+    head = model.get_output_embeddings()
+    has_bias = getattr(head, "bias", None) is not None
+    tokens = ro.response_ids.flatten()
+    out = {}
+    for cls in COUPLING_CLASSES:
+        first, second = pairs[cls]
+        out[f"coupling/n_{cls}"] = len(first)
+        if not len(first):
+            continue
+        i, j = torch.searchsorted(needed, first), torch.searchsorted(needed, second)   # rows of h, logp_all
+        c = output_layer_coupling(logp_all[i].exp(), logp_all[j].exp(), tokens[first], tokens[second],
+                                  h[i], h[j], temperature, has_bias)
+        out[f"coupling/{cls}"] = float(c.mean())
+    return out
+
+
+def output_layer_features(model, ro: rollout.Rollouts, rows: Tensor, cols: Tensor, temperature: float = 1.0,
+                          chunk: int = 64) -> tuple[Tensor, Tensor]:
+    """Final hidden state and log-distribution at response positions (rows[s], cols[s]).
+
+    h[s] is the input of the output layer (model.get_output_embeddings(), captured by a
+    forward hook) at the position that PREDICTS response token cols[s] of rollout
+    rows[s]; logp_all[s] = log_softmax(output / T) there, so logp_all[s, token] is what
+    rollout.token_logprobs returns for that token (tested). The forward is
+    rollout.token_logprobs itself, over the distinct rows, chunk rows at a time, no
+    gradients; it keeps the last t1 + 1 positions (t1 = the chunk's longest response),
+    of which position t predicts response token t.
+    Returns (h [S, d] float64, logp_all [S, V] float64).
+    """
+    captured = {}
+
+    def hook(module, inputs, output):
+        captured["h"], captured["z"] = inputs[0], output
+
+    device = next(model.parameters()).device
+    h = logp_all = None
+    handle = model.get_output_embeddings().register_forward_hook(hook)
+    try:
+        with torch.no_grad():
+            for idx in torch.unique(rows).split(chunk):
+                rollout.token_logprobs(model, *(t[idx].to(device) for t in (ro.prompt_ids, ro.prompt_mask,
+                                                                          ro.response_ids, ro.response_mask)),
+                                       temperature=temperature)
+                here = torch.isin(rows, idx).nonzero().squeeze(1)           # the occurrences in this chunk
+                local = torch.searchsorted(idx, rows[here])                 # their row within the chunk
+                hs = captured["h"][local, cols[here]].double().cpu()
+                ls = torch.log_softmax(captured["z"][local, cols[here]].double() / temperature, dim=-1).cpu()
+                if h is None:
+                    h = torch.zeros(len(rows), hs.shape[1], dtype=torch.float64)
+                    logp_all = torch.zeros(len(rows), ls.shape[1], dtype=torch.float64)
+                h[here], logp_all[here] = hs, ls
+    finally:
+        handle.remove()
+    return h, logp_all
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers of section 4
+# ---------------------------------------------------------------------------------------
+
+def _same_token_pairs(occ: Tensor, tok: Tensor, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """n ordered pairs of distinct occurrences with the same token, uniform over such pairs."""
+    empty = (occ.new_zeros(0), occ.new_zeros(0))
+    if n == 0 or len(occ) < 2:
+        return empty
+    order = torch.argsort(tok, stable=True)
+    occ, tok = occ[order], tok[order]
+    _, counts = torch.unique_consecutive(tok, return_counts=True)
+    starts = counts.cumsum(0) - counts
+    weight = (counts * (counts - 1)).double()
+    if weight.sum() == 0:
+        return empty
+    kind = torch.multinomial(weight, n, replacement=True, generator=generator)
+    c = counts[kind].double()
+    i = (torch.rand(n, generator=generator, dtype=torch.float64) * c).long()
+    j = (torch.rand(n, generator=generator, dtype=torch.float64) * (c - 1)).long()
+    j = j + (j >= i).long()                      # skip i: j is uniform over the other c - 1
+    return occ[starts[kind] + i], occ[starts[kind] + j]
+
+
+def _different_token_pairs(occ: Tensor, tok: Tensor, n: int, generator: torch.Generator,
+                           rounds: int = 32) -> tuple[Tensor, Tensor]:
+    """n ordered pairs of occurrences with different tokens (uniform: rejection sampling)."""
+    first, second = [], []
+    have = 0
+    for _ in range(rounds):
+        if have >= n or len(occ) < 2:
+            break
+        i = torch.randint(len(occ), (2 * n,), generator=generator)
+        j = torch.randint(len(occ), (2 * n,), generator=generator)
+        keep = tok[i] != tok[j]                  # different tokens are never the same occurrence
+        first.append(occ[i[keep]])
+        second.append(occ[j[keep]])
+        have += int(keep.sum())
+    if not first:
+        return occ.new_zeros(0), occ.new_zeros(0)
+    return torch.cat(first)[:n], torch.cat(second)[:n]
