@@ -178,10 +178,13 @@ def where_updates_go(new_logp: Tensor, old_logp: Tensor, mask: Tensor, adv_flat:
     (data.template_token_mask): template = `template & mask`, reasoning = `mask &
     ~template`. Keys: "where/template_share", "where/reasoning_share" (they sum to 1),
     "where/template_tokens" (the template's share of the real tokens: a share equal to
-    it means the change is spread evenly over tokens), and "where/dlogp_{template,
-    reasoning}_{pos,neg}". The shares use every real token, A = 0 rollouts included
-    (their tokens move through shared parameters too); the signed means use the
-    positive (A > 0) or negative (A < 0) rollouts only.
+    it means the change is spread evenly over tokens), "where/dlogp_{template,
+    reasoning}_{pos,neg}", and "where/abs_dlogp_{template,reasoning}" = mean |Δ| per
+    token of the class (the template's is the "template drift" sweep.py's batching
+    sweep reports: a step whose updates cancel on the shared tokens leaves it small).
+    The shares and mean |Δ| use every real token, A = 0 rollouts included (their
+    tokens move through shared parameters too); the signed means use the positive
+    (A > 0) or negative (A < 0) rollouts only.
     The paper's finding: compared with positive-only training (psr), critic-free RL
     moves the share toward the reasoning tokens: a template token appears in right and
     wrong rollouts alike, so its pushes up and down cancel. [recon]: the paper's
@@ -199,6 +202,9 @@ def where_updates_go(new_logp: Tensor, old_logp: Tensor, mask: Tensor, adv_flat:
     if total > 0:
         out["where/template_share"] = float(delta.abs()[is_template].sum()) / total
         out["where/reasoning_share"] = float(delta.abs()[is_reasoning].sum()) / total
+    for cls, members in (("template", is_template), ("reasoning", is_reasoning)):
+        if members.any():
+            out[f"where/abs_dlogp_{cls}"] = float(delta.abs()[members].mean())
     for name, rows in (("pos", adv_flat > 0), ("neg", adv_flat < 0)):
         for cls, members in (("template", is_template), ("reasoning", is_reasoning)):
             sel = members & rows.unsqueeze(1)
@@ -267,7 +273,7 @@ def token_values(model, tokenizer, ro: rollout.Rollouts, rows: Tensor, cols: Ten
     prefix, so each V has binomial standard error sqrt(V(1-V)/k).
 
     Batching: every prefix that needs continuations is a "prompt" of one rollout.sample
-    call with G = k (prompts of different lengths are left-padded, as rollout.left_pad
+    call with G = k (prompts of different lengths are left-padded, as rollout.pad_rows(left=True)
     does for prompts); the call runs to the largest budget of its prefixes and each
     row is cut at its own budget (ancestral sampling, so cutting a longer sample is
     the same as sampling a shorter one). Prefixes are grouped so that a call has at
@@ -300,7 +306,7 @@ def token_values(model, tokenizer, ro: rollout.Rollouts, rows: Tensor, cols: Ten
         with torch.no_grad():
             for start in range(0, len(todo), per_call):
                 chunk = todo[start:start + per_call]
-                ids, attn = rollout.left_pad([jobs[j][2] + jobs[j][3] for j in chunk], pad_id)
+                ids, attn = rollout.pad_rows([jobs[j][2] + jobs[j][3] for j in chunk], pad_id, left=True)
                 budget = max(jobs[j][4] for j in chunk)
                 tokens = rollout.sample(model, ids.to(device), attn.to(device), k, budget, temperature=temperature,
                                         top_p=1.0, pad_id=pad_id, eos_ids=eos_ids)[0].cpu()

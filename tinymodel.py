@@ -65,7 +65,8 @@ import rollout
 
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CACHE_DIR = os.path.join(REPO_DIR, ".cache", "tinymodel")
-CACHE_FORMAT = 1          # bump when the warm-up code changes in a way the config cannot see
+CACHE_FORMAT = 2          # bump when the warm-up code changes in a way the config cannot see
+                          # (2: the evaluation samples with rollout.py's own KV-cached loop)
 
 
 # ---------------------------------------------------------------------------------------
@@ -366,9 +367,10 @@ def _eval_pass1(model, tokenizer, rows: list[dict], cfg: WarmupConfig, step: int
     """Held-out pass@1 at temperature 1, sampled in a forked RNG seeded by (seed, step)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed * 100_003 + step)
-        counts = rollout.sample_eval(model, tokenizer, rows, 1, max_response_tokens(cfg.digits), temperature=1.0,
-                                     check=lambda text, row: addition_correct(text, row["answer"]),
-                                     prompts_per_batch=128)
+        sample_texts = lambda prompts, n: rollout.generate_rollouts(model, tokenizer, prompts, n,
+                                                                   max_response_tokens(cfg.digits)).texts
+        check = lambda texts, rows: [addition_correct(t, r["answer"]) for t, r in zip(texts, rows)]
+        counts = rollout.sample_eval(sample_texts, rows, 1, check, prompts_per_batch=128)
     return sum(counts) / len(counts)
 
 

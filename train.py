@@ -146,8 +146,8 @@ class Config:
     """Optimizer steps per epoch (the batch is split into this many mini-batches)."""
     minibatch_mode: str = "query"
     """How to split: random | query | balanced | query_balanced | mass_balanced (batching.py)."""
-    micro_batch: int = 64
-    """Rollouts per forward/backward (memory only: the result does not depend on it)."""
+    micro_batch: int = 32
+    """Rollouts per forward/backward, grouped by length (memory and speed only: the result does not depend on it)."""
 
     # --- evaluation, diagnostics, checkpoints ---
     eval_every: int = 25
@@ -201,9 +201,11 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         rewards = verify.reward_tensor(scores).view(N, G)
         t2 = time.perf_counter()
 
-        # 3. schedule: log-probs and entropy under the sampling weights; the scheduler
-        #    reads this batch's solve rate and mean entropy and returns alpha, delta
+        # 3. schedule: log-probs and entropy under the sampling weights (on-policy, the
+        #    update's own forward gives logp_old: None here); the scheduler reads this
+        #    batch's solve rate and mean entropy and returns alpha, delta
         old_logp, entropy = old_policy_pass(run, ro, cfg)
+        t_old = time.perf_counter()
         ref_logp = no_grad_pass(run.ref_model, ro, cfg, with_entropy=False)[0] if run.ref_model else None
         mean_entropy = float((entropy * mask).sum() / mask.sum().clamp(min=1))
         sched = run.scheduler.step(float(rewards.mean()), mean_entropy)
@@ -219,25 +221,28 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
                      for idx in batching.minibatch_indices(adv, cfg.minibatches, cfg.minibatch_mode,
                                                            run.mb_generator, lengths)]
         norms = [loss.step_normaliser(mask[idx], max_len=cfg.max_new_tokens) for idx in opt_steps]
-        micro = [(k, idx) for k, step_idx in enumerate(opt_steps) for idx in micro_batches(step_idx, group_index, cfg)]
+        micro = [(k, idx) for k, step_idx in enumerate(opt_steps)
+                 for idx in micro_batches(step_idx, group_index, mask.sum(1), cfg)]
         dev = lambda t: None if t is None else t.to(run.model.device)
         old_d, adv_d, mask_d, group_d, ref_d = map(dev, (old_logp, adv.reshape(-1).float(), mask, group_index, ref_logp))
 
         # 6. update: the policy loss of every micro-batch, one Adam step per optimizer step
         value_step = bool(cfg.value_every) and step % cfg.value_every == 0
         diagnose = (bool(cfg.flip_every) and step % cfg.flip_every == 0) or value_step
-        tally, grad_norms, residuals = {}, [], []
+        tally, grad_norms, residuals, logp_old = {}, [], [], torch.zeros_like(mask)
         run.model.train()
         for j, (k, idx) in enumerate(micro):
             with autocast(run.model):
                 logp, ent = rollout.token_logprobs(run.model, *batch_inputs(ro, idx, run.model.device),
                                                    temperature=cfg.temperature, with_entropy=cfg.loss.entropy_coef > 0)
-            l, stats = loss.policy_loss(logp, old_d[idx], adv_d[idx], mask_d[idx], cfg.loss, norms[k], group_d[idx],
+            old = logp.detach() if old_d is None else old_d[idx]        # on-policy: the ratio is exactly 1
+            l, stats = loss.policy_loss(logp, old, adv_d[idx], mask_d[idx], cfg.loss, norms[k], group_d[idx],
                                         None if ref_d is None else ref_d[idx], ent)
             l.backward()
             add_stats(tally, stats)
+            logp_old[idx] = old.float().cpu()                           # for the diagnostics below
             if diagnose:   # one extra backward through the loss head only, never the model
-                residuals.append(loss.cancellation_residual_of_loss(logp, old_d[idx], adv_d[idx], mask_d[idx],
+                residuals.append(loss.cancellation_residual_of_loss(logp, old, adv_d[idx], mask_d[idx],
                                                                     cfg.loss, norms[k], group_d[idx]))
             if j + 1 == len(micro) or micro[j + 1][0] != k:      # the last micro-batch of step k
                 grad_norms.append(float(torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip or math.inf)))
@@ -253,7 +258,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         if diagnose:
             new_logp = no_grad_pass(run.model, ro, cfg, with_entropy=False)[0]
             metrics.update(diagnostics.after_update(
-                run.model, run.tokenizer, ro, old_logp, new_logp, adv.reshape(-1), run.task,
+                run.model, run.tokenizer, ro, logp_old, new_logp, adv.reshape(-1), run.task,
                 [r["answer"] for r in rows], value_samples=cfg.value_samples if value_step else 0,
                 value_k=cfg.value_k, coupling_pairs=cfg.coupling_pairs, seed=cfg.seed, step=step,
                 max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature))
@@ -261,7 +266,8 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         if run.llm is not None:
             vllm_rollout.push_weights(run.llm, run.model)
         t4 = time.perf_counter()
-        metrics.update({"time/generate": t1 - t0, "time/score": t2 - t1, "time/train": t3 - t2,
+        metrics.update({"time/generate": t1 - t0, "time/score": t2 - t1, "time/old_logp": t_old - t2,
+                        "time/train": t3 - t_old,
                         "time/diagnostics": t4 - t3})
         last = step == cfg.steps or (cfg.max_minutes and time.perf_counter() - t_start > 60 * cfg.max_minutes)
         if cfg.eval_every and (step % cfg.eval_every == 0 or last):
@@ -319,7 +325,7 @@ def setup(cfg: Config) -> Run:
     if cfg.backend == "vllm":
         # max_model_len covers every prompt the engine will see (training and evaluation)
         prompts = format_prompts([r["prompt"] for r in train_rows + eval_rows], tokenizer, cfg)
-        ids = vllm_rollout.tokenize_prompts(tokenizer, prompts, cfg.chat_template)
+        ids = rollout.tokenize_prompts(tokenizer, prompts, cfg.chat_template)
         llm = vllm_rollout.make_engine(path, model, vllm_rollout.engine_max_model_len(model.config, ids, cfg.max_new_tokens),
                                        gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed,
                                        dtype="bfloat16" if device.type == "cuda" else "float32")
@@ -410,7 +416,7 @@ def sample_rollouts(run: Run, prompts: list[str], G: int, cfg: Config, seed: int
                                                    chat_template=cfg.chat_template)
     with autocast(run.model):
         return rollout.generate_rollouts(run.model, run.tokenizer, prompts, G, cfg.max_new_tokens,
-                                         temperature=cfg.temperature)
+                                         temperature=cfg.temperature, chat_template=cfg.chat_template)
 
 
 def no_grad_pass(model, ro: rollout.Rollouts, cfg: Config, with_entropy: bool):
@@ -427,18 +433,21 @@ def no_grad_pass(model, ro: rollout.Rollouts, cfg: Config, with_entropy: bool):
 
 
 def old_policy_pass(run: Run, ro: rollout.Rollouts, cfg: Config):
-    """The "old policy" log-probs and entropy (as verl's recompute_log_prob), [B, T] each.
+    """logp_old [B, T] (or None) and the entropy [B, T] of the policy that sampled.
 
-    rollout.generate_rollouts already ran this teacher-forced pass under the weights
-    that sampled; vLLM rollouts need it from the trainer's model, and the gap to the
-    engine's own log-probs is the staleness canary.
+    On-policy (one optimizer step per batch, our own sampler) there is nothing to
+    compute: the update's own forward, detached, is logp_old (ratio exactly 1 by
+    construction, as TRL), and the sampler's entropy is the entropy (equal to a
+    teacher-forced pass's to ~1e-6, tested in tests/test_rollout.py). Otherwise this is
+    the "old policy" pass (verl's recompute_log_prob): teacher-forced, under the weights
+    that sampled. For vLLM rollouts the gap to the engine's own log-probs is the
+    staleness canary, judged against the first step's gap (vllm_rollout.canary_bound).
     """
-    engine_logp = getattr(ro, "vllm_logp", None)
-    if engine_logp is None and ro.entropy is not None:
-        return ro.old_logp, ro.entropy
+    if cfg.epochs == 1 and cfg.minibatches == 1 and run.llm is None:
+        return None, ro.engine_entropy
     old_logp, entropy = no_grad_pass(run.model, ro, cfg, with_entropy=True)
-    if engine_logp is not None:
-        gap = vllm_rollout.canary_gap(engine_logp, old_logp, ro.response_mask.float())
+    if run.llm is not None:
+        gap = vllm_rollout.canary_gap(ro.engine_logp, old_logp, ro.response_mask.float())
         if run.canary_first is None:        # first batch: engine and trainer hold the same checkpoint
             run.canary_first = gap
         bound = vllm_rollout.canary_bound(run.canary_first)
@@ -450,15 +459,19 @@ def old_policy_pass(run: Run, ro: rollout.Rollouts, cfg: Config):
     return old_logp, entropy
 
 
-def micro_batches(step_idx: torch.Tensor, group_index: torch.Tensor, cfg: Config) -> list[torch.Tensor]:
+def micro_batches(step_idx: torch.Tensor, group_index: torch.Tensor, lengths: torch.Tensor,
+                  cfg: Config) -> list[torch.Tensor]:
     """Split one optimizer step's rollouts into forward/backward chunks of <= micro_batch.
 
-    With a DFPO transform the chunks are cut at group boundaries (a transform only sees
-    the rollouts of a group that are in its call), so a group larger than micro_batch
-    stays whole in one chunk.
+    Rollouts are ordered by response length first (lengths: [B]), so each chunk holds
+    similar lengths and token_logprobs cuts more padding columns: the same sum of
+    per-rollout losses, less work (bench.py measured ~15% of the update). With a DFPO
+    transform the chunks are cut at group boundaries instead (a transform only sees the
+    rollouts of a group that are in its call), so a group larger than micro_batch stays
+    whole in one chunk.
     """
     if cfg.loss.weight_transform is None:
-        return list(step_idx.split(cfg.micro_batch))
+        return list(step_idx[lengths[step_idx].argsort(stable=True)].split(cfg.micro_batch))
     chunks, current = [], []
     for g in torch.unique_consecutive(group_index[step_idx]).tolist():
         members = step_idx[group_index[step_idx] == g].tolist()
@@ -535,26 +548,27 @@ def batch_composition(opt_steps, adv, lengths) -> dict:
 def evaluate(run: Run, cfg: Config, step: int) -> dict:
     """Held-out pass@k (unbiased estimator, advantages.pass_at_k) for k = 1, 2, 4, ... n.
 
-    Sampling runs in a forked RNG seeded by (seed, step): evaluation never perturbs the
-    training streams, so evaluating more or less often does not change training.
+    n = eval_samples responses per held-out prompt, through the run's own sampler (our
+    loop, or the vLLM engine), counted by rollout.sample_eval and scored by the task's
+    verifier. Sampling runs in a forked RNG seeded by (seed, step), and the engine gets
+    its own seed range: evaluation never perturbs the training streams, so evaluating
+    more or less often does not change training.
     """
     n, rows = cfg.eval_samples, run.eval_rows
-    correct = []
+    if run.llm is not None:          # the engine batches internally: one call, one seed range
+        per_call = len(rows)
+        sample_texts = lambda prompts, k: vllm_rollout.sample_texts_vllm(
+            run.llm, run.tokenizer, format_prompts(prompts, run.tokenizer, cfg), k, cfg.max_new_tokens,
+            temperature=cfg.temperature, chat_template=cfg.chat_template,
+            seed=vllm_rollout.batch_seed(cfg.seed, step, 1))
+    else:
+        per_call = max(1, 256 // n)
+        sample_texts = lambda prompts, k: sample_rollouts(run, prompts, k, cfg).texts
+    check = lambda texts, rs: verify.reward_tensor(
+        verify.score(texts, [r["answer"] for r in rs], run.task, [r["prompt"] for r in rs]), "correct").tolist()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed * 100003 + step)
-        for start in range(0, len(rows), max(1, 256 // n)):
-            chunk = rows[start:start + max(1, 256 // n)]
-            if run.llm is not None:
-                texts = vllm_rollout.sample_texts_vllm(
-                    run.llm, run.tokenizer, format_prompts([r["prompt"] for r in chunk], run.tokenizer, cfg), n,
-                    cfg.max_new_tokens, temperature=cfg.temperature, chat_template=cfg.chat_template,
-                    seed=vllm_rollout.batch_seed(cfg.seed, step, 1) + start * n)
-            else:
-                texts = sample_rollouts(run, [r["prompt"] for r in chunk], n, cfg).texts
-            scores = verify.score(texts, [r["answer"] for r in chunk for _ in range(n)], run.task,
-                                  [r["prompt"] for r in chunk for _ in range(n)])
-            c = verify.reward_tensor(scores, "correct").view(len(chunk), n).sum(1)
-            correct += [int(x) for x in c.round().tolist()]
+        correct = rollout.sample_eval(sample_texts, rows, n, check, prompts_per_batch=per_call)
     out, k = {}, 1
     while k <= n:
         out[f"eval/pass@{k}"] = float(np.mean([advantages.pass_at_k(n, c, k) for c in correct]))

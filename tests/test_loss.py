@@ -352,7 +352,7 @@ def test_gspo_equals_the_sequence_objective(seed):
     logp0 = old + 0.4 * torch.tanh(theta)          # ratios spread enough that some sequences clip
     eps_low, eps_high = 0.05, 0.04
     cfg = LossConfig(loss_type="gspo", eps_low=eps_low, eps_high=eps_high)
-    assert cfg.agg == "seq-mean-token-mean"       # GSPO's own aggregation, chosen for it
+    assert cfg.aggregation == "seq-mean-token-mean"       # GSPO's own aggregation, chosen for it
     ours = logp0.clone().requires_grad_(True)
     loss, stats = policy_loss(ours, old, adv, mask, cfg, step_normaliser(mask))
     loss.backward()
@@ -371,8 +371,8 @@ def test_gspo_refuses_any_other_aggregation():
     # DFPO needs a token-sum aggregation: it refuses GSPO's 1/|o_i|, and picks Dr. GRPO's by default
     with pytest.raises(ValueError, match="token-sum aggregation"):
         LossConfig(loss_type="gspo", weight_transform="min", agg="seq-mean-token-mean")
-    assert LossConfig(loss_type="gspo", weight_transform="orth").agg == "seq-mean-token-sum-norm"
-    assert LossConfig().agg == "token-mean" and LossConfig(loss_type="cispo").agg == "token-mean"
+    assert LossConfig(loss_type="gspo", weight_transform="orth").aggregation == "seq-mean-token-sum-norm"
+    assert LossConfig().aggregation == "token-mean" and LossConfig(loss_type="cispo").aggregation == "token-mean"
 
 
 def dfpo_group_with_a_dropped_rollout(transform):

@@ -1,5 +1,7 @@
-"""Tests of rollout.py: shapes and masks, exact agreement of the sampler and the scorer,
-left-padding invariance, entropy in closed form, determinism by seed.
+"""Tests of rollout.py: shapes and masks, agreement of the sampler and the scorer, the
+sampler's token distribution (chi-square against softmax(z / T), top_p), padding columns
+trimmed without changing results, left-padding invariance, entropy in closed form,
+determinism by seed.
 
 The model is the embedded tiny Llama, shrunk and trained for a few dozen steps on
 1-digit addition so that it emits EOS at varied positions (a random model almost never
@@ -15,7 +17,8 @@ import torch
 import data
 import rollout
 import tinymodel
-from rollout import cut_at_eos, generate_rollouts, left_pad, sample, sample_eval, special_ids, token_logprobs
+from rollout import (cut_at_eos, generate_rollouts, pad_rows, sample, sample_eval, special_ids, token_logprobs,
+                     top_p_filter)
 
 PROMPTS = ["3+4\n", "12+7\n", "5+55\n"]          # three lengths: left padding is exercised
 
@@ -61,7 +64,7 @@ def test_shapes_prompt_major_and_left_padding(ro, tok):
     assert ro.prompt_ids.shape == ro.prompt_mask.shape == (B, P)
     T = ro.response_ids.shape[1]
     assert 1 <= T <= 14
-    for t in (ro.response_mask, ro.old_logp, ro.entropy):
+    for t in (ro.response_mask, ro.engine_logp, ro.engine_entropy):
         assert t.shape == (B, T)
     assert ro.truncated.shape == (B,) and ro.truncated.dtype == torch.bool
     assert len(ro.texts) == B
@@ -98,59 +101,55 @@ def test_response_mask_cuts_after_first_eos(ro, tok):
 
 def test_logp_and_entropy_zero_on_padding_and_valid_elsewhere(ro):
     m = ro.response_mask.bool()
-    assert (ro.old_logp[~m] == 0).all() and (ro.entropy[~m] == 0).all()
-    assert (ro.old_logp[m] <= 0).all() and (ro.old_logp[m] > -30).all()
-    assert (ro.entropy[m] >= 0).all() and (ro.entropy[m] <= math.log(99) + 1e-5).all()
+    assert (ro.engine_logp[~m] == 0).all() and (ro.engine_entropy[~m] == 0).all()
+    assert (ro.engine_logp[m] <= 0).all() and (ro.engine_logp[m] > -30).all()
+    assert (ro.engine_entropy[m] >= 0).all() and (ro.engine_entropy[m] <= math.log(99) + 1e-5).all()
 
 
 # ---------------------------------------------------------------------------------------
 # Sampler and scorer agree
 # ---------------------------------------------------------------------------------------
 
-def test_old_logp_equals_token_logprobs_recomputed(ro, model):
-    assert (ro.prompt_mask == 0).any() and (ro.response_mask == 0).any()   # padding on both sides
-    logp, ent = token_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask,
-                               temperature=1.0, with_entropy=True)
-    torch.testing.assert_close(logp, ro.old_logp, atol=1e-6, rtol=0)
-    torch.testing.assert_close(ent, ro.entropy, atol=1e-6, rtol=0)
-    # negative control: another temperature scores a different distribution
-    other, _ = token_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask,
-                              temperature=0.7)
-    assert (other - ro.old_logp).abs().max() > 1e-2
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sampler_logp_and_entropy_match_the_teacher_forced_pass(model, tok, temperature):
+    """The KV-cached sampler's own log-probs of the tokens it drew (at the sampling
+    temperature) and its entropies equal a full teacher-forced pass to float tolerance,
+    for every row, including rows that left the batch early (EOS) and left-padded ones."""
+    torch.manual_seed(5)
+    ro = generate_rollouts(model, tok, PROMPTS * 4, 4, 14, temperature=temperature)
+    m = ro.response_mask
+    assert (m == 0).any() and (m.sum(1) < m.shape[1]).any()           # rows stopped at different times
+    logp, ent = token_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, m,
+                               temperature=temperature, with_entropy=True)
+    torch.testing.assert_close(ro.engine_logp, logp, atol=2e-5, rtol=0)
+    torch.testing.assert_close(ro.engine_entropy, ent, atol=2e-5, rtol=0)
+    assert (ro.engine_logp[m == 0] == 0).all() and (ro.engine_entropy[m == 0] == 0).all()
+    # negative control: the same tokens scored at another temperature
+    other, _ = token_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, m,
+                              temperature=temperature * 1.5)
+    assert (other - ro.engine_logp).abs().max() > 1e-2
 
 
-def test_logp_matches_generate_scores_at_temperature_07(model, tok):
-    """generate's processed scores are exactly logits / T (no other processor), and their
-    log-softmax at the sampled tokens is old_logp. The model's generation_config is
-    polluted with hub-style sampling defaults, which must NOT leak into sampling."""
+def test_hub_generation_config_does_not_leak_into_sampling(model, tok):
+    """A hub checkpoint's sampling defaults (top_k, repetition_penalty, min_p, top_p) in
+    generation_config must not change the draws: the loop applies T and top_p only."""
     from transformers import GenerationConfig
 
+    torch.manual_seed(3)
+    clean = generate_rollouts(model, tok, PROMPTS, 4, 14, temperature=0.7)
     saved = model.generation_config
-    model.generation_config = GenerationConfig(top_k=3, repetition_penalty=1.5, min_p=0.2,
+    model.generation_config = GenerationConfig(top_k=3, top_p=0.5, repetition_penalty=1.5, min_p=0.2,
                                                pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     try:
-        pad, eos = special_ids(model, tok)
-        ids, mask = left_pad([tok(p)["input_ids"] for p in PROMPTS], pad)
         torch.manual_seed(3)
-        out = sample(model, ids, mask, 4, 14, 0.7, 1.0, pad, eos, output_scores=True, output_logits=True,
-                     return_dict_in_generate=True)
-        torch.manual_seed(3)
-        ro = generate_rollouts(model, tok, PROMPTS, 4, 14, temperature=0.7)
+        polluted = generate_rollouts(model, tok, PROMPTS, 4, 14, temperature=0.7)
     finally:
         model.generation_config = saved
-    P, T = ids.shape[1], ro.response_ids.shape[1]
-    m = ro.response_mask
-    assert torch.equal(out.sequences[:, :P], ids.repeat_interleave(4, dim=0))   # prompt-major copies
-    # same draws: output_scores does not change what is sampled
-    assert torch.equal(out.sequences[:, P:P + T].masked_fill(m == 0, pad), ro.response_ids)
-    scores = torch.stack(out.scores, 1)[:, :T]                      # [B, T, V], processed
-    raw = torch.stack(out.logits, 1)[:, :T]                         # [B, T, V], raw
-    torch.testing.assert_close(scores, raw / 0.7)                  # temperature only: no top_k, penalty, min_p
-    gathered = scores.log_softmax(-1).gather(-1, ro.response_ids.unsqueeze(-1)).squeeze(-1) * m
-    torch.testing.assert_close(gathered, ro.old_logp, atol=2e-5, rtol=0)
-    # negative control: the untempered distribution is a different one
-    untempered = raw.log_softmax(-1).gather(-1, ro.response_ids.unsqueeze(-1)).squeeze(-1) * m
-    assert (untempered - ro.old_logp).abs().max() > 1e-2
+    assert torch.equal(clean.response_ids, polluted.response_ids)
+    # negative control: the seed does decide the draws
+    torch.manual_seed(4)
+    assert not torch.equal(generate_rollouts(model, tok, PROMPTS, 4, 14, temperature=0.7).response_ids,
+                           clean.response_ids)
 
 
 def test_left_padding_invariance(model, tok):
@@ -159,7 +158,7 @@ def test_left_padding_invariance(model, tok):
     resp = tok("4+3+0=07\nA:7\n")["input_ids"] + [tok.eos_token_id]
     r_ids = torch.tensor([resp, resp])
     r_mask = torch.ones_like(r_ids, dtype=torch.float)
-    ids, mask = left_pad([short, long_], tok.pad_token_id)
+    ids, mask = pad_rows([short, long_], tok.pad_token_id, left=True)
     assert mask[0].sum() < mask.shape[1]                         # row 0 really is padded
     batched, _ = token_logprobs(model, ids, mask, r_ids, r_mask)
     alone, _ = token_logprobs(model, torch.tensor([short]), torch.ones(1, len(short), dtype=torch.long),
@@ -233,7 +232,209 @@ def test_entropy_matches_hand_sum_on_the_real_model(model, ro):
     for t in range(int(ro.response_mask[b].sum())):
         p = torch.softmax(logits[P - 1 + t], -1).tolist()
         h = -sum(x * math.log(x) for x in p if x > 0)
-        assert ro.entropy[b, t].item() == pytest.approx(h, abs=1e-5)
+        assert ro.engine_entropy[b, t].item() == pytest.approx(h, abs=1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# The sampler's distribution: chi-square against softmax(z / T), stub models
+# ---------------------------------------------------------------------------------------
+
+def chi_square(counts: torch.Tensor, p: torch.Tensor) -> tuple[float, int]:
+    """Pearson's statistic of counts [V] against probabilities p [V], cells with an
+    expected count < 5 pooled into one. Returns (statistic, degrees of freedom)."""
+    n = float(counts.sum())
+    expected = p.double() * n
+    big = expected >= 5
+    obs = torch.cat([counts[big].double(), counts[~big].double().sum().view(1)])
+    exp = torch.cat([expected[big], expected[~big].sum().view(1)])
+    if exp[-1] < 5:                       # too little mass to pool: fold it into the largest cell
+        obs, exp = obs[:-1].clone(), exp[:-1].clone()
+        obs[exp.argmax()] += counts[~big].double().sum()
+        exp[exp.argmax()] += expected[~big].sum()
+    return float(((obs - exp) ** 2 / exp).sum()), len(exp) - 1
+
+
+def chi_square_bound(df: int, z: float = 3.719) -> float:
+    """Upper 1e-4 quantile of chi-square(df) (Wilson-Hilferty: z = 3.719 is the normal
+    1e-4 quantile). A correct sampler exceeds it with probability 1e-4; the seeds are fixed."""
+    a = 2.0 / (9 * df)
+    return df * (1 - a + z * math.sqrt(a)) ** 3
+
+
+def test_sampler_token_distribution_is_softmax_z_over_T(model, tok):
+    """20000 rollouts of one prompt: the first token's counts fit softmax(z / T) of a
+    teacher-forced forward, and so do the second token's among rows whose first token
+    was "+" (a KV-cache decode step, after the rows that drew EOS left the batch).
+    Negative controls: the same counts against T * 0.8 and T * 1.25 fail the bound."""
+    T, n = 0.8, 20000
+    ids = tok("3+4\n")["input_ids"]
+    torch.manual_seed(0)
+    with torch.no_grad():
+        tokens, _, _ = sample(model, torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long), n, 2, T, 1.0,
+                              tok.pad_token_id, [tok.eos_token_id])
+        z1 = model(input_ids=torch.tensor([ids])).logits[0, -1]
+        plus = tok("+")["input_ids"][0]
+        z2 = model(input_ids=torch.tensor([ids + [plus]])).logits[0, -1]
+    V = z1.shape[0]
+    assert (tokens[:, 0] == tok.eos_token_id).any()                   # some rows did leave the batch
+    first = torch.bincount(tokens[:, 0], minlength=V)
+    stat, df = chi_square(first, torch.softmax(z1 / T, -1))
+    assert df >= 8 and stat < chi_square_bound(df)
+    for wrong in (T * 0.8, T * 1.25):
+        bad, bad_df = chi_square(first, torch.softmax(z1 / wrong, -1))
+        assert bad > chi_square_bound(bad_df)
+    rows = tokens[:, 0] == plus
+    assert rows.sum() > 2000
+    second = torch.bincount(tokens[rows, 1], minlength=V)
+    stat, df = chi_square(second, torch.softmax(z2 / T, -1))
+    assert df >= 5 and stat < chi_square_bound(df)
+    bad, bad_df = chi_square(second, torch.softmax(z1 / T, -1))        # the wrong context
+    assert bad > chi_square_bound(bad_df)
+
+
+class PositionStub(torch.nn.Module):
+    """A causal LM whose next-token logits depend only on the position of the token
+    they are computed at: table[position % len(table)], V = len(table[0]). With it the
+    log-prob of every sampled token is known in closed form, given its position."""
+
+    def __init__(self, table):
+        super().__init__()
+        self.table = torch.tensor(table, dtype=torch.float)
+        self.config = tinymodel.tiny_config(self.table.shape[1], hidden_size=8, num_layers=1, num_heads=2,
+                                            intermediate_size=8)
+        self.w = torch.nn.Parameter(torch.zeros(()))
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False,
+                logits_to_keep=0):
+        logits = self.table[position_ids % len(self.table)] + self.w
+        return types.SimpleNamespace(logits=logits[:, -logits_to_keep:] if logits_to_keep else logits)
+
+
+def test_sampler_positions_rows_and_early_exit_with_a_stub():
+    """Left-padded prompts of different lengths, rows stopping at different steps: every
+    token's sampler log-prob is log softmax(table[(L_b - 1 + t) % K] / T)[token], where
+    L_b is row b's real prompt length, so positions continue each row's own count and
+    results land in the right rows after finished rows leave the batch."""
+    NEG = -1e4
+    PAD, EOS = 0, 1
+    table = [[NEG, 0.0, 0.5, 1.0, 0.0],        # EOS possible
+             [NEG, NEG, 0.0, 2.0, 1.0],         # no EOS at these positions
+             [NEG, 1.0, 0.0, 0.0, 0.5]]
+    stub, T = PositionStub(table), 1.3
+    prompts = [[2, 3], [4, 2, 3, 4], [3]]
+    ids, mask = pad_rows(prompts, PAD, left=True)
+    torch.manual_seed(0)
+    tokens, logp, ent = sample(stub, ids, mask, 5, 12, T, 1.0, PAD, [EOS])
+    B, Tw = tokens.shape
+    resp, rmask, trunc = cut_at_eos(tokens, [EOS], PAD)
+    lengths = rmask.sum(1)
+    assert B == 15 and Tw == int(lengths.max())                        # width = the longest response
+    assert lengths.min() < lengths.max() and (~trunc).any()
+    logp_table = torch.log_softmax(torch.tensor(table) / T, -1)
+    ent_table = -(logp_table.exp() * logp_table).sum(-1)
+    for b in range(B):
+        L = len(prompts[b // 5])
+        for t in range(int(lengths[b])):
+            row = (L - 1 + t) % len(table)
+            assert logp[b, t].item() == pytest.approx(logp_table[row, tokens[b, t]].item(), abs=1e-6)
+            assert ent[b, t].item() == pytest.approx(ent_table[row].item(), abs=1e-6)
+        assert (tokens[b, int(lengths[b]):] == PAD).all() and (logp[b, int(lengths[b]):] == 0).all()
+    # all rows stop at once: the loop ends there, not at max_new_tokens
+    stop = PositionStub([[NEG, 0.0, NEG, NEG, NEG]])
+    tokens, _, _ = sample(stop, ids, mask, 2, 12, 1.0, 1.0, PAD, [EOS])
+    assert tokens.tolist() == [[EOS]] * 6
+
+
+def test_top_p_truncates_sampling_but_not_the_log_probs():
+    """p = (0.5, 0.3, 0.2) over tokens 2, 3, 4 and top_p = 0.7: only tokens 2 and 3 are
+    drawn, in proportion 5:3, and the returned log-prob is the untruncated log p."""
+    NEG = -1e4
+    stub = PositionStub([[NEG, NEG, math.log(0.5), math.log(0.3), math.log(0.2)]])
+    n = 16000
+    torch.manual_seed(0)
+    tokens, logp, _ = sample(stub, torch.tensor([[2]]), torch.ones(1, 1, dtype=torch.long), n, 1, 1.0, 0.7, 0, [1])
+    counts = torch.bincount(tokens[:, 0], minlength=5)
+    assert counts[4] == 0 and counts[:2].sum() == 0
+    stat, df = chi_square(counts[2:4], torch.tensor([0.5, 0.3]) / 0.8)
+    assert df == 1 and stat < chi_square_bound(df)
+    torch.testing.assert_close(logp[tokens[:, 0] == 2, 0], torch.full(((tokens[:, 0] == 2).sum(),), math.log(0.5)))
+    # top_p = 1: the third token appears at its own rate
+    torch.manual_seed(0)
+    tokens, _, _ = sample(stub, torch.tensor([[2]]), torch.ones(1, 1, dtype=torch.long), n, 1, 1.0, 1.0, 0, [1])
+    stat, df = chi_square(torch.bincount(tokens[:, 0], minlength=5)[2:], torch.tensor([0.5, 0.3, 0.2]))
+    assert stat < chi_square_bound(df)
+
+
+def test_top_p_filter_closed_form():
+    p = torch.tensor([[0.2, 0.5, 0.3], [0.9, 0.05, 0.05], [0.25, 0.25, 0.5]])
+    out = top_p_filter(p, 0.7)
+    # row 0: 0.5 (0 above), 0.3 (0.5 above) kept; 0.2 has 0.8 above. row 1: 0.9 alone reaches 0.7.
+    # row 2: 0.5 kept; the two 0.25s have 0.5 and 0.75 above them: the first (in sort order) is kept.
+    assert torch.equal(out[0], p[0] * torch.tensor([0.0, 1.0, 1.0]))
+    assert torch.equal(out[1], p[1] * torch.tensor([1.0, 0.0, 0.0]))
+    assert out[2, 2] == p[2, 2] and (out[2, :2] > 0).sum() == 1
+    assert torch.equal(top_p_filter(p, 1.0), p)
+
+
+# ---------------------------------------------------------------------------------------
+# Padding columns are not computed
+# ---------------------------------------------------------------------------------------
+
+def test_token_logprobs_trims_padding_columns_with_identical_results(model, ro):
+    """Extra all-padding columns (2 on the prompt's left, 5 after the responses) are cut
+    before the forward (the spy sees the narrow width) and change nothing: log-probs,
+    entropies and gradients equal those of the unpadded batch, the extra columns are 0."""
+    short = ro.response_mask.sum(1) < ro.response_mask.shape[1]
+    idx = short.nonzero().squeeze(1)[:8]
+    p_ids, p_mask = ro.prompt_ids[idx], ro.prompt_mask[idx]
+    r_ids, r_mask = ro.response_ids[idx], ro.response_mask[idx]
+    widths = []
+
+    def spy(**kwargs):
+        widths.append(kwargs["input_ids"].shape[1])
+        return model(**kwargs)
+
+    real_p = int(p_mask.sum(1).max())
+    real_t = int(r_mask.sum(1).max())
+    zeros = torch.zeros(8, 2, dtype=torch.long)
+    padded = (torch.cat([zeros, p_ids], 1), torch.cat([zeros, p_mask], 1),
+              torch.cat([r_ids, torch.zeros(8, 5, dtype=torch.long)], 1), torch.cat([r_mask, torch.zeros(8, 5)], 1))
+    results = []
+    for args in ((p_ids, p_mask, r_ids, r_mask), padded):
+        model.zero_grad(set_to_none=True)
+        logp, ent = token_logprobs(spy, *args, with_entropy=True)
+        logp.sum().backward()
+        results.append((logp, ent, [p.grad.clone() for p in model.parameters()]))
+    model.zero_grad(set_to_none=True)
+    # P columns of prompt (the longest is real everywhere) + the longest response: no more
+    assert widths[1] == p_ids.shape[1] + real_t and real_t < r_ids.shape[1] and real_p == p_ids.shape[1]
+    (lp_a, ent_a, g_a), (lp_b, ent_b, g_b) = results
+    T = r_ids.shape[1]
+    assert lp_b.shape == (8, T + 5) and (lp_b[:, T:] == 0).all() and (ent_b[:, T:] == 0).all()
+    torch.testing.assert_close(lp_b[:, :T], lp_a, atol=1e-6, rtol=0)
+    torch.testing.assert_close(ent_b[:, :T], ent_a, atol=1e-6, rtol=0)
+    for a, b in zip(g_a, g_b):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_token_logprobs_same_rows_give_identical_bits(model, ro):
+    """The PPO ratio is exactly 1 on-policy only if logp_old (no grad, eval mode) and logp
+    (grad, train mode) of the same chunk are bit-identical."""
+    idx = torch.arange(0, ro.response_ids.shape[0], 3)
+    args = (ro.prompt_ids[idx], ro.prompt_mask[idx], ro.response_ids[idx], ro.response_mask[idx])
+    model.eval()
+    with torch.no_grad():
+        old, _ = token_logprobs(model, *args, temperature=0.7)
+    model.train()
+    new, _ = token_logprobs(model, *args, temperature=0.7)
+    model.eval()
+    assert new.requires_grad and torch.equal(new.detach(), old)
+
+
+def test_token_logprobs_all_padding_response_is_zero(model):
+    logp, ent = token_logprobs(model, torch.tensor([[5, 6]]), torch.ones(1, 2, dtype=torch.long),
+                               torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 4), with_entropy=True)
+    assert logp.shape == ent.shape == (1, 4) and (logp == 0).all() and (ent == 0).all()
 
 
 # ---------------------------------------------------------------------------------------
@@ -246,7 +447,7 @@ def test_determinism_by_seed(model, tok):
         return generate_rollouts(model, tok, PROMPTS, 4, 14)
     a, b, c = run(11), run(11), run(12)
     assert torch.equal(a.response_ids, b.response_ids) and a.texts == b.texts
-    assert torch.equal(a.old_logp, b.old_logp)
+    assert torch.equal(a.engine_logp, b.engine_logp)
     assert not torch.equal(a.response_ids, c.response_ids)     # negative control
 
 
@@ -285,16 +486,32 @@ def test_special_ids_fallbacks(model, tok):
 
 def test_sample_eval_counts(model, tok):
     rows = [{"prompt": p, "answer": "x"} for p in PROMPTS]
-    assert sample_eval(model, tok, rows, 3, 6, check=lambda t, r: True) == [3, 3, 3]
-    assert sample_eval(model, tok, rows, 3, 6, check=lambda t, r: False) == [0, 0, 0]
-    # the checker sees each row's own texts: count samples whose text contains "+"
+    texts = lambda prompts, n: generate_rollouts(model, tok, prompts, n, 6).texts
+    assert sample_eval(texts, rows, 3, lambda ts, rs: [True] * len(ts)) == [3, 3, 3]
+    assert sample_eval(texts, rows, 3, lambda ts, rs: [False] * len(ts)) == [0, 0, 0]
+    # the checker sees each row's own texts, rows repeated n times in the same order
+    seen = []
+    sample_eval(texts, rows, 2, lambda ts, rs: seen.extend(r["prompt"] for r in rs) or [True] * len(ts),
+                prompts_per_batch=2)
+    assert seen == [p for p in PROMPTS for _ in range(2)]
+    # count samples whose text contains "+", against the same draws made directly
     torch.manual_seed(0)
-    counts = sample_eval(model, tok, rows, 4, 14, check=lambda t, r: "+" in t, prompts_per_batch=2)
+    counts = sample_eval(lambda ps, n: generate_rollouts(model, tok, ps, n, 14).texts, rows, 4,
+                         lambda ts, rs: ["+" in t for t in ts], prompts_per_batch=2)
     torch.manual_seed(0)
     ro = generate_rollouts(model, tok, PROMPTS[:2], 4, 14)
     assert counts[:2] == [sum("+" in t for t in ro.texts[j * 4:(j + 1) * 4]) for j in range(2)]
     with pytest.raises(ValueError, match="n >= 1"):
-        sample_eval(model, tok, rows, 0, 6, check=lambda t, r: True)
+        sample_eval(texts, rows, 0, lambda ts, rs: [True] * len(ts))
+
+
+def test_pad_rows_left_right_and_overflow():
+    values, mask = pad_rows([[1, 2], [3]], 9, left=True)
+    assert values.tolist() == [[1, 2], [9, 3]] and mask.tolist() == [[1, 1], [0, 1]]
+    values, mask = pad_rows([[1, 2], [3]], 9, left=False)
+    assert values.tolist() == [[1, 2], [3, 9]] and mask.tolist() == [[1, 1], [1, 0]]
+    with pytest.raises(ValueError, match="more than the width"):
+        pad_rows([[1, 2]], 0, left=False, width=1)
 
 
 @pytest.mark.parametrize("kwargs, match", [

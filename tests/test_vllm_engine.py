@@ -55,7 +55,7 @@ def trainer_gap(model, ro, temperature=1.0) -> float:
     with torch.no_grad():
         lp, _ = rollout.token_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask,
                                        temperature=temperature)
-    return V.canary_gap(ro.vllm_logp, lp, ro.response_mask)
+    return V.canary_gap(ro.engine_logp, lp, ro.response_mask)
 
 
 def perturbed(model, scale, only=None, seed=0):
@@ -108,7 +108,7 @@ PROMPTS = ["12+3\n", "456+78\n", "9+9\n"]
 def test_engine_starts_for_the_128_positions_of_the_embedded_model_size(tok, tied, engine32):
     path, model = tied
     long_prompt = "1234567+89\n" * 8                                   # 88 tokens
-    ids = V.tokenize_prompts(tok, PROMPTS + [long_prompt], chat_template=False)
+    ids = rollout.tokenize_prompts(tok, PROMPTS + [long_prompt], chat_template=False)
     assert V.engine_max_model_len(model.config, ids, 40) == 128        # exactly the model's positions
     with pytest.raises(ValueError, match=r"\(88 tokens\) \+ max_new_tokens \(41\) = 129 exceeds"):
         V.engine_max_model_len(model.config, ids, 41)
@@ -268,7 +268,7 @@ def test_seeded_sampling_is_reproducible_and_evaluation_texts_match_the_rollouts
     a = V.generate_rollouts_vllm(engine32, tok, PROMPTS, 4, 30, seed=seed)
     b = V.generate_rollouts_vllm(engine32, tok, PROMPTS, 4, 30, seed=seed)
     c = V.generate_rollouts_vllm(engine32, tok, PROMPTS, 4, 30, seed=seed + 12)
-    assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.vllm_logp, b.vllm_logp)
+    assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.engine_logp, b.engine_logp)
     assert not torch.equal(a.response_ids[:4], c.response_ids[:4])
     assert len(set(a.texts)) > 1                                          # rollouts of a prompt differ
     texts = V.sample_texts_vllm(engine32, tok, PROMPTS, 4, 30, seed=seed)

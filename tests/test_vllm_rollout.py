@@ -142,12 +142,12 @@ def test_tokenize_prompts_gives_templated_prompts_one_bos():
     text = t.apply_chat_template([{"role": "user", "content": "1+2"}], tokenize=False, add_generation_prompt=True)
     assert text == "<bos>Q:1+2\nA:"
     assert t(text)["input_ids"][:2] == [bos, bos]                  # the bug: the default adds a second BOS
-    (ids,) = V.tokenize_prompts(t, [text], chat_template=True)
+    (ids,) = rollout.tokenize_prompts(t, [text], chat_template=True)
     assert ids == [bos] + t("Q:1+2\nA:", add_special_tokens=False)["input_ids"] and ids.count(bos) == 1
-    (plain,) = V.tokenize_prompts(t, ["1+2\n"], chat_template=False)   # untemplated: the tokenizer's BOS stays
+    (plain,) = rollout.tokenize_prompts(t, ["1+2\n"], chat_template=False)   # untemplated: the tokenizer's BOS stays
     assert plain == [bos, 5, 76, 6, 3]
     with pytest.raises(ValueError, match="zero tokens"):
-        V.tokenize_prompts(tinymodel.build_char_tokenizer(), [""], chat_template=True)
+        rollout.tokenize_prompts(tinymodel.build_char_tokenizer(), [""], chat_template=True)
 
 
 def test_batch_seed_ranges_never_overlap_across_steps_streams_and_runs():
@@ -202,15 +202,6 @@ def test_assemble_rejects_malformed_outputs(outs, match):
         V.assemble_rollout_tensors([[3]], outs, G=2, pad_id=0)
     with pytest.raises(ValueError, match="2 prompts but 1"):
         V.assemble_rollout_tensors([[3], [4]], [[completion([1], [-0.1])]], G=1, pad_id=0)
-
-
-def test_pad_rows_left_right_and_overflow():
-    values, mask = V.pad_rows([[1, 2], [3]], 9, left=True)
-    assert values.tolist() == [[1, 2], [9, 3]] and mask.tolist() == [[1, 1], [0, 1]]
-    values, mask = V.pad_rows([[1, 2], [3]], 9, left=False)
-    assert values.tolist() == [[1, 2], [3, 9]] and mask.tolist() == [[1, 1], [1, 0]]
-    with pytest.raises(ValueError, match="width 1"):
-        V.pad_rows([[1, 2]], 0, left=False, width=1)
 
 
 def test_request_seeds_give_every_rollout_its_own_seed():
@@ -454,7 +445,7 @@ def trainer_gap(model, ro, temperature):
     with torch.no_grad():
         lp, _ = rollout.token_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask,
                                        temperature=temperature)
-    return V.canary_gap(ro.vllm_logp, lp, ro.response_mask)
+    return V.canary_gap(ro.engine_logp, lp, ro.response_mask)
 
 
 def test_generate_rollouts_vllm_end_to_end_and_the_canary_sees_staleness(fake_vllm, tok, model):
@@ -479,8 +470,7 @@ def test_generate_rollouts_vllm_end_to_end_and_the_canary_sees_staleness(fake_vl
         assert ro.response_ids[b, :n].tolist() == tokens and ro.response_mask[b].sum() == n
         assert bool(ro.truncated[b]) == (finish == "length")
         assert ro.texts[b] == tok.decode(tokens, skip_special_tokens=True)
-    assert ro.entropy is None and torch.equal(ro.old_logp, ro.vllm_logp)
-    assert ro.old_logp.data_ptr() != ro.vllm_logp.data_ptr()        # train.py may overwrite one
+    assert ro.engine_entropy is None                                   # vLLM returns no entropies
 
     # the canary: same weights -> float32 noise only (the engine scored unpadded singles,
     # the trainer a padded batch, so a misplaced log-prob would show up here)

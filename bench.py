@@ -1,0 +1,367 @@
+"""bench.py: our GRPO step against TRL's GRPOTrainer on identical work, in one process.
+
+    python bench.py                     # 2 rounds x (2 warm-up + 10 measured steps) of each trainer
+    python bench.py --skip_trl          # ours only (TRL not installed)
+    python bench.py --scaling           # + how our step time grows with G and max new tokens
+    pip install -r requirements-bench.txt     # TRL 1.16.0 and what it needs, for the comparison
+
+The work (issue 9): the warmed embedded model (tinymodel.py), the synthetic addition task
+(3 digits), 32 prompts x 8 rollouts per step, at most 48 new tokens, temperature 1, one
+optimizer step per rollout batch, no KL, lr 4e-4, CPU, one torch thread. Both trainers
+see the SAME prompts in the same order: the bench replays train.py's prompt stream
+(random.Random(seed).randrange over data.load_task's rows, N draws per step), gives
+that exact list to TRL as an unshuffled dataset, and checks afterwards that both saw the
+same prompts at every step. Sampling draws differ (different code consumes the RNG
+differently), so the mean rewards agree only within sampling noise.
+
+How TRL is configured, and why (read from TRL 1.16.0's GRPOConfig / GRPOTrainer):
+- per_device_train_batch_size=32, gradient_accumulation_steps=8, steps_per_generation=8
+  (with --micro_batch 32, the default of both; in general 256 / micro_batch): one
+  generate() of 8 x 32 = 256 completions = 32 prompts x num_generations=8, then eight
+  forward/backward micro-batches of 32 and ONE optimizer step, like ours with
+  --micro_batch 32.
+  Because gradient_accumulation_steps is a multiple of steps_per_generation x
+  num_iterations, TRL skips its old-log-prob pass and uses logp.detach() (on-policy).
+- beta=0 (no reference model), num_iterations=1, epsilon=0.2, loss_type="dapo" (token
+  sum over the whole accumulated batch / its token count = our "token-mean"),
+  scale_rewards="group" (std-normalised advantage = our "grpo"), max_grad_norm=1.
+- temperature=1, top_p=1, top_k=0 (TRL's defaults: pure sampling, like ours), no vLLM.
+- learning_rate=4e-4 with lr_scheduler_type="constant" (Trainer's default is a linear
+  decay to 0), weight_decay=0, AdamW. bf16=False and gradient_checkpointing=False:
+  GRPOConfig turns both ON by default. bf16 autocast would change what is computed
+  (ours runs in float32); checkpointing recomputes activations in the backward, which
+  costs time that our loop does not spend.
+- use_cpu, report_to="none", logging_strategy="no", save_strategy="no", no tqdm.
+
+What is timed. A step is the wall time of one loop iteration, from one step's start to
+the next (ours: consecutive calls of rollout.generate_rollouts, so the run takes one
+extra step to close the last interval; TRL: consecutive on_step_end callbacks). The
+medians are over the measured steps of all rounds; CPU time (process_time) is printed
+beside wall time because on a shared machine wall time also measures the neighbours.
+Our split comes from train.py's per-step "time/*" metrics (generate, score,
+old_logp, train, diagnostics; "other" is the rest of the loop: logging, bookkeeping). Peak memory is the process's peak resident set size (VmHWM), reset before each
+trainer runs; it includes what the process already holds (torch, transformers, and once
+imported, TRL and datasets: ~100 MB), so it compares the trainers only roughly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+import data
+import rollout
+import tinymodel
+import verify
+
+N_PROMPTS, G_DEFAULT, MAX_NEW_DEFAULT = 32, 8, 48
+
+
+# ---------------------------------------------------------------------------------------
+# The work: the prompts of every step, exactly as train.py draws them
+# ---------------------------------------------------------------------------------------
+
+def work_rows(n_steps: int, seed: int) -> list[list[dict]]:
+    """[step][prompt] rows ({prompt, answer}): train.py's stream, replayed.
+
+    train.py draws run.train_rows[run.py_rng.randrange(len(run.train_rows))] N times per
+    step, with run.py_rng = random.Random(cfg.seed) and run.train_rows = data.load_task(
+    "addition", "train", seed=cfg.seed, digits=3). If train.py ever draws differently,
+    the check in `compare` fails loudly rather than comparing different work.
+    """
+    rows, _ = data.load_task("addition", "train", seed=seed, digits=3)
+    rng = random.Random(seed)
+    return [[rows[rng.randrange(len(rows))] for _ in range(N_PROMPTS)] for _ in range(n_steps)]
+
+
+# ---------------------------------------------------------------------------------------
+# Our side
+# ---------------------------------------------------------------------------------------
+
+def run_ours(n_steps: int, G: int, max_new_tokens: int, seed: int, threads: int, micro_batch: int) -> list[dict]:
+    """train.py on the benchmark work; returns its per-step metrics.
+
+    The ONE place that knows train.py's API: if it changes, fix this function only.
+    """
+    import train
+
+    out_dir = tempfile.mkdtemp(prefix="bench-ours-")
+    cfg = train.parse_args(["--steps", str(n_steps), "--group_size", str(G), "--max_new_tokens", str(max_new_tokens),
+                            "--prompts_per_step", str(N_PROMPTS), "--seed", str(seed), "--threads", str(threads),
+                            "--micro_batch", str(micro_batch),
+                            "--lr", "4e-4", "--temperature", "1.0", "--eval_every", "0", "--save_every", "0",
+                            "--flip_every", "0", "--out_dir", out_dir])
+    return train.train(cfg)
+
+
+@contextlib.contextmanager
+def timed_rollout():
+    """Mark each of train.py's steps: wrap rollout.generate_rollouts while train.py runs.
+
+    Yields a list that receives one record per rollout.generate_rollouts call (= one
+    training step): its prompts (for the identical-work check), the wall and CPU clock
+    at its start, the sampling seconds, and the generated tokens. train.py calls the
+    function through the module, so replacing the module's attribute is enough; it is
+    restored on exit. The rest of the split comes from train.py's own time/* metrics.
+    """
+    saved = rollout.generate_rollouts
+    records = []
+
+    def generate_rollouts(model, tokenizer, prompts, *args, **kwargs):
+        rec = {"prompts": list(prompts), "wall": time.perf_counter(), "cpu": time.process_time()}
+        ro = saved(model, tokenizer, prompts, *args, **kwargs)
+        rec["sample"] = time.perf_counter() - rec["wall"]
+        rec["tokens"] = float(ro.response_mask.sum())
+        records.append(rec)
+        return ro
+
+    rollout.generate_rollouts = generate_rollouts
+    try:
+        yield records
+    finally:
+        rollout.generate_rollouts = saved
+
+
+def measure_ours(warmup: int, steps: int, G: int, max_new_tokens: int, seed: int, threads: int,
+                 micro_batch: int) -> dict:
+    """Run warmup + steps + 1 steps of ours; per-step numbers of the `steps` measured ones."""
+    reset_peak_rss()
+    with timed_rollout() as recs:
+        history = run_ours(warmup + steps + 1, G, max_new_tokens, seed, threads, micro_batch)
+    out = {"peak_rss_mb": peak_rss_mb(), "prompts": [r["prompts"] for r in recs], "steps": []}
+    for k in range(warmup, warmup + steps):
+        m, rec, nxt = history[k], recs[k], recs[k + 1]
+        split = {"generate": m["time/generate"], "score": m["time/score"], "old log-probs": m["time/old_logp"],
+                 "train": m["time/train"], "diagnostics": m["time/diagnostics"]}
+        wall, cpu = nxt["wall"] - rec["wall"], nxt["cpu"] - rec["cpu"]
+        split["other"] = wall - sum(split.values())
+        out["steps"].append({"wall": wall, "cpu": cpu, "reward": m["reward"], "tokens": rec["tokens"],
+                             "sample": rec["sample"], "split": split})
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# TRL's side
+# ---------------------------------------------------------------------------------------
+
+def measure_trl(model_dir: str, work: list[list[dict]], warmup: int, steps: int, seed: int,
+                micro_batch: int) -> dict:
+    """TRL 1.16.0's GRPOTrainer on the same prompts; per-step numbers of the measured steps."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    n = warmup + steps
+    dataset = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for step in work[:n] for r in step])
+    calls = []
+
+    def addition_reward(prompts, completions, answer, completion_ids, **_):
+        """verify.py's exact checker, the same reward train.py uses ("reward" = "correct")."""
+        rewards = [verify.check_addition(c, a, p)["reward"] for c, a, p in zip(completions, answer, prompts)]
+        calls.append({"prompts": list(prompts[::G_DEFAULT]), "reward": sum(rewards) / len(rewards),
+                      "tokens": float(sum(len(ids) for ids in completion_ids))})
+        return rewards
+
+    clock = []
+
+    class StepClock(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            clock.append((time.perf_counter(), time.process_time()))
+
+        def on_step_end(self, args, state, control, **kwargs):
+            clock.append((time.perf_counter(), time.process_time()))
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    gen_seconds = []
+    generate = model.generate
+
+    def timed_generate(*args, **kwargs):          # TRL samples with the model's own generate
+        t = time.perf_counter()
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            gen_seconds.append(time.perf_counter() - t)
+
+    model.generate = timed_generate
+    args = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="bench-trl-"), use_cpu=True, report_to="none", seed=seed,
+        max_steps=n, learning_rate=4e-4, lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=1.0,
+        per_device_train_batch_size=micro_batch, gradient_accumulation_steps=N_PROMPTS * G_DEFAULT // micro_batch,
+        steps_per_generation=N_PROMPTS * G_DEFAULT // micro_batch,
+        num_generations=G_DEFAULT, max_completion_length=MAX_NEW_DEFAULT, temperature=1.0, top_p=1.0, top_k=0,
+        beta=0.0, num_iterations=1, epsilon=0.2, loss_type="dapo", scale_rewards="group",
+        shuffle_dataset=False, bf16=False, gradient_checkpointing=False, use_vllm=False,
+        logging_strategy="no", save_strategy="no", disable_tqdm=True, dataloader_num_workers=0)
+    trainer = GRPOTrainer(model=model, reward_funcs=addition_reward, args=args, train_dataset=dataset,
+                          processing_class=AutoTokenizer.from_pretrained(model_dir), callbacks=[StepClock()])
+    reset_peak_rss()
+    with contextlib.redirect_stdout(io.StringIO()):          # the Trainer prints a summary dict at the end
+        trainer.train()
+    out = {"peak_rss_mb": peak_rss_mb(), "prompts": [c["prompts"] for c in calls], "steps": [],
+           "threads": torch.get_num_threads()}
+    for k in range(warmup, n):
+        out["steps"].append({"wall": clock[k + 1][0] - clock[k][0], "cpu": clock[k + 1][1] - clock[k][1],
+                             "reward": calls[k]["reward"], "tokens": calls[k]["tokens"], "sample": gen_seconds[k]})
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------
+
+def pool(results: list[dict]) -> dict:
+    """The measured steps of several runs of one trainer as one run (max peak memory)."""
+    out = dict(results[0])
+    out["steps"] = [s for r in results for s in r["steps"]]
+    out["peak_rss_mb"] = max(r["peak_rss_mb"] for r in results)
+    for r in results[1:]:
+        if r["prompts"] != results[0]["prompts"]:
+            raise RuntimeError("two runs of the same trainer saw different prompts")
+    return out
+
+
+def med(steps: list[dict], key: str) -> float:
+    return statistics.median(s[key] for s in steps)
+
+
+def mean(steps: list[dict], key: str) -> float:
+    return sum(s[key] for s in steps) / len(steps)
+
+
+def print_ours(steps: list[dict], peak: float) -> None:
+    wall = med(steps, "wall")
+    print(f"ours: median {wall:.3f} s/step wall, {med(steps, 'cpu'):.3f} s CPU; "
+          f"mean reward {mean(steps, 'reward'):.3f}; peak RSS {peak:.0f} MB")
+    print("  split (median s/step):  " + "  ".join(
+        f"{key} {statistics.median(s['split'][key] for s in steps):.3f}" for key in steps[0]["split"]))
+    train_s = statistics.median(s["split"]["train"] for s in steps)
+    print(f"  tokens/s: generation {med(steps, 'tokens') / med(steps, 'sample'):.0f} (response tokens per second "
+          f"of sampling), training {med(steps, 'tokens') / train_s:.0f} (response tokens per second of the update)")
+
+
+def compare(ours: dict, trl: dict) -> None:
+    """Ratio, rewards, memory, and the identical-work check."""
+    same = ours["prompts"][:len(trl["prompts"])] == trl["prompts"]
+    print(f"identical prompts at every step: {'yes' if same else 'NO: the comparison is invalid'}")
+    o, t = ours["steps"], trl["steps"]
+    print(f"TRL:  median {med(t, 'wall'):.3f} s/step wall, {med(t, 'cpu'):.3f} s CPU; mean reward "
+          f"{mean(t, 'reward'):.3f}; peak RSS {trl['peak_rss_mb']:.0f} MB; generate() {med(t, 'sample'):.3f} s/step, "
+          f"{med(t, 'tokens') / med(t, 'sample'):.0f} tokens/s; torch threads {trl['threads']}")
+    print(f"ratio ours/TRL: {med(o, 'wall') / med(t, 'wall'):.2f} (wall), {med(o, 'cpu') / med(t, 'cpu'):.2f} (CPU)")
+
+
+def scaling(args) -> None:
+    """Our median step time (and its two big parts) against G and max new tokens."""
+    print("\nscaling of our step (median over the measured steps; wall s, CPU s in brackets):")
+    print(f"  {'G':>3} {'max_new':>7} {'step':>14} {'generate':>9} {'train':>7} {'resp len':>8} {'gen tok/s':>9}")
+    for G, max_new in [(4, 48), (8, 48), (16, 48), (8, 24), (8, 96)]:
+        r = measure_ours(args.warmup, args.scaling_steps, G, max_new, args.seed, args.threads,
+                         min(args.micro_batch, N_PROMPTS * G))
+        s = r["steps"]
+        print(f"  {G:>3} {max_new:>7} {med(s, 'wall'):>7.3f} ({med(s, 'cpu'):.3f}) "
+              f"{statistics.median(x['split']['generate'] for x in s):>9.3f} "
+              f"{statistics.median(x['split']['train'] for x in s):>7.3f} "
+              f"{med(s, 'tokens') / (N_PROMPTS * G):>8.1f} {med(s, 'tokens') / med(s, 'sample'):>9.0f}")
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers: peak memory
+# ---------------------------------------------------------------------------------------
+
+def reset_peak_rss() -> None:
+    """Reset the kernel's peak-RSS counter (Linux >= 4.0: write 5 to clear_refs)."""
+    with contextlib.suppress(OSError):
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size since the last reset (VmHWM), in MB; ru_maxrss elsewhere."""
+    with contextlib.suppress(OSError):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# ---------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--steps", type=int, default=10, help="measured steps of each trainer (K)")
+    parser.add_argument("--warmup", type=int, default=2, help="steps run first and not measured")
+    parser.add_argument("--skip_trl", action="store_true", help="measure ours only (TRL not needed)")
+    parser.add_argument("--scaling", action="store_true",
+                        help="also print our step time for G = 4, 8, 16 and max new tokens = 24, 48, 96")
+    parser.add_argument("--scaling_steps", type=int, default=4, help="measured steps per row of the scaling table")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="repeat the pair of runs this many times, alternating which goes first, and pool "
+                             "the measured steps (a shared machine's load drifts)")
+    parser.add_argument("--micro_batch", type=int, default=32,
+                        help="rollouts per forward/backward, for both trainers (TRL: per_device_train_batch_size, "
+                             "with 256 / micro_batch accumulation steps); must divide 256")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for both trainers")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the prompts, the sampling and both trainers")
+    args = parser.parse_args(argv)
+    for name in ("steps", "scaling_steps", "threads", "rounds"):
+        if getattr(args, name) < 1:
+            parser.exit(2, f"bench.py: error: --{name} must be >= 1, got {getattr(args, name)}\n")
+    if args.micro_batch < 1 or (N_PROMPTS * G_DEFAULT) % args.micro_batch:
+        parser.exit(2, f"bench.py: error: --micro_batch must divide {N_PROMPTS * G_DEFAULT}, got {args.micro_batch}\n")
+    if args.warmup < 1:
+        parser.exit(2, f"bench.py: error: --warmup must be >= 1 (the first step pays one-time costs), "
+                       f"got {args.warmup}\n")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    torch.set_num_threads(args.threads)
+    from transformers.utils import logging as hf_logging
+    hf_logging.set_verbosity_error()
+    model_dir = tinymodel.load_or_warmup(tinymodel.WarmupConfig(digits=3))
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"work: {N_PROMPTS} prompts x {G_DEFAULT} rollouts, <= {MAX_NEW_DEFAULT} new tokens, T=1, lr 4e-4, "
+          f"no KL, 1 optimizer step/batch; {args.warmup} warm-up + {args.steps} measured steps; "
+          f"torch {torch.__version__}, {args.threads} thread(s), load average {load:.2f} on {os.cpu_count()} CPUs")
+    if not args.skip_trl:
+        try:
+            import trl
+        except ImportError:
+            sys.exit("bench.py: error: TRL is not installed (pip install -r requirements-bench.txt, or --skip_trl)")
+        print(f"TRL {trl.__version__}, {args.rounds} round(s) of both trainers, alternating which runs first")
+    runs = {"ours": [], "trl": []}
+    for r in range(args.rounds):
+        order = ["ours", "trl"] if r % 2 == 0 else ["trl", "ours"]
+        for who in order:
+            if who == "ours":
+                runs["ours"].append(measure_ours(args.warmup, args.steps, G_DEFAULT, MAX_NEW_DEFAULT, args.seed,
+                                                 args.threads, args.micro_batch))
+            elif not args.skip_trl:
+                runs["trl"].append(measure_trl(model_dir, work_rows(args.warmup + args.steps, args.seed), args.warmup,
+                                               args.steps, args.seed, args.micro_batch))
+    ours = pool(runs["ours"])
+    print_ours(ours["steps"], ours["peak_rss_mb"])
+    if runs["trl"]:
+        compare(ours, pool(runs["trl"]))
+    if args.scaling:
+        scaling(args)
+
+
+if __name__ == "__main__":
+    main()
