@@ -70,8 +70,10 @@ PANELS = [
     # approx_kl: k3 estimate of KL(old || new) over one batch's optimizer steps (0 when
     # on-policy with one optimizer step per batch); kl_ref: to the frozen reference. Clip
     # fractions: share of tokens whose gradient PPO's clip removed, low and high side.
+    # clip dual: share of A < 0 tokens whose loss the dual clip capped (0 with --dual_clip off).
     ("KL and clipping", [("approx_kl", "KL(old||new)"), ("kl_ref", "KL to ref"),
-                         ("clip_frac_low", "clip low"), ("clip_frac_high", "clip high")]),
+                         ("clip_frac_low", "clip low"), ("clip_frac_high", "clip high"),
+                         ("clip_frac_dual", "clip dual")]),
     # Cancellation Hypothesis paper (loss.py): R_g = |sum_i w_i A_i| / sum_i |w_i A_i| per
     # group, 0 when a token shared by the whole group gets updates that cancel exactly
     # (per-rollout weights w, e.g. GSPO's, break it). Also: the share of groups with no
@@ -84,6 +86,33 @@ PANELS = [
     # Share of response tokens whose log-prob rose (boost) or fell (suppress) by more than
     # a threshold after the update, in positive and negative rollouts. [recon] definition.
     ("token flips", [("flip/", None)]),
+    # Where the step's change in log-prob went (diagnostics.where_updates_go, [recon]):
+    # template tokens' and reasoning tokens' shares of sum |Δ log π|, next to the template's
+    # share of the tokens themselves (a share equal to it = change spread evenly). The
+    # paper: critic-free RL moves the share toward reasoning tokens, compared with psr.
+    ("where updates go (share of |Δ log π|)", [("where/template_share", "template"),
+                                               ("where/reasoning_share", "reasoning"),
+                                               ("where/template_tokens", "template's share of tokens")]),
+    # Mean |Δ log π| per token of each class: the template's is the "template drift" that
+    # splitting groups across mini-batches should raise (sweep.py batching).
+    ("mean |Δ log π| per token", [("where/abs_dlogp_template", "template"),
+                                  ("where/abs_dlogp_reasoning", "reasoning")]),
+    # Mean signed Δ log π per class, in positive (A > 0) and negative (A < 0) rollouts.
+    ("mean Δ log π per token, by sign", [("where/dlogp_template_pos", "template +"),
+                                         ("where/dlogp_reasoning_pos", "reasoning +"),
+                                         ("where/dlogp_template_neg", "template -"),
+                                         ("where/dlogp_reasoning_neg", "reasoning -")]),
+    # Monte Carlo token value V(with token) - V(without) (diagnostics.token_values, [recon]).
+    # The paper: boosted > suppressed, in positive and in negative rollouts alike.
+    ("token value (success prob. with - without)", [("value/boosted_pos", "boosted +"),
+                                                     ("value/suppressed_pos", "suppressed +"),
+                                                     ("value/boosted_neg", "boosted -"),
+                                                     ("value/suppressed_neg", "suppressed -")]),
+    # Output-layer coupling of two occurrences per unit learning rate ([recon], one term of
+    # the full gradient inner product). The paper: identical low-confidence tokens couple most.
+    ("token coupling (output layer)", [("coupling/same_low", "same token, both p < 0.5"),
+                                       ("coupling/same_high", "same token, both p >= 0.5"),
+                                       ("coupling/different", "different tokens")]),
     ("response length (tokens)", [("resp_len_mean", "mean"), ("resp_len_max", "max")]),
     # Responses that hit max_new_tokens: a rising curve means the budget is too small.
     ("truncation rate", [("truncation_rate", "truncated")]),

@@ -1,0 +1,286 @@
+"""sweep.py: the statistics on hand-made numbers, the report on hand-made runs, and the
+whole sweep end to end on a tiny untrained model (2 arms x 2 seeds x 3 steps): run
+directories, a table that equals a recomputation from the metrics files, resume by
+directory (finished runs untouched, an interrupted run continued), a failing arm, and
+the command line's bad-input contract."""
+
+import json
+import math
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+import diagnostics
+import sweep
+import tinymodel
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    """An untrained tiny model directory (as tests/test_train.py's): no warm-up needed."""
+    d = tmp_path_factory.mktemp("tiny")
+    tok = tinymodel.build_char_tokenizer()
+    model = tinymodel.build_tiny_model(tok, seed=0)
+    model.save_pretrained(d)
+    tok.save_pretrained(d)
+    return str(d)
+
+
+def train_extra(model_dir):
+    """Everything after `--`: a tiny model and batch, evaluation every step, checkpoints every 2."""
+    return ["--", "--model", model_dir, "--digits", "1", "--prompts_per_step", "4", "--group_size", "4",
+            "--max_new_tokens", "24", "--n_eval", "6", "--eval_samples", "4", "--eval_every", "1",
+            "--save_every", "2"]
+
+
+def read_rows(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def table_row(summary_text, label):
+    """The cells of the table row whose first cell is `label`."""
+    for line in summary_text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[0] == label:
+            return cells[1:]
+    raise AssertionError(f"no row {label!r} in summary.md")
+
+
+# ---------------------------------------------------------------------------------------
+# Statistics on hand-made numbers
+# ---------------------------------------------------------------------------------------
+
+def test_mean_se_drops_missing_values():
+    assert sweep.mean_se([1.0, 2.0, 3.0]) == pytest.approx((2.0, 1 / math.sqrt(3), 3))
+    m, se, n = sweep.mean_se([4.0, math.nan, 6.0])                  # NaN = a seed without a number
+    assert (m, n) == (5.0, 2) and se == pytest.approx(1.0)         # std(ddof=1) = sqrt(2), / sqrt(2)
+    m, se, n = sweep.mean_se([7.0])
+    assert m == 7.0 and math.isnan(se) and n == 1
+    assert sweep.mean_se([math.nan])[2] == 0 and math.isnan(sweep.mean_se([])[0])
+
+
+def test_steps_to_threshold_and_peak():
+    steps, values = [10, 20, 30, 40], [0.5, 0.8, 0.7, 0.8]
+    assert sweep.steps_to_threshold(steps, values, 0.75) == 20
+    assert sweep.steps_to_threshold(steps, values, 0.8) == 20      # >=, not >
+    assert math.isnan(sweep.steps_to_threshold(steps, values, 0.9))
+    assert sweep.peak(steps, values) == (20, 0.8)                  # the first of two equal peaks
+    assert sweep.peak([1, 2, 3], [math.nan, 0.2, 0.1]) == (2, 0.2)
+    assert all(math.isnan(x) for x in sweep.peak([1], [math.nan]))
+
+
+def test_pool_cells_equals_the_concatenated_sample():
+    steps = [np.array([1.0, 2.0, 3.0]), np.array([4.0, 6.0]), np.array([5.0])]     # n = 1: no SE
+    means = [s.mean() for s in steps]
+    ses = [s.std(ddof=1) / math.sqrt(len(s)) if len(s) > 1 else math.nan for s in steps]
+    all_ = np.concatenate(steps)
+    m, se, n = sweep.pool_cells(means, ses, [len(s) for s in steps])
+    assert n == 6 and m == pytest.approx(all_.mean()) and se == pytest.approx(all_.std(ddof=1) / math.sqrt(6))
+    assert sweep.pool_cells([1.0, 2.0], [0.1, 0.1], [0, 0])[2] == 0     # no position at all
+    m, se, n = sweep.pool_cells([0.25], [math.nan], [1])
+    assert (m, n) == (0.25, 1) and math.isnan(se)
+
+
+def test_welch_t_and_the_2se_rule():
+    diff, se, t = sweep.welch_t([1.0, 2.0, 3.0], [0.0, 0.0, 0.0])
+    assert (diff, se, t) == pytest.approx((2.0, 1 / math.sqrt(3), 2 * math.sqrt(3)))
+    assert sweep.test_cell([1.0, 2.0, 3.0], [0.0, 0.0, 0.0]) == "Δ +2, t +3.46: differs"
+    # SE^2: 1/3 and (0.583 / 3 = 0.194); t = 0.1667 / sqrt(0.5278) = 0.229
+    assert sweep.test_cell([1.0, 2.0, 3.0], [1.0, 2.0, 2.5]) == "Δ +0.167, t +0.23: within noise"
+    assert sweep.test_cell([1.0, 3.0], None) == "Δ +2, t +2.00: within noise"        # |t| = 2 is not > 2
+    assert sweep.test_cell([2.0, 3.0], None) == "Δ +2.5, t +5.00: differs"
+    assert sweep.test_cell([1.0], [0.0, 1.0]) == "Δ +0.5: n/a (needs 2 seeds per arm)"
+    assert sweep.test_cell([1.0, 1.0], [1.0, 1.0]) == "Δ +0, SE 0: no difference"
+    assert sweep.test_cell([math.nan, math.nan], [1.0, 2.0]) == "-"
+
+
+def test_cell_and_number_format():
+    assert sweep.fmt(0.81234) == "0.812" and sweep.fmt(112.4) == "112" and sweep.fmt(3.4e-5) == "3.4e-05"
+    assert sweep.fmt(math.nan) == "-"
+    assert sweep.cell([0.5, 0.7]) == "0.6 ± 0.1 [0.5 0.7]"
+    assert sweep.cell([100.0, math.nan, 120.0]) == "110 ± 10 [100 - 120] (n=2)"
+    assert sweep.cell([math.nan]) == "-"
+
+
+def test_template_drift_key_by_hand():
+    """diagnostics.where_updates_go's mean |Δ log π| per token of each class (the drift the
+    batching sweep reports); the case of tests/test_diagnostics.py's hand example."""
+    template = torch.tensor([[True, True, False, False], [True, False, False, True], [False, False, True, True]])
+    new = torch.tensor([[0.3, -0.1, 0.2, 7.0], [-0.2, -0.4, 0.1, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 1, 1]]).float()
+    out = diagnostics.where_updates_go(new, torch.zeros(3, 4), mask, torch.tensor([0.5, -0.5, 0.0]), template)
+    assert out["where/abs_dlogp_template"] == pytest.approx(2.6 / 6)      # 0.3 0.1 0.2 0.0 1 1 (padding out)
+    assert out["where/abs_dlogp_reasoning"] == pytest.approx(2.7 / 5)
+    still = diagnostics.where_updates_go(torch.zeros(3, 4), torch.zeros(3, 4), mask, torch.ones(3), template)
+    assert still["where/abs_dlogp_template"] == 0.0                        # nothing moved: drift 0
+
+
+# ---------------------------------------------------------------------------------------
+# The report on hand-made runs (no training): the credit sweep's pooled value cells
+# ---------------------------------------------------------------------------------------
+
+def test_credit_report_pools_value_cells_over_steps(tmp_path):
+    spec = sweep.credit()
+    runs, pooled = [], {}
+    for arm, shift in (("grpo", 0.0), ("psr", 0.1)):
+        for seed in (0, 1):
+            d = tmp_path / "credit" / arm / f"seed_{seed}"
+            os.makedirs(d)
+            (d / "done.json").write_text("{}")
+            # two value steps: b+ values [0.2, 0.4] then [0.6]; s+ [0.0, 0.1] then [0.1, 0.2]
+            # (shifted by the arm and the seed)
+            b1, b2 = np.array([0.2, 0.4]) + shift + 2 * seed, np.array([0.6]) + shift + 2 * seed
+            s1, s2 = np.array([0.0, 0.1]) + seed, np.array([0.1, 0.2]) + seed
+            rows = [{"step": 1, "reward": 0.5, "where/template_share": 0.3 + shift},
+                    {"step": 10, "reward": 0.5, "value/boosted_pos": b1.mean(), "value/n_boosted_pos": 2,
+                     "value/se_boosted_pos": b1.std(ddof=1) / math.sqrt(2), "value/suppressed_pos": s1.mean(),
+                     "value/n_suppressed_pos": 2, "value/se_suppressed_pos": s1.std(ddof=1) / math.sqrt(2),
+                     "value/n_boosted_neg": 0, "value/n_suppressed_neg": 0},
+                    {"step": 20, "reward": 0.5, "value/boosted_pos": b2.mean(), "value/n_boosted_pos": 1,
+                     "value/suppressed_pos": s2.mean(), "value/n_suppressed_pos": 2,
+                     "value/se_suppressed_pos": s2.std(ddof=1) / math.sqrt(2),
+                     "value/n_boosted_neg": 0, "value/n_suppressed_neg": 0, "eval/pass@1": 0.5}]
+            (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            runs.append(sweep.RunSpec("credit", arm, seed, str(d), ["--out_dir", str(d), "--seed", str(seed)],
+                                      20, "tiny", 3))
+            pooled[arm, seed] = (np.concatenate([b1, b2]).mean(), np.concatenate([s1, s2]).mean())
+    meta = {"command": "python sweep.py credit", "cwd": "/x", "date": "today", "machine": "m", "jobs": 2}
+    text = open(sweep.write_report(spec, runs, {}, meta)).read()
+    for k, arm in enumerate(("grpo", "psr")):
+        b = [pooled[arm, s][0] for s in (0, 1)]
+        s_ = [pooled[arm, s][1] for s in (0, 1)]
+        assert table_row(text, "value b+")[k] == sweep.cell(b)
+        assert table_row(text, "value s+")[k] == sweep.cell(s_)
+        assert table_row(text, "value b+ - s+")[k] == sweep.cell([x - y for x, y in zip(b, s_)])
+        assert table_row(text, "value n b+")[k] == sweep.cell([3.0, 3.0])
+        assert table_row(text, "value n s+")[k] == sweep.cell([4.0, 4.0])
+    assert table_row(text, "value b-") == ["-", "-"]                       # no negative rollouts: no number
+    assert table_row(text, "test: template share vs grpo") == ["(reference)", "Δ +0.1, SE 0: differs (no spread over seeds)"]
+    # b+ - s+ per seed: 0.4 - 0.1 (+ seed) = [0.3, 1.3]: mean 0.8, SE 0.5, t 1.6
+    assert table_row(text, "test: value b+ - s+ != 0")[0] == "Δ +0.8, t +1.60: within noise"
+    assert table_row(text, "test: value b- - s- != 0") == ["-", "-"]
+    assert os.path.getsize(tmp_path / "credit" / "curves.png") > 1000
+
+
+# ---------------------------------------------------------------------------------------
+# End to end: train.py processes on a tiny untrained model
+# ---------------------------------------------------------------------------------------
+
+ARGV = ["advantages", "--arms", "grpo,nsr", "--seeds", "0,1", "--steps", "3", "--jobs", "2"]
+LABELS = [f"{arm}/seed_{seed}" for arm in ("grpo", "nsr") for seed in (0, 1)]
+
+
+@pytest.fixture(scope="module")
+def finished_sweep(tmp_path_factory, tiny_dir):
+    out = tmp_path_factory.mktemp("sweeps")
+    sweep.main([*ARGV, "--out", str(out), *train_extra(tiny_dir)])
+    return out
+
+
+def test_end_to_end_run_dirs_and_table_equal_the_metrics_files(finished_sweep):
+    root = finished_sweep / "advantages"
+    for label in LABELS:
+        d = root / label
+        assert {"metrics.jsonl", "config.json", "train.log", "done.json", "sweep_args.json"} <= set(os.listdir(d))
+        assert [r["step"] for r in read_rows(d)] == [1, 2, 3]
+        assert json.load(open(d / "config.json"))["seed"] == int(label[-1])
+    text = (root / "summary.md").read_text()
+    assert "python sweep.py advantages --arms grpo,nsr --seeds 0,1 --steps 3" in text and "nproc" in text
+    header = table_row(text, "quantity")
+    assert header == ["grpo (seeds 0,1)", "nsr (seeds 0,1)"]
+    for k, arm in enumerate(("grpo", "nsr")):
+        rows = [read_rows(root / arm / f"seed_{s}") for s in (0, 1)]
+        entropy = [np.mean([r["entropy"] for r in rs]) for rs in rows]             # 3 steps < 10: all of them
+        m_F = [np.mean([r["m_F"] for r in rs]) for rs in rows]
+        final = [rs[-1]["eval/pass@1"] for rs in rows]
+        pass4 = [rs[-1]["eval/pass@4"] for rs in rows]
+        best = [max(range(3), key=lambda i: (rs[i]["eval/pass@1"], -i)) + 1 for rs in rows]   # first max
+        minutes = [rs[-1]["time/elapsed"] / 60 for rs in rows]
+        assert table_row(text, "entropy, last 10 steps")[k] == sweep.cell(entropy)
+        assert table_row(text, "m_F (mean)")[k] == sweep.cell(m_F)
+        assert table_row(text, "final pass@1")[k] == sweep.cell(final)
+        assert table_row(text, "final pass@4")[k] == sweep.cell(pass4)
+        assert table_row(text, "step of peak")[k] == sweep.cell([float(b) for b in best])
+        assert table_row(text, "minutes")[k] == sweep.cell(minutes)
+    # nsr pushes every (wrong) rollout down: m_F = 1 per rollout; grpo on an all-wrong model: 0
+    assert table_row(text, "m_F (mean)") == ["0 ± 0 [0 0]", "1 ± 0 [1 1]"]
+    assert table_row(text, "test: final pass@1 vs grpo")[0] == "(reference)"
+    assert (root / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_resume_skips_finished_runs_and_continues_an_interrupted_one(finished_sweep, tiny_dir, tmp_path, capsys):
+    out = tmp_path / "copy"
+    shutil.copytree(finished_sweep, out)                   # leave the module's sweep as it was
+    root = out / "advantages"
+    before = read_rows(root / "nsr" / "seed_1")
+    # Make nsr/seed_1 look killed after its step-2 checkpoint: no done.json, no step-3
+    # checkpoint, metrics up to step 2.
+    killed = root / "nsr" / "seed_1"
+    os.remove(killed / "done.json")
+    shutil.rmtree(killed / "checkpoints" / "step_000003")
+    (killed / "checkpoints" / "latest").write_text("step_000002")
+    (killed / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in before[:2]))
+    untouched = {label: {f: os.stat(root / label / f).st_mtime_ns for f in ("metrics.jsonl", "train.log", "done.json")}
+                 for label in LABELS if label != "nsr/seed_1"}
+    capsys.readouterr()
+
+    sweep.main([*ARGV, "--out", str(out), *train_extra(tiny_dir)])
+    for label, mtimes in untouched.items():
+        assert {f: os.stat(root / label / f).st_mtime_ns for f in mtimes} == mtimes, label
+    log = (root / "sweep.log").read_text().splitlines()
+    second = log[max(i for i, line in enumerate(log) if "python sweep.py" in line) + 1:]   # this invocation
+    assert len(second) == 5                                # 3 skipped, 1 resumed, 1 done
+    assert sum("skipped (finished before)" in line for line in second) == 3
+    assert any("advantages/nsr/seed_1: resumed" in line for line in second)
+    assert "--resume" in (killed / "train.log").read_text().split("=== sweep.py")[-1].splitlines()[0]
+    drop = lambda rows: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+    assert drop(read_rows(killed)) == drop(before)         # continued exactly (train.py's resume)
+    assert os.path.isfile(killed / "done.json")
+
+    # Other flags on a finished directory: an error naming it, nothing run.
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        sweep.main([*ARGV[:-4], "--steps", "4", "--jobs", "2", "--out", str(out), *train_extra(tiny_dir)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "holds a run with other train.py flags" in err[0]
+    assert [r["step"] for r in read_rows(root / "grpo" / "seed_0")] == [1, 2, 3]
+
+
+def test_failing_arm_exits_nonzero_naming_the_run_and_its_log(tiny_dir, tmp_path, capsys, monkeypatch):
+    def broken():
+        spec = sweep.advantages()
+        spec.arms = {"grpo": spec.arms["grpo"], "broken": ["--data", str(tmp_path / "missing.jsonl")]}
+        return spec
+    monkeypatch.setitem(sweep.SWEEPS, "advantages", broken)
+    with pytest.raises(SystemExit) as e:
+        sweep.main(["advantages", "--arms", "grpo,broken", "--seeds", "0", "--steps", "2",
+                    "--out", str(tmp_path), *train_extra(tiny_dir)])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("sweep.py:")]
+    log = tmp_path / "advantages" / "broken" / "seed_0" / "train.log"
+    assert e.value.code == 1
+    assert err == [f"sweep.py: run advantages/broken/seed_0 failed (exit code 2); log: {log}"]
+    assert "missing.jsonl" in log.read_text()
+    assert os.path.isfile(tmp_path / "advantages" / "grpo" / "seed_0" / "done.json")      # the other one finished
+    assert not os.path.exists(tmp_path / "advantages" / "broken" / "seed_0" / "done.json")
+    assert "INCOMPLETE" in (tmp_path / "advantages" / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["nope"], "invalid choice: 'nope'"),
+    (["advantages", "--arms", "grpo,gpro"], "--arms: gpro not in sweep advantages"),
+    (["all", "--arms", "grpo"], "--arms needs one sweep"),
+    (["dfpo", "--seeds", "0,x"], "--seeds must be comma-separated integers"),
+    (["dfpo", "--seeds", "1,1"], "--seeds must name distinct seeds"),
+    (["dfpo", "--steps", "0"], "--steps must be >= 1, got 0"),
+    (["dfpo", "--", "--lr", "-1"], "dfpo/gspo/seed_0: train.py: error: --lr must be > 0, got -1.0"),
+])
+def test_cli_bad_input_is_one_line_and_exit_code_2(argv, needle, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        sweep.main([*argv[:1], "--out", str(tmp_path), *argv[1:]])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert e.value.code == 2 and len(err) == 1 and err[0].startswith("sweep.py: error:") and needle in err[0], err
+    assert not os.path.exists(tmp_path / "dfpo" / "gspo")                  # nothing was run
