@@ -525,3 +525,18 @@ def test_bad_arguments_raise(model, tok, kwargs, match):
     with pytest.raises(ValueError, match="temperature"):
         token_logprobs(model, torch.ones(1, 2, dtype=torch.long), torch.ones(1, 2, dtype=torch.long),
                        torch.ones(1, 2, dtype=torch.long), torch.ones(1, 2), temperature=-1.0)
+
+
+def test_draw_matches_the_weights_and_never_draws_a_zero_weight():
+    """rollout.draw (inverse-CDF sampling): empirical frequencies of 200,000 draws equal the
+    normalised weights within 5 standard errors; zero-weight entries never come up."""
+    w = torch.tensor([[0.0, 1.0, 0.0, 3.0, 6.0, 0.0]]).expand(200_000, 6)
+    torch.manual_seed(0)
+    x = rollout.draw(w)
+    freq = torch.bincount(x, minlength=6).double() / len(x)
+    p = w[0].double() / w[0].sum()
+    se = (p * (1 - p) / len(x)).sqrt()
+    assert ((freq - p).abs() <= 5 * se + 1e-12).all(), freq
+    assert freq[[0, 2, 5]].sum() == 0
+    # negative control: a biased sampler (weights squared) is far outside that band
+    assert ((torch.tensor([0.0, 1, 0, 9, 36, 0]) / 46 - p).abs() > 5 * se).any()
