@@ -354,18 +354,30 @@ def dfpo_transform(w: Tensor, adv: Tensor, group_index: Tensor, mode: str, kept:
     return out
 
 
+RESIDUAL_REL_TOL = 1e-6
+"""A group whose sum_i |m_i| is below this fraction of the batch's largest |m_i| has nothing
+to cancel (NaN), see cancellation_residual."""
+
+
 def cancellation_residual(m: Tensor, group_index: Tensor) -> Tensor:
     """Per-group residual R_g = |sum_i m_i| / sum_i |m_i|, with m_i = w_i A_i.
 
     0 means a shared token's updates cancel exactly in that group, 1 that they all push
-    the same way. m: [B] per-rollout effective coefficients; group_index: [B]. Returns
-    [n_groups] in the order of torch.unique(group_index); groups whose coefficients are
-    all 0 (nothing to cancel) get NaN so callers can drop them with nanmean.
+    the same way. m: [B] per-rollout effective coefficients; group_index: [B]; the groups
+    must be WHOLE (a group cut across calls has a partial sum that need not be 0). Returns
+    [n_groups] in the order of torch.unique(group_index).
+    Groups with nothing to cancel get NaN, so callers drop them with nanmean: all m_i = 0,
+    and also sum_i |m_i| <= RESIDUAL_REL_TOL * max_j |m_j| over the whole input. The second
+    case is float rounding, not a weight: DFPO's orth on a group whose kept rollouts all
+    share one advantage gives w~ = w - mean(w), exactly 0 on-policy, ~1e-11 in float32
+    (measured: such groups read R_g = 1 and made the dfpo sweep's orth residual 0.12
+    instead of ~0 before this rule).
     """
     groups, inverse = torch.unique(group_index, return_inverse=True)
     num = torch.zeros(len(groups), dtype=m.dtype).index_add_(0, inverse, m).abs()
     den = torch.zeros(len(groups), dtype=m.dtype).index_add_(0, inverse, m.abs())
-    return torch.where(den > 0, num / den.clamp(min=1e-30), torch.full_like(den, float("nan")))
+    floor = RESIDUAL_REL_TOL * float(m.abs().max()) if m.numel() else 0.0
+    return torch.where(den > floor, num / den.clamp(min=1e-30), torch.full_like(den, float("nan")))
 
 
 # ---------------------------------------------------------------------------------------
@@ -509,15 +521,17 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
 # Diagnostic: the cancellation residual of the loss actually used
 # ---------------------------------------------------------------------------------------
 
-def cancellation_residual_of_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
-                                  cfg: LossConfig, norm: StepNorm, group_index: Tensor) -> float:
-    """How far a configuration is from exact cancellation, read off its own gradient.
+def rollout_coefficients(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
+                         cfg: LossConfig, norm: StepNorm, group_index: Tensor) -> Tensor:
+    """m_i: the coefficient a typical token of rollout i gets on grad log pi, [B] float64.
 
     The coefficient of grad log pi at token t of rollout i is c_{i,t} = -dLoss/dlogp_{i,t}.
     A token shared by the whole group at the same context gets sum_i c_{i,t} times its
-    gradient, so we take m_i = mean_t c_{i,t} (the coefficient a typical shared token gets
-    in rollout i) and return the nanmean over groups of R_g = |sum_i m_i| / sum_i |m_i|
-    (`cancellation_residual`); NaN if no group has anything to cancel.
+    gradient, so m_i = mean_t c_{i,t} is what rollout i adds to a shared token, and
+    cancellation_residual(m, group_index) says how far the group is from cancelling.
+    With the step-fixed normaliser `norm`, m_i depends only on rollout i (and, for DFPO,
+    on its group, which train.py keeps in one micro-batch), so the m of several
+    micro-batches can be concatenated and the residual taken over whole groups.
     Cost: one backward through the surrogate and the aggregation only (never through the
     model), so call it when a diagnostic wants the number, not on every micro-batch.
     KL and entropy terms are left out: they are not functions of the advantages.
@@ -528,8 +542,18 @@ def cancellation_residual_of_loss(logp: Tensor, old_logp: Tensor, advantages: Te
     with torch.enable_grad():
         per_token = per_token_surrogate(leaf, old_logp.detach(), advantages, mask, cfg, group_index)[0]
         (coef,) = torch.autograd.grad(aggregate(per_token, mask, cfg.aggregation, norm), leaf)
-    m = -(coef * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
-    r = cancellation_residual(m.double(), group_index)
+    return (-(coef * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)).double()
+
+
+def cancellation_residual_of_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
+                                  cfg: LossConfig, norm: StepNorm, group_index: Tensor) -> float:
+    """nanmean over groups of R_g for a batch of WHOLE groups; NaN if no group has anything to cancel.
+
+    How far a configuration is from exact cancellation, read off its own gradient
+    (rollout_coefficients, then cancellation_residual). Same shapes as rollout_coefficients.
+    """
+    r = cancellation_residual(rollout_coefficients(logp, old_logp, advantages, mask, cfg, norm, group_index),
+                              group_index)
     return float(torch.nanmean(r)) if bool(torch.isfinite(r).any()) else float("nan")
 
 

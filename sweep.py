@@ -98,7 +98,7 @@ import plot_runs
 SEEDS = (0, 1, 2)                 # RL seeds per arm (issue 11: at least 3)
 JOBS = 2                          # train.py processes at a time (one torch thread each)
 OUT = os.path.join("runs", "sweeps")
-STEPS = {"batching": 150, "advantages": 150, "dfpo": 120, "credit": 100}   # training steps per run
+STEPS = {"batching": 200, "advantages": 200, "dfpo": 150, "credit": 120}   # training steps per run
 EVAL_EVERY = 10                   # held-out evaluation every this many steps (and at the last)
 N_EVAL = 200                      # held-out prompts per evaluation
 EVAL_SAMPLES = 4                  # samples per prompt: pass@1, pass@2, pass@4

@@ -230,6 +230,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         value_step = bool(cfg.value_every) and step % cfg.value_every == 0
         diagnose = (bool(cfg.flip_every) and step % cfg.flip_every == 0) or value_step
         tally, grad_norms, residuals, logp_old = {}, [], [], torch.zeros_like(mask)
+        coef = torch.zeros(len(mask), dtype=torch.float64)   # m_i of the residual (diagnostic steps)
         run.model.train()
         for j, (k, idx) in enumerate(micro):
             with autocast(run.model):
@@ -242,9 +243,12 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
             add_stats(tally, stats)
             logp_old[idx] = old.float().cpu()                           # for the diagnostics below
             if diagnose:   # one extra backward through the loss head only, never the model
-                residuals.append(loss.cancellation_residual_of_loss(logp, old, adv_d[idx], mask_d[idx],
-                                                                    cfg.loss, norms[k], group_d[idx]))
+                coef[idx] = loss.rollout_coefficients(logp, old, adv_d[idx], mask_d[idx], cfg.loss,
+                                                      norms[k], group_d[idx]).cpu()
             if j + 1 == len(micro) or micro[j + 1][0] != k:      # the last micro-batch of step k
+                if diagnose:   # the residual over the step's whole groups (micro-batches cut them)
+                    r = loss.cancellation_residual(coef[opt_steps[k]], group_index[opt_steps[k]])
+                    residuals.append(float(torch.nanmean(r)) if bool(torch.isfinite(r).any()) else math.nan)
                 grad_norms.append(float(torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip or math.inf)))
                 run.optimizer.step()
                 run.optimizer.zero_grad(set_to_none=True)

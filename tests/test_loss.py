@@ -144,6 +144,39 @@ def test_cancellation_residual_values():
     assert r[0].item() == 0.0 and r[1].item() == 1.0 and math.isnan(r[2].item())
 
 
+def test_cancellation_residual_ignores_groups_at_float_rounding_level():
+    # DFPO orth on a group whose kept rollouts share one advantage: w - mean(w) = 0 in
+    # exact arithmetic, ~1e-11 in float32. Such a group has nothing to cancel (NaN), not R = 1.
+    m = torch.tensor([3e-4, -3e-4, 6.9e-12, 6.9e-12, 1e-4, 1e-4], dtype=torch.float64)
+    r = L.cancellation_residual(m, torch.tensor([0, 0, 1, 1, 2, 2]))
+    assert r[0].item() == 0.0 and math.isnan(r[1].item()) and r[2].item() == 1.0
+
+
+def test_residual_of_micro_batches_that_cut_groups_equals_the_whole_step():
+    # train.py cuts an optimizer step into length-sorted micro-batches, which split groups.
+    # The per-rollout coefficients do not depend on the cut (step-fixed normaliser), so
+    # concatenating them gives the whole step's residual: 0 for token-mean on-policy with
+    # zero-sum advantages. Negative control: the residual of each micro-batch alone is not 0.
+    g = torch.Generator().manual_seed(3)
+    B, T = 8, 9
+    lengths = torch.tensor([3, 9, 5, 7, 4, 8, 6, 2])
+    mask = (torch.arange(T)[None, :] < lengths[:, None]).double()
+    logp = -torch.rand(B, T, generator=g, dtype=torch.float64)
+    adv = compute_advantages("mean", torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 1.0]],
+                                                  dtype=torch.float64)).reshape(-1)
+    gi = torch.arange(B) // 4
+    cfg = LossConfig(agg="token-mean")
+    norm = step_normaliser(mask)
+    whole = L.rollout_coefficients(logp, logp, adv, mask, cfg, norm, gi)
+    cut = torch.zeros(B, dtype=torch.float64)
+    parts = [torch.tensor([0, 1, 4, 5]), torch.tensor([2, 3, 6, 7])]
+    for idx in parts:
+        cut[idx] = L.rollout_coefficients(logp[idx], logp[idx], adv[idx], mask[idx], cfg, norm, gi[idx])
+        assert L.cancellation_residual_of_loss(logp[idx], logp[idx], adv[idx], mask[idx], cfg, norm, gi[idx]) > 0.05
+    assert torch.allclose(cut, whole, rtol=0, atol=1e-15)
+    assert L.cancellation_residual(cut, gi).max().item() < 1e-12
+
+
 # ---- micro-batch invariance ---------------------------------------------------------
 
 def random_step(seed=0, B=8, T=7):
