@@ -355,8 +355,8 @@ def dfpo_transform(w: Tensor, adv: Tensor, group_index: Tensor, mode: str, kept:
 
 
 RESIDUAL_REL_TOL = 1e-6
-"""A group whose sum_i |m_i| is below this fraction of the batch's largest |m_i| has nothing
-to cancel (NaN), see cancellation_residual."""
+"""A rollout whose effective weight |w_i| is below this is float rounding, not a weight
+(rollout_coefficients sets its m_i to 0)."""
 
 
 def cancellation_residual(m: Tensor, group_index: Tensor) -> Tensor:
@@ -366,18 +366,13 @@ def cancellation_residual(m: Tensor, group_index: Tensor) -> Tensor:
     the same way. m: [B] per-rollout effective coefficients; group_index: [B]; the groups
     must be WHOLE (a group cut across calls has a partial sum that need not be 0). Returns
     [n_groups] in the order of torch.unique(group_index).
-    Groups with nothing to cancel get NaN, so callers drop them with nanmean: all m_i = 0,
-    and also sum_i |m_i| <= RESIDUAL_REL_TOL * max_j |m_j| over the whole input. The second
-    case is float rounding, not a weight: DFPO's orth on a group whose kept rollouts all
-    share one advantage gives w~ = w - mean(w), exactly 0 on-policy, ~1e-11 in float32
-    (measured: such groups read R_g = 1 and made the dfpo sweep's orth residual 0.12
-    instead of ~0 before this rule).
+    Groups whose coefficients are all 0 (nothing to cancel) get NaN, so callers drop them
+    with nanmean.
     """
     groups, inverse = torch.unique(group_index, return_inverse=True)
     num = torch.zeros(len(groups), dtype=m.dtype).index_add_(0, inverse, m).abs()
     den = torch.zeros(len(groups), dtype=m.dtype).index_add_(0, inverse, m.abs())
-    floor = RESIDUAL_REL_TOL * float(m.abs().max()) if m.numel() else 0.0
-    return torch.where(den > floor, num / den.clamp(min=1e-30), torch.full_like(den, float("nan")))
+    return torch.where(den > 0, num / den.clamp(min=1e-30), torch.full_like(den, float("nan")))
 
 
 # ---------------------------------------------------------------------------------------
@@ -532,17 +527,29 @@ def rollout_coefficients(logp: Tensor, old_logp: Tensor, advantages: Tensor, mas
     With the step-fixed normaliser `norm`, m_i depends only on rollout i (and, for DFPO,
     on its group, which train.py keeps in one micro-batch), so the m of several
     micro-batches can be concatenated and the residual taken over whole groups.
+    Float rounding is not a weight: m_i is set to 0 where |m_i| <= RESIDUAL_REL_TOL * |A_i| u_i,
+    with u_i the coefficient the aggregation gives a rollout of weight 1 (the same
+    aggregation's derivative, mean over the rollout's tokens). Why: DFPO's orth on a group
+    whose kept rollouts share one advantage gives w~ = w - mean(w), exactly 0 on-policy but
+    ~1e-8 in float32; without this rule such groups read R_g = 1 (all noise of one sign)
+    and made the dfpo sweep's orth residual 0.12 instead of ~0.
     Cost: one backward through the surrogate and the aggregation only (never through the
     model), so call it when a diagnostic wants the number, not on every micro-batch.
     KL and entropy terms are left out: they are not functions of the advantages.
     logp, old_logp, mask: [B, T] (detached is fine); advantages, group_index: [B].
     """
     leaf = logp.detach().clone().requires_grad_(True)
+    unit = torch.zeros_like(leaf, requires_grad=True)        # d aggregate / d per-token loss
     mask = mask.to(leaf.dtype)
     with torch.enable_grad():
         per_token = per_token_surrogate(leaf, old_logp.detach(), advantages, mask, cfg, group_index)[0]
         (coef,) = torch.autograd.grad(aggregate(per_token, mask, cfg.aggregation, norm), leaf)
-    return (-(coef * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)).double()
+        (u,) = torch.autograd.grad(aggregate(unit, mask, cfg.aggregation, norm), unit)
+    tokens = mask.sum(dim=1).clamp(min=1)
+    m = (-(coef * mask).sum(dim=1) / tokens).double()
+    u = ((u * mask).sum(dim=1) / tokens).double()
+    noise = m.abs() <= RESIDUAL_REL_TOL * advantages.detach().double().abs() * u.abs()
+    return torch.where(noise, torch.zeros_like(m), m)
 
 
 def cancellation_residual_of_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,

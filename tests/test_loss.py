@@ -144,12 +144,23 @@ def test_cancellation_residual_values():
     assert r[0].item() == 0.0 and r[1].item() == 1.0 and math.isnan(r[2].item())
 
 
-def test_cancellation_residual_ignores_groups_at_float_rounding_level():
-    # DFPO orth on a group whose kept rollouts share one advantage: w - mean(w) = 0 in
-    # exact arithmetic, ~1e-11 in float32. Such a group has nothing to cancel (NaN), not R = 1.
-    m = torch.tensor([3e-4, -3e-4, 6.9e-12, 6.9e-12, 1e-4, 1e-4], dtype=torch.float64)
-    r = L.cancellation_residual(m, torch.tensor([0, 0, 1, 1, 2, 2]))
-    assert r[0].item() == 0.0 and math.isnan(r[1].item()) and r[2].item() == 1.0
+def test_float_rounding_weights_are_no_weights_in_the_residual():
+    # DFPO orth on a group whose kept rollouts all share one advantage: w~ = w - mean(w),
+    # 0 in exact arithmetic. Make w differ by float32 rounding only (s_i = 1 + ~1e-7):
+    # such a group has nothing to cancel (NaN), not R_g = 1. Group 1 is a real group.
+    T = 6
+    mask = torch.ones(8, T)
+    adv = torch.tensor([-0.5, -0.5, -0.5, -0.5, 1.0, -1.0, 1.0, -1.0])
+    old = torch.zeros(8, T)
+    logp = old.clone()
+    logp[:4, 0] = torch.tensor([0.0, 3e-7, -2e-7, 1e-7])        # rounding-level ratios
+    logp[4:, 0] = torch.tensor([0.01, -0.02, 0.015, 0.005])     # a policy that moved
+    gi = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    cfg = LossConfig(loss_type="gspo", weight_transform="orth", eps_low=0.9, eps_high=9.0)
+    m = L.rollout_coefficients(logp, old, adv, mask, cfg, step_normaliser(mask, max_len=T), gi)
+    assert torch.equal(m[:4], torch.zeros(4, dtype=torch.float64))
+    r = L.cancellation_residual(m, gi)
+    assert math.isnan(r[0].item()) and r[1].item() < 1e-6 and m[4:].abs().min().item() > 1e-4
 
 
 def test_residual_of_micro_batches_that_cut_groups_equals_the_whole_step():
