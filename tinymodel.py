@@ -35,18 +35,14 @@ Caching. The warm-up result is a model directory under <repo>/.cache/tinymodel/,
 by a hash of the WarmupConfig, written atomically (a temporary directory renamed into
 place), so a second run reuses it and a crash never leaves a half-written model.
 
-Sizes, measured on this project's 2-core CPU machine with one torch thread: the
-warm-up takes ~35 s (500 steps, pass@1 0.42 on 256 held-out prompts, seed 0,
-measured 2026-11-23; with the earlier generate-based sampler and threshold rule: 45 s,
-450 steps, 0.42); then a plain GRPO loop
-(N=32 prompts x G=8, token-mean, AdamW lr 2e-4, ~1.1 s per step) lifts held-out
-pass@1 to ~0.8 in 150-200 steps. RL learning rates of 5e-4 and 1e-3 were no better than
-2e-4 in that loop (1e-3 collapsed to pass@1 ~0.05). Candidly, the RL phase is
-sensitive to the exact checkpoint: from the checkpoint 25 warm-up steps earlier
-(pass@1 0.38) the same loop hovered at 0.72-0.78 after 130-250 steps, and a 2-layer
-warm-up with batch 128 (pass@1 0.41) plateaued the same way. A 3-layer model (0.20M
-parameters, ~1.6x slower per RL step) reached 0.80-0.83 at steps 130-200 from two
-seeds' checkpoints (pass@1 0.38 and 0.58): more reliable, not faster per second.
+Sizes, measured on this project's 2-core CPU machine with one torch thread
+(2026-11-23): the warm-up takes ~43 s (500 steps, pass@1 0.42 on 256 held-out prompts,
+seed 0); then train.py's default GRPO run (N=32 prompts x G=8, token-mean, AdamW lr
+4e-4, ~0.46 s per step) lifts held-out pass@1 to 0.907-0.915 in 300 steps (3 RL seeds).
+Candidly, the RL phase is sensitive to the exact checkpoint: earlier measurements
+(2026-11-22, other sampler, lr 2e-4) found the loop hovering at 0.72-0.78 from a
+checkpoint 25 warm-up steps short of the one it was tuned on, and a 3-layer model
+(0.20M parameters, ~1.6x slower per RL step) more reliable but not faster per second.
 Wider models (d=128) learned faster in the warm-up but not faster under RL.
 
 Sections: 1. tokenizer; 2. model; 3. warm-up and cache; helpers at the end.
