@@ -104,18 +104,13 @@ N_EVAL = 200                      # held-out prompts per evaluation
 EVAL_SAMPLES = 4                  # samples per prompt: pass@1, pass@2, pass@4
 THRESHOLD = 0.75                  # "steps to pass@1 >= THRESHOLD" (batching sweep)
 T_RULE = 2.0                      # the 2-SE rule: |t| > T_RULE reads "differs"
-# Budget arithmetic for these defaults. One run costs about
-#     start-up + STEPS x step + STEPS / EVAL_EVERY x eval + diagnostics.
-# Measured 2026-11-23 with 2 runs at a time (`python sweep.py all --steps 30 --seeds 0`,
-# load ~1.7, rollout.py's KV-cached sampler): start-up 5-7 s; step 0.50-0.65 s
-# (batching 0.56, advantages 0.53, dfpo 0.59, credit 0.50); eval (200 prompts x 4) 0.8-1.1
-# s; diagnostics 0.1 s every 10th step, credit 0.17 s every 5th plus 0.7-1.5 s for each
-# value step. Per run: batching 105 s, advantages 99 s, dfpo 89 s, credit 76 s; x runs
-# (15, 21, 9, 6): 4,900 process-seconds, 41 min on 2 cores; +10% (that 30-step check took
-# 3.9 min where the model says 3.6) = ~45 min. With the previous sampler (model.generate,
-# commit 289938d, measured the same hour: 0.68 s/step, eval 1.3 s): ~55 min. At twice the
-# measured costs (1.1 s/step, a busy box): ~88 min, at the limit; EVAL_EVERY = 20 then
-# saves ~5 min.
+# Budget, measured with these defaults on 2026-11-23 (`python sweep.py all`, 2 cores, nothing
+# else running): the 51 runs took 56 min wall; process-minutes per sweep: batching 38.1
+# (15 runs, ~2.4 min each: 4 mini-batches), advantages 41.8 (21 runs, ~1.9 min), dfpo 18.7
+# (9 runs, ~1.9 min), credit 10.2 (6 runs, ~1.7 min; the value Monte Carlo every 10th step).
+# One run costs about start-up (5-7 s) + STEPS x step (0.45-0.7 s) + STEPS / EVAL_EVERY x
+# eval (~1 s) + diagnostics. A busy box at twice these costs would need ~110 min: then
+# EVAL_EVERY = 20 or fewer steps keep `all` inside the 90 minutes issue 11 asks for.
 
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 TRAIN_PY = os.path.join(REPO_DIR, "train.py")
