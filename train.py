@@ -247,8 +247,8 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
                                                       norms[k], group_d[idx]).cpu()
             if j + 1 == len(micro) or micro[j + 1][0] != k:      # the last micro-batch of step k
                 if diagnose:   # the residual over the step's whole groups (micro-batches cut them)
-                    r = loss.cancellation_residual(coef[opt_steps[k]], group_index[opt_steps[k]])
-                    residuals.append(float(torch.nanmean(r)) if bool(torch.isfinite(r).any()) else math.nan)
+                    residuals.append(nanmean(loss.cancellation_residual(coef[opt_steps[k]],
+                                                                        group_index[opt_steps[k]]).tolist()))
                 grad_norms.append(float(torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip or math.inf)))
                 run.optimizer.step()
                 run.optimizer.zero_grad(set_to_none=True)
