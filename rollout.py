@@ -132,6 +132,8 @@ def generate_rollouts(model, tokenizer, prompts: list[str], G: int, max_new_toke
     return Rollouts(prompts=list(prompts), G=G, prompt_ids=ids.repeat_interleave(G, dim=0),
                     prompt_mask=mask.repeat_interleave(G, dim=0), response_ids=response_ids,
                     response_mask=response_mask, texts=texts, truncated=truncated,
+                    # clone(): a tensor made under inference_mode cannot be saved for backward
+                    # later (the loss may use it); its clone made out here is an ordinary tensor
                     engine_logp=logp.float().cpu().clone(), engine_entropy=entropy.float().cpu().clone())
 
 
