@@ -15,21 +15,21 @@ one and silently drops "\n" from every prompt. The model then sees "347+85" with
 its newline and its accuracy collapses with no error anywhere (this happened while
 building this file; tests/test_tinymodel.py pins the behaviour).
 
-Why warm up at all, and why stop at 500 steps. RL with a binary reward only learns
-from groups that contain both a success and a failure: a randomly initialised model never succeeds
-(reward 0 everywhere, every advantage 0) and a fully trained one always does. The
-warm-up therefore runs supervised training (cross-entropy on the response tokens of
+Why warm up at all, and why stop at 500 steps. RL with a binary reward only learns from
+groups that contain both a success and a failure: a randomly initialised model never
+succeeds (reward 0 everywhere, every advantage 0) and a fully trained one always does.
+The warm-up therefore runs supervised training (cross-entropy on the response tokens of
 data.py's reference scratchpads) for a FIXED 500 steps (WarmupConfig.max_steps), which
 lands the model at held-out pass@1 ~0.4 (temperature 1). An earlier version stopped at
 the first evaluation with pass@1 >= 0.3 instead; the curve is so steep there (0.15 at
 step 300, 0.56 at step 550) that a 128-prompt estimate crossed the threshold anywhere
 between steps 350 and 450 on machines of the same kind, and the RL results downstream
 moved with it (see the note on sensitivity below). A fixed step count makes the start
-depend only on the config and float arithmetic; target_pass1 remains as an option.
-At that point the model has the format and the column layout but still gets
-single-digit sums wrong: most first errors are the sum digit s of a column line
-"x+y+c=ds". That is the regime the papers study: mixed groups, template tokens shared by right and wrong rollouts,
-and a few reasoning tokens that decide the reward.
+depend only on the config and float arithmetic; target_pass1 remains as an option. At
+that point the model has the format and the column layout but still gets single-digit
+sums wrong: most first errors are the sum digit s of a column line "x+y+c=ds". That is
+the regime the papers study: mixed groups, template tokens shared by right and wrong
+rollouts, and a few reasoning tokens that decide the reward.
 
 Caching. The warm-up result is a model directory under <repo>/.cache/tinymodel/, named
 by a hash of the WarmupConfig, written atomically (a temporary directory renamed into
