@@ -33,6 +33,11 @@ How TRL is configured, and why (read from TRL 1.16.0's GRPOConfig / GRPOTrainer)
   costs time that our loop does not spend.
 - use_cpu, report_to="none", logging_strategy="no", save_strategy="no", no tqdm.
 
+One difference in work that is not a difference in the update: our update skips the
+forward and backward of rollouts whose advantage is exactly 0 (groups that all passed
+or all failed: their gradient is exactly 0, train.carries_gradient), which TRL runs.
+The bench prints the skipped share (~20% on this work, more as the solve rate climbs).
+
 What is timed. A step is the wall time of one loop iteration, from one step's start to
 the next (ours: consecutive calls of rollout.generate_rollouts, so the run takes one
 extra step to close the last interval; TRL: consecutive on_step_end callbacks). The
@@ -87,7 +92,8 @@ def work_rows(n_steps: int, seed: int) -> list[list[dict]]:
 # Our side
 # ---------------------------------------------------------------------------------------
 
-def run_ours(n_steps: int, G: int, max_new_tokens: int, seed: int, threads: int, micro_batch: int) -> list[dict]:
+def run_ours(n_steps: int, G: int, max_new_tokens: int, seed: int, threads: int, micro_batch: int,
+             compiled: bool = False) -> list[dict]:
     """train.py on the benchmark work; returns its per-step metrics.
 
     The ONE place that knows train.py's API: if it changes, fix this function only.
@@ -99,7 +105,7 @@ def run_ours(n_steps: int, G: int, max_new_tokens: int, seed: int, threads: int,
                             "--prompts_per_step", str(N_PROMPTS), "--seed", str(seed), "--threads", str(threads),
                             "--micro_batch", str(micro_batch),
                             "--lr", "4e-4", "--temperature", "1.0", "--eval_every", "0", "--save_every", "0",
-                            "--flip_every", "0", "--out_dir", out_dir])
+                            "--flip_every", "0", "--out_dir", out_dir] + (["--compile"] if compiled else []))
     return train.train(cfg)
 
 
@@ -132,11 +138,11 @@ def timed_rollout():
 
 
 def measure_ours(warmup: int, steps: int, G: int, max_new_tokens: int, seed: int, threads: int,
-                 micro_batch: int) -> dict:
+                 micro_batch: int, compiled: bool = False) -> dict:
     """Run warmup + steps + 1 steps of ours; per-step numbers of the `steps` measured ones."""
     reset_peak_rss()
     with timed_rollout() as recs:
-        history = run_ours(warmup + steps + 1, G, max_new_tokens, seed, threads, micro_batch)
+        history = run_ours(warmup + steps + 1, G, max_new_tokens, seed, threads, micro_batch, compiled)
     out = {"peak_rss_mb": peak_rss_mb(), "prompts": [r["prompts"] for r in recs], "steps": []}
     for k in range(warmup, warmup + steps):
         m, rec, nxt = history[k], recs[k], recs[k + 1]
@@ -145,7 +151,7 @@ def measure_ours(warmup: int, steps: int, G: int, max_new_tokens: int, seed: int
         wall, cpu = nxt["wall"] - rec["wall"], nxt["cpu"] - rec["cpu"]
         split["other"] = wall - sum(split.values())
         out["steps"].append({"wall": wall, "cpu": cpu, "reward": m["reward"], "tokens": rec["tokens"],
-                             "sample": rec["sample"], "split": split})
+                             "sample": rec["sample"], "split": split, "skipped": m["frac_skipped"]})
     return out
 
 
@@ -154,7 +160,7 @@ def measure_ours(warmup: int, steps: int, G: int, max_new_tokens: int, seed: int
 # ---------------------------------------------------------------------------------------
 
 def measure_trl(model_dir: str, work: list[list[dict]], warmup: int, steps: int, seed: int,
-                micro_batch: int) -> dict:
+                micro_batch: int, compiled: bool = False) -> dict:
     """TRL 1.16.0's GRPOTrainer on the same prompts; per-step numbers of the measured steps."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -199,7 +205,7 @@ def measure_trl(model_dir: str, work: list[list[dict]], warmup: int, steps: int,
         steps_per_generation=N_PROMPTS * G_DEFAULT // micro_batch,
         num_generations=G_DEFAULT, max_completion_length=MAX_NEW_DEFAULT, temperature=1.0, top_p=1.0, top_k=0,
         beta=0.0, num_iterations=1, epsilon=0.2, loss_type="dapo", scale_rewards="group",
-        shuffle_dataset=False, bf16=False, gradient_checkpointing=False, use_vllm=False,
+        shuffle_dataset=False, bf16=False, gradient_checkpointing=False, use_vllm=False, torch_compile=compiled,
         logging_strategy="no", save_strategy="no", disable_tqdm=True, dataloader_num_workers=0)
     trainer = GRPOTrainer(model=model, reward_funcs=addition_reward, args=args, train_dataset=dataset,
                           processing_class=AutoTokenizer.from_pretrained(model_dir), callbacks=[StepClock()])
@@ -245,7 +251,10 @@ def print_ours(steps: list[dict], peak: float) -> None:
         f"{key} {statistics.median(s['split'][key] for s in steps):.3f}" for key in steps[0]["split"]))
     train_s = statistics.median(s["split"]["train"] for s in steps)
     print(f"  tokens/s: generation {med(steps, 'tokens') / med(steps, 'sample'):.0f} (response tokens per second "
-          f"of sampling), training {med(steps, 'tokens') / train_s:.0f} (response tokens per second of the update)")
+          f"of sampling), training {med(steps, 'tokens') / train_s:.0f} (the batch's response tokens per second "
+          f"of the update)")
+    print(f"  rollouts the update skipped (advantage exactly 0, train.carries_gradient): "
+          f"{100 * mean(steps, 'skipped'):.0f}% on average")
 
 
 def compare(ours: dict, trl: dict) -> None:
@@ -265,7 +274,7 @@ def scaling(args) -> None:
     print(f"  {'G':>3} {'max_new':>7} {'step':>14} {'generate':>9} {'train':>7} {'resp len':>8} {'gen tok/s':>9}")
     for G, max_new in [(4, 48), (8, 48), (16, 48), (8, 24), (8, 96)]:
         r = measure_ours(args.warmup, args.scaling_steps, G, max_new, args.seed, args.threads,
-                         min(args.micro_batch, N_PROMPTS * G))
+                         min(args.micro_batch, N_PROMPTS * G), args.compile)
         s = r["steps"]
         print(f"  {G:>3} {max_new:>7} {med(s, 'wall'):>7.3f} ({med(s, 'cpu'):.3f}) "
               f"{statistics.median(x['split']['generate'] for x in s):>9.3f} "
@@ -315,6 +324,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="rollouts per forward/backward, for both trainers (TRL: per_device_train_batch_size, "
                              "with 256 / micro_batch accumulation steps); must divide 256")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for both trainers")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile both trainers' update (ours: train.py --compile; TRL: torch_compile=True); "
+                             "the compile falls in the warm-up steps")
     parser.add_argument("--seed", type=int, default=0, help="seed of the prompts, the sampling and both trainers")
     args = parser.parse_args(argv)
     for name in ("steps", "scaling_steps", "threads", "rounds"):
@@ -338,7 +350,8 @@ def main(argv: list[str] | None = None) -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"work: {N_PROMPTS} prompts x {G_DEFAULT} rollouts, <= {MAX_NEW_DEFAULT} new tokens, T=1, lr 4e-4, "
           f"no KL, 1 optimizer step/batch; {args.warmup} warm-up + {args.steps} measured steps; "
-          f"torch {torch.__version__}, {args.threads} thread(s), load average {load:.2f} on {os.cpu_count()} CPUs")
+          f"torch {torch.__version__}, {args.threads} thread(s), load average {load:.2f} on {os.cpu_count()} CPUs"
+          + (", torch.compile on (both trainers)" if args.compile else ""))
     if not args.skip_trl:
         try:
             import trl
@@ -351,10 +364,10 @@ def main(argv: list[str] | None = None) -> None:
         for who in order:
             if who == "ours":
                 runs["ours"].append(measure_ours(args.warmup, args.steps, G_DEFAULT, MAX_NEW_DEFAULT, args.seed,
-                                                 args.threads, args.micro_batch))
+                                                 args.threads, args.micro_batch, args.compile))
             elif not args.skip_trl:
                 runs["trl"].append(measure_trl(model_dir, work_rows(args.warmup + args.steps, args.seed), args.warmup,
-                                               args.steps, args.seed, args.micro_batch))
+                                               args.steps, args.seed, args.micro_batch, args.compile))
     ours = pool(runs["ours"])
     print_ours(ours["steps"], ours["peak_rss_mb"])
     if runs["trl"]:

@@ -38,7 +38,7 @@ place), so a second run reuses it and a crash never leaves a half-written model.
 Sizes, measured on this project's 2-core CPU machine with one torch thread
 (2026-11-23): the warm-up takes ~43 s (500 steps, pass@1 0.42 on 256 held-out prompts,
 seed 0); then train.py's default GRPO run (N=32 prompts x G=8, token-mean, AdamW lr
-4e-4, ~0.46 s per step) lifts held-out pass@1 to 0.907-0.915 in 300 steps (3 RL seeds).
+4e-4, ~0.5 s per step) lifts held-out pass@1 to 0.87-0.93 in 300 steps (3 RL seeds, twice).
 Candidly, the RL phase is sensitive to the exact checkpoint: earlier measurements
 (2026-11-22, other sampler, lr 2e-4) found the loop hovering at 0.72-0.78 from a
 checkpoint 25 warm-up steps short of the one it was tuned on, and a 3-layer model
