@@ -265,7 +265,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
 
         # 7. log: metrics, diagnostics (token flips, residual), evaluation, checkpoint
         metrics = {"step": step, **step_metrics(rewards, scores, adv, entropy, mask, ro, sched, G),
-                   **batch_composition(opt_steps, adv, lengths), **stat_means(tally),
+                   **batch_composition(opt_steps, adv, lengths), **stat_means(tally, skipped_all=not has_grad.any()),
                    "frac_skipped": 1.0 - float(has_grad.float().mean()),
                    "grad_norm": float(np.mean(grad_norms)), "lr": run.optimizer.param_groups[0]["lr"], **run.canary}
         if diagnose:
@@ -510,15 +510,20 @@ def carries_gradient(adv: torch.Tensor, cfg: Config, diagnose: bool) -> torch.Te
     run, more as the solve rate climbs. Skipping them changes the update only by float
     rounding (other rollouts share a forward; tested) and is NOT DAPO's dynamic sampling,
     which drops such groups from the normaliser too and so changes the objective.
-    Not skipped, because there the rollout still matters:
+    Skipped only with ONE optimizer step per batch (epochs = minibatches = 1, the
+    default): there the policy trained is the policy that sampled, so the clip fractions
+    and approx_kl are 0 for every rollout and the logged statistics cannot change. With
+    several steps per batch they are averages over all rollouts (as TRL and verl log
+    them), and leaving some out would change what the sweeps compare.
+    Not skipped either, because there the rollout still matters:
       - a KL penalty or entropy bonus: those terms do not vanish with A_i;
       - a DFPO weight transform: it mixes the weights of a group;
       - diagnostic steps: the token diagnostics need every rollout's log-probs;
-      - cfg.skip_zero_adv off: then clip and KL stats also average over these rollouts.
+      - cfg.skip_zero_adv off.
     adv: [B] float. Returns [B] bool (all True when nothing may be skipped).
     """
-    if (not cfg.skip_zero_adv or diagnose or cfg.loss.kl_coef > 0 or cfg.loss.entropy_coef > 0
-            or cfg.loss.weight_transform is not None):
+    if (not cfg.skip_zero_adv or diagnose or cfg.epochs > 1 or cfg.minibatches > 1 or cfg.loss.kl_coef > 0
+            or cfg.loss.entropy_coef > 0 or cfg.loss.weight_transform is not None):
         return torch.ones(len(adv), dtype=torch.bool)
     return adv != 0
 
@@ -529,7 +534,9 @@ def zero_gradients(model) -> None:
     When carries_gradient skips every rollout of an optimizer step, no backward runs and
     the gradients are None; AdamW then skips those parameters entirely, whereas a zero
     gradient still moves them (the momentum m keeps going, m / sqrt(v) != 0). Setting
-    zeros keeps the skip exact.
+    zeros keeps the skip exact for every parameter the forward uses (all of a causal LM's).
+    A trainable parameter the forward never touches would get None from a real backward
+    and a zero here: different only with weight decay, which then shrinks it.
     """
     for p in model.parameters():
         if p.requires_grad:
@@ -588,8 +595,15 @@ def add_stats(tally: dict, stats: dict) -> None:
             tally[key] = tally.get(key, 0.0) + value * w
 
 
-def stat_means(tally: dict) -> dict:
-    """The step's token-weighted means, from add_stats' sums."""
+def stat_means(tally: dict, skipped_all: bool = False) -> dict:
+    """The step's token-weighted means, from add_stats' sums.
+
+    skipped_all: carries_gradient left out every rollout (all advantages 0, one optimizer
+    step per batch), so nothing was tallied; the clip fractions and approx_kl the full
+    update would have logged are then exactly 0 (rho = 1), and are logged as such.
+    """
+    if skipped_all:
+        return {"clip_frac_low": 0.0, "clip_frac_high": 0.0, "clip_frac_dual": 0.0, "approx_kl": 0.0}
     return {key: value / tally["n_tokens"] for key, value in tally.items() if key != "n_tokens"}
 
 

@@ -250,6 +250,8 @@ def test_an_all_zero_step_still_moves_adam_like_the_full_update(tiny_dir, tmp_pa
         monkeypatch.setattr(train, "zero_gradients", lambda model: None)
     skip_h, _, skip_p = run_params(tiny_dir, tmp_path / "skip", monkeypatch, [gaussian, all_zero, all_zero], "--steps", "3")
     assert [m["frac_skipped"] for m in skip_h] == [0.0, 1.0, 1.0]
+    stat_keys = ("clip_frac_low", "clip_frac_high", "clip_frac_dual", "approx_kl")
+    assert [[m[key] for key in stat_keys] for m in skip_h[1:]] == [[m[key] for key in stat_keys] for m in full_h[1:]]
     step1 = run_params(tiny_dir, tmp_path / "one", monkeypatch, [gaussian, all_zero, all_zero], "--steps", "1", "--no-skip_zero_adv")[2]
     momentum_moves = (full_p - step1).abs().max()
     assert momentum_moves > 1e-4                                 # zero gradients still move AdamW
@@ -261,7 +263,8 @@ def test_nothing_is_skipped_where_a_zero_advantage_rollout_still_matters(tiny_di
     adv = torch.tensor([0.0, 1.0, -1.0, 0.0])
     base = small_args(tiny_dir, "unused")
     assert train.carries_gradient(adv, train.parse_args(base), diagnose=False).tolist() == [False, True, True, False]
-    for extra in (["--kl_coef", "0.1"], ["--entropy_coef", "0.01"], ["--no-skip_zero_adv"],
+    for extra in (["--kl_coef", "0.1"], ["--entropy_coef", "0.01"], ["--no-skip_zero_adv"], ["--minibatches", "2"],
+                  ["--epochs", "2"],
                   ["--loss_type", "gspo", "--weight_transform", "min", "--agg", "seq-mean-token-sum-norm"]):
         assert train.carries_gradient(adv, train.parse_args(base + extra), diagnose=False).all(), extra
     assert train.carries_gradient(adv, train.parse_args(base), diagnose=True).all()
@@ -273,8 +276,11 @@ def test_compiled_update_matches_the_eager_one(tiny_dir, tmp_path, monkeypatch):
     # above uses, which its negative control shows is ~1000x below a real difference.
     # Costs one compile (~50 s on a 2-core CPU with a cold inductor cache).
     _, before, eager_p = run_params(tiny_dir, tmp_path / "eager", monkeypatch, [half_zero] * 3, "--steps", "3")
+    from torch._dynamo.utils import counters
+    graphs = counters["stats"]["unique_graphs"]
     _, _, compiled_p = run_params(tiny_dir, tmp_path / "compiled", monkeypatch, [half_zero] * 3, "--steps", "3",
                                   "--compile")
+    assert counters["stats"]["unique_graphs"] > graphs          # dynamo really compiled the update
     moved = (eager_p - before).abs().max()
     assert moved > 1e-3
     assert (compiled_p - eager_p).abs().max() < 2e-3 * moved
