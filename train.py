@@ -239,7 +239,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         coef = torch.zeros(len(mask), dtype=torch.float64)   # m_i of the residual (diagnostic steps)
         run.model.train()
         for k, step_idx in enumerate(opt_steps):
-            micro = micro_batches(step_idx[has_grad[step_idx]], group_index, mask.sum(1), cfg)
+            micro = micro_batches(step_idx[has_grad[step_idx]], group_index, lengths.reshape(-1), cfg)
             for idx in micro:
                 with autocast(run.model):
                     logp, ent = rollout.token_logprobs(run.train_model, *batch_inputs(ro, idx, run.model.device),
@@ -304,6 +304,8 @@ class Run:
     """What a run holds between steps: what a checkpoint saves, plus the data and engines."""
 
     model: torch.nn.Module
+    train_model: torch.nn.Module
+    """What the update's forward calls: `model` itself, or its compiled wrapper (--compile)."""
     tokenizer: object
     optimizer: torch.optim.Optimizer
     scheduler: AdvantageScheduler
@@ -323,12 +325,6 @@ class Run:
     """The first batch's canary gap: the reference of vllm_rollout.canary_bound."""
     canary: dict = field(default_factory=dict)
     """This step's canary metrics (vLLM backend)."""
-    train_model: torch.nn.Module | None = None
-    """What the update's forward calls: `model` itself, or its compiled wrapper (--compile)."""
-
-    def __post_init__(self):
-        if self.train_model is None:
-            self.train_model = self.model
 
 
 def setup(cfg: Config) -> Run:

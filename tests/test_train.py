@@ -250,6 +250,7 @@ def test_an_all_zero_step_still_moves_adam_like_the_full_update(tiny_dir, tmp_pa
         monkeypatch.setattr(train, "zero_gradients", lambda model: None)
     skip_h, _, skip_p = run_params(tiny_dir, tmp_path / "skip", monkeypatch, [gaussian, all_zero, all_zero], "--steps", "3")
     assert [m["frac_skipped"] for m in skip_h] == [0.0, 1.0, 1.0]
+    assert [set(m) for m in skip_h] == [set(m) for m in full_h]    # a fully skipped step logs every key
     stat_keys = ("clip_frac_low", "clip_frac_high", "clip_frac_dual", "approx_kl")
     assert [[m[key] for key in stat_keys] for m in skip_h[1:]] == [[m[key] for key in stat_keys] for m in full_h[1:]]
     step1 = run_params(tiny_dir, tmp_path / "one", monkeypatch, [gaussian, all_zero, all_zero], "--steps", "1", "--no-skip_zero_adv")[2]
