@@ -33,10 +33,16 @@ How TRL is configured, and why (read from TRL 1.16.0's GRPOConfig / GRPOTrainer)
   costs time that our loop does not spend.
 - use_cpu, report_to="none", logging_strategy="no", save_strategy="no", no tqdm.
 
-One difference in work that is not a difference in the update: our update skips the
-forward and backward of rollouts whose advantage is exactly 0 (groups that all passed
-or all failed: their gradient is exactly 0, train.carries_gradient), which TRL runs.
-The bench prints the skipped share (~20% on this work, more as the solve rate climbs).
+Two differences in work that are not differences in the update, both exact (tested)
+and both printed:
+- our update skips the forward and backward of rollouts whose advantage is exactly 0
+  (groups that all passed or all failed: their gradient is exactly 0,
+  train.carries_gradient), which TRL runs: ~20% of the rollouts on this work, more as
+  the solve rate climbs;
+- it runs identical rollouts (same prompt, same response, word for word) once and
+  copies the result (rollout.token_logprobs' merge_duplicates; autograd sums the
+  copies' gradients), where TRL computes every copy: ~45% of the rollouts on this work,
+  whose policy has a low entropy.
 
 What is timed. A step is the wall time of one loop iteration, from one step's start to
 the next (ours: consecutive calls of rollout.generate_rollouts, so the run takes one
@@ -151,7 +157,8 @@ def measure_ours(warmup: int, steps: int, G: int, max_new_tokens: int, seed: int
         wall, cpu = nxt["wall"] - rec["wall"], nxt["cpu"] - rec["cpu"]
         split["other"] = wall - sum(split.values())
         out["steps"].append({"wall": wall, "cpu": cpu, "reward": m["reward"], "tokens": rec["tokens"],
-                             "sample": rec["sample"], "split": split, "skipped": m["frac_skipped"]})
+                             "sample": rec["sample"], "split": split, "skipped": m["frac_skipped"],
+                             "duplicate": m["frac_duplicate"]})
     return out
 
 
@@ -254,7 +261,8 @@ def print_ours(steps: list[dict], peak: float) -> None:
           f"of sampling), training {med(steps, 'tokens') / train_s:.0f} (the batch's response tokens per second "
           f"of the update)")
     print(f"  rollouts the update skipped (advantage exactly 0, train.carries_gradient): "
-          f"{100 * mean(steps, 'skipped'):.0f}% on average")
+          f"{100 * mean(steps, 'skipped'):.0f}% on average; merged into an identical rollout "
+          f"(train.duplicate_share): {100 * mean(steps, 'duplicate'):.0f}%")
 
 
 def compare(ours: dict, trl: dict) -> None:

@@ -21,11 +21,17 @@ Conventions (shared by the whole project):
 Why our own sampling loop and not `model.generate`: `generate` prefills each prompt G
 times, keeps every row in the batch until the last one stops, and runs its logits
 processors and stopping criteria at every step. The loop in `sample` is plain ancestral
-sampling, x_t ~ softmax(z_t / T), with a KV cache; it prefills each prompt once and
-drops a row from the batch as soon as it has emitted EOS, so the decoding work is
-sum_i |o_i| token-steps instead of B * max_i |o_i|: in the default run (256 rollouts,
-mean length 30, the longest usually 35-48) that is ~40% less. Measured there (bench.py,
-one thread): 0.39 s of sampling per batch with `generate`, 0.24-0.27 s with this loop.
+sampling, x_t ~ softmax(z_t / T), with a KV cache, in which the G rollouts of a
+prompt share one forward for as long as they have drawn the same tokens (the prompt's prefill, and then every shared prefix of the
+responses), and a row leaves the batch as soon as it has emitted EOS. Each row still
+draws its own token from its own history's distribution, so this changes the work,
+never the distribution. In the default run (256 rollouts, mean length ~30) `generate`
+runs B * max_i |o_i| ~ 12,000 token-steps, a loop that drops finished rows
+sum_i |o_i| ~ 7,500, and this one ~2,400-2,800 (the branches of each prompt's trie of
+responses, at a warmed policy). Measured there (bench.py, one thread): 0.39 s of
+sampling per batch with `generate`, 0.24-0.30 s with a loop that drops rows, 0.19-0.22
+s with this one (transformers' per-call overhead is most of what is left: ~48 decode
+steps of a few ms each).
 
 What the sampler returns besides the tokens: the log-probability and the full-vocabulary
 entropy of every drawn token, as its own KV-cached forward computed them
@@ -62,6 +68,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 
 @dataclass
@@ -144,21 +151,37 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, G: int, max_new_token
         z_t = logits of the next token given prompt + o_{<t};   o_t ~ softmax(z_t / T)
         (top_p < 1: drawn from the nucleus of that distribution, see top_p_filter)
 
+    Rows that have drawn the same tokens so far share one forward. Call a distinct
+    history (a prompt plus the tokens drawn after it) a *node*: all G rollouts of a
+    prompt start in one node, and a node splits when its rows draw different tokens,
+    so the nodes at step t are the branches of the trie of the G responses cut at depth
+    t. The forward runs once per node, and each row draws its own token from its node's
+    distribution. Rows of a node have identical inputs, so they have identical logits:
+    sharing them computes nothing differently, it only stops computing the same numbers
+    several times. (vLLM shares a prompt's KV cache among its G samples; this goes on
+    sharing down the responses, as long as they agree. On the bench's batches, from a
+    warmed policy: ~2,400-2,800 node forwards for ~7,500 response tokens, a third.)
+
     Steps:
-    1. Prefill: one forward over the N prompts (not N * G copies: the G rollouts of a
-       prompt share its prompt), filling a transformers DynamicCache; then the cache
-       and the last position's logits are repeated G times, prompt-major.
-    2. Decode: draw one token per live row (`draw`: one uniform number per row), feed
-       the drawn tokens back as a [B_live, 1] batch. Position ids continue each row's
-       own count (a prompt of L real tokens has positions 0..L-1, so response token t
-       sits at L + t, exactly as token_logprobs numbers it); the attention mask is the
-       prompt's mask plus ones, so left padding stays invisible.
-    3. A row that draws an EOS leaves the batch: its cache rows are dropped
-       (DynamicCache.batch_select_indices) and its remaining positions stay pad. The
-       loop ends when no row is left or after max_new_tokens draws.
-    Each row's computation depends only on its own tokens (the attention mask keeps
-    rows apart), so dropping rows changes which random numbers a row consumes, never
-    the distribution it samples from.
+    1. Prefill: one forward over the N prompts (one node each), filling a transformers
+       DynamicCache with one row per node.
+    2. Draw: every live row draws from its node's softmax(z / T) (`draw`: one uniform
+       number per live row, rows in batch order), and records the token's log-prob and
+       the node's full-vocabulary entropy.
+    3. Branch: rows that drew an EOS leave; the others regroup into the next nodes, the
+       distinct (node, token) pairs. The cache is re-indexed by each new node's parent
+       (DynamicCache.batch_select_indices with repeated indices: a node whose rows drew k
+       different tokens is copied k times, a node whose rows all stopped is dropped;
+       plain and sliding-window KV layers only, other cache layers raise ValueError),
+       and one forward feeds every new node its token. Position ids continue each
+       prompt's own count (a prompt of L real tokens has positions 0..L-1, so response
+       token t sits at L + t, exactly as token_logprobs numbers it); the attention mask
+       is the prompt's mask plus ones, so left padding stays invisible.
+    The loop ends when no row is left or after max_new_tokens draws. Each row's
+    computation depends only on its own history (the attention mask keeps cache rows
+    apart), so neither the grouping nor a finished row leaving changes the distribution
+    a row samples from; they change which random number a row consumes only through
+    which rows are still live.
 
     prompt_ids, prompt_mask: [N, P], every row with >= 1 real token (pad_rows, left=True).
     Returns (tokens [N*G, T] long: pad after a row's EOS; logp [N*G, T] float32: log
@@ -174,32 +197,37 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, G: int, max_new_token
     out = model(input_ids=prompt_ids, attention_mask=prompt_mask,
                 position_ids=(prompt_mask.cumsum(1) - 1).clamp(min=0),
                 past_key_values=cache, use_cache=True, logits_to_keep=1)
-    cache.batch_repeat_interleave(G)
-    logits = out.logits[:, -1].repeat_interleave(G, dim=0)             # [B, V]
-    attn = prompt_mask.repeat_interleave(G, dim=0)                     # [B, P + t]
-    next_pos = attn.sum(1)                                              # [B] position of the next token
-    rows = torch.arange(B, device=device)                              # live rows -> their index in 0..B-1
+    for layer in cache.layers:   # re-indexing rows is all a plain or sliding-window KV layer needs
+        if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer):
+            raise ValueError(f"sample: {type(layer).__name__} cache layers (state beyond keys and values) are not "
+                             f"supported by this sampler; use the vLLM backend for this model")
+    logits = out.logits[:, -1]                                         # [U, V]: one row per node
+    attn, next_pos = prompt_mask, prompt_mask.sum(1)                   # [U, P + t], [U] (next position)
+    rows = torch.arange(B, device=device)                              # the live rows
+    node = torch.arange(N, device=device).repeat_interleave(G)         # live row -> its node
     tokens = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
     logp = torch.zeros(B, max_new_tokens, device=device)
     entropy = torch.zeros(B, max_new_tokens, device=device)
     for t in range(max_new_tokens):
-        z = logits.float() / temperature
-        logp_all = torch.log_softmax(z, dim=-1)
+        logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)   # [U, V]
         probs = logp_all.exp()
         draw_from = probs if top_p >= 1 else top_p_filter(probs, top_p)
-        nxt = draw(draw_from)                                           # [B_live]
+        nxt = draw(draw_from[node])                                     # [B_live]: each row its own draw
         tokens[rows, t] = nxt
-        logp[rows, t] = logp_all.gather(1, nxt.unsqueeze(1)).squeeze(1)
-        entropy[rows, t] = -(probs * logp_all).sum(-1)
+        logp[rows, t] = logp_all[node, nxt]
+        entropy[rows, t] = -(probs * logp_all).sum(-1)[node]
         live = ~torch.isin(nxt, eos)
         if t + 1 == max_new_tokens or not live.any():
             break
-        if not live.all():                                              # drop the rows that just stopped
-            keep = live.nonzero().squeeze(1)
-            cache.batch_select_indices(keep)
-            rows, attn, nxt, next_pos = rows[keep], attn[keep], nxt[keep], next_pos[keep]
-        attn = torch.cat([attn, attn.new_ones(len(rows), 1)], dim=1)
-        out = model(input_ids=nxt.unsqueeze(1), attention_mask=attn, position_ids=next_pos.unsqueeze(1),
+        rows, node, nxt = rows[live], node[live], nxt[live]
+        V = logits.shape[-1]                                            # next nodes: distinct (node, token)
+        pairs, node = torch.unique(node * V + nxt, return_inverse=True)
+        parent = pairs // V
+        if len(parent) != len(logits) or not torch.equal(parent, torch.arange(len(parent), device=device)):
+            cache.batch_select_indices(parent)                          # (a step where no node split or ended keeps it)
+        attn = torch.cat([attn[parent], attn.new_ones(len(parent), 1)], dim=1)
+        next_pos = next_pos[parent]
+        out = model(input_ids=(pairs % V).unsqueeze(1), attention_mask=attn, position_ids=next_pos.unsqueeze(1),
                     past_key_values=cache, use_cache=True)
         logits = out.logits[:, -1]
         next_pos = next_pos + 1
@@ -248,8 +276,8 @@ def top_p_filter(probs: Tensor, top_p: float) -> Tensor:
 # ---------------------------------------------------------------------------------------
 
 def token_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor,
-                   response_mask: Tensor, temperature: float = 1.0,
-                   with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+                   response_mask: Tensor, temperature: float = 1.0, with_entropy: bool = False,
+                   merge_duplicates: bool = False) -> tuple[Tensor, Tensor | None]:
     """Per-token log-probs of the response under `model`, in one forward pass.
 
         logp[b, t]    = log softmax(z_{b,t} / T)[response_ids[b, t]]
@@ -290,6 +318,19 @@ def token_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, response_ids:
     log-probs, with gradients for the policy loss. Only the response positions'
     logits are materialised (logits_to_keep), which matters for a 150k-token vocabulary.
     Memory: [B, T, V] floats for the log-softmax; micro-batch B for big vocabularies.
+
+    merge_duplicates=True computes each distinct row (same prompt, same response) once
+    and copies its outputs to the rows that repeat it (`distinct_rows`). Exact: a
+    deterministic forward gives identical inputs identical outputs, and the backward of
+    the copy (an index) sums the gradient of every copy into the row that was computed,
+    which is the sum the copies would have contributed one by one (up to float summation
+    order). The caller sees the same [B, T] tensors either way, so nothing downstream
+    (loss, ratios, statistics) changes. Why it pays: a policy with low entropy repeats
+    itself. In bench.py's batches of 32 prompts x 8 rollouts, 124-138 of the 256 rollouts
+    are distinct, so the update's forward and backward run on about half the rows
+    (TRL and verl compute every copy). Not for a model with active dropout: the copies
+    would share one dropout mask (Llama and Qwen configs have dropout 0). Leave it off
+    where a caller reads the forward's hidden states row by row (diagnostics' hooks).
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
@@ -298,6 +339,11 @@ def token_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, response_ids:
                          f"response_ids {tuple(response_ids.shape)} vs mask {tuple(response_mask.shape)}")
     if prompt_ids.shape[0] != response_ids.shape[0]:
         raise ValueError(f"batch mismatch: {prompt_ids.shape[0]} prompts vs {response_ids.shape[0]} responses")
+    if merge_duplicates:
+        first, copy_of = distinct_rows(prompt_ids, prompt_mask, response_ids, response_mask)
+        logp, entropy = token_logprobs(model, prompt_ids[first], prompt_mask[first], response_ids[first],
+                                       response_mask[first], temperature, with_entropy)
+        return logp[copy_of], (None if entropy is None else entropy[copy_of])
     T = response_ids.shape[1]
     p0, t1 = _real_span(prompt_mask, response_mask)
     prompt_ids, prompt_mask = prompt_ids[:, p0:], prompt_mask[:, p0:]
@@ -316,6 +362,27 @@ def token_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, response_ids:
     if with_entropy:
         entropy = torch.nn.functional.pad(-(logp_all.exp() * logp_all).sum(-1) * mask, (0, T - t1))
     return torch.nn.functional.pad(logp, (0, T - t1)), entropy
+
+
+def distinct_rows(prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor,
+                  response_mask: Tensor) -> tuple[Tensor, Tensor]:
+    """(first [U], copy_of [B]): the distinct rollouts of a batch, and which one each row is.
+
+        rows b and b' are the same  <=>  prompt ids, prompt mask, response ids and
+                                         response mask are equal, column by column
+        first[u]   = the lowest b whose row is distinct row u
+        copy_of[b] = u such that row b equals row first[u];  so  x[first][copy_of] == x
+
+    Example: rows (a, b, a, a) -> first = (0, 1), copy_of = (0, 1, 0, 0).
+    torch.unique sorts the rows, so U rows come out in sorted order, not batch order;
+    nothing depends on it (the rows of a forward never see each other). Cost: one sort
+    of a [B, 2P + 2T] integer tensor, ~0.2 ms for 32 rows here.
+    """
+    key = torch.cat([prompt_ids, prompt_mask.long(), response_ids, response_mask.long()], dim=1)
+    unique, copy_of = torch.unique(key, dim=0, return_inverse=True)
+    rows = torch.arange(len(key), device=key.device)
+    first = torch.full((len(unique),), len(key), device=key.device).scatter_reduce(0, copy_of, rows, "amin")
+    return first, copy_of
 
 
 def _real_span(prompt_mask: Tensor, response_mask: Tensor) -> tuple[int, int]:

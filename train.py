@@ -154,6 +154,8 @@ class Config:
     """torch.compile the policy for the update's forward and backward (verl's use_torch_compile, TRL's torch_compile); see `compile_for_update`."""
     skip_zero_adv: bool = True
     """Skip the forward/backward of rollouts whose advantage is exactly 0 (their gradient is exactly 0; speed only, see carries_gradient)."""
+    merge_duplicates: bool = True
+    """Run the forward/backward of identical rollouts (same prompt, same response) once and copy the result (exact; speed only, see rollout.token_logprobs)."""
 
     # --- evaluation, diagnostics, checkpoints ---
     eval_every: int = 25
@@ -243,7 +245,8 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
             for idx in micro:
                 with autocast(run.model):
                     logp, ent = rollout.token_logprobs(run.train_model, *batch_inputs(ro, idx, run.model.device),
-                                                       temperature=cfg.temperature, with_entropy=cfg.loss.entropy_coef > 0)
+                                                       temperature=cfg.temperature, with_entropy=cfg.loss.entropy_coef > 0,
+                                                       merge_duplicates=cfg.merge_duplicates)
                 old = logp.detach() if old_d is None else old_d[idx]        # on-policy: the ratio is exactly 1
                 l, stats = loss.policy_loss(logp, old, adv_d[idx], mask_d[idx], cfg.loss, norms[k], group_d[idx],
                                             None if ref_d is None else ref_d[idx], ent)
@@ -267,6 +270,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         metrics = {"step": step, **step_metrics(rewards, scores, adv, entropy, mask, ro, sched, G),
                    **batch_composition(opt_steps, adv, lengths), **stat_means(tally, skipped_all=not has_grad.any()),
                    "frac_skipped": 1.0 - float(has_grad.float().mean()),
+                   "frac_duplicate": duplicate_share(ro, has_grad),
                    "grad_norm": float(np.mean(grad_norms)), "lr": run.optimizer.param_groups[0]["lr"], **run.canary}
         if diagnose:
             new_logp = no_grad_pass(run.model, ro, cfg, with_entropy=False)[0]
@@ -352,6 +356,11 @@ def setup(cfg: Config) -> Run:
     if cfg.loss.kl_coef > 0:
         ref_model = copy.deepcopy(model).eval()
         ref_model.requires_grad_(False)
+    if cfg.merge_duplicates and (dropout := active_dropout(model)):
+        # merged copies would share one dropout mask (rollout.token_logprobs): not the same update
+        print(f"merge_duplicates turned off: the model has active dropout ({', '.join(dropout[:3])})",
+              file=sys.stderr)
+        cfg.merge_duplicates = False
     model.eval()
     return Run(model=model, train_model=compile_for_update(model) if cfg.compile else model,
                tokenizer=tokenizer, ref_model=ref_model, llm=llm,
@@ -377,6 +386,16 @@ def resume_or_start(run: Run, cfg: Config) -> int:
         os.remove(metrics_path)               # a fresh run in an old directory starts clean
     checkpoint.atomic_write(os.path.join(cfg.out_dir, "config.json"), json.dumps(dataclasses.asdict(cfg), indent=1))
     return start
+
+
+def active_dropout(model) -> list[str]:
+    """The model's dropout settings that are > 0: config fields (attention_dropout,
+    hidden_dropout, resid_pdrop, ...) and torch.nn.Dropout modules. Llama and Qwen configs
+    have 0 everywhere; GPT-2's have 0.1. Empty list: the training forward is deterministic."""
+    found = [f"{key}={value}" for key, value in model.config.to_dict().items()
+             if ("dropout" in key or "pdrop" in key) and type(value) in (int, float) and value > 0]
+    return found + [f"{name} p={m.p}" for name, m in model.named_modules()
+                    if isinstance(m, torch.nn.Dropout) and m.p > 0]
 
 
 def compile_for_update(model) -> torch.nn.Module:
@@ -460,7 +479,8 @@ def no_grad_pass(model, ro: rollout.Rollouts, cfg: Config, with_entropy: bool):
     with torch.no_grad(), autocast(model):
         for idx in torch.arange(B).split(cfg.micro_batch):
             lp, ent = rollout.token_logprobs(model, *batch_inputs(ro, idx, model.device),
-                                             temperature=cfg.temperature, with_entropy=with_entropy)
+                                             temperature=cfg.temperature, with_entropy=with_entropy,
+                                             merge_duplicates=cfg.merge_duplicates)
             logps.append(lp.float().cpu())
             ents.append(ent.float().cpu() if ent is not None else None)
     return torch.cat(logps), (torch.cat(ents) if with_entropy else None)
@@ -624,6 +644,25 @@ def step_metrics(rewards, scores, adv, entropy, mask, ro, sched, G) -> dict:
         "truncation_rate": float(ro.truncated.float().mean()),
         **{f"sched/{key}": float(value) for key, value in sched.items()},
     }
+
+
+def duplicate_share(ro: rollout.Rollouts, has_grad: torch.Tensor) -> float:
+    """Share of the batch's rollouts that go through the update as a copy of another one.
+
+    Among the rollouts the update runs (has_grad: [B] bool), those that repeat another
+    one word for word (same prompt, same response): the work merge_duplicates saves,
+    roughly (it merges within a micro-batch, and a cut between micro-batches can separate
+    two copies). Returned as a share of all B rollouts, so with merge_duplicates on (the
+    default) frac_skipped + frac_duplicate is about the share of the batch the update's
+    forward does not run. Logged either way: it also measures how much a policy repeats
+    itself.
+    """
+    idx = has_grad.nonzero().squeeze(1)
+    if len(idx) == 0:
+        return 0.0
+    first, _ = rollout.distinct_rows(ro.prompt_ids[idx], ro.prompt_mask[idx], ro.response_ids[idx],
+                                     ro.response_mask[idx])
+    return (len(idx) - len(first)) / len(has_grad)
 
 
 def batch_composition(opt_steps, adv, lengths) -> dict:

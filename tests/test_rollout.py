@@ -345,6 +345,54 @@ def test_sampler_positions_rows_and_early_exit_with_a_stub():
     assert tokens.tolist() == [[EOS]] * 6
 
 
+def test_sampler_runs_one_forward_row_per_distinct_prefix():
+    """Rows that drew the same tokens so far share a forward: each decode step's batch is
+    the number of distinct (prompt, tokens so far) among the rows still live, counted
+    here from the returned tokens alone. A certain next token (one logit, the others
+    -1e4) keeps all G rows of a prompt in one node for the whole response."""
+    NEG = -1e4
+    PAD, EOS = 0, 1
+    batches = []
+
+    class Spy(PositionStub):
+        def forward(self, input_ids, **kwargs):
+            batches.append(input_ids.shape[0])
+            return super().forward(input_ids, **kwargs)
+
+    def distinct_prefixes(tokens):
+        """[3 (the prefill: one row per prompt), then per step t >= 1 the number of distinct
+        (prompt, first t tokens) among the rows that have not emitted EOS by then]."""
+        resp, rmask, _ = cut_at_eos(tokens, [EOS], PAD)
+        counts = [3]
+        for t in range(1, tokens.shape[1]):
+            live = [b for b in range(18) if rmask[b, :t].sum() == t and resp[b, t - 1] != EOS]
+            counts.append(len({(b // 6, tuple(resp[b, :t].tolist())) for b in live}))
+        return counts, int(rmask.sum())
+
+    prompts = [[2, 3], [4, 2, 3, 4], [3]]
+    ids, mask = pad_rows(prompts, PAD, left=True)
+    torch.manual_seed(0)
+    tokens, _, _ = sample(Spy([[NEG, 0.2, 0.5, 1.0, 0.0], [NEG, NEG, 0.0, 1.5, 1.0]]), ids, mask, 6, 10, 1.0, 1.0,
+                          PAD, [EOS])
+    expected, n_tokens = distinct_prefixes(tokens)
+    assert batches == expected and max(expected) > 3                   # nodes split ...
+    assert sum(expected[1:]) < n_tokens - 18                            # ... and still save forwards
+    batches.clear()
+    certain = [[NEG, NEG, 0.0, NEG, NEG]] * 3 + [[NEG, 0.0, NEG, NEG, NEG]]   # 2, 2, 2, then EOS, by position
+    tokens, _, _ = sample(Spy(certain), ids, mask, 6, 10, 1.0, 1.0, PAD, [EOS])
+    assert (tokens == tokens[0::6].repeat_interleave(6, 0)).all()       # G identical responses per prompt
+    assert batches == distinct_prefixes(tokens)[0] and max(batches) == 3   # one node per prompt throughout
+
+
+def test_sampler_refuses_cache_layers_it_cannot_reindex(model, tok, monkeypatch):
+    # Cache layers with state beyond keys and values (linear attention, compressed or
+    # quantized caches) would be re-indexed wrongly by batch_select_indices: refused. Here
+    # the plain layer is struck from the allowed list to see the door close.
+    monkeypatch.setattr(rollout, "DynamicLayer", type("NotTheLayer", (), {}))
+    with pytest.raises(ValueError, match="DynamicLayer cache layers"):
+        generate_rollouts(model, tok, PROMPTS, G=2, max_new_tokens=4)
+
+
 def test_top_p_truncates_sampling_but_not_the_log_probs():
     """p = (0.5, 0.3, 0.2) over tokens 2, 3, 4 and top_p = 0.7: only tokens 2 and 3 are
     drawn, in proportion 5:3, and the returned log-prob is the untruncated log p."""
@@ -435,6 +483,73 @@ def test_token_logprobs_all_padding_response_is_zero(model):
     logp, ent = token_logprobs(model, torch.tensor([[5, 6]]), torch.ones(1, 2, dtype=torch.long),
                                torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 4), with_entropy=True)
     assert logp.shape == ent.shape == (1, 4) and (logp == 0).all() and (ent == 0).all()
+
+
+# ---------------------------------------------------------------------------------------
+# Identical rollouts are computed once (merge_duplicates)
+# ---------------------------------------------------------------------------------------
+
+def test_distinct_rows_closed_form():
+    # rows (a, b, a, a, c): c has a's ids but another response mask, so it is not a copy
+    ids = torch.tensor([[5, 6], [5, 7], [5, 6], [5, 6], [5, 6]])
+    ones = torch.ones(5, 2, dtype=torch.long)
+    r_mask = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
+    first, copy_of = rollout.distinct_rows(ones, ones, ids, r_mask)
+    assert sorted(first.tolist()) == [0, 1, 4]
+    assert torch.equal(first[copy_of], torch.tensor([0, 1, 0, 0, 4]))       # each row's first occurrence
+    for x in (ids, r_mask):
+        assert torch.equal(x[first][copy_of], x)                             # x[first][copy_of] == x
+
+
+def copies_batch(ro):
+    """Rows of `ro` with copies: (0, 1, 0, 2, 1, 0, 3, 0) -> 4 distinct rows of 8, and weights
+    that give every copy a different share of a loss (as different advantages would)."""
+    assert len({tuple(r) for r in ro.response_ids[:4].tolist()}) == 4       # rows 0..3 really differ
+    idx = torch.tensor([0, 1, 0, 2, 1, 0, 3, 0])
+    args = (ro.prompt_ids[idx], ro.prompt_mask[idx], ro.response_ids[idx], ro.response_mask[idx])
+    weights = torch.linspace(-1.0, 2.0, len(idx)).unsqueeze(1)
+    return args, weights
+
+
+def logp_and_grads(model, args, weights, forward=None, **kwargs):
+    """(logp, entropy, gradients) of sum_b weights_b (logp_b + 0.1 entropy_b); `forward`
+    (default: the model) is what token_logprobs calls."""
+    model.zero_grad(set_to_none=True)
+    logp, ent = token_logprobs(forward or model, *args, with_entropy=True, **kwargs)
+    (weights * (logp + 0.1 * ent)).sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    return logp, ent, grads
+
+
+def test_merge_duplicates_runs_each_distinct_row_once_with_the_same_values_and_gradient(model, ro):
+    """The forward sees only the 4 distinct rows; log-probs, entropies and the gradient of a
+    loss that weights every copy differently equal those of computing all 8 rows."""
+    args, weights = copies_batch(ro)
+    rows_seen = []
+
+    def spy(**kwargs):
+        rows_seen.append(kwargs["input_ids"].shape[0])
+        return model(**kwargs)
+
+    lp_all, ent_all, g_all = logp_and_grads(model, args, weights, spy)
+    lp_m, ent_m, g_m = logp_and_grads(model, args, weights, spy, merge_duplicates=True)
+    assert rows_seen == [8, 4]
+    torch.testing.assert_close(lp_m, lp_all, atol=1e-6, rtol=0)
+    torch.testing.assert_close(ent_m, ent_all, atol=1e-6, rtol=0)
+    for a, b in zip(g_m, g_all):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_dropping_the_copies_instead_of_merging_them_would_be_caught(model, ro):
+    # Negative control for the test above: a merge that forgot the copies' share of the
+    # gradient (only the first occurrence of each row kept) is far outside its tolerance.
+    args, weights = copies_batch(ro)
+    _, _, g_all = logp_and_grads(model, args, weights)
+    first, _ = rollout.distinct_rows(*args)
+    _, _, g_dropped = logp_and_grads(model, tuple(a[first] for a in args), weights[first])
+    gap = max(float((a - b).abs().max()) for a, b in zip(g_dropped, g_all))
+    assert gap > 1e-2 * max(float(g.abs().max()) for g in g_all)
 
 
 # ---------------------------------------------------------------------------------------
