@@ -50,7 +50,8 @@ extra step to close the last interval; TRL: consecutive on_step_end callbacks). 
 medians are over the measured steps of all rounds; CPU time (process_time) is printed
 beside wall time because on a shared machine wall time also measures the neighbours.
 Our split comes from train.py's per-step "time/*" metrics (generate, score,
-old_logp, train, diagnostics; "other" is the rest of the loop: logging, bookkeeping). Peak memory is the process's peak resident set size (VmHWM), reset before each
+old_logp, train, diagnostics; "other" is the rest of the loop: logging, bookkeeping).
+Peak memory is the process's peak resident set size (VmHWM), reset before each
 trainer runs; it includes what the process already holds (torch, transformers, and once
 imported, TRL and datasets: ~100 MB), so it compares the trainers only roughly.
 """

@@ -21,9 +21,10 @@ Conventions (shared by the whole project):
 Why our own sampling loop and not `model.generate`: `generate` prefills each prompt G
 times, keeps every row in the batch until the last one stops, and runs its logits
 processors and stopping criteria at every step. The loop in `sample` is plain ancestral
-sampling, x_t ~ softmax(z_t / T), with a KV cache, in which the G rollouts of a
-prompt share one forward for as long as they have drawn the same tokens (the prompt's prefill, and then every shared prefix of the
-responses), and a row leaves the batch as soon as it has emitted EOS. Each row still
+sampling, x_t ~ softmax(z_t / T), with a KV cache, in which the G rollouts of a prompt
+share one forward for as long as they have drawn the same tokens (the prompt's prefill,
+then every shared prefix of the responses), and a row leaves the batch as soon as it
+has emitted EOS. Each row still
 draws its own token from its own history's distribution, so this changes the work,
 never the distribution. In the default run (256 rollouts, mean length ~30) `generate`
 runs B * max_i |o_i| ~ 12,000 token-steps, a loop that drops finished rows

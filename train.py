@@ -245,7 +245,8 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
             for idx in micro:
                 with autocast(run.model):
                     logp, ent = rollout.token_logprobs(run.train_model, *batch_inputs(ro, idx, run.model.device),
-                                                       temperature=cfg.temperature, with_entropy=cfg.loss.entropy_coef > 0,
+                                                       temperature=cfg.temperature,
+                                                       with_entropy=cfg.loss.entropy_coef > 0,
                                                        merge_duplicates=cfg.merge_duplicates)
                 old = logp.detach() if old_d is None else old_d[idx]        # on-policy: the ratio is exactly 1
                 l, stats = loss.policy_loss(logp, old, adv_d[idx], mask_d[idx], cfg.loss, norms[k], group_d[idx],
