@@ -37,7 +37,7 @@ Two differences in work that are not differences in the update, both exact (test
 and both printed:
 - our update skips the forward and backward of rollouts whose advantage is exactly 0
   (groups that all passed or all failed: their gradient is exactly 0,
-  train.carries_gradient), which TRL runs: ~20% of the rollouts on this work, more as
+  update.carries_gradient), which TRL runs: ~20% of the rollouts on this work, more as
   the solve rate climbs;
 - it runs identical rollouts (same prompt, same response, word for word) once and
   copies the result (rollout.token_logprobs' merge_duplicates; autograd sums the
@@ -261,9 +261,9 @@ def print_ours(steps: list[dict], peak: float) -> None:
     print(f"  tokens/s: generation {med(steps, 'tokens') / med(steps, 'sample'):.0f} (response tokens per second "
           f"of sampling), training {med(steps, 'tokens') / train_s:.0f} (the batch's response tokens per second "
           f"of the update)")
-    print(f"  rollouts the update skipped (advantage exactly 0, train.carries_gradient): "
+    print(f"  rollouts the update skipped (advantage exactly 0, update.carries_gradient): "
           f"{100 * mean(steps, 'skipped'):.0f}% on average; merged into an identical rollout "
-          f"(train.duplicate_share): {100 * mean(steps, 'duplicate'):.0f}%")
+          f"(update.duplicate_share): {100 * mean(steps, 'duplicate'):.0f}%")
 
 
 def compare(ours: dict, trl: dict) -> None:

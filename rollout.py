@@ -24,9 +24,8 @@ processors and stopping criteria at every step. The loop in `sample` is plain an
 sampling, x_t ~ softmax(z_t / T), with a KV cache, in which the G rollouts of a prompt
 share one forward for as long as they have drawn the same tokens (the prompt's prefill,
 then every shared prefix of the responses), and a row leaves the batch as soon as it
-has emitted EOS. Each row still
-draws its own token from its own history's distribution, so this changes the work,
-never the distribution. In the default run (256 rollouts, mean length ~30) `generate`
+has emitted EOS. Each row still draws its own token from its own history's
+distribution, so this changes the work, never the distribution. In the default run (256 rollouts, mean length ~30) `generate`
 runs B * max_i |o_i| ~ 12,000 token-steps, a loop that drops finished rows
 sum_i |o_i| ~ 7,500, and this one ~2,400-2,800 (the branches of each prompt's trie of
 responses, at a warmed policy). Measured there (bench.py, one thread): 0.39 s of

@@ -13,10 +13,10 @@ whose seven commented blocks are the seven stages of a training STEP (one rollou
                entropy; the schedule reads solve
                rate and entropy
   4. advantages  one weight per rollout, per group    advantages.py (any registered name)
-  5. split     the batch into optimizer steps, each   batching.py (random/query/balanced/...)
-               cut into micro-batches (rollouts with
-               advantage exactly 0 are left out: their
-               gradient is exactly 0)
+  5. split     the batch into optimizer steps, each   batching.py (random/query/balanced/...),
+               cut into micro-batches; rollouts with  update.py (micro-batches, and the
+               advantage exactly 0 are left out, and  work left out exactly)
+               identical rollouts run once
   6. update    policy loss per micro-batch, one       loss.py (PPO/CISPO/GSPO/DFPO, four
                Adam step per optimizer step           aggregations, KL, entropy)
   7. log       metrics, diagnostics, evaluation, checkpoint
@@ -67,6 +67,7 @@ import diagnostics
 import loss
 import rollout
 import tinymodel
+import update
 import verify
 import vllm_rollout          # imports vllm itself only when an engine is built
 from loss import LossConfig
@@ -151,9 +152,9 @@ class Config:
     micro_batch: int = 32
     """Rollouts per forward/backward, grouped by length (memory and speed only: the result does not depend on it)."""
     compile: bool = False
-    """torch.compile the policy for the update's forward and backward (verl's use_torch_compile, TRL's torch_compile); see `compile_for_update`."""
+    """torch.compile the policy for the update's forward and backward (verl's use_torch_compile, TRL's torch_compile); see update.compile_for_update."""
     skip_zero_adv: bool = True
-    """Skip the forward/backward of rollouts whose advantage is exactly 0 (their gradient is exactly 0; speed only, see carries_gradient)."""
+    """Skip the forward/backward of rollouts whose advantage is exactly 0 (their gradient is exactly 0; speed only, see update.carries_gradient)."""
     merge_duplicates: bool = True
     """Run the forward/backward of identical rollouts (same prompt, same response) once and copy the result (exact; speed only, see rollout.token_logprobs)."""
 
@@ -232,7 +233,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         norms = [loss.step_normaliser(mask[idx], max_len=cfg.max_new_tokens) for idx in opt_steps]
         value_step = bool(cfg.value_every) and step % cfg.value_every == 0
         diagnose = (bool(cfg.flip_every) and step % cfg.flip_every == 0) or value_step
-        has_grad = carries_gradient(adv.reshape(-1), cfg, diagnose)            # [B] bool
+        has_grad = update.carries_gradient(adv.reshape(-1), cfg, diagnose)     # [B] bool
         dev = lambda t: None if t is None else t.to(run.model.device)
         old_d, adv_d, mask_d, group_d, ref_d = map(dev, (old_logp, adv.reshape(-1).float(), mask, group_index, ref_logp))
 
@@ -241,7 +242,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         coef = torch.zeros(len(mask), dtype=torch.float64)   # m_i of the residual (diagnostic steps)
         run.model.train()
         for k, step_idx in enumerate(opt_steps):
-            micro = micro_batches(step_idx[has_grad[step_idx]], group_index, lengths.reshape(-1), cfg)
+            micro = update.micro_batches(step_idx[has_grad[step_idx]], group_index, lengths.reshape(-1), cfg)
             for idx in micro:
                 with autocast(run.model):
                     logp, ent = rollout.token_logprobs(run.train_model, *batch_inputs(ro, idx, run.model.device),
@@ -260,7 +261,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
             if diagnose:       # the residual over the step's whole groups (micro-batches cut them)
                 residuals.append(nanmean(loss.cancellation_residual(coef[step_idx], group_index[step_idx]).tolist()))
             if not micro:      # every rollout skipped: the gradient is 0, and Adam still steps on it
-                zero_gradients(run.model)
+                update.zero_gradients(run.model)
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip or math.inf)))
             run.optimizer.step()
             run.optimizer.zero_grad(set_to_none=True)
@@ -271,7 +272,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         metrics = {"step": step, **step_metrics(rewards, scores, adv, entropy, mask, ro, sched, G),
                    **batch_composition(opt_steps, adv, lengths), **stat_means(tally, skipped_all=not has_grad.any()),
                    "frac_skipped": 1.0 - float(has_grad.float().mean()),
-                   "frac_duplicate": duplicate_share(ro, has_grad),
+                   "frac_duplicate": update.duplicate_share(ro, has_grad),
                    "grad_norm": float(np.mean(grad_norms)), "lr": run.optimizer.param_groups[0]["lr"], **run.canary}
         if diagnose:
             new_logp = no_grad_pass(run.model, ro, cfg, with_entropy=False)[0]
@@ -357,13 +358,13 @@ def setup(cfg: Config) -> Run:
     if cfg.loss.kl_coef > 0:
         ref_model = copy.deepcopy(model).eval()
         ref_model.requires_grad_(False)
-    if cfg.merge_duplicates and (dropout := active_dropout(model)):
+    if cfg.merge_duplicates and (dropout := update.active_dropout(model)):
         # merged copies would share one dropout mask (rollout.token_logprobs): not the same update
         print(f"merge_duplicates turned off: the model has active dropout ({', '.join(dropout[:3])})",
               file=sys.stderr)
         cfg.merge_duplicates = False
     model.eval()
-    return Run(model=model, train_model=compile_for_update(model) if cfg.compile else model,
+    return Run(model=model, train_model=update.compile_for_update(model) if cfg.compile else model,
                tokenizer=tokenizer, ref_model=ref_model, llm=llm,
                optimizer=torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay),
                scheduler=AdvantageScheduler(cfg.sched), train_rows=train_rows, eval_rows=eval_rows, task=task,
@@ -389,32 +390,8 @@ def resume_or_start(run: Run, cfg: Config) -> int:
     return start
 
 
-def active_dropout(model) -> list[str]:
-    """The model's dropout settings that are > 0: config fields (attention_dropout,
-    hidden_dropout, resid_pdrop, ...) and torch.nn.Dropout modules. Llama and Qwen configs
-    have 0 everywhere; GPT-2's have 0.1. Empty list: the training forward is deterministic."""
-    found = [f"{key}={value}" for key, value in model.config.to_dict().items()
-             if ("dropout" in key or "pdrop" in key) and type(value) in (int, float) and value > 0]
-    return found + [f"{name} p={m.p}" for name, m in model.named_modules()
-                    if isinstance(m, torch.nn.Dropout) and m.p > 0]
 
 
-def compile_for_update(model) -> torch.nn.Module:
-    """torch.compile(model, dynamic=True): the module the update's forward and backward call.
-
-    The compiled wrapper shares the model's parameters (the optimizer, checkpoints and
-    weight pushes keep using `model`). dynamic=True: one graph for every micro-batch
-    width and length, instead of a recompile per shape. Only the update is compiled:
-    the sampler's KV-cached loop changes its batch and cache shapes every few tokens,
-    and the no-grad passes are a small share of a step. What it buys on this project's
-    2-core CPU (bench.py --compile, embedded model, 2026-11-23): the update's fused
-    element-wise ops (RMSNorm, rotary, SwiGLU) make it ~20% faster (0.216 vs 0.276 s per
-    step), after a first compile of ~50 s (~13 s with inductor's on-disk cache warm): a
-    net loss for the 300-step default run, a gain only for runs long enough to pay the
-    compile back (not measured on larger models). Off-policy, the old-policy pass stays eager,
-    so the first ratio of a batch is 1 only to float rounding (~1e-6), not exactly.
-    """
-    return torch.compile(model, dynamic=True)
 
 
 def pick_device(cfg: Config) -> torch.device:
@@ -450,7 +427,7 @@ def advantage_hyper(cfg: Config, alpha: float, delta: float) -> dict:
 
 
 # ---------------------------------------------------------------------------------------
-# Helpers of the loop: sampling, scoring passes, micro-batches, metrics
+# Helpers of the loop: sampling, scoring passes, metrics
 # ---------------------------------------------------------------------------------------
 
 def format_prompts(prompts: list[str], tokenizer, cfg: Config) -> list[str]:
@@ -514,77 +491,8 @@ def old_policy_pass(run: Run, ro: rollout.Rollouts, cfg: Config):
     return old_logp, entropy
 
 
-def carries_gradient(adv: torch.Tensor, cfg: Config, diagnose: bool) -> torch.Tensor:
-    """[B] bool: the rollouts whose forward and backward the update must run.
-
-    Every surrogate in loss.py multiplies a rollout's tokens by its advantage (PPO's
-    min(rho A, clip(rho) A), CISPO's sg(clip(rho)) A log pi, GSPO's s_i A_i), and every
-    aggregation is linear in those per-token terms with a normaliser fixed for the whole
-    optimizer step (loss.step_normaliser). So a rollout with A_i = 0 exactly adds exactly
-    0 to the loss and to the gradient, whatever its log-probs: its forward and backward
-    are wasted work. In GRPO these are the groups that all succeeded or all failed
-    (std-normalised advantage 0/0 -> 0): ~20% of the rollouts at the start of the default
-    run, more as the solve rate climbs. Skipping them changes the update only by float
-    rounding (other rollouts share a forward; tested) and is NOT DAPO's dynamic sampling,
-    which drops such groups from the normaliser too and so changes the objective.
-    Skipped only with ONE optimizer step per batch (epochs = minibatches = 1, the
-    default): there the policy trained is the policy that sampled, so the clip fractions
-    and approx_kl are 0 for every rollout and the logged statistics cannot change. With
-    several steps per batch they are averages over all rollouts (as TRL and verl log
-    them), and leaving some out would change what the sweeps compare.
-    Not skipped either, because there the rollout still matters:
-      - a KL penalty or entropy bonus: those terms do not vanish with A_i;
-      - a DFPO weight transform: it mixes the weights of a group;
-      - diagnostic steps: the token diagnostics need every rollout's log-probs;
-      - cfg.skip_zero_adv off.
-    adv: [B] float. Returns [B] bool (all True when nothing may be skipped).
-    """
-    if (not cfg.skip_zero_adv or diagnose or cfg.epochs > 1 or cfg.minibatches > 1 or cfg.loss.kl_coef > 0
-            or cfg.loss.entropy_coef > 0 or cfg.loss.weight_transform is not None):
-        return torch.ones(len(adv), dtype=torch.bool)
-    return adv != 0
 
 
-def zero_gradients(model) -> None:
-    """Zero (not None) gradients: what backward would have left if every rollout had run.
-
-    When carries_gradient skips every rollout of an optimizer step, no backward runs and
-    the gradients are None; AdamW then skips those parameters entirely, whereas a zero
-    gradient still moves them (the momentum m keeps going, m / sqrt(v) != 0). Setting
-    zeros keeps the skip exact for every parameter the forward uses (all of a causal LM's).
-    A trainable parameter the forward never touches would get None from a real backward
-    and a zero here: different only with weight decay, which then shrinks it.
-    """
-    for p in model.parameters():
-        if p.requires_grad:
-            p.grad = torch.zeros_like(p)
-
-
-def micro_batches(step_idx: torch.Tensor, group_index: torch.Tensor, lengths: torch.Tensor,
-                  cfg: Config) -> list[torch.Tensor]:
-    """Split one optimizer step's rollouts into forward/backward chunks of <= micro_batch.
-
-    Rollouts are ordered by response length first (lengths: [B]), so each chunk holds
-    similar lengths and token_logprobs cuts more padding columns: the same sum of
-    per-rollout losses, less work (bench.py measured ~15% of the update). With a DFPO
-    transform the chunks are cut at group boundaries instead (a transform only sees the
-    rollouts of a group that are in its call), so a group larger than micro_batch stays
-    whole in one chunk.
-    """
-    if len(step_idx) == 0:                     # every rollout of the step skipped (carries_gradient)
-        return []
-    if cfg.loss.weight_transform is None:
-        return list(step_idx[lengths[step_idx].argsort(stable=True)].split(cfg.micro_batch))
-    chunks, current = [], []
-    for g in torch.unique_consecutive(group_index[step_idx]).tolist():
-        members = step_idx[group_index[step_idx] == g].tolist()
-        if current and len(current) + len(members) > cfg.micro_batch:
-            chunks.append(torch.tensor(current))
-            current = []
-        current += members
-    if current:
-        chunks.append(torch.tensor(current))
-    return chunks
 
 
 def autocast(model):
@@ -615,7 +523,7 @@ def add_stats(tally: dict, stats: dict) -> None:
 def stat_means(tally: dict, skipped_all: bool = False) -> dict:
     """The step's token-weighted means, from add_stats' sums.
 
-    skipped_all: carries_gradient left out every rollout (all advantages 0, one optimizer
+    skipped_all: update.carries_gradient left out every rollout (all advantages 0, one optimizer
     step per batch), so nothing was tallied; the clip fractions and approx_kl the full
     update would have logged are then exactly 0 (rho = 1), and are logged as such.
     """
@@ -647,23 +555,6 @@ def step_metrics(rewards, scores, adv, entropy, mask, ro, sched, G) -> dict:
     }
 
 
-def duplicate_share(ro: rollout.Rollouts, has_grad: torch.Tensor) -> float:
-    """Share of the batch's rollouts that go through the update as a copy of another one.
-
-    Among the rollouts the update runs (has_grad: [B] bool), those that repeat another
-    one word for word (same prompt, same response): the work merge_duplicates saves,
-    roughly (it merges within a micro-batch, and a cut between micro-batches can separate
-    two copies). Returned as a share of all B rollouts, so with merge_duplicates on (the
-    default) frac_skipped + frac_duplicate is about the share of the batch the update's
-    forward does not run. Logged either way: it also measures how much a policy repeats
-    itself.
-    """
-    idx = has_grad.nonzero().squeeze(1)
-    if len(idx) == 0:
-        return 0.0
-    first, _ = rollout.distinct_rows(ro.prompt_ids[idx], ro.prompt_mask[idx], ro.response_ids[idx],
-                                     ro.response_mask[idx])
-    return (len(idx) - len(first)) / len(has_grad)
 
 
 def batch_composition(opt_steps, adv, lengths) -> dict:

@@ -14,6 +14,7 @@ import torch
 
 import tinymodel
 import train
+import update
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -175,7 +176,7 @@ def test_fp32_master_weights_keep_rl_sized_updates_that_bf16_rounds_away(tiny_di
 
 
 
-# --- skipping rollouts whose advantage is exactly 0 (train.carries_gradient) ---
+# --- skipping rollouts whose advantage is exactly 0 (update.carries_gradient) ---
 
 def scripted_advantages(monkeypatch, script):
     """Replace the advantage by a script: step k's advantage is script[k - 1](N, G), so the
@@ -231,13 +232,13 @@ def test_skipping_zero_advantage_rollouts_leaves_the_update_unchanged(tiny_dir, 
 def test_skipping_a_rollout_with_nonzero_advantage_would_be_caught(tiny_dir, tmp_path, monkeypatch):
     # Negative control for the test above: also skip one group whose advantage is NOT 0.
     _, before, full_p = run_params(tiny_dir, tmp_path / "full", monkeypatch, [half_zero] * 3, "--steps", "3", "--no-skip_zero_adv")
-    real = train.carries_gradient
+    real = update.carries_gradient
 
     def skip_too_much(adv, cfg, diagnose):
         keep = real(adv, cfg, diagnose)
         keep[4:8] = False                                        # group 1: nonzero advantages
         return keep
-    monkeypatch.setattr(train, "carries_gradient", skip_too_much)
+    monkeypatch.setattr(update, "carries_gradient", skip_too_much)
     _, _, wrong_p = run_params(tiny_dir, tmp_path / "wrong", monkeypatch, [half_zero] * 3, "--steps", "3")
     # measured: ~2x the whole update, against the 2e-3 the test above allows
     assert (wrong_p - full_p).abs().max() > 1e-2 * (full_p - before).abs().max()
@@ -251,7 +252,7 @@ def test_an_all_zero_step_still_moves_adam_like_the_full_update(tiny_dir, tmp_pa
     # and AdamW skips the parameters, which the comparison catches.
     full_h, _, full_p = run_params(tiny_dir, tmp_path / "full", monkeypatch, [gaussian, all_zero, all_zero], "--steps", "3", "--no-skip_zero_adv")
     if not zero_grads:
-        monkeypatch.setattr(train, "zero_gradients", lambda model: None)
+        monkeypatch.setattr(update, "zero_gradients", lambda model: None)
     skip_h, _, skip_p = run_params(tiny_dir, tmp_path / "skip", monkeypatch, [gaussian, all_zero, all_zero], "--steps", "3")
     assert [m["frac_skipped"] for m in skip_h] == [0.0, 1.0, 1.0]
     assert [set(m) for m in skip_h] == [set(m) for m in full_h]    # a fully skipped step logs every key
@@ -267,12 +268,12 @@ def test_an_all_zero_step_still_moves_adam_like_the_full_update(tiny_dir, tmp_pa
 def test_nothing_is_skipped_where_a_zero_advantage_rollout_still_matters(tiny_dir):
     adv = torch.tensor([0.0, 1.0, -1.0, 0.0])
     base = small_args(tiny_dir, "unused")
-    assert train.carries_gradient(adv, train.parse_args(base), diagnose=False).tolist() == [False, True, True, False]
+    assert update.carries_gradient(adv, train.parse_args(base), diagnose=False).tolist() == [False, True, True, False]
     for extra in (["--kl_coef", "0.1"], ["--entropy_coef", "0.01"], ["--no-skip_zero_adv"], ["--minibatches", "2"],
                   ["--epochs", "2"],
                   ["--loss_type", "gspo", "--weight_transform", "min", "--agg", "seq-mean-token-sum-norm"]):
-        assert train.carries_gradient(adv, train.parse_args(base + extra), diagnose=False).all(), extra
-    assert train.carries_gradient(adv, train.parse_args(base), diagnose=True).all()
+        assert update.carries_gradient(adv, train.parse_args(base + extra), diagnose=False).all(), extra
+    assert update.carries_gradient(adv, train.parse_args(base), diagnose=True).all()
 
 
 # --- running identical rollouts once (merge_duplicates, rollout.token_logprobs) ---
@@ -327,7 +328,7 @@ def test_merging_is_turned_off_for_a_model_with_active_dropout(tiny_dir, tmp_pat
     model.config.attention_dropout = 0.1
     model.save_pretrained(tmp_path / "dropout")
     tok.save_pretrained(tmp_path / "dropout")
-    assert train.active_dropout(model) == ["attention_dropout=0.1"]
+    assert update.active_dropout(model) == ["attention_dropout=0.1"]
     cfg = train.parse_args(small_args(str(tmp_path / "dropout"), tmp_path / "run"))
     train.setup(cfg)
     assert not cfg.merge_duplicates

@@ -1,0 +1,154 @@
+"""update.py: the update's work, not its math. Which rollouts go through the forward
+and backward, and in which chunks.
+
+The update of one optimizer step computes one fixed quantity: the gradient of the step's
+loss (loss.py) over the step's rollouts. How much work that takes is a separate question,
+and this file holds its answers. None of them changes the gradient beyond float
+rounding, and each is tested against the plain computation (tests/test_train.py):
+
+  - micro_batches: the step is cut into forward/backward chunks of <= micro_batch
+    rollouts, sorted by length so that each chunk carries little padding. The step's
+    normaliser is fixed before the cut (loss.step_normaliser), so the chunking changes
+    memory, never the result.
+  - carries_gradient: a rollout whose advantage is exactly 0 contributes exactly 0, so
+    its forward and backward are skipped. zero_gradients keeps AdamW stepping when a
+    whole step is skipped.
+  - identical rollouts (the same prompt and, word for word, the same response) are run
+    once: rollout.token_logprobs(merge_duplicates=True) does it, duplicate_share
+    measures it, and active_dropout says when it must be off.
+  - compile_for_update: torch.compile for the update's forward and backward (opt-in).
+
+`cfg` below is train.py's Config (named in annotations only: train.py imports this file).
+
+TRL's GRPOTrainer and verl run every rollout through the update, copies and
+zero-advantage groups included. Over this project's default run the skip and the merge
+together leave ~80% of the rollouts out of the forward (frac_skipped ~0.38 plus
+frac_duplicate ~0.42, mean over three seeds' 300 steps; README).
+"""
+
+from __future__ import annotations
+
+import torch
+
+import rollout
+
+
+def micro_batches(step_idx: torch.Tensor, group_index: torch.Tensor, lengths: torch.Tensor,
+                  cfg: train.Config) -> list[torch.Tensor]:
+    """Split one optimizer step's rollouts into forward/backward chunks of <= micro_batch.
+
+    Rollouts are ordered by response length first (lengths: [B]), so each chunk holds
+    similar lengths and token_logprobs cuts more padding columns: the same sum of
+    per-rollout losses, less work (bench.py measured ~15% of the update). With a DFPO
+    transform the chunks are cut at group boundaries instead (a transform only sees the
+    rollouts of a group that are in its call), so a group larger than micro_batch stays
+    whole in one chunk.
+    """
+    if len(step_idx) == 0:                     # every rollout of the step skipped (carries_gradient)
+        return []
+    if cfg.loss.weight_transform is None:
+        return list(step_idx[lengths[step_idx].argsort(stable=True)].split(cfg.micro_batch))
+    chunks, current = [], []
+    for g in torch.unique_consecutive(group_index[step_idx]).tolist():
+        members = step_idx[group_index[step_idx] == g].tolist()
+        if current and len(current) + len(members) > cfg.micro_batch:
+            chunks.append(torch.tensor(current))
+            current = []
+        current += members
+    if current:
+        chunks.append(torch.tensor(current))
+    return chunks
+
+
+def carries_gradient(adv: torch.Tensor, cfg: train.Config, diagnose: bool) -> torch.Tensor:
+    """[B] bool: the rollouts whose forward and backward the update must run.
+
+    Every surrogate in loss.py multiplies a rollout's tokens by its advantage (PPO's
+    min(rho A, clip(rho) A), CISPO's sg(clip(rho)) A log pi, GSPO's s_i A_i), and every
+    aggregation is linear in those per-token terms with a normaliser fixed for the whole
+    optimizer step (loss.step_normaliser). So a rollout with A_i = 0 exactly adds exactly
+    0 to the loss and to the gradient, whatever its log-probs: its forward and backward
+    are wasted work. In GRPO these are the groups that all succeeded or all failed
+    (std-normalised advantage 0/0 -> 0): ~20% of the rollouts at the start of the default
+    run, more as the solve rate climbs. Skipping them changes the update only by float
+    rounding (other rollouts share a forward; tested) and is NOT DAPO's dynamic sampling,
+    which drops such groups from the normaliser too and so changes the objective.
+    Skipped only with ONE optimizer step per batch (epochs = minibatches = 1, the
+    default): there the policy trained is the policy that sampled, so the clip fractions
+    and approx_kl are 0 for every rollout and the logged statistics cannot change. With
+    several steps per batch they are averages over all rollouts (as TRL and verl log
+    them), and leaving some out would change what the sweeps compare.
+    Not skipped either, because there the rollout still matters:
+      - a KL penalty or entropy bonus: those terms do not vanish with A_i;
+      - a DFPO weight transform: it mixes the weights of a group;
+      - diagnostic steps: the token diagnostics need every rollout's log-probs;
+      - cfg.skip_zero_adv off.
+    adv: [B] float. Returns [B] bool (all True when nothing may be skipped).
+    """
+    if (not cfg.skip_zero_adv or diagnose or cfg.epochs > 1 or cfg.minibatches > 1 or cfg.loss.kl_coef > 0
+            or cfg.loss.entropy_coef > 0 or cfg.loss.weight_transform is not None):
+        return torch.ones(len(adv), dtype=torch.bool)
+    return adv != 0
+
+
+def zero_gradients(model) -> None:
+    """Zero (not None) gradients: what backward would have left if every rollout had run.
+
+    When carries_gradient skips every rollout of an optimizer step, no backward runs and
+    the gradients are None; AdamW then skips those parameters entirely, whereas a zero
+    gradient still moves them (the momentum m keeps going, m / sqrt(v) != 0). Setting
+    zeros keeps the skip exact for every parameter the forward uses (all of a causal LM's).
+    A trainable parameter the forward never touches would get None from a real backward
+    and a zero here: different only with weight decay, which then shrinks it.
+    """
+    for p in model.parameters():
+        if p.requires_grad:
+            p.grad = torch.zeros_like(p)
+
+
+def duplicate_share(ro: rollout.Rollouts, has_grad: torch.Tensor) -> float:
+    """Share of the batch's rollouts that go through the update as a copy of another one.
+
+    Among the rollouts the update runs (has_grad: [B] bool), those that repeat another
+    one word for word (same prompt, same response): the work merge_duplicates saves,
+    roughly (it merges within a micro-batch, and a cut between micro-batches can separate
+    two copies). Returned as a share of all B rollouts, so with merge_duplicates on (the
+    default) frac_skipped + frac_duplicate is about the share of the batch the update's
+    forward does not run. Logged either way: it also measures how much a policy repeats
+    itself.
+    """
+    idx = has_grad.nonzero().squeeze(1)
+    if len(idx) == 0:
+        return 0.0
+    first, _ = rollout.distinct_rows(ro.prompt_ids[idx], ro.prompt_mask[idx], ro.response_ids[idx],
+                                     ro.response_mask[idx])
+    return (len(idx) - len(first)) / len(has_grad)
+
+
+def active_dropout(model) -> list[str]:
+    """The model's dropout settings that are > 0: config fields (attention_dropout,
+    hidden_dropout, resid_pdrop, ...) and torch.nn.Dropout modules. Llama and Qwen configs
+    have 0 everywhere; GPT-2's have 0.1. Empty list: the training forward is deterministic."""
+    found = [f"{key}={value}" for key, value in model.config.to_dict().items()
+             if ("dropout" in key or "pdrop" in key) and type(value) in (int, float) and value > 0]
+    return found + [f"{name} p={m.p}" for name, m in model.named_modules()
+                    if isinstance(m, torch.nn.Dropout) and m.p > 0]
+
+
+def compile_for_update(model) -> torch.nn.Module:
+    """torch.compile(model, dynamic=True): the module the update's forward and backward call.
+
+    The compiled wrapper shares the model's parameters (the optimizer, checkpoints and
+    weight pushes keep using `model`). dynamic=True: one graph for every micro-batch
+    width and length, instead of a recompile per shape. Only the update is compiled:
+    the sampler's KV-cached loop changes its batch and cache shapes every few tokens,
+    and the no-grad passes are a small share of a step. What it buys on this project's
+    2-core CPU (bench.py with and without --compile, embedded model, 2026-11-23): the
+    update's fused element-wise ops (RMSNorm, rotary, SwiGLU) make it ~20-30% faster
+    (0.127 vs 0.174 s per step with skip and merge; 0.216 vs 0.276 before them), after a
+    first compile of ~50 s (~13 s with inductor's on-disk cache warm): a net loss for
+    the 300-step default run, a gain only for runs long enough to pay the compile back
+    (not measured on larger models). Off-policy, the old-policy pass stays eager,
+    so the first ratio of a batch is 1 only to float rounding (~1e-6), not exactly.
+    """
+    return torch.compile(model, dynamic=True)
