@@ -57,6 +57,14 @@ def main(argv: list[str] | None = None) -> int:
         return [float(tinymodel.addition_correct(c, a)) for c, a in zip(completions, answer)]
 
     out_dir = tempfile.mkdtemp(prefix="trl_example_")
+    # How TRL's knobs make "one generation batch, --minibatches optimizer steps":
+    # - TRL generates once every steps_per_generation optimizer steps, and each step takes
+    #   per_device_train_batch_size of the rollouts (gradient_accumulation_steps=1: one
+    #   micro-batch per step), so prompts x G rollouts feed `minibatches` steps.
+    # - Which rollouts go together in a step is TokencreditGRPOTrainer's choice
+    #   (minibatch_mode; "query" keeps every group whole, so its updates can cancel).
+    # - loss_type="dapo": the token sum over the step divided by its token count, our
+    #   "token-mean" aggregation. num_iterations stays 1: each rollout is used once.
     config = GRPOConfig(
         output_dir=out_dir, use_cpu=True, report_to="none", disable_tqdm=True, save_strategy="no",
         seed=args.seed, learning_rate=args.lr, temperature=1.0, logging_steps=1, dataloader_num_workers=0,

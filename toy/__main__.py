@@ -7,6 +7,13 @@ Prints, per experiment, its numbers and the papers' claims with the analog's ver
 of report.LABELS: agrees / not reproduced / depends on the optimizer / not testable in
 this analog, decided from the numbers of this run), then the total wall time.
 Writes OUT/expN_*.png, OUT/summary.md (the same, as markdown) and OUT/results.json.
+
+This file only runs them. The method is in the chapters, to be read in this order:
+toy/bandit.py (the analog: a three-token "LM" whose only trainable weights are a
+shared output layer, and the exact sum over all 5985 groups of G = 4), toy/cancellation.py (experiments 1, 2, 5: the
+cancellation identity, where updates go, token flips), toy/breakers.py (3, 4: what
+breaks exchangeability, and mini-batching), toy/fade.py (6, 7: the sign and difficulty
+axes, and FADE's schedule), toy/report.py (verdicts and the summary).
 """
 
 from __future__ import annotations
