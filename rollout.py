@@ -29,7 +29,7 @@ distribution, so this changes the work, never the distribution. In the default r
 runs B * max_i |o_i| ~ 12,000 token-steps, a loop that drops finished rows
 sum_i |o_i| ~ 7,500, and this one ~2,400-2,800 (the branches of each prompt's trie of
 responses, at a warmed policy). Measured there (bench.py, one thread): 0.39 s of
-sampling per batch with `generate`, 0.24-0.30 s with a loop that drops rows, 0.19-0.22
+sampling per batch with `generate`, 0.24-0.32 s with a loop that drops rows, 0.17-0.22
 s with this one (transformers' per-call overhead is most of what is left: ~48 decode
 steps of a few ms each).
 
