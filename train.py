@@ -390,10 +390,6 @@ def resume_or_start(run: Run, cfg: Config) -> int:
     return start
 
 
-
-
-
-
 def pick_device(cfg: Config) -> torch.device:
     if cfg.device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -491,10 +487,6 @@ def old_policy_pass(run: Run, ro: rollout.Rollouts, cfg: Config):
     return old_logp, entropy
 
 
-
-
-
-
 def autocast(model):
     """bf16 autocast on CUDA, a no-op on CPU.
 
@@ -553,8 +545,6 @@ def step_metrics(rewards, scores, adv, entropy, mask, ro, sched, G) -> dict:
         "truncation_rate": float(ro.truncated.float().mean()),
         **{f"sched/{key}": float(value) for key, value in sched.items()},
     }
-
-
 
 
 def batch_composition(opt_steps, adv, lengths) -> dict:

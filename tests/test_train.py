@@ -175,7 +175,6 @@ def test_fp32_master_weights_keep_rl_sized_updates_that_bf16_rounds_away(tiny_di
     assert {p.dtype for p in model.parameters()} == {torch.float32}
 
 
-
 # --- skipping rollouts whose advantage is exactly 0 (update.carries_gradient) ---
 
 def scripted_advantages(monkeypatch, script):
