@@ -38,6 +38,10 @@ Shapes: B rollouts in this call (a micro-batch), T response positions.
     logp, old_logp, ref_logp, mask, entropy: [B, T]; advantages: [B] (or [B, T] for
     ppo/cispo); group_index: [B] long, which prompt (group) each rollout belongs to.
 Natural logs; entropy and KL in nats.
+Devices: every tensor this file makes is made on its inputs' device (`x.new_zeros`,
+`torch.zeros_like`), so the loss runs wherever the model does; a bare `torch.zeros(n)`
+would land on the CPU and fail to mix with CUDA inputs. tests/test_loss.py checks it by
+making the default device "meta" while the inputs stay on the CPU.
 
 Micro-batch invariance: the normaliser (how many tokens / sequences the whole optimizer
 step has) is computed ONCE from the whole step by `step_normaliser` and passed in. Then
@@ -305,8 +309,7 @@ def dfpo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, group_index:
     """
     lengths = mask.sum(dim=1)
     groups, inverse = torch.unique(group_index, return_inverse=True)
-    group_len = torch.zeros(len(groups), dtype=lengths.dtype).scatter_reduce(0, inverse, lengths, "amax",
-                                                                           include_self=False)
+    group_len = lengths.new_zeros(len(groups)).scatter_reduce(0, inverse, lengths, "amax", include_self=False)
     s = gspo_sequence_ratio(logp.detach(), old_logp, mask, length=group_len[inverse].clamp(min=1))
     dropped = ((adv > 0) & (s > 1 + eps_high)) | ((adv < 0) & (s < 1 - eps_low))
     w = dfpo_transform(s, adv, group_index, mode, kept=~dropped)
@@ -370,8 +373,8 @@ def cancellation_residual(m: Tensor, group_index: Tensor) -> Tensor:
     with nanmean.
     """
     groups, inverse = torch.unique(group_index, return_inverse=True)
-    num = torch.zeros(len(groups), dtype=m.dtype).index_add_(0, inverse, m).abs()
-    den = torch.zeros(len(groups), dtype=m.dtype).index_add_(0, inverse, m.abs())
+    num = m.new_zeros(len(groups)).index_add_(0, inverse, m).abs()
+    den = m.new_zeros(len(groups)).index_add_(0, inverse, m.abs())
     return torch.where(den > 0, num / den.clamp(min=1e-30), torch.full_like(den, float("nan")))
 
 
@@ -593,8 +596,8 @@ def _check_inputs(logp, old_logp, advantages, mask, cfg, group_index, ref_logp) 
         if cfg.weight_transform == "orth":
             # orth would re-centre advantages that do not sum to zero (see dfpo_transform)
             groups, inverse = torch.unique(group_index, return_inverse=True)
-            total = torch.zeros(len(groups), dtype=advantages.dtype).index_add_(0, inverse, advantages)
-            scale = torch.zeros(len(groups), dtype=advantages.dtype).index_add_(0, inverse, advantages.abs())
+            total = advantages.new_zeros(len(groups)).index_add_(0, inverse, advantages)
+            scale = advantages.new_zeros(len(groups)).index_add_(0, inverse, advantages.abs())
             worst = int((total.abs() - 1e-6 * scale).argmax())
             if total[worst].abs() > 1e-6 * scale[worst] + 1e-12:
                 raise ValueError(f"policy_loss: weight_transform='orth' needs advantages that sum to zero in every "

@@ -1,6 +1,8 @@
 """The policy-gradient objective: cancellation on a real (tiny) model, micro-batch
 invariance, KL direction, entropy, filtering, clipping and bad input."""
 
+import contextlib
+import itertools
 import math
 
 import pytest
@@ -491,3 +493,77 @@ def test_policy_loss_runs_no_extra_backward(monkeypatch):
         _, stats = policy_loss(old + 0.1 * theta, old, adv, mask, cfg, step_normaliser(mask),
                                group_index=torch.arange(8) // 4)
         assert "cancellation_residual" not in stats
+
+
+# ---- every tensor follows its inputs' device ---------------------------------------------
+# A GPU run keeps the model, and so logp, adv, mask and group_index, on CUDA while torch's
+# default device stays the CPU: a tensor made with a bare torch.zeros(n) lands on the CPU
+# and fails to mix. Without a GPU: keep the inputs on the CPU and make "meta" the default
+# device. A tensor that does not follow its inputs then lands on "meta" and either fails
+# to mix with the CPU inputs or comes back on "meta" (and has no values).
+
+@contextlib.contextmanager
+def default_device(device):
+    before = torch.get_default_device()
+    torch.set_default_device(device)
+    try:
+        yield
+    finally:
+        torch.set_default_device(None if before == torch.device("cpu") else before)
+
+
+def accepted_configs():
+    """Every loss type x aggregation x transform LossConfig accepts, with KL, entropy and
+    negative filtering on (so their code runs too) and dual clip where it applies."""
+    configs = []
+    for loss_type, agg, transform in itertools.product(L.LOSS_TYPES, (None,) + L.AGGREGATIONS, L.WEIGHT_TRANSFORMS):
+        try:
+            configs.append(LossConfig(loss_type=loss_type, agg=agg, weight_transform=transform, kl_coef=0.1,
+                                      entropy_coef=0.01, neg_filter_frac=0.5,
+                                      dual_clip=3.0 if loss_type == "ppo" else None))
+        except ValueError:
+            continue
+    return configs
+
+
+CONFIGS = accepted_configs()
+
+
+def device_batch():
+    """Two zero-sum groups of 4 (orth accepts them), unequal lengths, ratios far enough
+    from 1 that every clip and DFPO's drop fire."""
+    g = torch.Generator().manual_seed(5)
+    B, T = 8, 6
+    lengths = torch.tensor([2, 6, 4, 5, 3, 6, 1, 5])
+    mask = (torch.arange(T)[None, :] < lengths[:, None]).double()
+    old = -torch.rand(B, T, generator=g, dtype=torch.float64) * 2
+    logp = old + 0.4 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    adv = torch.tensor([1.5, -0.5, -0.5, -0.5, 1.0, 1.0, -1.0, -1.0], dtype=torch.float64)
+    ref = old - 0.1
+    ent = torch.rand(B, T, generator=g, dtype=torch.float64)
+    return logp, old, adv, mask, torch.arange(B) // 4, ref, ent
+
+
+def run_on_inputs(fn, cfg, logp, old, adv, mask, gi, ref, ent):
+    norm = step_normaliser(mask)
+    if fn == "policy_loss":
+        loss, stats = policy_loss(logp, old, adv, mask, cfg, norm, gi, ref, ent)
+        return loss, stats
+    m = L.rollout_coefficients(logp, old, adv, mask, cfg, norm, gi)
+    return m if fn == "rollout_coefficients" else L.cancellation_residual(m, gi)
+
+
+@pytest.mark.parametrize("fn", ["policy_loss", "rollout_coefficients", "cancellation_residual"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=[f"{c.loss_type}-{c.agg or 'own'}-{c.weight_transform}" for c in CONFIGS])
+def test_every_tensor_loss_makes_follows_its_inputs_device(cfg, fn):
+    inputs = device_batch()
+    expected = run_on_inputs(fn, cfg, *inputs)
+    with default_device("meta"):
+        got = run_on_inputs(fn, cfg, *inputs)
+    if fn == "policy_loss":
+        (loss, stats), (loss_ref, stats_ref) = got, expected
+        assert loss.device.type == "cpu" and loss.item() == loss_ref.item()
+        assert stats == stats_ref
+    else:
+        assert got.device.type == "cpu"
+        torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
