@@ -473,9 +473,9 @@ def output_layer_features(model, ro: rollout.Rollouts, rows: Tensor, cols: Tenso
                 local = torch.searchsorted(idx, rows[here])                 # their row within the chunk
                 hs = captured["h"][local, cols[here]].double().cpu()
                 ls = torch.log_softmax(captured["z"][local, cols[here]].double() / temperature, dim=-1).cpu()
-                if h is None:
-                    h = torch.zeros(len(rows), hs.shape[1], dtype=torch.float64)
-                    logp_all = torch.zeros(len(rows), ls.shape[1], dtype=torch.float64)
+                if h is None:   # made where hs and ls are (the CPU), whatever the default device
+                    h = hs.new_zeros(len(rows), hs.shape[1])
+                    logp_all = ls.new_zeros(len(rows), ls.shape[1])
                 h[here], logp_all[here] = hs, ls
     finally:
         handle.remove()

@@ -49,14 +49,15 @@ def micro_batches(step_idx: torch.Tensor, group_index: torch.Tensor, lengths: to
     if cfg.loss.weight_transform is None:
         return list(step_idx[lengths[step_idx].argsort(stable=True)].split(cfg.micro_batch))
     chunks, current = [], []
+    chunk = lambda rows: torch.tensor(rows, dtype=torch.long, device=step_idx.device)   # where step_idx is
     for g in torch.unique_consecutive(group_index[step_idx]).tolist():
         members = step_idx[group_index[step_idx] == g].tolist()
         if current and len(current) + len(members) > cfg.micro_batch:
-            chunks.append(torch.tensor(current))
+            chunks.append(chunk(current))
             current = []
         current += members
     if current:
-        chunks.append(torch.tensor(current))
+        chunks.append(chunk(current))
     return chunks
 
 
@@ -87,7 +88,7 @@ def carries_gradient(adv: torch.Tensor, cfg: train.Config, diagnose: bool) -> to
     """
     if (not cfg.skip_zero_adv or diagnose or cfg.epochs > 1 or cfg.minibatches > 1 or cfg.loss.kl_coef > 0
             or cfg.loss.entropy_coef > 0 or cfg.loss.weight_transform is not None):
-        return torch.ones(len(adv), dtype=torch.bool)
+        return torch.ones_like(adv, dtype=torch.bool)      # on adv's device, like `adv != 0` below
     return adv != 0
 
 

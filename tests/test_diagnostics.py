@@ -336,6 +336,21 @@ def test_output_layer_features_read_the_real_models_head(tok):
     assert torch.allclose(torch.log_softmax(h @ W.T / 1.3, dim=-1), logp_all, atol=1e-8)
 
 
+def test_output_layer_features_come_back_where_the_features_are(tok, default_device):
+    # h and logp_all are filled from the hooked activations moved to the CPU; they must be
+    # made there too, not on torch's default device. Inputs (model, rollouts) on the CPU,
+    # "meta" as the default device (conftest): a bare torch.zeros would come back on "meta".
+    model = tinymodel.build_tiny_model(tok, seed=0, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+    torch.manual_seed(0)
+    ro = rollout.generate_rollouts(model, tok, ["3+4\n", "12+77\n"], G=2, max_new_tokens=6, temperature=1.3)
+    rows, cols = ro.response_mask.nonzero().unbind(1)
+    expected = D.output_layer_features(model, ro, rows, cols, temperature=1.3, chunk=2)
+    with default_device("meta"):
+        got = D.output_layer_features(model, ro, rows, cols, temperature=1.3, chunk=2)
+    for x, ref in zip(got, expected):
+        assert x.device.type == "cpu" and torch.equal(x, ref)
+
+
 # ---------------------------------------------------------------------------------------
 # The entry point
 # ---------------------------------------------------------------------------------------

@@ -1,7 +1,6 @@
 """The policy-gradient objective: cancellation on a real (tiny) model, micro-batch
 invariance, KL direction, entropy, filtering, clipping and bad input."""
 
-import contextlib
 import itertools
 import math
 
@@ -496,21 +495,10 @@ def test_policy_loss_runs_no_extra_backward(monkeypatch):
 
 
 # ---- every tensor follows its inputs' device ---------------------------------------------
-# A GPU run keeps the model, and so logp, adv, mask and group_index, on CUDA while torch's
-# default device stays the CPU: a tensor made with a bare torch.zeros(n) lands on the CPU
-# and fails to mix. Without a GPU: keep the inputs on the CPU and make "meta" the default
-# device. A tensor that does not follow its inputs then lands on "meta" and either fails
-# to mix with the CPU inputs or comes back on "meta" (and has no values).
-
-@contextlib.contextmanager
-def default_device(device):
-    before = torch.get_default_device()
-    torch.set_default_device(device)
-    try:
-        yield
-    finally:
-        torch.set_default_device(None if before == torch.device("cpu") else before)
-
+# The inputs stay on the CPU while "meta" is the default device (conftest's
+# default_device): a tensor loss.py makes without following its inputs lands on "meta",
+# and fails to mix with them or comes back without values, as a CPU tensor would next to
+# CUDA inputs on a GPU.
 
 def accepted_configs():
     """Every loss type x aggregation x transform LossConfig accepts, with KL, entropy and
@@ -555,7 +543,7 @@ def run_on_inputs(fn, cfg, logp, old, adv, mask, gi, ref, ent):
 
 @pytest.mark.parametrize("fn", ["policy_loss", "rollout_coefficients", "cancellation_residual"])
 @pytest.mark.parametrize("cfg", CONFIGS, ids=[f"{c.loss_type}-{c.agg or 'own'}-{c.weight_transform}" for c in CONFIGS])
-def test_every_tensor_loss_makes_follows_its_inputs_device(cfg, fn):
+def test_every_tensor_loss_makes_follows_its_inputs_device(cfg, fn, default_device):
     inputs = device_batch()
     expected = run_on_inputs(fn, cfg, *inputs)
     with default_device("meta"):

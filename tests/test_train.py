@@ -275,6 +275,24 @@ def test_nothing_is_skipped_where_a_zero_advantage_rollout_still_matters(tiny_di
     assert update.carries_gradient(adv, train.parse_args(base), diagnose=True).all()
 
 
+def test_update_index_tensors_follow_their_inputs_device(tiny_dir, default_device):
+    # The index tensors the update makes (which rollouts run, in which chunks) follow the
+    # advantages / step indices they come from: inputs on the CPU, "meta" as the default
+    # device (conftest), so one made with a bare torch.tensor / torch.ones lands on "meta".
+    adv = torch.tensor([0.0, 1.0, -1.0, 0.0, 0.5, -0.5])
+    step_idx, group_index, lengths = torch.arange(6), torch.arange(6) // 2, torch.tensor([3, 1, 2, 5, 4, 4])
+    plain = train.parse_args(small_args(tiny_dir, "unused"))
+    dfpo = train.parse_args(small_args(tiny_dir, "unused", "--loss_type", "gspo", "--weight_transform", "min",
+                                       "--micro_batch", "3"))
+    with default_device("meta"):
+        run_all, skip_zero = update.carries_gradient(adv, plain, diagnose=True), update.carries_gradient(adv, plain, False)
+        chunks = update.micro_batches(step_idx, group_index, lengths, dfpo)
+    assert run_all.device.type == skip_zero.device.type == "cpu"
+    assert run_all.tolist() == [True] * 6 and skip_zero.tolist() == [False, True, True, False, True, True]
+    assert [c.device.type for c in chunks] == ["cpu", "cpu", "cpu"]
+    assert [c.tolist() for c in chunks] == [[0, 1], [2, 3], [4, 5]]      # whole groups of 2, <= 3 per chunk
+
+
 # --- running identical rollouts once (merge_duplicates, rollout.token_logprobs) ---
 
 def with_copies(monkeypatch):
