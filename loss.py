@@ -85,7 +85,7 @@ class LossConfig:
     eps_high: float = 0.2
     """Upper clip range: ratios above 1 + eps_high stop pushing up tokens with A > 0 (DAPO: 0.28)."""
     dual_clip: float | None = None
-    """Dual clip constant c > 1 (typically 3): caps the loss of A < 0 tokens at -c A. None = off."""
+    """Dual clip constant c > 1 (typically 3): caps the loss of A < 0 tokens at -c A (loss_type 'ppo' only). None = off."""
     agg: str | None = None
     """Aggregation (token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm); None = the surrogate's own."""
     weight_transform: str | None = None
@@ -134,6 +134,12 @@ class LossConfig:
             raise ValueError(f"eps_high must be >= 0, got {self.eps_high}")
         if self.dual_clip is not None and not self.dual_clip > 1:
             raise ValueError(f"dual_clip must be > 1 (or None), got {self.dual_clip}")
+        # Only PPO's token clip has a dual clip (Ye et al.: bound a token whose ratio exploded
+        # under A < 0). CISPO's weight is capped at 1 + eps_high already; GSPO and DFPO clip
+        # whole sequences. Accepted there, it would be an option that silently does nothing.
+        if self.dual_clip is not None and self.surrogate != "ppo":
+            raise ValueError(f"dual_clip={self.dual_clip} applies to loss_type='ppo' only; {self.surrogate} "
+                             f"would ignore it (drop dual_clip)")
         if self.kl_coef < 0 or self.entropy_coef < 0:
             raise ValueError(f"kl_coef and entropy_coef must be >= 0, got {self.kl_coef}, {self.entropy_coef}")
         if self.neg_filter_frac is not None and not 0 < self.neg_filter_frac <= 1:

@@ -381,6 +381,23 @@ def test_bad_config_and_shapes_name_the_value():
         step_normaliser(torch.zeros(2, 3))
 
 
+def test_dual_clip_is_refused_where_it_would_do_nothing(tmp_path, capsys):
+    # GSPO with A < 0 and a sequence ratio of 7.4 took the full gradient and logged
+    # clip_frac_dual 0 when dual_clip=3 was accepted: refuse it for every surrogate but PPO.
+    for kw in (dict(loss_type="cispo"), dict(loss_type="gspo"), dict(loss_type="gspo", weight_transform="min")):
+        with pytest.raises(ValueError, match=r"^dual_clip=3.0 applies to loss_type='ppo' only; (cispo|gspo|dfpo) "):
+            LossConfig(dual_clip=3.0, **kw)
+    assert LossConfig(dual_clip=3.0).dual_clip == 3.0          # PPO applies it (test_dual_clip_counts_...)
+    # train.py: one line on stderr and exit code 2, before any model is loaded
+    import train
+    with pytest.raises(SystemExit) as stop:
+        train.main(["--loss_type", "gspo", "--dual_clip", "3", "--out_dir", str(tmp_path / "run")])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert stop.value.code == 2 and len(lines) == 1
+    assert lines[0].startswith("train.py: error: dual_clip=3.0 applies to loss_type='ppo' only; gspo")
+    assert not (tmp_path / "run").exists()
+
+
 # ---- GSPO is GSPO; DFPO under clipping; dual clip counted; residual off the hot path ----
 
 def gspo_reference(logp, old, adv, mask, eps_low, eps_high):
