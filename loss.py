@@ -296,29 +296,38 @@ def dfpo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, group_index:
          eps_low: float, eps_high: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """DFPO (arXiv 2604.13088): GSPO's weights, made exchangeable inside each group.
 
-        w_i  = s_i with a group-constant length L_g = max_{j in g} |o_j|     [recon]
-        kept = not clipped by GSPO's rule (A > 0: w <= 1 + eps_high; A < 0: w >= 1 - eps_low)
+        s_i  = exp( sum_t log rho_{i,t} / |o_i| )      GSPO's own sequence ratio
+        kept = GSPO's trust region on s_i:  A > 0: s_i <= 1 + eps_high;  A < 0: s_i >= 1 - eps_low
+        w_i  = exp( sum_t log rho_{i,t} / L_g ),  L_g = max_{j in g} |o_j|        [recon]
         w~   = dfpo_transform(w, A) over the KEPT rollouts of each group;  w~ = 0 if dropped
         l_{i,t} = -w~_i A_i exp(log pi_t - sg(log pi_t))     (value -w~A, grad -w~A grad log pi)
 
-    [recon] The paper's exact rule is not public. Ours: w_i is the detached GSPO sequence
-    ratio with a normaliser that is the same for every rollout of the group (GSPO's own
-    1/|o_i| would break exchangeability again); GSPO's clip decides which rollouts are
-    dropped, and a dropped rollout stays dropped, at exactly zero gradient: the transform
-    only sees the kept ones. (Transforming first and then clipping would let `orth` give
-    a dropped rollout a non-zero weight, pushing it further out of the trust region, and
-    `min` would take the dropped rollout's 0 as the group's minimum and zero the whole
-    group.) After `orth`, sum_{kept} w~_i A_i = 0 exactly; after `min`, every kept rollout
-    has the same weight, so a shared token gets w_min * sum_{kept} A_i, which is 0 unless
-    the clip dropped some rollouts of the group.
+    [recon] The paper's exact rule is not public. Ours uses two ratios, on purpose:
+      - which rollouts are dropped is GSPO's own decision, on s_i with the rollout's own
+        length: DFPO is GSPO with exchangeable weights, so its trust region is GSPO's;
+      - the weight the transform acts on, w_i, has a normaliser that is the same for every
+        rollout of the group. GSPO's own 1/|o_i| would make a shared token's weight depend
+        on its rollout's length and break exchangeability again (spec section 3).
+    The two differ by the length: w_i = s_i^(|o_i| / L_g), pulled toward 1 for a rollout
+    shorter than the group's longest. Deciding on w would make the trust region depend on
+    the length: a 2-token rollout with per-token log-ratio 1 (s = e = 2.72) in a group whose
+    longest member has 100 tokens has w = e^0.02 = 1.02 and would never be clipped.
+    A dropped rollout stays dropped, at exactly zero gradient: the transform only sees
+    the kept ones. (Transforming first and then clipping would let `orth` give a dropped
+    rollout a non-zero weight, pushing it further out of the trust region, and `min`
+    would take the dropped rollout's 0 as the group's minimum and zero the whole group.)
+    After `orth`, sum_{kept} w~_i A_i = 0 exactly; after `min`, every kept rollout has the
+    same weight, so a shared token gets w_min * sum_{kept} A_i, which is 0 unless the clip
+    dropped some rollouts of the group.
     Use a token-sum aggregation (LossConfig enforces it). adv: [B]; group_index: [B].
     """
     lengths = mask.sum(dim=1)
     groups, inverse = torch.unique(group_index, return_inverse=True)
     group_len = lengths.new_zeros(len(groups)).scatter_reduce(0, inverse, lengths, "amax", include_self=False)
-    s = gspo_sequence_ratio(logp.detach(), old_logp, mask, length=group_len[inverse].clamp(min=1))
+    s = gspo_sequence_ratio(logp.detach(), old_logp, mask)                     # decides keep / drop
     dropped = ((adv > 0) & (s > 1 + eps_high)) | ((adv < 0) & (s < 1 - eps_low))
-    w = dfpo_transform(s, adv, group_index, mode, kept=~dropped)
+    w = gspo_sequence_ratio(logp.detach(), old_logp, mask, length=group_len[inverse].clamp(min=1))
+    w = dfpo_transform(w, adv, group_index, mode, kept=~dropped)
     per_token = -(w * adv).unsqueeze(1) * torch.exp(logp - logp.detach())
     row = lambda flags: flags.unsqueeze(1).expand_as(mask)
     return per_token, row((adv < 0) & dropped), row((adv > 0) & dropped), row(torch.zeros_like(dropped))

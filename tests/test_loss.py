@@ -467,6 +467,29 @@ def test_dfpo_dropped_rollout_stays_dropped(transform):
         assert torch.allclose(w, w[0].expand(3), rtol=1e-12)
 
 
+def test_dfpo_keeps_or_drops_on_gspos_own_sequence_ratio_with_unequal_lengths():
+    # Two groups of lengths 2, 100, 60, 40, advantages +1, +1, -1, -1. Group 0: the 2-token
+    # rollout has per-token log-ratio 1, so GSPO's s = e (far above 1 + 0.2): dropped,
+    # although its group-length weight w = e^(2/100) = 1.02 is inside the range. Group 1
+    # (positive control): its 2-token rollout has log-ratio 0.15 (s = 1.16) and its
+    # 40-token one -0.1 (s = 0.905): both inside the range, so nothing is dropped, and min
+    # gives every rollout the group's smallest w, e^(-0.1 * 40 / 100).
+    T, lengths = 100, [2, 100, 60, 40] * 2
+    mask = (torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]).double()
+    per_token = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.15, 0.0, 0.0, -0.1], dtype=torch.float64)
+    old = torch.full((8, T), -1.0, dtype=torch.float64)
+    logp = (old + per_token[:, None] * mask).requires_grad_(True)
+    adv = torch.tensor([1.0, 1.0, -1.0, -1.0] * 2, dtype=torch.float64)
+    cfg = LossConfig(loss_type="gspo", weight_transform="min", eps_low=0.2, eps_high=0.2)
+    loss, stats = policy_loss(logp, old, adv, mask, cfg, step_normaliser(mask), group_index=torch.arange(8) // 4)
+    loss.backward()
+    coef = -logp.grad * (8 * T)                # w~_i A_i on each response token (Dr. GRPO's 1 / (B L))
+    w_min = math.exp(-0.1 * 40 / 100)
+    expected = torch.tensor([0.0, 1.0, -1.0, -1.0] + [w_min, w_min, -w_min, -w_min], dtype=torch.float64)
+    assert torch.allclose(coef, expected[:, None] * mask, rtol=1e-12, atol=0)
+    assert stats["clip_frac_high"] == pytest.approx(2 / 404) and stats["clip_frac_low"] == 0   # its 2 tokens
+
+
 def test_orth_refuses_advantages_that_do_not_sum_to_zero():
     from advantages import compute_advantages as ca
     rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
