@@ -337,15 +337,35 @@ def dfpo_transform(w: Tensor, adv: Tensor, group_index: Tensor, mode: str, kept:
     """The DFPO weight transforms (arXiv 2604.13088) that restore exchangeability.
 
     w: [B] detached per-rollout weights; adv: [B]; group_index: [B]; kept: [B] bool
-    (default all). Per group g, over its kept rollouts K:
-        min:   w~_i = min_{j in K} w_j                  every kept rollout the same weight
+    (default all). Per group g, over its kept rollouts K, and M = those of K with A != 0
+    (the ones that move anything):
+        min:   w~_i = min_{j in M} w_j                  every kept rollout the same weight
         orth:  w~_K = w_K - (A_K.w_K / A_K.A_K) A_K     remove w's component along A
     and w~_i = 0 for the rollouts not kept. After orth, sum_{i in K} w~_i A_i = 0 always;
     after min, whenever sum_{i in K} A_i = 0. min is conservative (the whole group moves
     at its most pessimistic weight); orth keeps w's spread where it is orthogonal to the
-    advantages. A group with A_K.A_K = 0 keeps its weights under orth; a group with no
-    kept rollout gets zeros, and one with a single kept rollout (A != 0) gets exactly 0
-    under orth, as the formula says (computed, it would leave a 1e-16 rounding residue).
+    advantages. A group with no kept rollout gets zeros; one whose kept rollouts all have
+    A = 0 keeps w (it moves nothing either way).
+
+    min ignores A = 0 rollouts: they get no gradient whatever their weight (w~ A = 0),
+    but one far off-policy A = 0 rollout (w = 0.1, say) would otherwise set the whole
+    group's weight to 0.1. They get the group's min too.
+
+    orth's one-sided rule [recon]: when the kept rollouts with A != 0 all have ONE sign
+    (the clip dropped every rollout of the other sign, e.g. the group's only success),
+    they all get w~ = 0: the group is dropped with its other side. Why: orth's condition
+    sum_K w~_i A_i = 0 with every A_i of one sign has exactly one solution without a
+    negative weight, w~ = 0. The formula's own answer meets it with weights of both signs:
+    equal A_i give w~ = w - mean(w), so off-policy about half of the kept failures get a
+    negative weight and are pushed UP, by how far the policy happened to move (on-policy
+    it is 0 up to rounding); unequal A_i flip signs even on-policy. The other natural
+    choice, leaving such a group untransformed (w~ = w), keeps its failures' push but
+    gives up cancellation exactly there (a shared token then drifts with sum_K w_i A_i,
+    as under min); we keep what orth is for, exact cancellation in every group, and pay
+    with the learning signal of these groups. policy_loss counts them (n_groups_one_sided;
+    train.py logs the share as dfpo_one_sided) so that the cost is measured. A single
+    kept rollout with A != 0 is one-sided. With binary rewards a kept set with both signs
+    never gets a negative w~ on-policy; other advantages can, and are not guarded.
 
     What orth does to advantages that do NOT sum to zero (FADE with delta < 1, asym,
     psr, nsr, w_reinforce): on-policy (w = 1) the effective coefficients become
@@ -362,14 +382,38 @@ def dfpo_transform(w: Tensor, adv: Tensor, group_index: Tensor, mode: str, kept:
         if len(idx) == 0:
             continue
         wg, ag = w[idx], adv[idx]
-        if mode == "min":
-            out[idx] = wg.min()
-        elif len(idx) == 1:   # orth of one rollout is exactly 0 (w - (a w / a^2) a); say so, no rounding
-            out[idx] = 0.0 if bool(ag[0] != 0) else wg
+        moving = ag != 0
+        if not bool(moving.any()):
+            out[idx] = wg
+        elif mode == "min":
+            out[idx] = wg[moving].min()
+        elif not (bool((ag > 0).any()) and bool((ag < 0).any())):
+            out[idx] = 0.0                      # orth's one-sided rule (docstring)
         else:  # orth
-            aa = (ag * ag).sum()
-            out[idx] = wg - (ag * wg).sum() / aa * ag if aa > 0 else wg
+            out[idx] = wg - (ag * wg).sum() / (ag * ag).sum() * ag
     return out
+
+
+def dfpo_group_counts(adv: Tensor, dropped: Tensor, group_index: Tensor) -> dict:
+    """What DFPO's clip did to the groups of this call, as counts (policy_loss's stats).
+
+        n_rollouts          rollouts in the call
+        n_dropped           rollouts the clip dropped (exactly zero gradient)
+        n_groups_mixed      groups whose advantages have both signs (something to cancel)
+        n_groups_one_sided  of those, groups whose kept rollouts with A != 0 have one
+                            sign only: orth zeroes them, min cannot cancel them
+                            (dfpo_transform); a group the clip emptied is not one of them
+    Counts, not fractions, so that micro-batches add up; the fractions of a whole step
+    are n_dropped / n_rollouts and n_groups_one_sided / n_groups_mixed (train.py's
+    dfpo_dropped and dfpo_one_sided). adv, dropped (bool), group_index: [B].
+    """
+    _, inverse = torch.unique(group_index, return_inverse=True)
+    n_groups = int(inverse.max()) + 1 if len(inverse) else 0
+    any_in_group = lambda flags: adv.new_zeros(n_groups).index_add_(0, inverse, flags.to(adv.dtype)) > 0
+    mixed = any_in_group(adv > 0) & any_in_group(adv < 0)
+    kept_pos, kept_neg = any_in_group((adv > 0) & ~dropped), any_in_group((adv < 0) & ~dropped)
+    return {"n_rollouts": float(len(adv)), "n_dropped": float(dropped.sum()),
+            "n_groups_mixed": float(mixed.sum()), "n_groups_one_sided": float((mixed & (kept_pos ^ kept_neg)).sum())}
 
 
 RESIDUAL_REL_TOL = 1e-6
@@ -495,12 +539,23 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
     kl_coef > 0); entropy: [B, T] full-vocabulary entropy (differentiable if
     entropy_coef > 0).
 
-    Stats (python floats, token-means over THIS call; train.py weights them by
-    "n_tokens" to combine micro-batches):
-      clip_frac_low / _high / _dual   tokens whose gradient a clip removed (0 by
-                                      construction with one step per batch: rho = 1)
+    Stats (python floats; token-means over THIS call, which train.py weights by
+    "n_tokens" to combine micro-batches, except the "n_*" counts, which add up):
+      clip_frac_low / _high           tokens the clip acted on at the low / high bound
+                                      (0 by construction with one step per batch: rho = 1).
+                                      ppo, gspo, dfpo: their gradient was removed (A < 0
+                                      below 1 - eps_low, A > 0 above 1 + eps_high; gspo
+                                      and dfpo count every token of a clipped sequence).
+                                      cispo: their importance weight was clamped to the
+                                      bound, whatever the sign of A; CISPO removes no
+                                      gradient, it rescales it (see `cispo`)
+      clip_frac_dual                  tokens whose gradient the dual clip removed (ppo)
       approx_kl                       k3 estimate of KL(pi_old || pi) (Schulman's)
       entropy, kl_ref                 when given
+      n_tokens                        response tokens of this call
+      n_rollouts, n_dropped, n_groups_mixed, n_groups_one_sided
+                                      dfpo only: what the clip did to the groups
+                                      (dfpo_group_counts)
     The cancellation residual is a separate diagnostic, `cancellation_residual_of_loss`,
     so that the training path pays nothing for it.
     """
@@ -527,6 +582,8 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
         stats["clip_frac_high"] = _masked_mean(clipped_high, mask)
         stats["clip_frac_dual"] = _masked_mean(clipped_dual, mask)
         stats["approx_kl"] = _masked_mean(torch.exp(log_ratio) - 1.0 - log_ratio, mask)
+        if cfg.surrogate == "dfpo":      # a dropped rollout has every token flagged, in low or high
+            stats.update(dfpo_group_counts(advantages, (clipped_low | clipped_high).any(dim=1), group_index))
     return loss, stats
 
 
@@ -544,13 +601,15 @@ def rollout_coefficients(logp: Tensor, old_logp: Tensor, advantages: Tensor, mas
     cancellation_residual(m, group_index) says how far the group is from cancelling.
     With the step-fixed normaliser `norm`, m_i depends only on rollout i (and, for DFPO,
     on its group, which train.py keeps in one micro-batch), so the m of several
-    micro-batches can be concatenated and the residual taken over whole groups.
+    micro-batches can be concatenated and the residual taken over an optimizer step's groups.
     Float rounding is not a weight: m_i is set to 0 where |m_i| <= RESIDUAL_REL_TOL * |A_i| u_i,
     with u_i the coefficient the aggregation gives a rollout of weight 1 (the same
-    aggregation's derivative, mean over the rollout's tokens). Why: DFPO's orth on a group
-    whose kept rollouts share one advantage gives w~ = w - mean(w), exactly 0 on-policy but
-    ~1e-8 in float32; without this rule such groups read R_g = 1 (all noise of one sign)
-    and made the dfpo sweep's orth residual 0.12 instead of ~0.
+    aggregation's derivative, mean over the rollout's tokens). Why: a weight that is 0 in
+    exact arithmetic can come out ~1e-8 in float32, and a group of such noise reads
+    R_g = 1 (all of one sign) instead of "nothing to cancel". It happened with orth's
+    formula on groups whose kept rollouts share one advantage (w - mean(w)), and made the
+    dfpo sweep's orth residual 0.12 instead of ~0; dfpo_transform now gives those groups
+    exact zeros (orth's one-sided rule), and this rule stays as the guard for any other.
     Cost: one backward through the surrogate and the aggregation only (never through the
     model), so call it when a diagnostic wants the number, not on every micro-batch.
     KL and entropy terms are left out: they are not functions of the advantages.

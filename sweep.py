@@ -225,6 +225,9 @@ def dfpo() -> Sweep:
     mini-batches keep groups whole (the transforms need it). GSPO runs with its own
     aggregation (seq-mean-token-mean), DFPO with seq-mean-token-sum-norm (loss.py's
     OWN_AGGREGATION); the residual is logged on the diagnostic steps (every 10th).
+    How often the clip leaves a group with kept rollouts of one sign only (orth then
+    zeroes the group, min cannot cancel it: loss.dfpo_transform) is the "one-sided
+    groups" row, logged every step as dfpo_one_sided.
     Clip range: GSPO's own, eps_low 3e-4 and eps_high 4e-4 (GSPO paper, Zheng et al.
     2025), in every arm. The sequence ratio is a geometric mean of token ratios, so it
     stays much closer to 1 than a token ratio, and the PPO default 0.2 almost never
@@ -247,6 +250,11 @@ def dfpo() -> Sweep:
               ("clip frac low", mean_of("clip_frac_low"), "mean over steps"),
               ("clip frac high", mean_of("clip_frac_high"), "mean over steps"),
               ("clip frac dual", mean_of("clip_frac_dual"), "mean over steps (dual clip off: 0)"),
+              ("dropped rollouts", mean_of("dfpo_dropped"),
+               "share of rollouts GSPO's clip dropped, mean over steps (DFPO arms only)"),
+              ("one-sided groups", mean_of("dfpo_one_sided"),
+               "share of groups with both signs left with kept rollouts of one sign by the clip "
+               "(orth zeroes them, min cannot cancel them), mean over steps (DFPO arms only)"),
               ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")],
         curves=[("eval/pass@1", "held-out pass@1"), ("entropy", "entropy (nats/token)"),
                 ("cancellation_residual", "cancellation residual R_g"),

@@ -504,24 +504,34 @@ def batch_inputs(ro: rollout.Rollouts, idx: torch.Tensor, device) -> tuple:
 
 
 def add_stats(tally: dict, stats: dict) -> None:
-    """Running token-weighted sums of policy_loss's per-micro-batch stats."""
+    """Running sums of policy_loss's per-micro-batch stats: the "n_*" counts (n_tokens,
+    DFPO's rollout and group counts) add up; every other stat is a token-mean of its
+    micro-batch and is summed weighted by the micro-batch's n_tokens."""
     w = stats["n_tokens"]
-    tally["n_tokens"] = tally.get("n_tokens", 0.0) + w
     for key, value in stats.items():
-        if key != "n_tokens":
-            tally[key] = tally.get(key, 0.0) + value * w
+        tally[key] = tally.get(key, 0.0) + (value if key.startswith("n_") else value * w)
 
 
 def stat_means(tally: dict, skipped_all: bool = False) -> dict:
-    """The step's token-weighted means, from add_stats' sums.
+    """The step's token-weighted means, from add_stats' sums, and DFPO's two fractions.
 
+    With a DFPO transform, from loss.dfpo_group_counts over the whole step:
+      dfpo_dropped    rollouts GSPO's clip dropped / rollouts
+      dfpo_one_sided  groups with both signs whose kept rollouts were left with one /
+                      groups with both signs (orth zeroes them, min cannot cancel them);
+                      NaN when no group had both signs
     skipped_all: update.carries_gradient left out every rollout (all advantages 0, one optimizer
     step per batch), so nothing was tallied; the clip fractions and approx_kl the full
     update would have logged are then exactly 0 (rho = 1), and are logged as such.
     """
     if skipped_all:
         return {"clip_frac_low": 0.0, "clip_frac_high": 0.0, "clip_frac_dual": 0.0, "approx_kl": 0.0}
-    return {key: value / tally["n_tokens"] for key, value in tally.items() if key != "n_tokens"}
+    out = {key: value / tally["n_tokens"] for key, value in tally.items() if not key.startswith("n_")}
+    if "n_groups_mixed" in tally:
+        out["dfpo_dropped"] = tally["n_dropped"] / tally["n_rollouts"]
+        out["dfpo_one_sided"] = tally["n_groups_one_sided"] / tally["n_groups_mixed"] if tally["n_groups_mixed"] \
+            else math.nan
+    return out
 
 
 def nanmean(values: list[float]) -> float:

@@ -145,10 +145,22 @@ def test_cancellation_residual_values():
     assert r[0].item() == 0.0 and r[1].item() == 1.0 and math.isnan(r[2].item())
 
 
-def test_float_rounding_weights_are_no_weights_in_the_residual():
-    # DFPO orth on a group whose kept rollouts all share one advantage: w~ = w - mean(w),
-    # 0 in exact arithmetic. Make w differ by float32 rounding only (s_i = 1 + ~1e-7):
-    # such a group has nothing to cancel (NaN), not R_g = 1. Group 1 is a real group.
+def orth_formula_everywhere(w, adv, group_index, mode, kept=None):
+    """orth's formula w - (A.w / A.A) A in every group, one-sided ones included (what
+    dfpo_transform did before its one-sided rule), to make rounding-level weights."""
+    out = torch.zeros_like(w)
+    for g in torch.unique(group_index):
+        i = ((group_index == g) & kept).nonzero().squeeze(1)
+        out[i] = w[i] - (adv[i] * w[i]).sum() / (adv[i] * adv[i]).sum() * adv[i]
+    return out
+
+
+def test_float_rounding_weights_are_no_weights_in_the_residual(monkeypatch):
+    # orth's formula on a group whose rollouts all share one advantage gives w - mean(w),
+    # 0 in exact arithmetic (dfpo_transform now zeroes such groups exactly, so the formula
+    # is patched in here). Make w differ by float32 rounding only (s_i = 1 + ~1e-7): such
+    # a group has nothing to cancel (NaN), not R_g = 1. Group 1 is a real group.
+    monkeypatch.setattr(L, "dfpo_transform", orth_formula_everywhere)
     T = 6
     mask = torch.ones(8, T)
     adv = torch.tensor([-0.5, -0.5, -0.5, -0.5, 1.0, -1.0, 1.0, -1.0])
@@ -488,6 +500,83 @@ def test_dfpo_keeps_or_drops_on_gspos_own_sequence_ratio_with_unequal_lengths():
     expected = torch.tensor([0.0, 1.0, -1.0, -1.0] + [w_min, w_min, -w_min, -w_min], dtype=torch.float64)
     assert torch.allclose(coef, expected[:, None] * mask, rtol=1e-12, atol=0)
     assert stats["clip_frac_high"] == pytest.approx(2 / 404) and stats["clip_frac_low"] == 0   # its 2 tokens
+
+
+def dfpo_two_groups(transform):
+    """Two groups of 4, equal lengths 3; rollout 0 of each (A > 0) has per-token log-ratio
+    0.5, far above 1 + 0.2, and is dropped. Group 0, A = (1.5, -0.5, -0.5, -0.5): its only
+    success is dropped, the kept rollouts are one-sided. Group 1, A = (1.5, 0.5, -1, -1):
+    kept rollouts of both signs. Returns (w~_i A_i per token [8, 3], stats, per-token shifts)."""
+    shift = torch.tensor([0.5, 0.02, -0.03, 0.01] * 2, dtype=torch.float64)
+    adv = torch.tensor([1.5, -0.5, -0.5, -0.5, 1.5, 0.5, -1.0, -1.0], dtype=torch.float64)
+    mask = torch.ones(8, 3, dtype=torch.float64)
+    old = torch.full((8, 3), -1.0, dtype=torch.float64)
+    logp = (old + shift[:, None]).requires_grad_(True)
+    cfg = LossConfig(loss_type="gspo", weight_transform=transform, eps_low=0.2, eps_high=0.2)
+    gi = torch.arange(8) // 4
+    loss, stats = policy_loss(logp, old, adv, mask, cfg, step_normaliser(mask), group_index=gi)
+    loss.backward()
+    return -logp.grad * (8 * 3), stats, shift, adv, gi     # x (n_seqs * max_len): w~_i A_i
+
+
+def test_orth_zeroes_a_group_the_clip_left_one_sided():
+    coef, stats, shift, adv, gi = dfpo_two_groups("orth")
+    # group 0: nothing of the other sign to cancel against -> the whole group is zero
+    assert torch.equal(coef[:4], torch.zeros(4, 3, dtype=torch.float64))
+    # group 1: orth over the kept (both signs), w_i = e^shift_i (equal lengths): exact values
+    w, a = shift[5:].exp(), adv[5:]
+    expected = (w - (a * w).sum() / (a * a).sum() * a) * a
+    assert torch.allclose(coef[5:, 0], expected, rtol=1e-12, atol=0) and (coef[5:, 0].abs() > 0.1).all()
+    assert coef[4].abs().max() == 0 and abs(coef[5:, 0].sum().item()) < 1e-15
+    assert (stats["n_rollouts"], stats["n_dropped"], stats["n_groups_mixed"], stats["n_groups_one_sided"]) == (8, 2, 2, 1)
+    # why not orth's formula on group 0: w - mean(w) pushes the failure with the smallest
+    # weight (rollout 2, shift -0.03) UP, and the other two down
+    formula = orth_formula_everywhere(shift.exp(), adv, gi, "orth", kept=torch.arange(8) % 4 != 0)
+    assert (formula[1:4] * adv[1:4]).tolist()[1] > 1e-3 and (formula[1:4] * adv[1:4] < 0).sum() == 2
+    # min on the same groups: group 0 moves at its smallest kept weight (min cannot cancel it)
+    coef, stats, _, _, _ = dfpo_two_groups("min")
+    assert torch.allclose(coef[1:4, 0], math.exp(-0.03) * adv[1:4], rtol=1e-12, atol=0)
+    assert stats["n_groups_one_sided"] == 1
+
+
+def test_dfpo_min_ignores_zero_advantage_rollouts():
+    # A = (1, -1, 0): the A = 0 rollout is far off-policy (per-token log-ratio -2, w = e^-2)
+    # but carries no gradient; it must not set the group's weight. min = e^-0.01.
+    shift = torch.tensor([0.01, -0.01, -2.0], dtype=torch.float64)
+    adv = torch.tensor([1.0, -1.0, 0.0], dtype=torch.float64)
+    mask = torch.ones(3, 4, dtype=torch.float64)
+    old = torch.zeros(3, 4, dtype=torch.float64)
+    logp = (old + shift[:, None]).requires_grad_(True)
+    cfg = LossConfig(loss_type="gspo", weight_transform="min", eps_low=0.2, eps_high=0.2)
+    loss, stats = policy_loss(logp, old, adv, mask, cfg, step_normaliser(mask), group_index=torch.zeros(3, dtype=torch.long))
+    loss.backward()
+    coef = -logp.grad * (3 * 4)
+    expected = math.exp(-0.01) * adv
+    assert torch.allclose(coef, expected[:, None].expand(3, 4), rtol=1e-12, atol=0)
+    assert stats["n_dropped"] == 0       # A = 0 is never dropped, whatever its ratio
+
+
+def test_train_tallies_dfpo_counts_over_micro_batches_into_fractions():
+    # The two groups of dfpo_two_groups, one micro-batch each (as train.py cuts DFPO at
+    # group boundaries): counts add, fractions come out of the sums, token stats stay
+    # token-weighted, and no "n_*" count leaks into the metrics.
+    import train
+    shift = torch.tensor([0.5, 0.02, -0.03, 0.01] * 2, dtype=torch.float64)
+    adv = torch.tensor([1.5, -0.5, -0.5, -0.5, 1.5, 0.5, -1.0, -1.0], dtype=torch.float64)
+    mask = torch.ones(8, 3, dtype=torch.float64)
+    mask[4, 2] = 0                                    # unequal token counts between micro-batches
+    old = torch.full((8, 3), -1.0, dtype=torch.float64)
+    logp, gi = old + shift[:, None], torch.arange(8) // 4
+    cfg = LossConfig(loss_type="gspo", weight_transform="orth", eps_low=0.2, eps_high=0.2)
+    norm, tally = step_normaliser(mask), {}
+    for idx in (torch.arange(4), torch.arange(4, 8)):
+        train.add_stats(tally, policy_loss(logp[idx], old[idx], adv[idx], mask[idx], cfg, norm, gi[idx])[1])
+    means = train.stat_means(tally)
+    assert means["dfpo_one_sided"] == 0.5 and means["dfpo_dropped"] == 0.25
+    assert means["clip_frac_high"] == pytest.approx(5 / 23)         # 3 + 2 tokens of 23
+    assert not [key for key in means if key.startswith("n_")]
+    whole = policy_loss(logp, old, adv, mask, cfg, norm, gi)[1]
+    assert means["approx_kl"] == pytest.approx(whole["approx_kl"], rel=1e-12)
 
 
 def test_orth_refuses_advantages_that_do_not_sum_to_zero():
