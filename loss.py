@@ -215,7 +215,9 @@ def aggregate(per_token: Tensor, mask: Tensor, agg: str, norm: StepNorm) -> Tens
 
 # ---------------------------------------------------------------------------------------
 # The surrogates. Each returns (per-token loss [B, T], clipped_low, clipped_high,
-# clipped_dual): three [B, T] bool masks of the tokens whose gradient a clip removed.
+# clipped_dual): three [B, T] bool masks of the tokens a clip acted on. For PPO, GSPO and
+# DFPO that is the tokens whose gradient the clip removed; CISPO removes none, and marks
+# the tokens whose importance weight it clamped (policy_loss's stats say the same).
 # ---------------------------------------------------------------------------------------
 
 def ppo_clip(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float,
@@ -254,8 +256,12 @@ def cispo(logp: Tensor, ratio: Tensor, adv: Tensor, eps_low: float,
 
     The clipped ratio is detached, so it only scales a REINFORCE term: every token keeps a
     gradient (PPO's clip drops tokens outright, often the rare "reflection" tokens).
-    On-policy (rho = 1) the gradient equals PPO's. The "clipped" masks here mark tokens
-    whose WEIGHT was capped (any sign of A); none loses its gradient, so dual is empty.
+    On-policy (rho = 1) the gradient equals PPO's. The "clipped" masks here mean
+    something else than PPO's: the tokens whose WEIGHT the clamp changed, whatever the
+    sign of A (low: rho < 1 - eps_low, raised to 1 - eps_low; high: rho > 1 + eps_high,
+    capped), because the clamp biases every such token's gradient, not only the ones PPO
+    would drop. None loses its gradient, so dual is empty. (TRL's cispo_clip_ratio counts
+    only A > 0 tokens above its cap.)
     """
     weight = ratio.detach().clamp(1.0 - eps_low, 1.0 + eps_high)
     nothing = torch.zeros_like(ratio, dtype=torch.bool)
@@ -425,9 +431,15 @@ def cancellation_residual(m: Tensor, group_index: Tensor) -> Tensor:
     """Per-group residual R_g = |sum_i m_i| / sum_i |m_i|, with m_i = w_i A_i.
 
     0 means a shared token's updates cancel exactly in that group, 1 that they all push
-    the same way. m: [B] per-rollout effective coefficients; group_index: [B]; the groups
-    must be WHOLE (a group cut across calls has a partial sum that need not be 0). Returns
+    the same way. m: [B] per-rollout effective coefficients; group_index: [B]. Returns
     [n_groups] in the order of torch.unique(group_index).
+    A "group" is the rollouts of one group_index value that are in m. Pass the rollouts
+    of ONE optimizer step (one update of the weights): if mini-batching cut a group
+    across steps, R_g is then the residual of that step's part of the group, which is
+    what that update does to a shared token; the part applied in another step, at other
+    weights, cancels nothing here (that is why query batching keeps groups whole).
+    train.py does exactly this. To get the residual of whole groups, concatenate the m
+    of all their rollouts (rollout_coefficients' m add across micro-batches).
     Groups whose coefficients are all 0 (nothing to cancel) get NaN, so callers drop them
     with nanmean.
     """
@@ -631,10 +643,11 @@ def rollout_coefficients(logp: Tensor, old_logp: Tensor, advantages: Tensor, mas
 
 def cancellation_residual_of_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
                                   cfg: LossConfig, norm: StepNorm, group_index: Tensor) -> float:
-    """nanmean over groups of R_g for a batch of WHOLE groups; NaN if no group has anything to cancel.
+    """nanmean over groups of R_g for the rollouts given; NaN if no group has anything to cancel.
 
     How far a configuration is from exact cancellation, read off its own gradient
-    (rollout_coefficients, then cancellation_residual). Same shapes as rollout_coefficients.
+    (rollout_coefficients, then cancellation_residual: a group cut across calls is judged
+    on its part in this call). Same shapes as rollout_coefficients.
     """
     r = cancellation_residual(rollout_coefficients(logp, old_logp, advantages, mask, cfg, norm, group_index),
                               group_index)

@@ -69,7 +69,8 @@ PANELS = [
     ("FADE schedule", [("sched/alpha", "alpha"), ("sched/delta", "delta"), ("sched/p_hat", "p_hat")]),
     # approx_kl: k3 estimate of KL(old || new) over one batch's optimizer steps (0 when
     # on-policy with one optimizer step per batch); kl_ref: to the frozen reference. Clip
-    # fractions: share of tokens whose gradient PPO's clip removed, low and high side.
+    # fractions: share of tokens whose gradient PPO's clip removed, low and high side
+    # (CISPO removes none: there, tokens whose importance weight its clamp changed).
     # clip dual: share of A < 0 tokens whose loss the dual clip capped (0 with --dual_clip off).
     ("KL and clipping", [("approx_kl", "KL(old||new)"), ("kl_ref", "KL to ref"),
                          ("clip_frac_low", "clip low"), ("clip_frac_high", "clip high"),
