@@ -322,9 +322,10 @@ def dfpo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, group_index:
     the kept ones. (Transforming first and then clipping would let `orth` give a dropped
     rollout a non-zero weight, pushing it further out of the trust region, and `min`
     would take the dropped rollout's 0 as the group's minimum and zero the whole group.)
-    After `orth`, sum_{kept} w~_i A_i = 0 exactly; after `min`, every kept rollout has the
-    same weight, so a shared token gets w_min * sum_{kept} A_i, which is 0 unless the clip
-    dropped some rollouts of the group.
+    After `orth`, sum_{kept} w~_i A_i = 0 exactly (a group the clip left with kept
+    rollouts of one sign is zeroed: dfpo_transform's one-sided rule); after `min`, every
+    kept rollout has the same weight, so a shared token gets w_min * sum_{kept} A_i, which
+    is 0 unless the clip dropped some rollouts of the group.
     Use a token-sum aggregation (LossConfig enforces it). adv: [B]; group_index: [B].
     """
     lengths = mask.sum(dim=1)
