@@ -1,5 +1,6 @@
 """The policy-gradient objective: cancellation on a real (tiny) model, micro-batch
-invariance, KL direction, entropy, filtering, clipping and bad input."""
+invariance, KL direction, entropy, filtering, clipping, DFPO's trust region and one-sided
+rule, bad input, and every tensor on its inputs' device."""
 
 import itertools
 import math
