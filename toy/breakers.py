@@ -21,9 +21,11 @@ Cancellation Hypothesis paper, arXiv 2605.08666):
    steps and the template is pushed up in one and down in the other; Adam normalises
    each step separately, so the two pushes are both full-sized and do not cancel.
 
-The "net weight" nu_g = sum_i c_{i,0} on the shared first token "Let" is what experiment 3
-reports: the template's update is nu_g times its common gradient. loss.py's own
-`cancellation_residual` R_g = |sum_i c_i| / sum_i |c_i| is reported too.
+The "net weight" nu_g = sum_i c_{i,0} on the shared first token "Let" is the template's
+update in units of its common gradient. Its size depends on each objective's normaliser
+(1/|o_i|, 1/(G L), ...), so objectives are compared by loss.py's scale-free
+`cancellation_residual` R_g = |sum_i c_i| / sum_i |c_i| instead: 0 when the group's pushes
+on the template cancel exactly, 1 when they all point the same way.
 """
 
 from __future__ import annotations
@@ -55,16 +57,23 @@ def _slip_free_groups(bandit: B.Bandit, W_sampler: torch.Tensor):
     return combos, (log_coef + log_pi[combos].sum(1)).exp()
 
 
+NO_GRADIENT = 1e-12   # sum_i |c_i| below this: the template gets no gradient at all (0 up to rounding)
+
+
 def net_template_weight(bandit, combos, logp, old_logp, adv, cfg) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(nu [n], residual [n], dropped [n]) for one objective.
 
-    nu: the net weight on "Let"; residual: loss.py's R_g; dropped: True where the loss
-    gives some rollout with A != 0 no gradient at all (a clip dropped it).
+    nu: the net weight on "Let"; residual: loss.py's R_g of the template's coefficients,
+    NaN where the objective gives the template no gradient at all (sum_i |c_i| <
+    NO_GRADIENT: e.g. DFPO orth with a single kept rollout, whose weights are 0 up to a
+    1e-17 rounding residue that would otherwise read as R_g ~ 1); dropped: True where the
+    loss gives some rollout with A != 0 no gradient at all (a clip dropped it).
     """
     mask = bandit.mask[combos]
     c = B.token_coefficients(logp, old_logp, adv, mask, cfg)[:, :, 0]       # [n, G]
     n = combos.shape[0]
     residual = loss_lib.cancellation_residual(c.reshape(-1), torch.arange(n).repeat_interleave(B.G))
+    residual = torch.where(c.abs().sum(1) < NO_GRADIENT, torch.full_like(residual, float("nan")), residual)
     return c.sum(1), residual, ((c == 0) & (adv != 0)).any(1)
 
 
@@ -82,10 +91,12 @@ def exp3_exchangeability(out_dir: str) -> dict:
     shown is the weights s_i themselves; its equal-length groups isolate s_i from 1/|o_i|.
     [recon] DFPO's per-rollout weights are GSPO's detached sequence ratios with a
     group-constant length normaliser, transformed over the rollouts GSPO's clip keeps
-    (loss.py's reading). Reported per objective: E[nu] (signed drift), E|nu|, the largest
-    |nu| among groups whose rollouts all have the same length, the mean of
-    loss.cancellation_residual, the probability that a group has a dropped rollout, and
-    the largest |nu| among groups without one.
+    (loss.py's reading). Reported per objective: E[R_g] and max R_g over the groups where
+    the template gets a gradient (the probability of the others is P(no gradient)), the
+    largest R_g among groups where no rollout was dropped, and among those whose
+    rollouts also all have the same length, the probability that a group has a dropped
+    rollout, and E[nu], the signed drift in the objective's own units.
+    "Exactly zero" means R_g < 1e-12 in every group, i.e. float rounding.
     """
     bandit, W_old = B.make_bandit(early_stop=True)
     W_new = W_old.clone()
@@ -119,19 +130,20 @@ def exp3_exchangeability(out_dir: str) -> dict:
     for label, cfg, logp, zero in cases:
         nu, residual, dropped = net_template_weight(bandit, combos, logp, old, adv, cfg)
         ok = torch.isfinite(residual)
-        numbers[label] = {"E[nu]": float((prob * nu).sum()), "E|nu|": float((prob * nu.abs()).sum()),
-                          "max|nu|, equal-length groups": float(nu[equal].abs().max()),
-                          "E[R_g]": float((prob[ok] * residual[ok]).sum() / prob[ok].sum()),
+        largest = lambda where: float(residual[ok & where].max()) if bool((ok & where).any()) else 0.0
+        numbers[label] = {"E[R_g]": float((prob[ok] * residual[ok]).sum() / prob[ok].sum()),
+                          "max R_g": largest(torch.ones_like(ok)),
+                          "max R_g, equal length, nothing dropped": largest(equal & ~dropped),
+                          "max R_g, nothing dropped": largest(~dropped),
                           "P(a rollout dropped)": float(prob[dropped].sum() / prob.sum()),
-                          "max|nu|, nothing dropped": float(nu[~dropped].abs().max())}
-        bars[label] = (numbers[label]["E|nu|"], zero)
-    # A rollout that GSPO's clip drops keeps exactly zero gradient under DFPO (loss.py,
-    # [recon]); `min` then equalises only the kept ones, whose advantages need not sum to
-    # 0, while `orth` re-balances them. So `min` is judged where nothing was dropped.
-    exact = [numbers[l]["max|nu|, nothing dropped" if "min" in l else "E|nu|"] for l, _, _, z in cases if z]
-    max_zero = max(exact)
-    min_broken = min(float(numbers[l]["E|nu|"]) for l, _, _, z in cases if not z)
-    dfpo_min = numbers["GSPO + DFPO min"]
+                          "P(no gradient)": float(prob[~ok].sum() / prob.sum()),
+                          "E[nu]": float((prob * nu).sum())}
+        bars[label] = (numbers[label]["E[R_g]"], zero)
+    exact = ("token-mean (DAPO, TRL default)", "seq-mean-token-sum", "seq-mean-token-sum-norm (Dr. GRPO)",
+             "GSPO + DFPO orth")
+    max_zero = max(numbers[label]["max R_g"] for label in exact)
+    min_broken = min(numbers[label]["E[R_g]"] for label, _, _, zero in cases if not zero)
+    dfpo_min, orth = numbers["GSPO + DFPO min"], numbers["GSPO + DFPO orth"]
 
     # PPO clip: the template's ratio rho is the same in every rollout (same token, same
     # context), so set it directly: old log p_0(Let) = log p_0(Let) - log rho.
@@ -157,26 +169,37 @@ def exp3_exchangeability(out_dir: str) -> dict:
     gspo_row = numbers["GSPO sequence ratio s_i, off-policy"]
     claims += [
         report.claim("1/|o_i| length normalisation with unequal lengths leaves a net update on a shared token",
-                     report.agrees_if(seq["E|nu|"] > 1e-3 and seq["max|nu|, equal-length groups"] < 1e-15),
-                     f"E|nu| = {seq['E|nu|']:.3g}, E[nu] = {seq['E[nu]']:+.3g} (short answers are wrong here, so "
-                     f"the template is pushed DOWN on average); 0 in every equal-length group"),
+                     report.agrees_if(seq["E[R_g]"] > 0.01 and seq["max R_g, equal length, nothing dropped"] < 1e-12),
+                     f"E[R_g] = {seq['E[R_g]']:.3g}, E[nu] = {seq['E[nu]']:+.3g} (short answers are wrong here, so "
+                     f"the template is pushed DOWN on average); R_g <= {seq['max R_g, equal length, nothing dropped']:.0e} in "
+                     "every equal-length group"),
         report.claim("GSPO's sequence weights leave a net update on a shared token",
-                     report.agrees_if(gspo_row["E|nu|"] > 1e-3 and gspo_row["max|nu|, equal-length groups"] > 1e-3),
-                     f"E|nu| = {gspo_row['E|nu|']:.3g} although the template's own ratio is exactly 1; "
-                     f"{gspo_row['max|nu|, equal-length groups']:.3g} at most in equal-length groups, where "
-                     "1/|o_i| is the same for every rollout: the weights s_i alone break it"),
+                     report.agrees_if(gspo_row["E[R_g]"] > 0.01
+                                      and gspo_row["max R_g, equal length, nothing dropped"] > 0.01),
+                     f"E[R_g] = {gspo_row['E[R_g]']:.3g} although the template's own ratio is exactly 1; up to "
+                     f"{gspo_row['max R_g, equal length, nothing dropped']:.3g} in equal-length groups where the clip "
+                     "drops nothing, so 1/|o_i| and the clip are the same for every rollout: the weights s_i alone "
+                     "break it"),
         report.claim("Clipping leaves a net update on a shared token once the ratio leaves the clip range",
                      report.agrees_if(all(abs(scan[k][i]) < 1e-15 for k in scan for i in inside)
                                       and all(abs(scan[(0.2, 0.28)][i]) > 1e-3 for i in outside)),
                      "E[nu] is 0 for rho inside [1-eps_low, 1+eps_high] and non-zero outside; its sign pulls "
                      "rho back toward 1 (only the rollouts whose advantage points back keep their gradient)"),
-        report.claim("Token-sum aggregation and DFPO min / orth bring it back to exactly zero",
-                     report.agrees_if(max_zero < 1e-15),
-                     f"largest E|nu| among them {max_zero:.1e} (smallest among the breakers {min_broken:.2g}); "
-                     f"for min, in the groups where GSPO's clip drops no rollout. In the "
-                     f"{dfpo_min['P(a rollout dropped)']:.0%} of groups where it drops one, the dropped rollout keeps "
-                     f"zero gradient ([recon]) and min leaves E|nu| = {dfpo_min['E|nu|']:.3g} overall; orth "
-                     f"re-balances the kept rollouts and stays at {numbers['GSPO + DFPO orth']['E|nu|']:.0e}"),
+        report.claim("Token-sum aggregation and DFPO orth bring it back to exactly zero",
+                     report.agrees_if(max_zero < 1e-12),
+                     f"largest R_g in any group, over token-mean, seq-mean-token-sum, seq-mean-token-sum-norm and orth: "
+                     f"{max_zero:.0e} (float rounding; the breakers' E[R_g] start at {min_broken:.2g}). orth "
+                     f"re-balances the rollouts GSPO's clip keeps, also in the {orth['P(a rollout dropped)']:.0%} of "
+                     f"groups where it drops one; in {orth['P(no gradient)']:.2%} of groups it leaves the template no "
+                     "gradient at all (a single kept rollout, or kept weights that orth re-centres to 0)"),
+        report.claim("DFPO min brings it back to exactly zero (under GSPO's clip)",
+                     report.agrees_if(dfpo_min["max R_g"] < 1e-12),
+                     f"E[R_g] = {dfpo_min['E[R_g]']:.3g}, vs {gspo_row['E[R_g]']:.3g} for plain GSPO: min reduces the "
+                     f"residual but does not remove it. It is exact (R_g <= {dfpo_min['max R_g, nothing dropped']:.0e}) "
+                     f"where GSPO's clip drops no rollout; in the {dfpo_min['P(a rollout dropped)']:.0%} of groups where "
+                     "it drops one, the dropped rollout keeps zero gradient ([recon]) and equal weights on the others "
+                     f"cancel only if their advantages happen to sum to 0 (R_g up to {dfpo_min['max R_g']:.2g}). The "
+                     "training sweep (sweep.py dfpo) finds the same"),
     ]
 
     fig, (ax0, ax1) = report.figure(2, width=12, height=4.4)
@@ -188,8 +211,8 @@ def exp3_exchangeability(out_dir: str) -> dict:
     ax0.set_xlim(1e-18, 1)
     ax0.invert_yaxis()
     ax0.tick_params(axis="y", labelsize=8)
-    ax0.set(title="3a. E|net weight| on 'Let' (exact; blue: 0 up to rounding;\norange: 0 unless the clip drops a rollout)",
-            xlabel="E|Σ_i c_i|  (log scale)")
+    ax0.set(title="3a. cancellation residual on 'Let' (exact; blue: 0 up to rounding;\norange: 0 unless the clip "
+                  "drops a rollout)", xlabel="E[R_g] = E[|Σ_i c_i| / Σ_i |c_i|]  (log scale)")
     for (lo, hi), color in zip(scan, ("C3", "C1")):
         ax1.plot(RATIOS, scan[(lo, hi)], color=color, label=f"PPO clip {lo}/{hi}")
     ax1.axvspan(0.8, 1.2, color="0.9", label="inside both clip ranges")
