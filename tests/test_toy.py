@@ -242,10 +242,55 @@ def test_exp5_flips_old_and_new_design(exp5):
     assert gap(runs["one_group"], "boost", "irrelevant") > 0.15 > 0.05 > abs(gap(new, "boost", "irrelevant"))
     # decisive tokens keep a sign-dependent change (negative control inside the new design)
     assert gap(new, "boost", "decisive") > 0.3
-    assert n["5d coupling: max |closed form - autograd|"] < 1e-14
-    assert n["5d mean |coupling|, identical tokens, p < 0.5"] > 2 * n["5d mean |coupling|, identical tokens, p >= 0.5"]
-    assert n["5d mean |coupling|, identical tokens, p < 0.5"] > 2 * n["5d mean |coupling|, different tokens"]
+    assert n["5d coupling: max |closed form - autograd| (both policies)"] < 1e-14
     assert labels(exp5) == ["agrees"] * 3
+
+
+def test_exp5_coupling_counts_only_pairs_of_different_occurrences(exp5):
+    """Self-pairs (an occurrence with itself, |grad log p|^2) are not couplings: on the
+    16-filler bandit the mean over identical low-confidence pairs is 0.673 without them."""
+    bandit, W = B.make_bandit(n_filler=cancellation.N_FILLER)
+    occ = B.occurrences(bandit)
+    assert len(occ) == 2 + 3 * cancellation.N_FILLER + 6
+    P = B.logp_table(bandit, W).exp()
+    low = [float(P[t, a]) < 0.5 for t, a in occ]
+    identical = lambda include_self: [abs(B.coupling(bandit, W, *occ[i], *occ[j])) for i in range(len(occ))
+                                      for j in range(i if include_self else i + 1, len(occ))
+                                      if occ[i][1] == occ[j][1] and low[i] and low[j]]
+    off, with_self = identical(False), identical(True)
+    kinds = exp5["numbers"]["5d mean |coupling| over pairs of different occurrences, 16-filler bandit (mean, pairs)"]
+    assert kinds["identical, p < 0.5"] == (pytest.approx(sum(off) / len(off), abs=1e-12), len(off)) and len(off) == 363
+    assert sum(with_self) / len(with_self) > sum(off) / len(off) + 0.05         # the self-pairs would inflate it
+    # with few occurrences they dominate: the 3-token bandit has 2 identical low-confidence
+    # pairs (a digit at positions 1 and 2), mean 1.60; its 6 self-pairs would make it 2.40
+    small, W3 = B.make_bandit()
+    occ3 = B.occurrences(small)
+    three = cancellation.coupling_classes(small, W3, B.coupling_table(small, W3, occ3), occ3)
+    assert three["identical, p < 0.5"][1] == 2 and three["identical, p < 0.5"][0] == pytest.approx(1.601, abs=1e-3)
+    assert kinds["identical, p >= 0.5"][1] == 0                                 # no confident token repeats here ...
+    confident = exp5["numbers"]["5d   ... with 'so' made confident (p 0.77-0.92 at every filler position)"]
+    low, high, different = (confident[k][0] for k in ("identical, p < 0.5", "identical, p >= 0.5", "different"))
+    assert confident["identical, p >= 0.5"][1] == 120 and low > 10 * high and low > 5 * different   # ... here they do
+
+
+def test_coupling_table_is_the_scalar_formula_everywhere():
+    bandit, W = B.make_bandit(n_filler=2)
+    occ = B.occurrences(bandit)
+    table = B.coupling_table(bandit, W, occ)
+    scalar = torch.tensor([[B.coupling(bandit, W, *o, *o2) for o2 in occ] for o in occ], dtype=torch.float64)
+    assert torch.allclose(table, scalar, atol=1e-15, rtol=0) and torch.allclose(table, table.T, atol=1e-15, rtol=0)
+
+
+def test_exp5_flips_verdict_sensitivity_table(exp5):
+    n = exp5["numbers"]
+    by_fillers = n["5e flips gap by filler positions, 64 groups per step (verdict: <= 0.1)"]
+    by_groups = n["5e flips gap by groups per step, 16 filler positions"]
+    assert list(by_fillers) == [4, 8, 12, 16, 32] and list(by_groups) == [1, 4, 16, 64]
+    assert [by_fillers[F] for F in (4, 8, 12, 16, 32)] == pytest.approx([0.200, 0.135, 0.112, 0.072, 0.050], abs=2e-3)
+    assert by_groups[16] == pytest.approx(0.104, abs=2e-3) and by_groups[64] == by_fillers[16]
+    assert list(by_fillers.values()) == sorted(by_fillers.values(), reverse=True)     # longer responses: smaller gap
+    assert list(by_groups.values()) == sorted(by_groups.values(), reverse=True)       # bigger steps: smaller gap
+    assert "it holds with 16, 32 fillers and 64 groups per step" in exp5["claims"][0]["evidence"]
 
 
 def test_sampled_flips_rejects_a_step_size_that_does_not_divide_the_batch():
