@@ -402,7 +402,7 @@ def exp4_minibatching(out_dir: str, seeds: range = range(12), template_prob: flo
     ax0.set(title=f"4a. |Δ log p(Let)| after one epoch ({len(seeds)} seeds)", ylabel="template drift (log)")
     ax1.bar(list(MODES), [numbers[m]["E[d solve]"] for m in MODES], color="C2")
     ax1.tick_params(axis="x", labelsize=7, labelrotation=15)
-    ax1.set(title=f"4b. mean change of the solve rate at p(Let) = {template_prob} (the useful part)",
+    ax1.set(title=f"4b. mean change of the solve rate, p(Let) = {template_prob}\n(the useful part)",
             ylabel="Δ p(correct)")
     png = report.save(fig, out_dir, "exp4_minibatching.png")
     return {"numbers": numbers, "claims": claims, "png": png.split("/")[-1], "drift": drift_abs}
