@@ -528,9 +528,13 @@ def test_exp6_sgd_control_separates_asym_difficulty_effect(exp6):
 def test_simulate_draws_the_same_numbers_whatever_else_is_in_the_batch():
     configs = fade.sign_configs()
     alone = fade.simulate(configs[2:3], "adam", 0.05, 6, seeds=2, M=8)
-    together = fade.simulate(configs[:3], "adam", (0.1, 0.02, 0.05), 6, seeds=2, M=8)
-    assert torch.equal(alone["hist"][:, 0], together["hist"][:, 2])
+    together = fade.simulate(configs[:3], "adam", 0.05, 6, seeds=2, M=8)
+    assert torch.equal(alone["hist"][:, 0], together["hist"][:, 2])         # common random numbers
     assert not torch.equal(together["hist"][:, 0], together["hist"][:, 2])
+    # one lr per config: the same run as that config alone at its lr
+    mixed = fade.simulate(configs[:3], "adam", (0.1, 0.02, 0.05), 6, seeds=2, M=8)
+    assert torch.equal(alone["hist"][:, 0], mixed["hist"][:, 2])
+    assert torch.equal(fade.simulate(configs[:1], "adam", 0.1, 6, seeds=2, M=8)["hist"][:, 0], mixed["hist"][:, 0])
 
 
 def test_step_advantages_scale_and_shape_controls():
