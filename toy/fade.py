@@ -97,7 +97,7 @@ MATCH_P = 0.9        # 6c and 7 compare diversity at this mean solve rate (every
 SEEDS = 5
 PROMPTS = 96
 COVERAGE_K = 16     # a power of two (`diversity` squares its way there)
-SGD_LR, SGD_STEPS = 1.5, 45             # the control (lr of the toy's earlier runs; all reach 0.9 by ~31)
+SGD_LR, SGD_STEPS = 1.5, 45             # the control (lr of the toy's earlier runs; every run reaches 0.9 by ~33)
 ADAM_LR, ADAM_STEPS = 0.05, 150         # train.py's optimizer (betas 0.9/0.999, eps 1e-8, no decay, no clip)
 # 6c runs the sign probes at three Adam step sizes, 2.5x apart around ADAM_LR: a sign-axis
 # claim "agrees" only if it holds at all three (with Adam the step size is not a detail:
