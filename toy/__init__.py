@@ -13,10 +13,12 @@ PNG each and a summary.md. Read the modules in this order:
     breakers.py      3. what breaks exchangeability (1/|o_i|, GSPO, clipping) and what
                      restores it (token sums, DFPO min/orth); 4. mini-batch splits + Adam
     fade.py          6. the sign and difficulty axes of an advantage and entropy, with Adam
-                     and with SGD; 7. FADE's schedule against static (alpha, delta)
-    report.py        plotting, claims and their four verdict labels, summary.md
+                     at three step sizes and with SGD; 7. FADE's schedule against static
+                     (alpha, delta), and against its own step size
+    report.py        plotting, claims and their five verdict labels, summary.md
 
-Everything is float64. Experiments 1-3, 5a and 6a/6b are exact (sums over all groups,
-closed forms); experiment 4, 5b-c and the learning simulations of 6c and 7 sample with
-fixed seeds and say so (5b-c, 6c and 7 report standard errors over seeds).
+Everything is float64. Experiments 1-3, 5a, 5d, 6a/6b and 6c's lr -> 0 path are exact
+(sums over all groups, closed forms); experiment 4, 5b-c/5e and the learning simulations
+of 6c and 7 sample with fixed seeds and say so (5b-c, 6c and 7 report standard errors
+over seeds).
 """

@@ -4,8 +4,9 @@
     python -m toy --out /tmp/t --only 1 3  # a subset, elsewhere
 
 Prints, per experiment, its numbers and the papers' claims with the analog's verdict (one
-of report.LABELS: agrees / not reproduced / depends on the optimizer / not testable in
-this analog, decided from the numbers of this run), then the total wall time.
+of report.LABELS: agrees / not reproduced / depends on the optimizer / depends on the step
+size / not testable in this analog, decided from the numbers of this run), then the total
+wall time.
 Writes OUT/expN_*.png, OUT/summary.md (the same, as markdown) and OUT/results.json.
 
 This file only runs them. The method is in the chapters, to be read in this order:

@@ -10,6 +10,10 @@ instead of leaving a stale sentence behind. Every claim gets exactly one of LABE
   depends on the optimizer      it holds under Adam (the papers' optimizer) but not under
                                 plain SGD, or the other way round: the effect is not
                                 first-order in the gradient (spec section 2)
+  depends on the step size      it holds at some of the step sizes tried and not at others
+                                (the evidence lists each): with Adam the sign axis acts
+                                through the optimizer's normalisation, whose effect grows
+                                with the step, so one step size cannot settle such a claim
   not testable in this analog   the analog lacks what the claim needs
 """
 
@@ -50,7 +54,8 @@ def log_axis(ax, which: str = "y") -> None:
     axis.set_minor_formatter(ticker.NullFormatter())
 
 
-LABELS = ("agrees", "not reproduced", "depends on the optimizer", "not testable in this analog")
+LABELS = ("agrees", "not reproduced", "depends on the optimizer", "depends on the step size",
+          "not testable in this analog")
 
 
 def claim(text: str, label: str, evidence: str) -> dict:
