@@ -328,7 +328,7 @@ def test_exp3_breakers_and_fixes(exp3):
 
 def test_exp3_claim_4_split_and_judged_by_the_residual(exp3):
     """orth and token sums: exact zero (R_g at float rounding in every group). DFPO min under
-    GSPO's clip: not exact, E[R_g] 0.036 (plain GSPO 0.118), as in the training sweep."""
+    GSPO's clip: not exact, E[R_g] 0.067 (plain GSPO 0.118), as in the training sweep."""
     n, claims = exp3["numbers"], exp3["claims"]
     assert [c["claim"] for c in claims[3:]] == ["Token-sum aggregation and DFPO orth bring it back to exactly zero",
                                                "DFPO min brings it back to exactly zero (under GSPO's clip)"]
@@ -336,7 +336,7 @@ def test_exp3_claim_4_split_and_judged_by_the_residual(exp3):
     assert orth["max R_g"] < 1e-14 and orth["P(a rollout dropped)"] == dmin["P(a rollout dropped)"] > 0.05
     assert 0 < orth["P(no gradient)"] < 0.01          # groups orth leaves without a template gradient: not R_g = 1
     assert dmin["max R_g, nothing dropped"] < 1e-15 and dmin["max R_g"] > 0.5
-    assert dmin["E[R_g]"] == pytest.approx(0.0356, abs=5e-4)
+    assert dmin["E[R_g]"] == pytest.approx(0.0675, abs=5e-4)
     assert n["GSPO sequence ratio s_i, off-policy"]["E[R_g]"] == pytest.approx(0.118, abs=1e-3)
     assert [c["label"] for c in claims[3:]] == ["agrees", "not reproduced"]
     assert "E|nu|" not in str(n)                      # no cross-objective comparison in normaliser-dependent units
