@@ -36,13 +36,16 @@ toy/cancellation.py; this file measures them on the real task and the real model
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
 from torch import Tensor
 
-import data
-import rollout
+import loss
+from machinery import data
+from machinery import rollout
+from machinery import update
 import verify
 
 TAU = 1e-3                  # flip threshold in nats (spec section 6)
@@ -131,6 +134,89 @@ def after_update(model, tokenizer, ro: rollout.Rollouts, old_logp: Tensor, new_l
         out.update(value_stats(v_with - v_without, cells))
         out["time/diag_value"] = time.perf_counter() - t0
     return out
+
+
+# ---------------------------------------------------------------------------------------
+# The trainer's probe: what a diagnostic step records during the update
+# ---------------------------------------------------------------------------------------
+#
+# train.py's loop calls the same three methods on every step; on a step without
+# diagnostics they belong to NoProbe and do nothing (as nanochat's DummyWandb stands in
+# for a logger that is off), so the loop carries no `if diagnose:` branches.
+
+def step_probe(cfg, step: int, mask: Tensor):
+    """StepProbe on a diagnostic step (every cfg.flip_every or cfg.value_every steps), else NoProbe.
+
+    cfg: train.py's Config; mask: [B, T] the step's response mask (the probe's shapes).
+    """
+    value_step = bool(cfg.value_every) and step % cfg.value_every == 0
+    if (bool(cfg.flip_every) and step % cfg.flip_every == 0) or value_step:
+        return StepProbe(cfg, step, mask, value_step)
+    return NoProbe()
+
+
+class NoProbe:
+    """The probe of a step without diagnostics: every method does nothing."""
+
+    active = False
+
+    def micro_batch(self, *args) -> None:
+        pass
+
+    def optimizer_step(self, *args) -> None:
+        pass
+
+    def report(self, *args) -> dict:
+        return {}
+
+
+class StepProbe:
+    """Records, during one step's update, what the step's diagnostics need afterwards.
+
+    active: True, so update.carries_gradient runs every rollout (the token diagnostics
+    need every rollout's log-probs).
+    micro_batch: keeps the micro-batch's sampling log-probs (logp_old) and its rollout
+      coefficients m_i (loss.rollout_coefficients: one extra backward through the loss
+      head only, never through the model);
+    optimizer_step: the cancellation residual R_g over the optimizer step's whole groups
+      (micro-batches cut groups; an optimizer step holds them whole or not, as batching
+      decided);
+    report: after the update, one no-grad pass under the updated weights, then
+      after_update (flips, where updates go, coupling, token values) and the step's mean
+      residual, as metrics.
+    """
+
+    active = True
+
+    def __init__(self, cfg, step: int, mask: Tensor, value_step: bool):
+        self.cfg, self.step, self.value_step = cfg, step, value_step
+        self.logp_old = torch.zeros_like(mask)                          # [B, T], CPU
+        self.coef = torch.zeros(len(mask), dtype=torch.float64)         # [B] m_i
+        self.residuals = []                                             # R_g means, one per optimizer step
+
+    def micro_batch(self, idx: Tensor, logp: Tensor, old: Tensor, b, loss_cfg, norm) -> None:
+        self.logp_old[idx] = old.float().cpu()
+        self.coef[idx] = loss.rollout_coefficients(logp, old, b.adv[idx], b.mask[idx], loss_cfg, norm,
+                                                   b.group[idx]).cpu()
+
+    def optimizer_step(self, step_idx: Tensor, group_index: Tensor) -> None:
+        self.residuals.append(_nanmean(loss.cancellation_residual(self.coef[step_idx], group_index[step_idx]).tolist()))
+
+    def report(self, run, ro: rollout.Rollouts, adv: Tensor, answers: list[str]) -> dict:
+        cfg = self.cfg
+        new_logp = update.no_grad_pass(run.model, ro, cfg)[0]
+        out = after_update(run.model, run.tokenizer, ro, self.logp_old, new_logp, adv.reshape(-1), run.task,
+                           answers, value_samples=cfg.value_samples if self.value_step else 0, value_k=cfg.value_k,
+                           coupling_pairs=cfg.coupling_pairs, seed=cfg.seed, step=self.step,
+                           max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
+        out["cancellation_residual"] = _nanmean(self.residuals)
+        return out
+
+
+def _nanmean(values: list[float]) -> float:
+    """Mean of the non-NaN values (NaN if there are none: no group had both signs)."""
+    finite = [v for v in values if not math.isnan(v)]
+    return sum(finite) / len(finite) if finite else math.nan
 
 
 # ---------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ so a run killed and resumed reproduces the uninterrupted run's metrics exactly (
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -51,6 +52,7 @@ import random
 import sys
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -60,16 +62,16 @@ from transformers.utils import logging as hf_logging
 
 import advantages
 import batching
-import checkpoint
-import config
-import data
+from machinery import checkpoint
+from machinery import config
+from machinery import data
 import diagnostics
 import loss
-import rollout
-import tinymodel
-import update
+from machinery import rollout
+from machinery import tinymodel
+from machinery import update
 import verify
-import vllm_rollout          # imports vllm itself only when an engine is built
+from machinery import vllm_rollout          # imports vllm itself only when an engine is built
 from loss import LossConfig
 from scheduler import AdvantageScheduler, SchedulerConfig
 
@@ -185,113 +187,77 @@ class Config:
 # ---------------------------------------------------------------------------------------
 
 def train(cfg: Config, run: Run | None = None) -> list[dict]:
-    """Train for cfg.steps rollout batches; returns every step's metrics.
-
-    `run` (from `setup`) is optional: pass one to keep hold of the model afterwards.
-    """
+    """Train for cfg.steps rollout batches; every step's metrics. `run`: from setup, to keep the model."""
+    # TRY NOT TO MODIFY: set-up, resume, the clock and the progress bar
     run = run or setup(cfg)
     start = resume_or_start(run, cfg)
     N, G = cfg.prompts_per_step, cfg.group_size
     group_index = torch.arange(N * G) // G                  # rollout b answers prompt b // G
     history, t_start = [], time.perf_counter()
+    minutes = lambda: (time.perf_counter() - t_start) / 60
     bar = tqdm(range(start + 1, cfg.steps + 1), initial=start, total=cfg.steps, desc="RL", dynamic_ncols=True)
     for step in bar:
-        t0 = time.perf_counter()
+        times = {}                                          # "time/<stage>" -> seconds, filled by timed()
+        # ALGO LOGIC
         # 1. sample: N prompts, G rollouts each, from the current policy
-        rows = [run.train_rows[run.py_rng.randrange(len(run.train_rows))] for _ in range(N)]
-        run.model.eval()
-        ro = sample_rollouts(run, [r["prompt"] for r in rows], G, cfg, seed=vllm_rollout.batch_seed(cfg.seed, step, 0))
-        mask = ro.response_mask.float()
-        t1 = time.perf_counter()
+        with timed("generate", times):
+            rows = [run.train_rows[run.py_rng.randrange(len(run.train_rows))] for _ in range(N)]
+            ro = sample_rollouts(run, [r["prompt"] for r in rows], G, cfg, seed=vllm_rollout.batch_seed(cfg.seed, step, 0))
+        mask, answers = ro.response_mask.float(), [r["answer"] for r in rows]
+        probe = diagnostics.step_probe(cfg, step, mask)     # token diagnostics: a no-op off diagnostic steps
 
         # 2. score: one reward per rollout, from the verifier
-        scores = verify.score(ro.texts, [r["answer"] for r in rows for _ in range(G)], run.task,
-                              [r["prompt"] for r in rows for _ in range(G)])
-        rewards = verify.reward_tensor(scores).view(N, G)
-        t2 = time.perf_counter()
+        with timed("score", times):
+            scores = verify.score(ro.texts, repeat(answers, G), run.task, repeat([r["prompt"] for r in rows], G))
+            rewards = verify.reward_tensor(scores).view(N, G)
 
-        # 3. schedule: log-probs and entropy under the sampling weights (on-policy, the
-        #    update's own forward gives logp_old: None here); the scheduler reads this
-        #    batch's solve rate and mean entropy and returns alpha, delta
-        old_logp, entropy = old_policy_pass(run, ro, cfg)
-        t_old = time.perf_counter()
-        ref_logp = no_grad_pass(run.ref_model, ro, cfg, with_entropy=False)[0] if run.ref_model else None
-        mean_entropy = float((entropy * mask).sum() / mask.sum().clamp(min=1))
-        sched = run.scheduler.step(float(rewards.mean()), mean_entropy)
+        # 3. schedule: the sampling policy's log-probs (None on-policy: the update's forward gives
+        #    them) and entropy; the scheduler reads solve rate and entropy, returns alpha, delta
+        with timed("old_logp", times):
+            old_logp, entropy = old_policy_pass(run, ro, cfg)
+        with timed("train", times):
+            ref_logp = update.no_grad_pass(run.ref_model, ro, cfg)[0] if run.ref_model else None
+            sched = run.scheduler.step(float(rewards.mean()), masked_mean(entropy, mask))
+            # 4. advantages: G rewards -> G weights, per group
+            adv = advantages.compute_advantages(cfg.advantage, rewards, **advantage_hyper(cfg, sched))
 
-        # 4. advantages: G rewards -> G weights, per group
-        adv = advantages.compute_advantages(cfg.advantage, rewards,
-                                            **advantage_hyper(cfg, sched["alpha"], sched["delta"]))
+            # 5. split: epochs x minibatches optimizer steps, each with its step-fixed
+            #    normaliser (micro-batches inside a step only change memory)
+            lengths = mask.sum(1).view(N, G)
+            opt_steps = [idx for _ in range(cfg.epochs) for idx in batching.minibatch_indices(
+                adv, cfg.minibatches, cfg.minibatch_mode, run.mb_generator, lengths)]
+            norms = [loss.step_normaliser(mask[idx], max_len=cfg.max_new_tokens) for idx in opt_steps]
+            has_grad = update.carries_gradient(adv.reshape(-1), cfg, diagnose=probe.active)     # [B] bool
+            b = on_device(run.model.device, adv=adv.reshape(-1).float(), mask=mask, group=group_index, old=old_logp, ref=ref_logp)
 
-        # 5. split: epochs x minibatches optimizer steps (each with its step-fixed
-        #    normaliser), each cut into micro-batches that only change memory; rollouts
-        #    whose advantage is exactly 0 have exactly 0 gradient and are not run
-        lengths = mask.sum(1).view(N, G)
-        opt_steps = [idx for _ in range(cfg.epochs)
-                     for idx in batching.minibatch_indices(adv, cfg.minibatches, cfg.minibatch_mode,
-                                                           run.mb_generator, lengths)]
-        norms = [loss.step_normaliser(mask[idx], max_len=cfg.max_new_tokens) for idx in opt_steps]
-        value_step = bool(cfg.value_every) and step % cfg.value_every == 0
-        diagnose = (bool(cfg.flip_every) and step % cfg.flip_every == 0) or value_step
-        has_grad = update.carries_gradient(adv.reshape(-1), cfg, diagnose)     # [B] bool
-        dev = lambda t: None if t is None else t.to(run.model.device)
-        old_d, adv_d, mask_d, group_d, ref_d = map(dev, (old_logp, adv.reshape(-1).float(), mask, group_index, ref_logp))
-
-        # 6. update: the policy loss of every micro-batch, one Adam step per optimizer step
-        tally, grad_norms, residuals, logp_old = {}, [], [], torch.zeros_like(mask)
-        coef = torch.zeros(len(mask), dtype=torch.float64)   # m_i of the residual (diagnostic steps)
-        run.model.train()
-        for k, step_idx in enumerate(opt_steps):
-            micro = update.micro_batches(step_idx[has_grad[step_idx]], group_index, lengths.reshape(-1), cfg)
-            for idx in micro:
-                with autocast(run.model):
-                    logp, ent = rollout.token_logprobs(run.train_model, *batch_inputs(ro, idx, run.model.device),
-                                                       temperature=cfg.temperature,
-                                                       with_entropy=cfg.loss.entropy_coef > 0,
-                                                       merge_duplicates=cfg.merge_duplicates)
-                old = logp.detach() if old_d is None else old_d[idx]        # on-policy: the ratio is exactly 1
-                l, stats = loss.policy_loss(logp, old, adv_d[idx], mask_d[idx], cfg.loss, norms[k], group_d[idx],
-                                            None if ref_d is None else ref_d[idx], ent)
-                l.backward()
-                add_stats(tally, stats)
-                logp_old[idx] = old.float().cpu()                           # for the diagnostics below
-                if diagnose:   # one extra backward through the loss head only, never the model
-                    coef[idx] = loss.rollout_coefficients(logp, old, adv_d[idx], mask_d[idx], cfg.loss,
-                                                          norms[k], group_d[idx]).cpu()
-            if diagnose:       # the residual over the step's whole groups (micro-batches cut them)
-                residuals.append(nanmean(loss.cancellation_residual(coef[step_idx], group_index[step_idx]).tolist()))
-            if not micro:      # every rollout skipped: the gradient is 0, and Adam still steps on it
-                update.zero_gradients(run.model)
-            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip or math.inf)))
-            run.optimizer.step()
-            run.optimizer.zero_grad(set_to_none=True)
-        run.model.eval()
-        t3 = time.perf_counter()
+            # 6. update: the policy loss of every micro-batch, one Adam step per optimizer step
+            tally, grad_norms = {}, []
+            run.model.train()
+            for k, step_idx in enumerate(opt_steps):
+                micro = update.micro_batches(step_idx, has_grad, group_index, lengths.reshape(-1), cfg)
+                for idx in micro:
+                    logp, ent = update.forward(run, ro, idx, cfg)
+                    old = logp.detach() if b.old is None else b.old[idx]    # on-policy: the ratio is exactly 1
+                    l, stats = loss.policy_loss(logp, old, b.adv[idx], b.mask[idx], cfg=cfg.loss, norm=norms[k],
+                                                group_index=b.group[idx], ref_logp=take(b.ref, idx), entropy=ent)
+                    l.backward()
+                    add_stats(tally, stats)
+                    probe.micro_batch(idx, logp, old, b, cfg.loss, norms[k])    # the residual's m_i
+                probe.optimizer_step(step_idx, group_index)                     # the residual of whole groups
+                grad_norms.append(optimizer_step(run, cfg, ran_backward=bool(micro)))
+            run.model.eval()
 
         # 7. log: metrics, diagnostics (token flips, residual), evaluation, checkpoint
-        metrics = {"step": step, **step_metrics(rewards, scores, adv, entropy, mask, ro, sched, G),
-                   **batch_composition(opt_steps, adv, lengths), **stat_means(tally, skipped_all=not has_grad.any()),
-                   "frac_skipped": 1.0 - float(has_grad.float().mean()),
-                   "frac_duplicate": update.duplicate_share(ro, has_grad),
-                   "grad_norm": float(np.mean(grad_norms)), "lr": run.optimizer.param_groups[0]["lr"], **run.canary}
-        if diagnose:
-            new_logp = no_grad_pass(run.model, ro, cfg, with_entropy=False)[0]
-            metrics.update(diagnostics.after_update(
-                run.model, run.tokenizer, ro, logp_old, new_logp, adv.reshape(-1), run.task,
-                [r["answer"] for r in rows], value_samples=cfg.value_samples if value_step else 0,
-                value_k=cfg.value_k, coupling_pairs=cfg.coupling_pairs, seed=cfg.seed, step=step,
-                max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature))
-            metrics["cancellation_residual"] = nanmean(residuals)
-        if run.llm is not None:
-            vllm_rollout.push_weights(run.llm, run.model)
-        t4 = time.perf_counter()
-        metrics.update({"time/generate": t1 - t0, "time/score": t2 - t1, "time/old_logp": t_old - t2,
-                        "time/train": t3 - t_old,
-                        "time/diagnostics": t4 - t3})
-        last = step == cfg.steps or (cfg.max_minutes and time.perf_counter() - t_start > 60 * cfg.max_minutes)
+        with timed("diagnostics", times):
+            metrics = {"step": step, **step_metrics(rewards, scores, adv, entropy, mask, ro, sched, G),
+                       **update_metrics(run, ro, opt_steps, adv, lengths, tally, has_grad, grad_norms),
+                       **probe.report(run, ro, adv, answers)}
+            if run.llm is not None:
+                vllm_rollout.push_weights(run.llm, run.model)
+        last = step == cfg.steps or bool(cfg.max_minutes and minutes() > cfg.max_minutes)
         if cfg.eval_every and (step % cfg.eval_every == 0 or last):
             metrics.update(evaluate(run, cfg, step))
-        metrics["time/elapsed"] = time.perf_counter() - t_start
+        metrics.update(times, **{"time/elapsed": 60 * minutes()})
         log_metrics(cfg, metrics, bar)
         history.append(metrics)
         if (cfg.save_every and step % cfg.save_every == 0) or last:
@@ -415,8 +381,9 @@ def load_model(cfg: Config, device: torch.device):
     return str(path), model, tokenizer
 
 
-def advantage_hyper(cfg: Config, alpha: float, delta: float) -> dict:
-    """The hyper-parameters this run's advantage takes (alpha/delta come from the schedule)."""
+def advantage_hyper(cfg: Config, sched: dict) -> dict:
+    """The hyper-parameters this run's advantage takes (alpha, delta: sched, from the schedule)."""
+    alpha, delta = sched["alpha"], sched["delta"]
     hyper = {"fade": {"alpha": alpha, "delta": delta}, "power": {"alpha": alpha},
              "asym": {"delta": delta}, "passk": {"k": cfg.k}, "pkpo": {"k": cfg.k}}
     return hyper.get(cfg.advantage, {})
@@ -441,23 +408,9 @@ def sample_rollouts(run: Run, prompts: list[str], G: int, cfg: Config, seed: int
         return vllm_rollout.generate_rollouts_vllm(run.llm, run.tokenizer, prompts, G, cfg.max_new_tokens,
                                                    temperature=cfg.temperature, seed=seed,
                                                    chat_template=cfg.chat_template)
-    with autocast(run.model):
+    with update.autocast(run.model):
         return rollout.generate_rollouts(run.model, run.tokenizer, prompts, G, cfg.max_new_tokens,
                                          temperature=cfg.temperature, chat_template=cfg.chat_template)
-
-
-def no_grad_pass(model, ro: rollout.Rollouts, cfg: Config, with_entropy: bool):
-    """(logp [B, T], entropy [B, T] or None) of every rollout under `model`, no grad."""
-    B = ro.response_ids.shape[0]
-    logps, ents = [], []
-    with torch.no_grad(), autocast(model):
-        for idx in torch.arange(B).split(cfg.micro_batch):
-            lp, ent = rollout.token_logprobs(model, *batch_inputs(ro, idx, model.device),
-                                             temperature=cfg.temperature, with_entropy=with_entropy,
-                                             merge_duplicates=cfg.merge_duplicates)
-            logps.append(lp.float().cpu())
-            ents.append(ent.float().cpu() if ent is not None else None)
-    return torch.cat(logps), (torch.cat(ents) if with_entropy else None)
 
 
 def old_policy_pass(run: Run, ro: rollout.Rollouts, cfg: Config):
@@ -473,7 +426,7 @@ def old_policy_pass(run: Run, ro: rollout.Rollouts, cfg: Config):
     """
     if cfg.epochs == 1 and cfg.minibatches == 1 and run.llm is None:
         return None, ro.engine_entropy
-    old_logp, entropy = no_grad_pass(run.model, ro, cfg, with_entropy=True)
+    old_logp, entropy = update.no_grad_pass(run.model, ro, cfg, with_entropy=True)
     if run.llm is not None:
         gap = vllm_rollout.canary_gap(ro.engine_logp, old_logp, ro.response_mask.float())
         if run.canary_first is None:        # first batch: engine and trainer hold the same checkpoint
@@ -487,20 +440,54 @@ def old_policy_pass(run: Run, ro: rollout.Rollouts, cfg: Config):
     return old_logp, entropy
 
 
-def autocast(model):
-    """bf16 autocast on CUDA, a no-op on CPU.
+# --- plumbing of the loop (TRY NOT TO MODIFY) -------------------------------------------
 
-    The weights stay fp32 ("master weights") and AdamW updates them in fp32: at RL
-    learning rates (~1e-6) a pure-bf16 update falls below bf16's resolution (8 bits of
-    mantissa) and is rounded away. Forwards run in bf16 under autocast; the weights pushed
-    to a vLLM engine are cast to its dtype there. Not run on a GPU here.
+@contextlib.contextmanager
+def timed(stage: str, times: dict):
+    """Add the wall time of the `with` block to times["time/<stage>"] (as verl's _timer).
+
+    One stopwatch for every stage keeps timing out of the loop's lines. A stage timed
+    twice in a step adds up.
     """
-    return torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=model.device.type == "cuda")
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        times[f"time/{stage}"] = times.get(f"time/{stage}", 0.0) + time.perf_counter() - t0
 
 
-def batch_inputs(ro: rollout.Rollouts, idx: torch.Tensor, device) -> tuple:
-    """(prompt_ids, prompt_mask, response_ids, response_mask) of rollouts idx, on `device`."""
-    return tuple(t[idx].to(device) for t in (ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask))
+def on_device(device, **tensors) -> SimpleNamespace:
+    """The step's per-rollout tensors, moved to the model's device once (None stays None).
+
+    The loop then indexes them per micro-batch (b.adv[idx]) with no copies inside it.
+    """
+    return SimpleNamespace(**{name: None if t is None else t.to(device) for name, t in tensors.items()})
+
+
+def take(t, idx):
+    """t[idx], or None for an absent tensor (no reference model, say)."""
+    return None if t is None else t[idx]
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    """sum(values * mask) / sum(mask): the mean over response tokens (0 for an empty mask)."""
+    return float((values * mask).sum() / mask.sum().clamp(min=1))
+
+
+def optimizer_step(run: Run, cfg: Config, ran_backward: bool) -> float:
+    """Clip the global gradient norm, take one AdamW step, zero the gradients; the norm.
+
+    ran_backward False: update.carries_gradient left out every rollout of this optimizer
+    step, so no backward ran and the gradients are None; they are set to zeros first,
+    because AdamW skips a None gradient but still moves a parameter with a zero one
+    (its momentum keeps going): what the full update would have done.
+    """
+    if not ran_backward:
+        update.zero_gradients(run.model)
+    norm = float(torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip or math.inf))
+    run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    return norm
 
 
 def add_stats(tally: dict, stats: dict) -> None:
@@ -534,11 +521,6 @@ def stat_means(tally: dict, skipped_all: bool = False) -> dict:
     return out
 
 
-def nanmean(values: list[float]) -> float:
-    finite = [v for v in values if not math.isnan(v)]
-    return float(np.mean(finite)) if finite else math.nan
-
-
 def step_metrics(rewards, scores, adv, entropy, mask, ro, sched, G) -> dict:
     """The per-step numbers of spec section 7: rewards, masses, entropy, lengths, schedule."""
     lengths = mask.sum(1)
@@ -550,19 +532,30 @@ def step_metrics(rewards, scores, adv, entropy, mask, ro, sched, G) -> dict:
         "solve_rate": float(rewards.mean()), "frac_all_equal": float(const.mean()),
         "adv_mean": float(adv.mean()), "adv_abs_mean": float(adv.abs().mean()),
         "m_S": float(m_S.mean() / G), "m_F": float(m_F.mean() / G),
-        "entropy": float((entropy * mask).sum() / mask.sum().clamp(min=1)),
+        "entropy": masked_mean(entropy, mask),
         "resp_len_mean": float(lengths.mean()), "resp_len_max": float(lengths.max()),
         "truncation_rate": float(ro.truncated.float().mean()),
         **{f"sched/{key}": float(value) for key, value in sched.items()},
     }
 
 
-def batch_composition(opt_steps, adv, lengths) -> dict:
-    """Mini-batch composition (batching.minibatch_stats): worst positive/negative gap, split groups."""
+def update_metrics(run: Run, ro, opt_steps, adv, lengths, tally, has_grad, grad_norms) -> dict:
+    """What the update did: mini-batch composition, the loss's statistics, the work left
+    out (frac_skipped: advantage exactly 0; frac_duplicate: run once as a copy), the
+    gradient norm (mean over optimizer steps), the learning rate, and the vLLM canary."""
     comps = batching.minibatch_stats(opt_steps, adv, lengths)
     return {"mb/max_pos_neg_gap": float(max(abs(c["n_pos"] - c["n_neg"]) for c in comps)),
             # groups only partly inside an optimizer step (their updates cannot cancel there), mean over steps
-            "mb/split_groups": float(np.mean([c["n_groups"] - c["n_whole_groups"] for c in comps]))}
+            "mb/split_groups": float(np.mean([c["n_groups"] - c["n_whole_groups"] for c in comps])),
+            **stat_means(tally, skipped_all=not has_grad.any()),
+            "frac_skipped": 1.0 - float(has_grad.float().mean()),
+            "frac_duplicate": update.duplicate_share(ro, has_grad),
+            "grad_norm": float(np.mean(grad_norms)), "lr": run.optimizer.param_groups[0]["lr"], **run.canary}
+
+
+def repeat(items: list, G: int) -> list:
+    """Each item G times in a row: one per rollout of its group ([a, b] -> [a, a, b, b] for G = 2)."""
+    return [x for x in items for _ in range(G)]
 
 
 def evaluate(run: Run, cfg: Config, step: int) -> dict:
@@ -649,7 +642,7 @@ def validate(cfg: Config) -> None:
          f"--advantage {cfg.advantage}'s imbalance); use a zero-sum advantage or --weight_transform min")
     # The advantage's own checks (group size, hyper-parameter ranges), on a batch of this shape.
     example = (torch.arange(cfg.group_size) % 2).float().unsqueeze(0)
-    advantages.compute_advantages(cfg.advantage, example, **advantage_hyper(cfg, cfg.sched.alpha, cfg.sched.delta))
+    advantages.compute_advantages(cfg.advantage, example, **advantage_hyper(cfg, {"alpha": cfg.sched.alpha, "delta": cfg.sched.delta}))
 
 
 def parse_args(argv: list[str] | None = None) -> Config:

@@ -1,6 +1,6 @@
 """TRL's GRPOTrainer with FADE and query batching, on the embedded model, on the CPU.
 
-    pip install -r requirements.txt -r requirements-trl.txt
+    pip install -r requirements.txt -r requirements/trl.txt
     python -m integrations.trl_example --steps 3
 
 Each step is one generation batch (--prompts x --group_size rollouts of the synthetic
@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import PrinterCallback
     from trl import GRPOConfig
 
-    import data
-    import tinymodel
+    from machinery import data
+    from machinery import tinymodel
     from integrations.trl_grpo import TokencreditGRPOTrainer
     from scheduler import SchedulerConfig
 

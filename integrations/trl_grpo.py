@@ -1,6 +1,6 @@
 """TRL's GRPOTrainer with this project's advantages, the FADE schedule and group-keeping batches.
 
-TRL (Hugging Face, pinned at 1.16.0 in requirements-trl.txt) scales GRPO out with
+TRL (Hugging Face, pinned at 1.16.0 in requirements/trl.txt) scales GRPO out with
 accelerate and DeepSpeed. Three things this project studies are fixed inside its
 GRPOTrainer, and this module swaps each for ours without copying a TRL method body:
 

@@ -1,6 +1,6 @@
 """verl plugin: this project's advantages and policy losses in verl's own registries.
 
-verl (ByteDance, pinned at 0.9.1 in requirements-verl.txt) picks the advantage by name,
+verl (ByteDance, pinned at 0.9.1 in requirements/verl.txt) picks the advantage by name,
 `algorithm.adv_estimator=NAME`, from `core_algos.ADV_ESTIMATOR_REGISTRY`, and the policy
 loss by name, `actor_rollout_ref.actor.policy_loss.loss_mode=NAME`, from
 `core_algos.POLICY_LOSS_REGISTRY`. Importing this module fills both with prefixed names:

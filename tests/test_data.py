@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-import data
-from data import (addition_response, addition_split_rows, format_prompt, gsm8k_rows,
+from machinery import data
+from machinery.data import (addition_response, addition_split_rows, format_prompt, gsm8k_rows,
                   is_held_out, load_gsm8k, load_jsonl, load_math, load_task,
                   make_addition_rows, math_rows, save_jsonl)
 
@@ -234,7 +234,7 @@ def test_math_bad_record_names_file_and_line(tmp_path):
 
 def test_hub_path_without_datasets_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)      # makes `import datasets` fail
-    with pytest.raises(ImportError, match="requirements-gpu.txt"):
+    with pytest.raises(ImportError, match="requirements/gpu.txt"):
         load_gsm8k("openai/gsm8k")
-    with pytest.raises(ImportError, match="requirements-gpu.txt"):
+    with pytest.raises(ImportError, match="requirements/gpu.txt"):
         load_task("math", "train")

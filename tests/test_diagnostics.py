@@ -19,10 +19,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-import data
+from machinery import data
 import diagnostics as D
-import rollout
-import tinymodel
+from machinery import rollout
+from machinery import tinymodel
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ What is checked:
   advantages computed from all ranks' rewards, including groups that straddle ranks.
 
 TRL is optional for the project: without it these tests skip, except under CI=true,
-where .ci/run installs requirements-trl.txt and a missing TRL is a failure.
+where .ci/run installs requirements/trl.txt and a missing TRL is a failure.
 """
 
 from __future__ import annotations
@@ -41,17 +41,17 @@ try:
 except ImportError:
     if os.environ.get("CI"):
         raise
-    pytest.skip("trl is not installed (pip install -r requirements-trl.txt)", allow_module_level=True)
+    pytest.skip("trl is not installed (pip install -r requirements/trl.txt)", allow_module_level=True)
 
 from datasets import Dataset  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 import advantages as adv_lib  # noqa: E402
 import batching  # noqa: E402
-import data  # noqa: E402
+from machinery import data  # noqa: E402
 import loss as loss_lib  # noqa: E402
-import rollout  # noqa: E402
-import tinymodel  # noqa: E402
+from machinery import rollout  # noqa: E402
+from machinery import tinymodel  # noqa: E402
 from integrations.trl_grpo import TokencreditGRPOTrainer  # noqa: E402
 from scheduler import AdvantageScheduler, SchedulerConfig  # noqa: E402
 

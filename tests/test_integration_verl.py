@@ -1,6 +1,6 @@
 """integrations/verl_plugin.py inside verl 0.9.1, checked against our own functions and verl's.
 
-Runs in verl's own environment (requirements-verl.txt: verl pins transformers < 5.11):
+Runs in verl's own environment (requirements/verl.txt: verl pins transformers < 5.11):
     /work/.venv-verl/bin/python -m pytest -q tests/test_integration_verl.py
 Without verl the module skips, unless TOKENCREDIT_REQUIRE_VERL=1 (the CI step sets it),
 where a missing verl is a failure.
@@ -37,7 +37,7 @@ try:
 except ImportError:
     if os.environ.get("TOKENCREDIT_REQUIRE_VERL") == "1":
         raise
-    pytest.skip("verl is not installed (its own env: requirements-verl.txt)", allow_module_level=True)
+    pytest.skip("verl is not installed (its own env: requirements/verl.txt)", allow_module_level=True)
 
 import numpy as np  # noqa: E402
 from verl import DataProto  # noqa: E402

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-import plot_runs
+from experiments import plot_runs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -143,7 +143,7 @@ def test_cli_in_process(tmp_path, capsys, monkeypatch):
 
 
 def test_cli_missing_directory_exit_code_2(tmp_path):
-    proc = subprocess.run([sys.executable, "plot_runs.py", str(tmp_path / "missing")], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "experiments.plot_runs", str(tmp_path / "missing")], cwd=REPO,
                           capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == f"plot_runs.py: error: run directory {str(tmp_path / 'missing')!r} does not exist\n"

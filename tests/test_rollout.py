@@ -14,10 +14,10 @@ import types
 import pytest
 import torch
 
-import data
-import rollout
-import tinymodel
-from rollout import (cut_at_eos, generate_rollouts, pad_rows, sample, sample_eval, special_ids, token_logprobs,
+from machinery import data
+from machinery import rollout
+from machinery import tinymodel
+from machinery.rollout import (cut_at_eos, generate_rollouts, pad_rows, sample, sample_eval, special_ids, token_logprobs,
                      top_p_filter)
 
 PROMPTS = ["3+4\n", "12+7\n", "5+55\n"]          # three lengths: left padding is exercised
@@ -643,7 +643,7 @@ def test_bad_arguments_raise(model, tok, kwargs, match):
 
 
 def test_draw_matches_the_weights_and_never_draws_a_zero_weight():
-    """rollout.draw (inverse-CDF sampling): empirical frequencies of 200,000 draws equal the
+    """machinery.rollout.draw (inverse-CDF sampling): empirical frequencies of 200,000 draws equal the
     normalised weights within 5 standard errors; zero-weight entries never come up."""
     w = torch.tensor([[0.0, 1.0, 0.0, 3.0, 6.0, 0.0]]).expand(200_000, 6)
     torch.manual_seed(0)

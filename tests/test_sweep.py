@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import diagnostics
-import sweep
-import tinymodel
+from experiments import sweep
+from machinery import tinymodel
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +148,7 @@ def test_credit_report_pools_value_cells_over_steps(tmp_path):
             runs.append(sweep.RunSpec("credit", arm, seed, str(d), ["--out_dir", str(d), "--seed", str(seed)],
                                       20, "tiny", 3))
             pooled[arm, seed] = (np.concatenate([b1, b2]).mean(), np.concatenate([s1, s2]).mean())
-    meta = {"command": "python sweep.py credit", "cwd": "/x", "date": "today", "machine": "m", "jobs": 2}
+    meta = {"command": "python -m experiments.sweep credit", "cwd": "/x", "date": "today", "machine": "m", "jobs": 2}
     text = open(sweep.write_report(spec, runs, {}, meta)).read()
     for k, arm in enumerate(("grpo", "psr")):
         b = [pooled[arm, s][0] for s in (0, 1)]
@@ -189,7 +189,7 @@ def test_end_to_end_run_dirs_and_table_equal_the_metrics_files(finished_sweep):
         assert [r["step"] for r in read_rows(d)] == [1, 2, 3]
         assert json.load(open(d / "config.json"))["seed"] == int(label[-1])
     text = (root / "summary.md").read_text()
-    assert "python sweep.py advantages --arms grpo,nsr --seeds 0,1 --steps 3" in text and "nproc" in text
+    assert "python -m experiments.sweep advantages --arms grpo,nsr --seeds 0,1 --steps 3" in text and "nproc" in text
     header = table_row(text, "quantity")
     assert header == ["grpo (seeds 0,1)", "nsr (seeds 0,1)"]
     for k, arm in enumerate(("grpo", "nsr")):
@@ -232,7 +232,7 @@ def test_resume_skips_finished_runs_and_continues_an_interrupted_one(finished_sw
     for label, mtimes in untouched.items():
         assert {f: os.stat(root / label / f).st_mtime_ns for f in mtimes} == mtimes, label
     log = (root / "sweep.log").read_text().splitlines()
-    second = log[max(i for i, line in enumerate(log) if "python sweep.py" in line) + 1:]   # this invocation
+    second = log[max(i for i, line in enumerate(log) if "python -m experiments.sweep" in line) + 1:]   # this invocation
     assert len(second) == 5                                # 3 skipped, 1 resumed, 1 done
     assert sum("skipped (finished before)" in line for line in second) == 3
     assert any("advantages/nsr/seed_1: resumed" in line for line in second)

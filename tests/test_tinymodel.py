@@ -12,9 +12,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import data
-import tinymodel
-from tinymodel import WarmupConfig, addition_correct, build_char_tokenizer, build_tiny_model
+from machinery import data
+from machinery import tinymodel
+from machinery.tinymodel import WarmupConfig, addition_correct, build_char_tokenizer, build_tiny_model
 
 # A warm-up small enough for a test: ~5k parameters, a handful of steps, 1-digit problems.
 TINY = dict(digits=1, hidden_size=16, num_heads=2, intermediate_size=32, batch_size=8, n_train=64,

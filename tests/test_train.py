@@ -12,9 +12,9 @@ import time
 import pytest
 import torch
 
-import tinymodel
+from machinery import tinymodel
 import train
-import update
+from machinery import update
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -286,7 +286,7 @@ def test_update_index_tensors_follow_their_inputs_device(tiny_dir, default_devic
                                        "--micro_batch", "3"))
     with default_device("meta"):
         run_all, skip_zero = update.carries_gradient(adv, plain, diagnose=True), update.carries_gradient(adv, plain, False)
-        chunks = update.micro_batches(step_idx, group_index, lengths, dfpo)
+        chunks = update.micro_batches(step_idx, torch.ones(6, dtype=torch.bool, device="cpu"), group_index, lengths, dfpo)
     assert run_all.device.type == skip_zero.device.type == "cpu"
     assert run_all.tolist() == [True] * 6 and skip_zero.tolist() == [False, True, True, False, True, True]
     assert [c.device.type for c in chunks] == ["cpu", "cpu", "cpu"]

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import verify
-from data import addition_prompt, addition_response
+from machinery.data import addition_prompt, addition_response
 from verify import (check_addition, extract_answer, last_boxed, math_equal, reward_tensor,
                     score, score_math)
 

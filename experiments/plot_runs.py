@@ -1,7 +1,7 @@
 """plot_runs.py: one or several run directories into one PNG of panels and a summary table.
 
-    python plot_runs.py runs/default                        # -> runs/default/plots.png
-    python plot_runs.py runs/grpo runs/fade --out compare.png --smooth 5
+    python -m experiments.plot_runs runs/default                        # -> runs/default/plots.png
+    python -m experiments.plot_runs runs/grpo runs/fade --out compare.png --smooth 5
 
 What a run leaves behind. train.py appends one JSON object per training step to
 RUN_DIR/metrics.jsonl: {"step": 12, "reward": 0.61, "entropy": 0.07, ...}, with the keys of

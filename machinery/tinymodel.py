@@ -62,10 +62,10 @@ from dataclasses import dataclass
 
 import torch
 
-import data
-import rollout
+from machinery import data
+from machinery import rollout
 
-REPO_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository root
 DEFAULT_CACHE_DIR = os.path.join(REPO_DIR, ".cache", "tinymodel")
 CACHE_FORMAT = 2          # bump when the warm-up code changes in a way the config cannot see
                           # (2: the evaluation samples with rollout.py's own KV-cached loop)
