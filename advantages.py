@@ -15,7 +15,7 @@ arXiv 2607.01490): per group, the success mass and the failure mass
 
 - the SIGN axis is their ratio m_S / m_F. The paper's claim: success-biased updates
   (m_S > m_F) collapse entropy, failure-biased ones collapse the weight geometry. Careful
-  with the mechanism (spec section 2): in expectation, under plain SGD on logits, the
+  with the mechanism (docs/math.md §2.3): in expectation, under plain SGD on logits, the
   imbalance m_S - m_F has NO first-order effect on entropy (a constant shift of the
   advantages is a baseline, and E_pi[grad log pi] = 0); whatever effect the sign axis
   has on entropy comes from second-order sources: Adam's per-coordinate normalisation,
@@ -86,7 +86,7 @@ def _solve_rate(rewards: Tensor) -> Tensor:
 
 
 # ---------------------------------------------------------------------------------------
-# The advantages (spec section 1). Each: rewards [N, G] -> advantages [N, G].
+# The advantages (docs/math.md §1). Each: rewards [N, G] -> advantages [N, G].
 # Called through compute_advantages, which validates: each function below receives a
 # finite float [N, G] tensor inside its reward domain, with hyper-parameters in range, so
 # it is only the math. The "Needs ..." lines are the checks compute_advantages makes.
@@ -172,7 +172,7 @@ def nsr(rewards: Tensor) -> Tensor:
     keeps entropy (and pass@k at large k) up in real training; its explanation is that
     pushing down a wrong answer spreads its probability over all alternatives instead of
     onto one. (Under SGD on logits the mass imbalance has no first-order effect on
-    entropy in expectation, spec section 2: the effect is an optimizer-level one.)
+    entropy in expectation, docs/math.md §2.3: the effect is an optimizer-level one.)
     All-wrong groups get -1 everywhere, all-correct 0. Works with G = 1.
     """
     return rewards - 1.0
@@ -194,7 +194,7 @@ def asymre(rewards: Tensor, dV: float = -0.1) -> Tensor:
 
     A_i = r_i - (mean_j r_j + dV).   Binary: correct 1 - p - dV, wrong -p - dV.
     [recon] The paper shifts the baseline by dV; its choice of baseline for LLMs is not
-    public, so we use the group mean (as Dr. GRPO) and dV = -0.1 as the spec gives.
+    public, so we use the group mean (as Dr. GRPO) and dV = -0.1 (docs/math.md §1).
     A negative dV lowers the baseline: every rollout gets +0.1 extra, so the update is
     success-biased (m_S > m_F) and NOT zero-sum: an all-equal group gets -dV = +0.1 on
     every rollout, and shared tokens no longer cancel (by G * |dV| per group).
@@ -239,7 +239,7 @@ def asym(rewards: Tensor, delta: float = 0.5) -> Tensor:
     Masses per rollout: m_S = p(1-p), m_F = p(1-p)/delta. delta < 1 is failure-biased
     (the FADE paper: keeps entropy up), delta > 1 success-biased. delta = 0.5 here is an
     arbitrary probe value (FADE's own delta lives in [0.3, 1]). Whether the bias moves
-    entropy depends on the optimizer (spec section 2: not at first order under SGD).
+    entropy depends on the optimizer (docs/math.md §2.3: not at first order under SGD).
     NOT zero-sum unless delta = 1: the group sums to p(1-p) G (1 - 1/delta), so a shared
     token gets a net push down when delta < 1. This is the price FADE pays, on purpose,
     for its entropy control. All-equal groups: 0. Needs delta > 0.
@@ -258,7 +258,7 @@ def fade(rewards: Tensor, alpha: float = 1.0, delta: float = 1.0) -> Tensor:
     alpha (hard focus while prompts are hard: alpha = 3 at p_hat <= 1/3, 1 from 0.6) and
     delta (amplify failures when entropy falls below its target) every step.
     alpha = delta = 1 is exactly Dr. GRPO (`mean`). With delta < 1 the group no longer
-    sums to zero: FADE trades some cancellation for entropy control (spec section 4).
+    sums to zero: FADE trades some cancellation for entropy control (docs/math.md §4).
     All-equal groups: 0. Needs rewards in [0, 1], alpha > 0, delta > 0.
     """
     centred = (1.0 - _solve_rate(rewards)) ** (alpha - 1.0) * _centred(rewards)
@@ -330,7 +330,7 @@ def risk(rewards: Tensor, beta: float = 2.0) -> Tensor:
     successes on hard prompts more, as pass@k methods do); beta -> 0 recovers r_i - p.
     Binary, with Z = p e^beta + (1 - p):  correct (e^beta / Z - 1)/beta,
     wrong (1/Z - 1)/beta. Zero-sum (sum_i exp/mean = G). All-equal groups: 0.
-    beta = 2 as in the spec. Needs beta != 0.
+    beta = 2 (docs/math.md §1). Needs beta != 0.
     """
     # Subtract the group max before exp: same ratio, no overflow for large beta * r.
     z = beta * rewards
@@ -485,7 +485,7 @@ def _real(v) -> bool:
 
 
 # ---------------------------------------------------------------------------------------
-# Gradient mass: the sign and difficulty axes (spec section 2, FADE paper)
+# Gradient mass: the sign and difficulty axes (docs/math.md §2, FADE paper)
 # ---------------------------------------------------------------------------------------
 
 def gradient_mass(adv: Tensor) -> tuple[Tensor, Tensor]:
@@ -499,7 +499,7 @@ def gradient_mass(adv: Tensor) -> tuple[Tensor, Tensor]:
     whole group receives. It does NOT drive entropy at first order: for one group under
     SGD on logits, dH ~ -(eta/G) [ sum_i A_i pi(o_i)(log pi(o_i) + H) - (m_S - m_F) kappa ],
     kappa = sum_a pi_a^2 (log pi_a + H), and in expectation over on-policy samples the
-    mass term drops out (spec section 2, corrected; Cui et al. 2025's covariance form).
+    mass term drops out (docs/math.md §2.3, corrected; Cui et al. 2025's covariance form).
     """
     if adv.dim() != 2:
         raise ValueError(f"gradient_mass: adv must have shape [N, G], got {tuple(adv.shape)}")
@@ -551,7 +551,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
     The product never forms a huge binomial coefficient. It is exactly 1 when n - c < k
     (every k-subset contains a success). Why not "best of k random draws" or "max over
-    n": both are biased estimators of pass@k (spec section 9). Needs 0 <= c <= n, 1 <= k <= n.
+    n": both are biased estimators of pass@k (docs/math.md §9). Needs 0 <= c <= n, 1 <= k <= n.
     """
     if not (0 <= c <= n and 1 <= k <= n):
         raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")

@@ -50,7 +50,7 @@ train.py passes one generator that advances every epoch, so every epoch reshuffl
 the whole run is reproducible from the seed. With n_minibatches = 1 every mode returns the
 whole batch as one step, and the choice of mode makes no difference at all.
 
-Token-weighted masses. Under token-mean aggregation (spec section 3) a rollout's total
+Token-weighted masses. Under token-mean aggregation (docs/math.md §3.4) a rollout's total
 gradient weight grows with its length, so equal *counts* of positives and negatives can
 still be an unequal push. query_balanced therefore balances token sums when `lengths`
 (response token counts, [N, G]) is given, and counts otherwise.

@@ -4,7 +4,7 @@ A critic-free update (GRPO and its family) gives every token of rollout i the sa
 weight A_i. The Cancellation Hypothesis paper ("The Cancellation Hypothesis in
 Critic-Free RL: From Outcome Rewards to Token Credits") asks what that does token by
 token, and answers with four measurements, all taken right after an optimizer step by
-rescoring the SAME sampled tokens under the new weights (spec section 6):
+rescoring the SAME sampled tokens under the new weights (docs/math.md §6):
 
   1. token flips      a token is boosted if its log-prob rose by more than tau, suppressed
                       if it fell by more. Finding: positive and negative rollouts have
@@ -48,7 +48,7 @@ from machinery import rollout
 from machinery import update
 import verify
 
-TAU = 1e-3                  # flip threshold in nats (spec section 6)
+TAU = 1e-3                  # flip threshold in nats (docs/math.md §6.1)
 VALUE_CELLS = ("boosted_pos", "suppressed_pos", "boosted_neg", "suppressed_neg")
 COUPLING_CLASSES = ("same_low", "same_high", "different")
 # Seeds of the diagnostics' own random streams, derived from (seed, step) and offset so
@@ -233,7 +233,7 @@ def token_flips(new_logp: Tensor, old_logp: Tensor, mask: Tensor, adv_flat: Tens
     "flip/suppress_neg". A sign with no rollout (an all-zero batch) has no keys.
     The paper's finding: the four fractions are remarkably similar, i.e. a negative
     rollout has many boosted tokens (those it shares with successes) and a positive
-    rollout many suppressed ones. tau = 1e-3 nats by default (spec section 6); the
+    rollout many suppressed ones. tau = 1e-3 nats by default (docs/math.md §6.1); the
     rest (|Δ| <= tau) is neither.
     new_logp, old_logp, mask: [B, T]; adv_flat: [B]. Example: one positive rollout with
     Δ = (+0.01, -0.01, 0) on three real tokens -> boost_pos = suppress_pos = 1/3.
@@ -440,7 +440,7 @@ def value_stats(value: Tensor, cells: list[str]) -> dict:
 
 def output_layer_coupling(p1: Tensor, p2: Tensor, a: Tensor, b: Tensor, h1: Tensor, h2: Tensor,
                           temperature: float = 1.0, bias: bool = False) -> Tensor:
-    """[recon] Output-layer coupling of two token occurrences (spec section 6).
+    """[recon] Output-layer coupling of two token occurrences (docs/math.md §6.3).
 
     Occurrence 1 is token a predicted from final hidden state h (distribution p =
     softmax(W h / T)); occurrence 2 is token b from h' (p'). Through the output matrix

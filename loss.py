@@ -6,7 +6,7 @@ is where most of the quiet differences between GRPO implementations live. Read
 `policy_loss` (bottom of the file) first: it picks a surrogate, aggregates, adds KL and
 entropy. Everything above it is one of those pieces.
 
-1. The per-token surrogate (spec section 3). With rho_t = pi(o_t) / pi_old(o_t):
+1. The per-token surrogate (docs/math.md §3). With rho_t = pi(o_t) / pi_old(o_t):
    - `ppo_clip` (Schulman et al. 2017): max(-A rho, -A clip(rho, 1 - eps_low, 1 + eps_high)),
      clip-higher eps_high = 0.28 from DAPO, optional dual clip c = 3 for A < 0 (Ye et al.);
    - `cispo` (MiniMax-M1): -sg(clip(rho)) A log pi, so no token ever loses its gradient;
@@ -313,7 +313,7 @@ def dfpo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, group_index:
         length: DFPO is GSPO with exchangeable weights, so its trust region is GSPO's;
       - the weight the transform acts on, w_i, has a normaliser that is the same for every
         rollout of the group. GSPO's own 1/|o_i| would make a shared token's weight depend
-        on its rollout's length and break exchangeability again (spec section 3).
+        on its rollout's length and break exchangeability again (docs/math.md §3.7).
     The two differ by the length: w_i = s_i^(|o_i| / L_g), pulled toward 1 for a rollout
     shorter than the group's longest. Deciding on w would make the trust region depend on
     the length: a 2-token rollout with per-token log-ratio 1 (s = e = 2.72) in a group whose

@@ -1,12 +1,12 @@
 """Scheduling the advantage: FADE (Decugis et al. 2026, arXiv 2607.01490).
 
 The FADE paper splits any advantage into a success mass m_S and a failure mass m_F
-(spec section 2) and reads them along two axes:
+(docs/math.md §2) and reads them along two axes:
   - difficulty: where m_S(p) + m_F(p) peaks over the group solve rate p. Focusing on hard
     prompts sharpens the signal but spends fewer rollouts' worth of gradient;
   - sign: m_S versus m_F. The paper's claim: too much success mass collapses the entropy,
     too much failure mass collapses the geometry of the weights (with Adam; under SGD on
-    logits the imbalance has no first-order effect on entropy, spec section 2).
+    logits the imbalance has no first-order effect on entropy, docs/math.md §2.3).
 Its observation is that the right point on both axes moves during training: early on
 (exploration) balance and a hard focus help; later (exploitation) suppressing failures
 harder and a medium focus help. FADE ("Focal Advantage with Dynamic Entropy") therefore
@@ -96,7 +96,7 @@ def fade_delta(h_hat: float, h_target: float) -> float:
     reading: pushing failures down spreads probability over the other tokens and raises
     the entropy, which is why it is switched on once the entropy falls below target.
     (With Adam; under SGD on logits the imbalance has no first-order effect on entropy:
-    spec section 2, toy experiment 6.) Example: H_target = 1.0,
+    docs/math.md §2.3, toy experiment 6.) Example: H_target = 1.0,
     H_hat = 0.5 -> delta = 0.5 (failures x2); H_hat <= 0.3 -> the floor 0.3 (x3.3).
     """
     return _clip(1.0 + h_hat - h_target, DELTA_MIN, DELTA_MAX)

@@ -7,7 +7,8 @@
 The file reads top to bottom: the hyper-parameters (`Config`), then `train(cfg)`, one loop
 whose seven commented blocks are the seven stages of a training STEP (one rollout batch):
 
-  1. sample    N prompts, G rollouts each            rollout.py (transformers) / vllm_rollout.py
+  1. sample    N prompts, G rollouts each            machinery/rollout.py (transformers),
+                                                     machinery/vllm_rollout.py
   2. score     one reward per rollout                 verify.py
   3. schedule  the sampling policy's log-probs and    scheduler.py (FADE or constant)
                entropy; the schedule reads solve
@@ -15,16 +16,30 @@ whose seven commented blocks are the seven stages of a training STEP (one rollou
   4. advantages  one weight per rollout, per group    advantages.py (any registered name)
   5. split     the batch into optimizer steps, each   batching.py (random/query/balanced/...),
                cut into micro-batches; rollouts with  update.py (micro-batches, and the
-               advantage exactly 0 are left out, and  work left out exactly)
+               advantage exactly 0 are left out, and  work left out exactly; machinery/)
                identical rollouts run once
   6. update    policy loss per micro-batch, one       loss.py (PPO/CISPO/GSPO/DFPO, four
                Adam step per optimizer step           aggregations, KL, entropy)
   7. log       metrics, diagnostics, evaluation, checkpoint
 
+The default run differs from textbook GRPO (Shao et al. 2024) in five ways, each a flag:
+  1. token-mean aggregation (DAPO; --agg seq-mean-token-mean is GRPO's 1/|o_i|), which
+     keeps a token shared by every rollout at the same weight in each (docs/math.md §3.7);
+  2. no KL penalty (--kl_coef 0, as DAPO and Dr. GRPO; GRPO used 0.04 with the k3
+     estimator, --kl_estimator k3);
+  3. one optimizer step per rollout batch (--epochs 1 --minibatches 1), so the ratio is 1
+     and the clip is inert (below); GRPO took several;
+  4. rollouts whose advantage is exactly 0, and word-for-word copies, skip the forward
+     (--skip_zero_adv, --merge_duplicates): the same gradient, less work (machinery/update.py);
+  5. a tiny model trained from scratch on synthetic addition on a CPU, not a 7B model on
+     math: the defaults (lr 4e-4, 32 prompts x 8 rollouts) suit that model.
+
 Below the loop: set-up (model, data, optimizer), the helpers the loop calls, the checks
-at the door, and the command line. Every Config field is a flag (the nested LossConfig
-and SchedulerConfig fields too, under their own names; config.py), with its docstring as
-help; an invalid value exits with code 2 and one line naming it.
+at the door, and the command line. The loop's stages are marked `# ALGO LOGIC`; the
+plumbing around them `# TRY NOT TO MODIFY` (as cleanrl marks them). Every Config field
+is a flag (the nested LossConfig and SchedulerConfig fields too, under their own names;
+machinery/config.py), with its docstring as help; an invalid value exits with code 2 and
+one line naming it.
 
 A fact worth knowing before reading any clip-fraction plot: with ONE optimizer step per
 rollout batch (epochs=1, minibatches=1, the default) the policy that is trained IS the
@@ -522,7 +537,7 @@ def stat_means(tally: dict, skipped_all: bool = False) -> dict:
 
 
 def step_metrics(rewards, scores, adv, entropy, mask, ro, sched, G) -> dict:
-    """The per-step numbers of spec section 7: rewards, masses, entropy, lengths, schedule."""
+    """The per-step numbers of docs/math.md §7: rewards, masses, entropy, lengths, schedule."""
     lengths = mask.sum(1)
     m_S, m_F = advantages.gradient_mass(adv)
     const = (rewards.max(1).values == rewards.min(1).values).float()

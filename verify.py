@@ -1,6 +1,6 @@
 """Verifiers: how a piece of generated text becomes a reward.
 
-Critic-free RL for reasoning (GRPO and its family, spec section 1) needs no reward
+Critic-free RL for reasoning (GRPO and its family, docs/math.md §1) needs no reward
 model: each rollout is scored by a program that checks the final answer against a known
 reference. That program, the *verifier*, is the whole reward signal, so its mistakes are
 the policy's training targets: a verifier that accepts "0432" for 432, or that hangs on

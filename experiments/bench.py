@@ -5,7 +5,7 @@
     python -m experiments.bench --scaling           # + how our step time grows with G and max new tokens
     pip install -r requirements/bench.txt     # TRL 1.16.0 and what it needs, for the comparison
 
-The work (issue 9): the warmed embedded model (tinymodel.py), the synthetic addition task
+The work: the warmed embedded model (tinymodel.py), the synthetic addition task
 (3 digits), 32 prompts x 8 rollouts per step, at most 48 new tokens, temperature 1, one
 optimizer step per rollout batch, no KL, lr 4e-4, CPU, one torch thread. Both trainers
 see the SAME prompts in the same order: the bench replays train.py's prompt stream

@@ -5,7 +5,7 @@
 
 What a run leaves behind. train.py appends one JSON object per training step to
 RUN_DIR/metrics.jsonl: {"step": 12, "reward": 0.61, "entropy": 0.07, ...}, with the keys of
-spec section 7. Not every key is on every line: held-out evaluation (eval/pass@K) runs
+docs/math.md §7. Not every key is on every line: held-out evaluation (eval/pass@K) runs
 every few steps, token flips (flip/*) too, vLLM's canary only with --backend vllm. A value
 may be null (or NaN) when it was undefined on that step. RUN_DIR/config.json holds the
 run's Config, whose "advantage" (or an explicit "name") labels the run in legends.
@@ -55,14 +55,14 @@ PANELS = [
     # "exploration kept" signature; pass@1 up and pass@k flat is sharpening.
     ("held-out pass@k", [("eval/pass@", None)]),
     # Token entropy of the sampling policy, with FADE's smoothed estimate H_hat and the
-    # target H_target its delta steers toward (spec section 4). These two are scheduler
+    # target H_target its delta steers toward (docs/math.md §4). These two are scheduler
     # state, but they are only readable next to the entropy they track.
     ("entropy (nats / token)", [("entropy", "entropy"), ("sched/H_hat", "H_hat (EMA)"),
                                 ("sched/H_target", "H_target")]),
-    # Per-rollout success and failure mass (FADE paper, spec section 2). mean A is exactly
+    # Per-rollout success and failure mass (FADE paper, docs/math.md §2). mean A is exactly
     # m_S - m_F: zero for every zero-sum advantage (GRPO, RLOO, ...); positive means the
     # tokens shared by a whole group are pushed up on net. (Not an entropy gauge: under SGD
-    # the imbalance has no first-order effect on entropy in expectation, spec section 2.)
+    # the imbalance has no first-order effect on entropy in expectation, docs/math.md §2.3.)
     ("gradient mass per rollout", [("m_S", "m_S"), ("m_F", "m_F"), ("adv_mean", "mean A = m_S - m_F")]),
     # The rest of FADE's scheduler state: difficulty exponent alpha, failure scale delta,
     # EMA solve rate p_hat. A constant schedule logs them too (flat alpha and delta).

@@ -10,7 +10,7 @@ shuffles, evaluation samples); the starting checkpoint is the SAME for every run
 embedded model's cached warm-up (tinymodel.py), trained once with its own fixed seed. So
 the spread over seeds is the spread of RL from one checkpoint, not over checkpoints.
 
-The four sweeps of issue 11, one function each (section 1), and what each one tests:
+The four sweeps, one function each (section 1), and what each one tests:
   batching    4 mini-batches per rollout batch, split five ways (batching.py): does keeping
               a group's rollouts in one optimizer step (so that the updates of the tokens
               they share cancel) change learning and the drift of the template tokens?
@@ -57,8 +57,8 @@ within-arm difference (boosted minus suppressed value, per seed): its mean over 
 Welch's 2-4 degrees of freedom, |t| = 2 is a two-sided p of about 0.12-0.18. We print t
 so a reader can apply a stricter cut; the verdicts in the README use this one.
 
-Budget. Issue 11 asks for all four sweeps at the defaults (3 seeds, 17 arms, 51 runs)
-within 90 minutes of wall time on 2 cores; the arithmetic is next to the defaults below.
+Budget. All four sweeps at the defaults (3 seeds, 17 arms, 51 runs) are meant to fit
+in 90 minutes of wall time on 2 cores; the arithmetic is next to the defaults below.
 `python -m experiments.sweep all` runs the 51 runs in one pool, longest first, so no core idles at
 the end of one sweep while the next waits.
 
@@ -95,7 +95,7 @@ from experiments import plot_runs
 # ---------------------------------------------------------------------------------------
 # The defaults: change them here.
 # ---------------------------------------------------------------------------------------
-SEEDS = (0, 1, 2)                 # RL seeds per arm (issue 11: at least 3)
+SEEDS = (0, 1, 2)                 # RL seeds per arm
 JOBS = 2                          # train.py processes at a time (one torch thread each)
 OUT = os.path.join("runs", "sweeps")
 STEPS = {"batching": 200, "advantages": 200, "dfpo": 150, "credit": 120}   # training steps per run
@@ -104,13 +104,10 @@ N_EVAL = 200                      # held-out prompts per evaluation
 EVAL_SAMPLES = 4                  # samples per prompt: pass@1, pass@2, pass@4
 THRESHOLD = 0.75                  # "steps to pass@1 >= THRESHOLD" (batching sweep)
 T_RULE = 2.0                      # the 2-SE rule: |t| > T_RULE reads "differs"
-# Budget, measured with these defaults on 2026-11-23 (`python -m experiments.sweep all`, 2 cores, nothing
-# else running): the 51 runs took 56 min wall; process-minutes per sweep: batching 38.1
-# (15 runs, ~2.4 min each: 4 mini-batches), advantages 41.8 (21 runs, ~1.9 min), dfpo 18.7
-# (9 runs, ~1.9 min), credit 10.2 (6 runs, ~1.7 min; the value Monte Carlo every 10th step).
-# One run costs about start-up (5-7 s) + STEPS x step (0.45-0.7 s) + STEPS / EVAL_EVERY x
-# eval (~1 s) + diagnostics. A busy box at twice these costs would need ~110 min: then
-# EVAL_EVERY = 20 or fewer steps keep `all` inside the 90 minutes issue 11 asks for.
+# Budget: one run costs about start-up + STEPS x step + STEPS / EVAL_EVERY x eval +
+# diagnostics; with these defaults `all` fits in an hour on 2 idle cores (measured:
+# docs/results.md). On a busy box, raise EVAL_EVERY first: evaluation is the cost that
+# does not change what the sweep measures.
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository root
 TRAIN_PY = os.path.join(REPO_DIR, "train.py")
@@ -231,10 +228,8 @@ def dfpo() -> Sweep:
     Clip range: GSPO's own, eps_low 3e-4 and eps_high 4e-4 (GSPO paper, Zheng et al.
     2025), in every arm. The sequence ratio is a geometric mean of token ratios, so it
     stays much closer to 1 than a token ratio, and the PPO default 0.2 almost never
-    clips it. Measured here (2026-11-23, seed 0, lr 4e-4, 4 mini-batches): with 0.2,
-    GSPO's training reward fell from 0.39 to 0.10 after the first step and held-out
-    pass@1 was 0.008 at step 30 (dfpo_min 0.19, dfpo_orth 0.32); with 3e-4/4e-4 the
-    reward stayed at 0.38-0.51 over 12 steps, about 30% of tokens clipped.
+    clips it: with 0.2 on the embedded model GSPO's reward collapsed after the first
+    step, with 3e-4/4e-4 it held and about 30% of tokens clipped (docs/LOG.md).
     """
     return Sweep(
         name="dfpo",

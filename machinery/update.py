@@ -147,13 +147,10 @@ def compile_for_update(model) -> torch.nn.Module:
     weight pushes keep using `model`). dynamic=True: one graph for every micro-batch
     width and length, instead of a recompile per shape. Only the update is compiled:
     the sampler's KV-cached loop changes its batch and cache shapes every few tokens,
-    and the no-grad passes are a small share of a step. What it buys on this project's
-    2-core CPU (bench.py with and without --compile, embedded model, 2026-11-23): the
-    update's fused element-wise ops (RMSNorm, rotary, SwiGLU) make it ~20-30% faster
-    (0.127 vs 0.174 s per step with skip and merge; 0.216 vs 0.276 before them), after a
-    first compile of ~50 s (~13 s with inductor's on-disk cache warm): a net loss for
-    the 300-step default run, a gain only for runs long enough to pay the compile back
-    (not measured on larger models). Off-policy, the old-policy pass stays eager,
+    and the no-grad passes are a small share of a step. On a CPU the
+    update's fused element-wise ops (RMSNorm, rotary, SwiGLU) make it faster per step,
+    but the first compile costs about as much as a whole default run: a gain only for
+    runs long enough to pay it back (the bench's numbers: docs/results.md). Off-policy, the old-policy pass stays eager,
     so the first ratio of a batch is 1 only to float rounding (~1e-6), not exactly.
     """
     return torch.compile(model, dynamic=True)

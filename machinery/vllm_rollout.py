@@ -10,7 +10,7 @@ keeps going, the loss looks fine, and the rollouts come from a policy you are no
 training. This file is small on purpose and keeps the traps next to the lines they
 concern. rollout.py (transformers, CPU) stays the default path.
 
-The recipe (../shared/vllm.md, read against vLLM's own source and against how TRL,
+The recipe (docs/vllm.md, read against vLLM's own source and against how TRL,
 verl and OpenRLHF sync weights):
 
     ids = rollout.tokenize_prompts(tokenizer, prompts, chat_template)         # trap 11

@@ -22,7 +22,7 @@ def binary_groups(G=G, cs=range(1, G)):
 
 
 def closed_form(name, c, G=G):
-    """(success, failure) value from spec section 1's table, written independently."""
+    """(success, failure) value from docs/math.md §1's table, written independently."""
     p = c / G
     e = math.exp(2.0)
     C = math.comb

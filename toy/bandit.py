@@ -19,7 +19,7 @@ The policy is an LM's output layer in miniature. The logit of token a at positio
 
 - W [V, D] is the only trainable tensor, SHARED across positions and responses: two
   occurrences of the same token are coupled through W[a] exactly as in an LM's
-  unembedding matrix (spec section 6, "coupling").
+  unembedding matrix (docs/math.md §6.3, "coupling").
 - h_t [D] is a fixed "hidden state" of position t with h_t[0] = 1, so W[a, 0] acts as
   token a's own logit offset, the same at every position ("the token's logit").
   The context is position-only on purpose: the same token at the same position has
@@ -359,7 +359,7 @@ def score_W(bandit: Bandit, W: Tensor, t: int, a: int) -> Tensor:
 
 
 def coupling(bandit: Bandit, W: Tensor, t: int, a: int, t2: int, b: int) -> float:
-    """[recon] Output-layer coupling of occurrence (t, a) with (t2, b), spec section 6:
+    """[recon] Output-layer coupling of occurrence (t, a) with (t2, b), docs/math.md §6.3:
 
         grad_W log p_t(a) . grad_W log p_t2(b) = ([a == b] - p_t2(a) - p_t(b) + p_t . p_t2) (h_t . h_t2)
 

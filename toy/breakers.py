@@ -297,7 +297,7 @@ def exp4_minibatching(out_dir: str, seeds: range = range(12), template_prob: flo
 
     Modes of batching.minibatch_indices ([recon]: the paper's reward-balancing rule is
     not public; batching.py documents ours: `balanced` equalises the COUNTS of positive
-    and negative rollouts per step, the spec's rule, `mass_balanced` the SUM of their
+    and negative rollouts per step, the cancellation paper's rule, `mass_balanced` the SUM of their
     advantages, which is what cancellation needs), plus "one step" (no split) as the
     reference. All groups here share one prompt, so the template's gradient is the same
     in every rollout of a step and a step whose advantages sum to 0 leaves it exactly
@@ -369,7 +369,7 @@ def exp4_minibatching(out_dir: str, seeds: range = range(12), template_prob: flo
                      f"{against('query')}; {at_slippy('query')}: with slips most of the drift is their own credit, "
                      "which Adam inflates at each of the 4 steps whether or not the groups are whole"),
         report.claim("Reward-balanced batching reduces template drift compared with a random split: `balanced` "
-                     "(equal COUNTS of positive and negative rollouts per step, the spec's rule)",
+                     "(equal COUNTS of positive and negative rollouts per step, the cancellation paper's rule)",
                      report.agrees_if(reduces("balanced")),
                      f"{against('balanced')}; {at_slippy('balanced')}. Equal counts are not equal mass: GRPO's "
                      f"advantages differ in size between groups, so its worst step still sums to |ΣA| = "

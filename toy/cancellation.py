@@ -12,7 +12,7 @@ sum over a group whose advantages sum to zero: the second term drops out and
 
     update of token a  =  sum_i A_i n_a(o_i)  =  G * Cov(A, n_a)       (population Cov)
 
-("implicit token credit", spec section 6 [recon]). A token every rollout contains equally
+("implicit token credit", docs/math.md §6.2 [recon]). A token every rollout contains equally
 often, a template, gets exactly 0 whatever the rewards; a token that is more frequent in
 the successes gets positive credit, one more frequent in the failures negative. No critic
 assigns this credit: the comparison inside the group does. Experiment 1 checks the
@@ -34,7 +34,7 @@ from toy import bandit as B
 from toy import report
 
 TEMPLATE_PROBS = (0.5, 0.9, 0.99)
-FLIP_TAU = 1e-3       # spec section 6: a token is boosted if its log-prob rose by more than tau
+FLIP_TAU = 1e-3       # docs/math.md §6.1: a token is boosted if its log-prob rose by more than tau
 
 
 def _setup(template_prob: float = 0.9):
@@ -219,7 +219,7 @@ def flip_fractions(lr: float = 1.0, tau: float = FLIP_TAU, name: str = "grpo") -
 
     The 3-token bandit; one SGD step of size lr per group (through loss.py, PPO
     on-policy, token-mean), then every sampled token is rescored exactly: boosted if log p
-    rose by more than tau, suppressed if it fell by more than tau (spec section 6).
+    rose by more than tau, suppressed if it fell by more than tau (docs/math.md §6.1).
     Fractions are ratios of expectations over all groups, e.g. E[#boosted tokens in A>0
     rollouts] / E[#tokens in A>0 rollouts]. Also split into the template position and the
     digits. Two of its three tokens decide the reward, and each group moves the policy on
@@ -305,8 +305,8 @@ def coupling_matrix(bandit, W) -> tuple[list, torch.Tensor, torch.Tensor]:
 def coupling_classes(bandit, W, closed: torch.Tensor, occ: list) -> dict:
     """Mean |coupling| over pairs of DIFFERENT occurrences (i < j), by kind: {kind: (mean, number of pairs)}.
 
-    Kinds: identical tokens both predicted with p < 0.5 ("low confidence", spec section
-    6), identical tokens with at least one at p >= 0.5, and different tokens. The
+    Kinds: identical tokens both predicted with p < 0.5 ("low confidence", docs/math.md
+    §6.3), identical tokens with at least one at p >= 0.5, and different tokens. The
     diagonal (an occurrence with itself, |grad log p|^2) is left out: it is not a
     coupling between two tokens, and with few occurrences it would dominate the means.
     A kind with no pair gets (nan, 0).
@@ -332,7 +332,7 @@ def exp5_flips_and_coupling(out_dir: str, lr: float = 1.0) -> dict:
     Paper: positive and negative rollouts have remarkably similar fractions of boosted
     and suppressed tokens, because a token's change is not fixed by its own advantage:
     occurrences are coupled through shared parameters, mostly identical tokens that are
-    both predicted with low confidence. [recon] definitions, spec section 6; tau = 1e-3.
+    both predicted with low confidence. [recon] definitions, docs/math.md §6; tau = 1e-3.
     5a, old design (exact): the 3-token bandit, every group its OWN SGD step (lr 1),
     expectations over all 5985 groups. 5b, new design (sampled): responses with 16
     reward-irrelevant filler positions (17 of 19 tokens irrelevant, fillers near-uniform,

@@ -15,7 +15,7 @@ shared parameters). A group is G = 4 answers. For one-token answers loss.policy_
 
     Delta z = (lr / G) sum_i A_i (e_{o_i} - pi)          (e_o: one-hot of answer o)
 
-What plain SGD on these logits can and cannot show (spec section 2, corrected):
+What plain SGD on these logits can and cannot show (docs/math.md §2.3, corrected):
 1. In expectation over the group, E[Delta z] = lr (a_1 - a_0) grad_z p, where a_r is a
    rollout's expected advantage given its reward r. On ONE prompt every advantage moves
    the logits along the SAME direction, grad_z p; the advantage only sets the speed
@@ -32,7 +32,7 @@ What plain SGD on these logits can and cannot show (spec section 2, corrected):
    0.05 nats more entropy than mean, delta=0.5 with about 0.07 less, and sampled SGD at
    lr 1.5 shows nearly the same differences (6c prints both).
 3. Per group, a mass imbalance does move entropy: the term -(sum_i A_i) pi of Delta z is
-   the (m_S - m_F) kappa term of spec section 2's formula. But over on-policy samples a
+   the (m_S - m_F) kappa term of docs/math.md §2.3's formula. But over on-policy samples a
    constant shift of the advantages has no first-order effect (E_pi[e_o - pi] = 0), so
    in expectation the imbalance drops out. (An earlier reading of the formula gave a
    success surplus a first-order entropy effect; it is withdrawn.)

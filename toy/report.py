@@ -9,7 +9,7 @@ instead of leaving a stale sentence behind. Every claim gets exactly one of LABE
   not reproduced                it does not (the evidence says why, when we know)
   depends on the optimizer      it holds under Adam (the papers' optimizer) but not under
                                 plain SGD, or the other way round: the effect is not
-                                first-order in the gradient (spec section 2)
+                                first-order in the gradient (docs/math.md §2.3)
   depends on the step size      it holds at some of the step sizes tried and not at others
                                 (the evidence lists each): with Adam the sign axis acts
                                 through the optimizer's normalisation, whose effect grows
