@@ -48,6 +48,7 @@ EXPERIMENTS = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m toy", description=__doc__.split("\n")[0])
+    parser.error = lambda message: parser.exit(2, f"{parser.prog}: error: {message}\n")   # one line, exit 2
     parser.add_argument("--out", default="toy_out", help="folder for the PNGs and summary.md (default: toy_out)")
     parser.add_argument("--only", type=int, nargs="+", metavar="N", help="experiment numbers to run (default: all)")
     args = parser.parse_args(argv)
