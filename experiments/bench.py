@@ -355,17 +355,21 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     from transformers.utils import logging as hf_logging
     hf_logging.set_verbosity_error()
+    trl = None
+    if not args.skip_trl:              # before the warm-up (up to a minute), not after it
+        try:
+            import trl
+        except ImportError:
+            print("bench.py: error: TRL is not installed (pip install -r requirements/bench.txt, or --skip_trl)",
+                  file=sys.stderr)
+            sys.exit(2)
     model_dir = tinymodel.load_or_warmup(tinymodel.WarmupConfig(digits=3))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"work: {N_PROMPTS} prompts x {G_DEFAULT} rollouts, <= {MAX_NEW_DEFAULT} new tokens, T=1, lr 4e-4, "
           f"no KL, 1 optimizer step/batch; {args.warmup} warm-up + {args.steps} measured steps; "
           f"torch {torch.__version__}, {args.threads} thread(s), load average {load:.2f} on {os.cpu_count()} CPUs"
           + (", torch.compile on (both trainers)" if args.compile else ""))
-    if not args.skip_trl:
-        try:
-            import trl
-        except ImportError:
-            sys.exit("bench.py: error: TRL is not installed (pip install -r requirements/bench.txt, or --skip_trl)")
+    if trl is not None:
         print(f"TRL {trl.__version__}, {args.rounds} round(s) of both trainers, alternating which runs first")
     runs = {"ours": [], "trl": []}
     for r in range(args.rounds):

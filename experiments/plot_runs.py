@@ -40,6 +40,8 @@ import matplotlib.pyplot as plt            # noqa: E402  (must follow matplotlib
 from matplotlib.lines import Line2D        # noqa: E402
 import numpy as np                         # noqa: E402
 
+from machinery import config              # noqa: E402  (the shared checks at the door)
+
 # ---------------------------------------------------------------------------------------
 # The layout: (panel title, [(key, legend label), ...]).
 # A key ending in "/" or "@" is a prefix: every logged key starting with it is drawn,
@@ -367,8 +369,8 @@ def main(argv: list[str] | None = None) -> None:
         if not os.path.isfile(os.path.join(d, "metrics.jsonl")):
             parser.error(f"no metrics.jsonl in {d!r}")
     out = args.out or (os.path.join(args.runs[0], "plots.png") if len(args.runs) == 1 else "compare.png")
-    if not os.path.isdir(os.path.dirname(os.path.abspath(out))):
-        parser.error(f"--out {out!r}: its directory does not exist")
+    if problem := config.writable_file_problem(out):
+        parser.error(f"--out {out!r}: {problem}")
     try:
         titles = plot_runs(args.runs, out, args.smooth)
         rows = [summarize(d) for d in args.runs]

@@ -1,4 +1,4 @@
-"""Checkpoints: a run killed at any moment resumes exactly where it was.
+"""Checkpoints: a run killed at any moment resumes exactly where it was, or says why not.
 
 What "exactly" takes: the model's weights, the optimizer's state (Adam's moments and step
 counts), the advantage scheduler's state (FADE's moving averages), the step, and EVERY
@@ -12,27 +12,52 @@ What "at any moment" takes: write into a temporary directory, then rename it int
 (a rename is atomic on POSIX), then point `latest` at it with os.replace. A crash leaves
 either the previous complete checkpoint or the new complete one. Metric lines logged
 after the checkpoint are dropped on resume (they will be logged again).
+
+What "or says why not" takes: a rename protects against a crash, not against a disk
+that fills up, a copy cut short, or a file edited by hand. So every checkpoint carries
+a MANIFEST, written last inside the temporary directory: the size and SHA-256 of every
+other file. A checkpoint is intact iff its manifest exists and every file matches it;
+`find_checkpoint` walks the checkpoints newest first and returns the newest intact one,
+with what is wrong with each one it skipped. Nothing is read into the run before the
+files have been checked.
+
+The layout, per checkpoint (out_dir/checkpoints/step_000040/):
+    model/          save_pretrained's weights, config and tokenizer (loads like any model)
+    state.pt        optimizer, scheduler, step and RNG states: tensors and plain python
+                    values only, so it loads with torch.load(weights_only=True), which
+                    cannot run code (a pickle from someone else's run directory could)
+    config.json     the run's config as it was trained (train.py compares it on resume)
+    manifest.json   {"step": 40, "files": {relative path: {"bytes": n, "sha256": hex}}}
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 
 import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
+MANIFEST = "manifest.json"
+STEP_DIR = re.compile(r"step_(\d+)")          # a checkpoint directory's name: step_000040
 
 
-def save_checkpoint(run, out_dir: str, step: int, keep: int = 2) -> str:
+def save_checkpoint(run, out_dir: str, step: int, config: dict, keep: int = 2) -> str:
     """Write out_dir/checkpoints/step_XXXXXX atomically, then point `latest` at it.
 
-    Written into a temporary directory and renamed into place, and `latest` is replaced
-    with os.replace, so a run killed at any moment leaves either the previous complete
-    checkpoint or the new complete one, never half of one. Keeps the newest `keep`.
+    run: train.Run. config: the run's config as a JSON-able dict (dataclasses.asdict),
+    stored beside the weights so a resume can tell whether it continues the same run.
+    Written into a temporary directory (manifest last, every file fsync'ed) and renamed
+    into place, and `latest` is replaced with os.replace, so a run killed at any moment
+    leaves either the previous complete checkpoint or the new complete one, never half
+    of one. Then `prune` keeps the newest `keep`, this one always among them.
     """
+    if keep < 1:
+        raise ValueError(f"save_checkpoint needs keep >= 1, got {keep}")
     root = os.path.join(out_dir, "checkpoints")
     os.makedirs(root, exist_ok=True)
     final = os.path.join(root, f"step_{step:06d}")
@@ -40,46 +65,244 @@ def save_checkpoint(run, out_dir: str, step: int, keep: int = 2) -> str:
     shutil.rmtree(tmp, ignore_errors=True)
     run.model.save_pretrained(os.path.join(tmp, "model"))
     run.tokenizer.save_pretrained(os.path.join(tmp, "model"))
-    torch.save({
-        "step": step,
-        "optimizer": run.optimizer.state_dict(),
-        "scheduler": run.scheduler.state_dict(),
-        "py_rng": run.py_rng.getstate(),
-        "torch_rng": torch.get_rng_state(),
-        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-        "numpy_rng": np.random.get_state(),
-        "mb_generator": run.mb_generator.get_state(),
-    }, os.path.join(tmp, "state.pt"))
-    shutil.rmtree(final, ignore_errors=True)
+    torch.save(training_state(run, step), os.path.join(tmp, "state.pt"))
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+    write_manifest(tmp, step)
+    shutil.rmtree(final, ignore_errors=True)   # same step from an abandoned attempt (see prune)
     os.replace(tmp, final)
+    _fsync_dir(root)
     atomic_write(os.path.join(root, "latest"), os.path.basename(final))
-    for old in sorted(d for d in os.listdir(root) if d.startswith("step_") and not d.endswith(".tmp"))[:-keep]:
-        shutil.rmtree(os.path.join(root, old), ignore_errors=True)
+    prune(root, step, keep)
     return final
 
 
-def load_checkpoint(run, out_dir: str) -> int:
-    """Restore the newest checkpoint into `run` (train.Run); returns its step (0 if none exists)."""
+def prune(root: str, step: int, keep: int) -> None:
+    """Delete the checkpoints a run that just saved `step` no longer needs.
+
+    - step directories NEWER than `step`: they belong to a future this run abandoned (a
+      resume fell back past them because they were damaged; find_checkpoint never skips
+      an intact newer one), and left in place they would shadow every new checkpoint;
+    - of the rest (steps <= `step`), all but the newest `keep`. The checkpoint just
+      written is the newest of these, so it is never the one deleted;
+    - leftover *.tmp directories of saves that were killed half-way.
+    Deciding by step number relative to the new checkpoint, not by "the highest `keep`
+    names", is what keeps a run from deleting its own fresh checkpoints.
+    """
+    names = os.listdir(root)
+    older = sorted((n for n in names if _step_of(n) is not None and _step_of(n) <= step), key=_step_of)
+    doomed = [n for n in names if _step_of(n) is not None and _step_of(n) > step] + older[:-keep]
+    doomed += [n for n in names if n.endswith(".tmp") and os.path.isdir(os.path.join(root, n))]
+    for name in doomed:
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def find_checkpoint(out_dir: str) -> tuple[str | None, list[str]]:
+    """(the newest intact checkpoint or None, what is wrong with each one skipped).
+
+    Walks out_dir/checkpoints/step_* from the highest step down and stops at the first
+    intact one (check_checkpoint). `latest` is the pointer a finished save writes last;
+    it is read only to report a problem with it (empty, naming a directory that does not
+    exist or is damaged, or lagging behind an intact newer checkpoint: a save killed
+    between its rename and the pointer). The step directories themselves are the truth.
+    Returns (None, []) when there is no checkpoint at all, (None, problems) when there
+    are some and none is intact.
+    """
     root = os.path.join(out_dir, "checkpoints")
-    latest = os.path.join(root, "latest")
-    if not os.path.exists(latest):
-        return 0
-    path = os.path.join(root, open(latest).read().strip())
-    # Copy the saved weights INTO the existing model, so the optimizer built for its
-    # parameters stays attached to them and can take its saved state as is.
-    saved = AutoModelForCausalLM.from_pretrained(os.path.join(path, "model"),
-                                                 dtype=next(run.model.parameters()).dtype)
+    if not os.path.isdir(root):
+        return None, []
+    problems = []
+    latest_path = os.path.join(root, "latest")
+    latest = None
+    if os.path.exists(latest_path):
+        with open(latest_path, "rb") as f:
+            latest = f.read().decode("utf-8", "replace").strip()
+        if not latest:
+            problems.append("checkpoints/latest is empty")
+        elif not os.path.isdir(os.path.join(root, latest)):
+            problems.append(f"checkpoints/latest names {latest!r}, which does not exist")
+    for name in sorted((n for n in os.listdir(root) if _step_of(n) is not None), key=_step_of, reverse=True):
+        path = os.path.join(root, name)
+        if not os.path.isdir(path):
+            continue
+        problem = check_checkpoint(path)
+        if problem is None:
+            if _step_of(latest or "") is not None and _step_of(latest) < _step_of(name):
+                problems.append(f"checkpoints/latest names {latest}, but {name} is newer and intact")
+            return path, problems
+        problems.append(f"{name}: {problem}")
+    return None, problems
+
+
+def check_checkpoint(path: str) -> str | None:
+    """None if the checkpoint directory `path` is intact, else what is wrong (one phrase).
+
+    Intact: manifest.json parses, names at least state.pt, config.json and the model's
+    files, and every file it names exists with the recorded size and SHA-256. A missing
+    manifest means the save never finished (the manifest is written last) or the
+    checkpoint predates manifests.
+    """
+    try:
+        with open(os.path.join(path, MANIFEST)) as f:
+            manifest = json.load(f)
+        files = manifest["files"]
+        if not isinstance(files, dict) or not isinstance(manifest["step"], int):
+            raise ValueError
+    except FileNotFoundError:
+        return "no manifest.json (a save that did not finish, or a checkpoint from before manifests)"
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return "manifest.json is damaged"
+    if manifest["step"] != _step_of(os.path.basename(os.path.normpath(path))):
+        return f"its manifest is for step {manifest['step']}"
+    for needed in ("state.pt", "config.json", os.path.join("model", "config.json")):
+        if needed not in files:
+            return f"the manifest does not list {needed}"
+    for rel, meta in files.items():
+        full = os.path.join(path, rel)
+        if not os.path.isfile(full):
+            return f"{rel} is missing"
+        size = os.path.getsize(full)
+        if size != meta.get("bytes"):
+            return f"{rel} has {size} bytes, the manifest says {meta.get('bytes')}"
+        if _sha256(full) != meta.get("sha256"):
+            return f"{rel} does not match its checksum"
+    return None
+
+
+def read_config(path: str) -> dict:
+    """The run config a checkpoint was trained with (its config.json)."""
+    with open(os.path.join(path, "config.json")) as f:
+        return json.load(f)
+
+
+def checkpoint_step(path: str) -> int:
+    """The step a checkpoint was saved at (from its manifest)."""
+    with open(os.path.join(path, MANIFEST)) as f:
+        return int(json.load(f)["step"])
+
+
+def load_checkpoint(run, path: str) -> int:
+    """Restore the checkpoint directory `path` (check it first) into `run`; returns its step.
+
+    Everything is read before anything is applied, so a file that fails to load leaves
+    the run as it was (ValueError naming the checkpoint).
+    """
+    try:
+        ck = torch.load(os.path.join(path, "state.pt"), weights_only=True)
+        # Copy the saved weights INTO the existing model, so the optimizer built for its
+        # parameters stays attached to them and can take its saved state as is.
+        saved = AutoModelForCausalLM.from_pretrained(os.path.join(path, "model"),
+                                                     dtype=next(run.model.parameters()).dtype)
+    except Exception as e:                      # version skew, a file changed after the check
+        raise ValueError(f"checkpoint {path} cannot be loaded: {type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''}") from None
     run.model.load_state_dict(saved.state_dict())
-    ck = torch.load(os.path.join(path, "state.pt"), weights_only=False)
     run.optimizer.load_state_dict(ck["optimizer"])
     run.scheduler.load_state_dict(ck["scheduler"])
-    run.py_rng.setstate(ck["py_rng"])
+    restore_rng(run, ck)
+    return int(ck["step"])
+
+
+def training_state(run, step: int) -> dict:
+    """What state.pt holds: tensors, numbers, strings, lists and dicts only.
+
+    torch.load(weights_only=True) refuses anything else (it unpickles no classes and
+    calls no functions), so the RNG states are taken apart into such values:
+      python's random  getstate() = (version, 625 ints, gauss_next) -> a list
+      numpy's legacy   get_state() = ("MT19937", uint32[624], pos, has_gauss, cached)
+                       -> the key as an int64 tensor and the rest as numbers
+      torch, CUDA and the mini-batch Generator: already uint8 tensors.
+    """
+    version, internal, gauss_next = run.py_rng.getstate()
+    kind, key, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "step": step,
+        "optimizer": run.optimizer.state_dict(),
+        "scheduler": run.scheduler.state_dict(),
+        "py_rng": [version, list(internal), gauss_next],
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        "numpy_rng": {"kind": kind, "key": torch.from_numpy(key.astype(np.int64)), "pos": int(pos),
+                      "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "mb_generator": run.mb_generator.get_state(),
+    }
+
+
+def restore_rng(run, ck: dict) -> None:
+    """Put every random stream back as training_state took it."""
+    version, internal, gauss_next = ck["py_rng"]
+    run.py_rng.setstate((version, tuple(internal), gauss_next))
     torch.set_rng_state(ck["torch_rng"])
     if ck["cuda_rng"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(ck["cuda_rng"])
-    np.random.set_state(ck["numpy_rng"])
+    np_state = ck["numpy_rng"]
+    np.random.set_state((np_state["kind"], np_state["key"].numpy().astype(np.uint32), np_state["pos"],
+                         np_state["has_gauss"], np_state["cached_gaussian"]))
     run.mb_generator.set_state(ck["mb_generator"])
-    return int(ck["step"])
+
+
+# ---------------------------------------------------------------------------------------
+# metrics.jsonl on resume
+# ---------------------------------------------------------------------------------------
+
+def metrics_to_keep(path: str, last_step: int) -> tuple[list[str], str | None]:
+    """(the lines of metrics.jsonl a resume from `last_step` keeps, a note on a torn last line).
+
+    Kept: the lines with "step" <= last_step; the later ones are logged again. A LAST
+    line that is not a JSON object with a "step" is a write cut short (a full disk, a
+    kill mid-write): the checkpoint was saved after its step's line was complete, so
+    that line belongs to a step the resume redoes, and it is dropped (the note says so).
+    A bad line anywhere else was not cut short by us: ValueError naming file and line.
+    Read as bytes, so a line torn inside a multi-byte character is also just torn.
+    """
+    if not os.path.exists(path):
+        return [], None
+    with open(path, "rb") as f:
+        raw = [line for line in f.read().split(b"\n") if line.strip()]
+    keep, torn = [], None
+    for i, line in enumerate(raw):
+        try:
+            rec = json.loads(line.decode("utf-8"))
+            step = rec["step"]
+            if not isinstance(step, int):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):     # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            if i == len(raw) - 1:
+                torn = f"{path}: dropped a torn last line ({len(line)} bytes, not a JSON record)"
+                break
+            raise ValueError(f"{path}:{i + 1}: not a metrics record (a JSON object with a 'step'): "
+                             f"{line[:60].decode('utf-8', 'replace')!r}") from None
+        if step <= last_step:
+            keep.append(line.decode("utf-8") + "\n")
+    return keep, torn
+
+
+def truncate_metrics(path: str, last_step: int) -> None:
+    """On resume, keep metrics_to_keep's lines (atomically); later steps will be redone."""
+    if os.path.exists(path):
+        atomic_write(path, "".join(metrics_to_keep(path, last_step)[0]))
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------
+
+def write_manifest(directory: str, step: int) -> None:
+    """Record size and SHA-256 of every file under `directory`, fsync'ed, then the manifest.
+
+    Hashing reads each file back from disk, so the manifest describes what was really
+    written; the fsync makes it durable before the rename publishes the checkpoint.
+    """
+    files = {}
+    for base, _, names in os.walk(directory):
+        for name in sorted(names):
+            full = os.path.join(base, name)
+            rel = os.path.relpath(full, directory)
+            with open(full, "rb") as f:
+                os.fsync(f.fileno())
+            files[rel] = {"bytes": os.path.getsize(full), "sha256": _sha256(full)}
+    atomic_write(os.path.join(directory, MANIFEST), json.dumps({"step": step, "files": files}, indent=1))
+    _fsync_dir(directory)
 
 
 def atomic_write(path: str, text: str) -> None:
@@ -90,12 +313,23 @@ def atomic_write(path: str, text: str) -> None:
     os.replace(path + ".tmp", path)
 
 
-def truncate_metrics(path: str, last_step: int) -> None:
-    """On resume, drop metric lines logged after the checkpoint (they will be redone)."""
-    if not os.path.exists(path):
-        return
-    with open(path) as f:
-        keep = [line for line in f if line.strip() and json.loads(line)["step"] <= last_step]
-    atomic_write(path, "".join(keep))
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
+def _step_of(name: str) -> int | None:
+    m = STEP_DIR.fullmatch(name)
+    return int(m.group(1)) if m else None
+
+
+def _fsync_dir(path: str) -> None:
+    """Make a rename inside `path` durable (POSIX: the directory entry is data too)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -15,6 +15,12 @@ argparse flags and back, so there is one source of truth and no adapter in betwe
   convention cleanrl's configs use);
 - a field typed `X | None` takes the word "none" for None; a bool is --flag / --no-flag;
 - any parse error is ONE line on stderr and exit code 2, not argparse's usage dump.
+
+The end of the file holds the checks at the door that every entry point shares (train.py,
+plot_runs.py, advantages.py, python -m toy): can this process write where it was told
+to, and can the Hugging Face hub provide a name. Each returns None or what is wrong, as
+a phrase the caller puts after the flag's name, so a bad path is one line before any
+work starts rather than a traceback after it.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import os
+import tempfile
 
 
 def parse_flags(root, argv: list[str] | None, description: str, prog: str) -> dict:
@@ -72,3 +80,74 @@ def field_docs(cls) -> dict:
     body = ast.parse(inspect.getsource(cls)).body[0].body
     return {a.target.id: b.value.value for a, b in zip(body, body[1:])
             if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)}
+
+
+# ---------------------------------------------------------------------------------------
+# Checks at the door shared by the entry points: output paths and the hub
+# ---------------------------------------------------------------------------------------
+
+def writable_dir_problem(path: str) -> str | None:
+    """None if `path` is, or can be created as, a directory this process can write in.
+
+    Otherwise what is wrong: "is a file", "X (above it) is a file", or "cannot write in
+    X (reason)" for the directory itself or, when it does not exist yet, its nearest
+    existing ancestor (where makedirs would create it). Writability is tested by
+    creating and removing a temporary file, not with os.access: access() says yes to
+    root on a read-only mount, and the question is whether the write will succeed.
+    """
+    path = os.path.abspath(os.path.expanduser(path))
+    probe = path
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        return "is a file, not a directory" if probe == path else f"{probe} (above it) is a file, not a directory"
+    try:
+        fd, name = tempfile.mkstemp(dir=probe, prefix=".write-test-")
+        os.close(fd)
+        os.remove(name)
+    except OSError as e:
+        return f"cannot write in {probe} ({e.strerror})"
+    return None
+
+
+def writable_file_problem(path: str) -> str | None:
+    """None if a file can be written at `path` (its directory must exist), else what is wrong."""
+    path = os.path.abspath(os.path.expanduser(path))
+    if os.path.isdir(path):
+        return "is a directory; expected a file name"
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        return f"its directory does not exist ({folder})"
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return "exists and cannot be written"
+    problem = writable_dir_problem(folder)
+    return f"its directory: {problem}" if problem else None
+
+
+def hub_problem(repo_id: str, repo_type: str = "model") -> str | None:
+    """None if the Hugging Face hub can plausibly provide repo_id, else why not.
+
+    Offline mode (HF_HUB_OFFLINE=1) is the user's statement that the local cache has it:
+    the loader reads the cache and says what is missing. A model whose config.json is in
+    the cache needs no network. Otherwise ONE metadata request with a short timeout
+    answers whether the repository exists and the hub is reachable: a loader that finds
+    no network retries for about a minute and then prints a page of traceback. Errors
+    other than "not found" and "unreachable" (gated, rate-limited) are left to the loader.
+    """
+    if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+        return None
+    from huggingface_hub import HfApi, try_to_load_from_cache
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+    if repo_type == "model" and isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+        return None
+    try:
+        HfApi().repo_info(repo_id, repo_type=repo_type, timeout=10)
+    except RepositoryNotFoundError:
+        return f"the Hugging Face hub has no {repo_type} {repo_id!r} (or it is private)"
+    except HfHubHTTPError:
+        return None
+    except Exception as e:                  # no network: the HTTP client's own error types
+        return (f"the Hugging Face hub is unreachable ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                "if it is in the local cache, set HF_HUB_OFFLINE=1")
+    return None

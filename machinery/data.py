@@ -204,10 +204,20 @@ def save_jsonl(rows: list[dict], path) -> None:
 
 
 def _read_json_lines(path) -> list[tuple[int, dict]]:
-    """(1-based line number, object) for each non-blank line; ValueError on bad JSON."""
+    """(1-based line number, object) for each non-blank line; ValueError on bad JSON.
+
+    Read as bytes and decoded line by line, so a line that is not UTF-8 is reported
+    with its file and line like any other bad line (a text-mode read would fail inside
+    the iteration, naming only a byte offset).
+    """
     out = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: not UTF-8 text (byte {raw[e.start]:#04x} at column "
+                                 f"{e.start + 1})") from None
             if not line.strip():
                 continue
             try:
@@ -323,7 +333,11 @@ def _hub_records(name: str, split: str, config: str | None):
         raise ImportError(f"loading {name!r} from the Hugging Face hub needs the `datasets` "
                           "package: pip install -r requirements/gpu.txt (or pass a local "
                           ".jsonl file in the hub's format)") from None
-    return datasets.load_dataset(name, config, split=split)
+    try:
+        return datasets.load_dataset(name, config, split=split)
+    except (OSError, ValueError) as e:         # ConnectionError is an OSError; a missing split a ValueError
+        raise ValueError(f"could not load {name!r} ({split}) from the Hugging Face hub: "
+                         f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
 
 
 # ---------------------------------------------------------------------------------------
@@ -374,6 +388,37 @@ def load_task(name_or_path: str, split: str = "train", n: int | None = None,
             raise ValueError(f"asked for n={n} rows but {name_or_path!r} ({split}) has {len(rows)}")
         rows = random.Random(seed).sample(rows, n)
     return rows, "math"
+
+
+def check_source(name_or_path: str) -> None:
+    """load_task's source at the door, before anything is loaded (ValueError, one line).
+
+    A .jsonl path must be a file (not a directory, not missing); "gsm8k" and "math" need
+    the `datasets` package and a hub that answers (config.hub_problem: one quick request
+    instead of datasets' minute of retries when there is no network). Reading the rows
+    is still load_task's job, and its errors name file and line.
+    """
+    if name_or_path == "addition":
+        return
+    if name_or_path in ("gsm8k", "math"):
+        import importlib.util
+
+        from machinery import config
+        if importlib.util.find_spec("datasets") is None:
+            raise ValueError(f"--data {name_or_path} needs the `datasets` package: pip install -r "
+                             "requirements/gpu.txt (or pass a local .jsonl file in the hub's format)")
+        hub = GSM8K_HUB if name_or_path == "gsm8k" else MATH_HUB
+        if problem := config.hub_problem(hub, "dataset"):
+            raise ValueError(f"--data {name_or_path} ({hub}): {problem}")
+        return
+    if os.path.isdir(name_or_path):
+        raise ValueError(f"--data {name_or_path!r} is a directory; expected 'addition', 'gsm8k', 'math' "
+                         "or a .jsonl file")
+    if not str(name_or_path).endswith(".jsonl"):
+        raise ValueError(f"unknown task {name_or_path!r}; expected 'addition', 'gsm8k', "
+                         "'math' or a path ending in .jsonl")
+    if not os.path.isfile(name_or_path):
+        raise ValueError(f"--data {name_or_path!r}: no such file")
 
 
 def addition_split_rows(n: int, split: str, digits: int = 3, seed: int = 0) -> list[dict]:

@@ -121,7 +121,7 @@ def test_group_of_one():
         assert (compute_advantages(name, r) == 0).all(), name
     assert torch.equal(compute_advantages("reinforce", r), r)
     assert torch.equal(compute_advantages("nsr", r), torch.tensor([[0.0], [-1.0]]))
-    for name, msg in [("rloo", "G >= 2"), ("passk", "k in"), ("pkpo", "k in")]:
+    for name, msg in [("rloo", "G >= 2"), ("passk", "G >= 2"), ("pkpo", "G >= 2")]:
         with pytest.raises(ValueError, match=msg):
             compute_advantages(name, r)
 
@@ -346,3 +346,22 @@ def test_pass_at_k_large_n_is_stable_and_bad_input():
         pass_at_k(4, 1, 0)
     with pytest.raises(ValueError, match="c=5"):
         pass_at_k(4, 5, 1)
+
+
+def test_cli_table_follows_G_and_plot_path_is_checked_first(tmp_path, capsys):
+    adv.main(["--table", "--G", "3"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("G=3, c correct") and out[1].split() == ["name", "c=1", "c=2"]   # c = 1..G-1
+    assert any(line.startswith("passk") and "not at G=3" in line for line in out)   # default k = 4 > G
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    with pytest.raises(SystemExit) as stop:
+        adv.main(["--plot", str(a_file / "masses.png")])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and "--plot" in err, err
+
+
+@pytest.mark.parametrize("name", ["passk", "pkpo"])
+def test_pass_at_k_methods_refuse_groups_of_one(name):
+    with pytest.raises(ValueError, match=f"{name}: needs G >= 2 rollouts per prompt, got G=1"):
+        adv.compute_advantages(name, torch.tensor([[1.0]]), k=1)

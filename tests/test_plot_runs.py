@@ -135,7 +135,9 @@ def test_cli_in_process(tmp_path, capsys, monkeypatch):
     bad = write_run(tmp_path / "bad", [ROWS[0], "{oops"])
     for argv, message in [([str(tmp_path)], "no metrics.jsonl"), ([bad], "metrics.jsonl:2:"),
                           ([a, "--smooth", "0"], "--smooth must be >= 1, got 0"),
-                          ([a, "--out", str(tmp_path / "nodir" / "x.png")], "directory does not exist")]:
+                          ([a, "--out", str(tmp_path / "nodir" / "x.png")], "directory does not exist"),
+                          ([a, "--out", str(tmp_path / "a" / "metrics.jsonl" / "x.png")], "directory does not exist"),
+                          ([a, "--out", str(tmp_path / "a")], "is a directory; expected a file name")]:
         with pytest.raises(SystemExit) as e:
             plot_runs.main(argv)
         err = capsys.readouterr().err

@@ -687,6 +687,16 @@ def test_cli_rejects_an_out_path_that_is_a_file(tmp_path, capsys):
     assert stop.value.code == 2 and "is not a folder" in capsys.readouterr().err
 
 
+def test_cli_rejects_an_out_path_under_a_file_before_running(tmp_path, capsys):
+    from toy.__main__ import main
+    a_file = tmp_path / "taken"
+    a_file.write_text("")
+    with pytest.raises(SystemExit) as stop:
+        main(["--out", str(a_file / "sub"), "--only", "1"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "(above it) is a file" in err and err.count("\n") == 1, err
+
+
 def test_claim_labels_are_the_four_and_counted():
     with pytest.raises(ValueError, match="'holds'"):
         report.claim("x", "holds", "y")

@@ -111,7 +111,7 @@ def test_resume_negative_control_other_seed_differs(tiny_dir, tmp_path):
     (["--loss_type", "gspo", "--agg", "token-mean"], "GSPO's objective is a mean over sequences"),
     (["--model", "/nonexistent"], "--model '/nonexistent': no such directory"),
     (["--group_size", "1", "--advantage", "rloo"], "rloo: needs G >= 2 rollouts per prompt, got G=1"),
-    (["--backend", "vllm", "--temperature", "2.5"], "with --backend vllm (vLLM's limits), got 2.5"),
+    (["--backend", "vllm", "--temperature", "2.5"], "(vLLM's limits, used for both backends), got 2.5"),
     (["--loss_type", "gspo", "--weight_transform", "orth", "--advantage", "psr"], "orth re-centres advantages"),
     (["--loss_type", "gspo", "--weight_transform", "orth", "--advantage", "fade", "--schedule", "fade"],
      "orth re-centres advantages"),
@@ -364,3 +364,83 @@ def test_compiled_update_matches_the_eager_one(tiny_dir, tmp_path, monkeypatch):
     moved = (eager_p - before).abs().max()
     assert moved > 1e-3
     assert (compiled_p - eager_p).abs().max() < 2e-3 * moved
+
+
+# --- checks at the door: one line, exit code 2, before any warm-up or download ----------
+
+def door(argv, capsys):
+    """train.main(argv) in this process: (exit code, the stderr lines it printed)."""
+    with pytest.raises(SystemExit) as e:
+        train.main(argv)
+    return e.value.code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--lr", "inf"], "--lr must be finite, got inf"),
+    (["--temperature", "inf"], "--temperature must be finite, got inf"),
+    (["--temperature", "1e-40"], "--temperature must be in [0.01, 2.0] (vLLM's limits, used for both backends)"),
+    (["--temperature", "2.5"], "got 2.5"),                                   # the transformers backend too
+    (["--group_size", "1", "--advantage", "passk", "--k", "1"], "passk: needs G >= 2"),
+    (["--group_size", "1", "--advantage", "pkpo", "--k", "1"], "pkpo: needs G >= 2"),
+    (["--resume", "--overwrite"], "choose one"),
+])
+def test_door_rejects_values(flags, needle, tmp_path, tiny_dir, capsys):
+    code, err = door(["--model", tiny_dir, "--out_dir", str(tmp_path), *flags], capsys)
+    assert code == 2 and len(err) == 1 and needle in err[0] and err[0].startswith("train.py: error:"), err
+
+
+def test_door_rejects_paths_before_any_work(tmp_path, tiny_dir, capsys, monkeypatch):
+    # Any warm-up or model load would mean the check came too late.
+    monkeypatch.setattr(tinymodel, "load_or_warmup", lambda *a, **k: pytest.fail("warm-up before the door check"))
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    (tmp_path / "not_a_model").mkdir()
+    (tmp_path / "rows").mkdir()
+    (tmp_path / "latin1.jsonl").write_bytes(b'{"prompt": "1+1", "answer": "2"}\n{"prompt": "caf\xe9", "answer": "1"}\n')
+    cases = [
+        (["--out_dir", str(a_file)], f"--out_dir {str(a_file)!r}: is a file, not a directory"),
+        (["--out_dir", str(a_file / "run")], "(above it) is a file"),
+        (["--data", str(tmp_path / "rows")], "is a directory"),
+        (["--model", str(tmp_path / "not_a_model")], "no config.json in that directory"),
+        (["--backend", "vllm"], "--backend vllm needs vLLM, which is not installed"),
+    ]
+    for flags, needle in cases:
+        argv = ["--model", "tiny", "--out_dir", str(tmp_path / "out"), *flags]
+        code, err = door(argv, capsys)
+        assert code == 2 and len(err) == 1 and needle in err[0], (flags, err)
+    # non-UTF-8 rows: named by file and line (read after the model here, so with a model dir)
+    code, err = door(["--model", tiny_dir, "--out_dir", str(tmp_path / "out"),
+                      "--data", str(tmp_path / "latin1.jsonl")], capsys)
+    assert code == 2 and len(err) == 1 and "latin1.jsonl:2: not UTF-8" in err[0], err
+
+
+def test_door_read_only_checkpoints_is_refused(tmp_path, tiny_dir, capsys, monkeypatch):
+    # Root can write anywhere, so a chmod proves nothing here: make the write probe fail
+    # where a read-only mount would (checkpoints/), and nowhere else.
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "step_000002").mkdir()
+    real = train.config.tempfile.mkstemp
+
+    def mkstemp(*args, dir=None, **kw):
+        if dir and os.path.basename(dir) == "checkpoints":
+            raise PermissionError(13, "Read-only file system")
+        return real(*args, dir=dir, **kw)
+    monkeypatch.setattr(train.config.tempfile, "mkstemp", mkstemp)
+    code, err = door(["--model", tiny_dir, "--out_dir", str(tmp_path), "--resume"], capsys)
+    assert code == 2 and len(err) == 1 and "cannot write in" in err[0] and "checkpoints" in err[0], err
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--model", "no-such-owner-xyz/no-such-model"], "the Hugging Face hub is unreachable"),
+    (["--data", "gsm8k"], "--data gsm8k"),
+])
+def test_door_hub_sources_offline_fail_fast(flags, needle, tmp_path, tiny_dir):
+    # An endpoint that refuses connections: the hub check must answer in seconds, in one line.
+    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "0"}
+    argv = ["--model", tiny_dir, "--out_dir", str(tmp_path), *flags]
+    start = time.time()
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "train.py"), *argv], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], proc.stderr
+    assert time.time() - start < 60

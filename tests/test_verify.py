@@ -6,7 +6,10 @@ here because a policy under RL will produce all of them. Hang cases assert the R
 freezing the suite; nothing asserts speed.
 """
 
+import os
 import random
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,6 +20,8 @@ import verify
 from machinery.data import addition_prompt, addition_response
 from verify import (check_addition, extract_answer, last_boxed, math_equal, reward_tensor,
                     score, score_math)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -283,3 +288,35 @@ def test_reward_tensor():
     assert reward_tensor([]).shape == (0,)
     with pytest.raises(ValueError, match="'format'"):
         reward_tensor([{"reward": 1.0}], key="format")
+
+
+# --- a verifier returns a reward for any text, and never lies about a dead worker --------
+
+def test_addition_long_well_formed_scratchpad_scores_instead_of_raising():
+    # 4300 column lines spell a 4301-digit number: int() refuses more than 4300 digits.
+    out = check_addition("1+1+0=02\n" * 4300 + "A:2\n", "2", "1+1\n")
+    assert out == {"format": 1.0, "correct": 1.0, "scratchpad_ok": 0.0, "reward": 1.0}   # columns spell 22...2
+    assert score(["1+1+0=02\n" * 4300 + "A:2\n"], ["2"], "addition", ["1+1\n"])[0]["reward"] == 1.0
+
+
+def test_math_equal_restarts_a_worker_killed_between_calls():
+    assert run_guarded(math_equal, r"\frac{1}{2}", "0.5") is True          # the pool exists
+    killed = 0
+    for worker in list(verify._pool.queue):
+        if worker is not None:
+            worker[0].kill()
+            worker[0].join(5)
+            killed += 1
+    assert killed >= 1
+    # The old code answered False here (the dead worker's pipe broke, caught as False).
+    assert run_guarded(math_equal, r"\frac{1}{2}", "0.5") is True
+    assert run_guarded(math_equal, r"\frac{2}{4}", "0.5") is True
+
+
+def test_script_without_main_guard_raises_instead_of_scoring_false(tmp_path):
+    script = tmp_path / "unguarded.py"
+    script.write_text("import sys\nsys.path.insert(0, %r)\nimport verify\n"
+                      "print(verify.math_equal(r'\\frac{1}{2}', '0.5'))\n" % REPO)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "False" not in proc.stdout
+    assert "__main__" in proc.stderr and "RuntimeError" in proc.stderr, proc.stderr[-2000:]

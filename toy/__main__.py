@@ -32,6 +32,7 @@ import torch
 # slower on a busy 2-core machine (tests/conftest.py does the same).
 torch.set_num_threads(1)
 
+from machinery import config  # noqa: E402
 from toy import breakers, cancellation, fade, report  # noqa: E402
 
 EXPERIMENTS = {
@@ -47,6 +48,7 @@ EXPERIMENTS = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m toy", description=__doc__.split("\n")[0])
+    parser.error = lambda message: parser.exit(2, f"{parser.prog}: error: {message}\n")   # one line, exit 2
     parser.add_argument("--out", default="toy_out", help="folder for the PNGs and summary.md (default: toy_out)")
     parser.add_argument("--only", type=int, nargs="+", metavar="N", help="experiment numbers to run (default: all)")
     args = parser.parse_args(argv)
@@ -56,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown experiment {bad[0]}; choose from 1..{len(EXPERIMENTS)}")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         parser.error(f"--out {args.out!r} exists and is not a folder")
+    if problem := config.writable_dir_problem(args.out):       # under a file, read-only, ...
+        parser.error(f"--out {args.out!r}: {problem}")
     os.makedirs(args.out, exist_ok=True)
 
     start = time.perf_counter()

@@ -1,0 +1,225 @@
+"""Fault injection: what a run directory can suffer, and what train.py does about it.
+
+Each test damages a run the way the world does (a second run in the same directory, a
+changed flag on resume, a truncated or missing checkpoint file, a pointer left empty, a
+full disk that tore the last metrics line, a pickle from someone else) and checks the
+contract: a clear one-line refusal (exit code 2 at the CLI), or a fallback with a
+one-line warning, and never a lost checkpoint or a silently different run.
+"""
+
+import json
+import os
+
+import pytest
+import torch
+
+from machinery import checkpoint
+from machinery import tinymodel
+import train
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    """An untrained tiny model directory (loads through AutoModelForCausalLM)."""
+    d = tmp_path_factory.mktemp("tiny")
+    tok = tinymodel.build_char_tokenizer()
+    tinymodel.build_tiny_model(tok, seed=0).save_pretrained(d)
+    tok.save_pretrained(d)
+    return str(d)
+
+
+def args(model_dir, out_dir, *extra):
+    """A run of a few seconds: 1-digit addition, 4 prompts x 4 rollouts, no evaluation."""
+    return ["--model", model_dir, "--out_dir", str(out_dir), "--digits", "1", "--prompts_per_step", "4",
+            "--group_size", "4", "--max_new_tokens", "16", "--n_eval", "4", "--eval_samples", "2",
+            "--eval_every", "0", "--flip_every", "0", "--save_every", "2", "--threads", "1", *extra]
+
+
+def run_main(argv, capsys):
+    """train.main(argv): (exit code, stderr lines). 0 when it returns normally."""
+    try:
+        train.main(argv)
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    return code, [line for line in capsys.readouterr().err.splitlines() if line.startswith("train.py:")]
+
+
+def steps_logged(out_dir):
+    with open(os.path.join(out_dir, "metrics.jsonl")) as f:
+        return [json.loads(line)["step"] for line in f]
+
+
+def ckpt(out_dir, step):
+    return os.path.join(out_dir, "checkpoints", f"step_{step:06d}")
+
+
+# --- a second run in the same directory --------------------------------------------------
+
+def test_fresh_run_in_used_directory_is_refused_and_destroys_nothing(tiny_dir, tmp_path, capsys):
+    # The reported sequence: 8 steps, then a fresh 2-step run in the same directory. The
+    # old code deleted metrics.jsonl, kept the old step_6/step_8 (keep-2 by name), and
+    # deleted each new checkpoint as soon as it was written, while `latest` named it.
+    assert run_main(args(tiny_dir, tmp_path, "--steps", "8"), capsys)[0] == 0
+    before = sorted(os.listdir(tmp_path / "checkpoints"))
+    code, err = run_main(args(tiny_dir, tmp_path, "--steps", "2"), capsys)
+    assert code == 2 and len(err) == 1 and "already holds a run" in err[0] and "--overwrite" in err[0]
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == before == ["latest", "step_000006", "step_000008"]
+    assert steps_logged(tmp_path) == list(range(1, 9))
+    # --overwrite starts clean: only the new run's checkpoints and metrics remain
+    assert run_main(args(tiny_dir, tmp_path, "--steps", "2", "--overwrite"), capsys)[0] == 0
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["latest", "step_000002"]
+    assert steps_logged(tmp_path) == [1, 2]
+    # and it resumes (the old code crashed here: `latest` named a deleted directory)
+    assert run_main(args(tiny_dir, tmp_path, "--steps", "4", "--resume"), capsys)[0] == 0
+    assert steps_logged(tmp_path) == [1, 2, 3, 4]
+
+
+def test_prune_never_deletes_the_checkpoint_just_written(tmp_path):
+    root = tmp_path / "checkpoints"
+    for step in (2, 4, 6, 8):                                   # an abandoned run's future
+        (root / f"step_{step:06d}").mkdir(parents=True)
+    (root / "step_000003.tmp").mkdir()                          # a save killed half-way
+    checkpoint.prune(str(root), step=3, keep=2)
+    assert sorted(os.listdir(root)) == ["step_000002"]          # 3 itself is not on disk here
+    (root / "step_000003").mkdir()
+    checkpoint.prune(str(root), step=3, keep=1)
+    assert sorted(os.listdir(root)) == ["step_000003"]
+
+
+# --- resume compares the config ----------------------------------------------------------
+
+@pytest.mark.parametrize("changed", [["--lr", "1e-3"], ["--weight_decay", "0.1"], ["--group_size", "2"],
+                                     ["--advantage", "nsr"], ["--kl_coef", "0.1"], ["--minibatches", "2"],
+                                     ["--seed", "1"]])
+def test_resume_refuses_a_change_to_the_run_naming_the_field(tiny_dir, tmp_path, capsys, changed):
+    assert run_main(args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
+    config_before = open(tmp_path / "config.json").read()
+    code, err = run_main(args(tiny_dir, tmp_path, "--steps", "4", "--resume", *changed), capsys)
+    assert code == 2 and len(err) == 1, err
+    assert f"{changed[0]} " in err[0] and "would change the run" in err[0]
+    assert open(tmp_path / "config.json").read() == config_before          # not rewritten
+    assert steps_logged(tmp_path) == [1, 2]
+
+
+def test_resume_allows_what_does_not_change_the_math(tiny_dir, tmp_path, capsys):
+    assert run_main(args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
+    code, err = run_main(args(tiny_dir, tmp_path, "--steps", "4", "--resume", "--eval_every", "4",
+                              "--save_every", "1", "--max_minutes", "30", "--micro_batch", "4"), capsys)
+    assert code == 0 and err == []
+    assert steps_logged(tmp_path) == [1, 2, 3, 4]
+    assert json.load(open(tmp_path / "config.json"))["eval_every"] == 4
+
+
+def test_resume_with_nothing_left_to_do_says_so(tiny_dir, tmp_path, capsys):
+    assert run_main(args(tiny_dir, tmp_path, "--steps", "4"), capsys)[0] == 0
+    code, err = run_main(args(tiny_dir, tmp_path, "--steps", "4", "--resume"), capsys)
+    assert code == 2 and len(err) == 1 and "nothing to do" in err[0]
+    code, err = run_main(args(tiny_dir, tmp_path, "--steps", "2", "--resume"), capsys)
+    assert code == 2 and "already at step 4" in err[0]
+
+
+def test_resume_without_a_checkpoint_says_so_then_starts(tiny_dir, tmp_path, capsys):
+    code, err = run_main(args(tiny_dir, tmp_path, "--steps", "2", "--resume"), capsys)
+    assert code == 0 and err == [f"train.py: warning: --resume: no checkpoint in {str(tmp_path)!r}; starting from step 0"]
+    assert steps_logged(tmp_path) == [1, 2]
+
+
+# --- damaged checkpoints -----------------------------------------------------------------
+
+def truncate(path):
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+
+
+@pytest.mark.parametrize("damage", ["state.pt", "model.safetensors", "latest empty", "latest missing dir"])
+def test_damaged_latest_checkpoint_falls_back_to_the_intact_one(tiny_dir, tmp_path, capsys, damage):
+    reference = tmp_path / "reference"
+    assert run_main(args(tiny_dir, reference, "--steps", "6"), capsys)[0] == 0
+    out = tmp_path / "run"
+    assert run_main(args(tiny_dir, out, "--steps", "4"), capsys)[0] == 0      # step_2 and step_4
+    if damage == "state.pt":
+        truncate(os.path.join(ckpt(out, 4), "state.pt"))
+    elif damage == "model.safetensors":
+        truncate(os.path.join(ckpt(out, 4), "model", "model.safetensors"))
+    elif damage == "latest empty":
+        open(out / "checkpoints" / "latest", "w").close()
+    else:
+        (out / "checkpoints" / "latest").write_text("step_000099")
+    code, err = run_main(args(tiny_dir, out, "--steps", "6", "--resume"), capsys)
+    assert code == 0 and len(err) == 1 and err[0].startswith("train.py: warning:"), err
+    if damage in ("state.pt", "model.safetensors"):
+        assert "step_000004" in err[0] and "resuming from step_000002" in err[0]
+        assert steps_logged(out) == [1, 2, 3, 4, 5, 6]
+    else:
+        assert "latest" in err[0]
+    # the fallback continues exactly: the same metrics as an undisturbed 6-step run
+    got = [json.loads(l) for l in open(out / "metrics.jsonl")]
+    want = [json.loads(l) for l in open(reference / "metrics.jsonl")]
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+    assert strip(got) == strip(want)
+
+
+def test_no_intact_checkpoint_is_one_line(tiny_dir, tmp_path, capsys):
+    assert run_main(args(tiny_dir, tmp_path, "--steps", "4"), capsys)[0] == 0
+    for step in (2, 4):
+        truncate(os.path.join(ckpt(tmp_path, step), "state.pt"))
+    code, err = run_main(args(tiny_dir, tmp_path, "--steps", "6", "--resume"), capsys)
+    assert code == 2 and len(err) == 1 and "no intact checkpoint" in err[0]
+
+
+def test_manifest_catches_a_flipped_byte_of_the_same_size(tiny_dir, tmp_path, capsys):
+    assert run_main(args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
+    path = ckpt(tmp_path, 2)
+    assert checkpoint.check_checkpoint(path) is None
+    weights = os.path.join(path, "model", "model.safetensors")
+    data = bytearray(open(weights, "rb").read())
+    data[-1] ^= 0xFF
+    open(weights, "wb").write(bytes(data))
+    assert checkpoint.check_checkpoint(path) == os.path.join("model", "model.safetensors") + \
+        " does not match its checksum"
+
+
+# --- a torn metrics line -----------------------------------------------------------------
+
+def test_torn_last_metrics_line_is_dropped_on_resume(tiny_dir, tmp_path, capsys):
+    assert run_main(args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 3, "reward": 0.2')                       # a full disk cut step 3's line
+    code, err = run_main(args(tiny_dir, tmp_path, "--steps", "3", "--resume"), capsys)
+    assert code == 0 and len(err) == 1 and "dropped a torn last line" in err[0]
+    assert steps_logged(tmp_path) == [1, 2, 3]
+
+
+def test_torn_line_in_the_middle_is_an_error_naming_file_and_line(tiny_dir, tmp_path, capsys):
+    assert run_main(args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
+    lines = open(tmp_path / "metrics.jsonl").read().splitlines()
+    open(tmp_path / "metrics.jsonl", "w").write(lines[0][:20] + "\n" + lines[1] + "\n")
+    code, err = run_main(args(tiny_dir, tmp_path, "--steps", "3", "--resume"), capsys)
+    assert code == 2 and len(err) == 1 and f"{tmp_path / 'metrics.jsonl'}:1:" in err[0]
+
+
+# --- the state file cannot run code ------------------------------------------------------
+
+class Boom:
+    def __reduce__(self):
+        return (os.system, ("echo pwned > /dev/null",))
+
+
+def test_state_is_loaded_with_weights_only(tiny_dir, tmp_path, capsys):
+    assert run_main(args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
+    state = os.path.join(ckpt(tmp_path, 2), "state.pt")
+    ck = torch.load(state, weights_only=True)                         # what we write loads so
+    assert isinstance(ck["py_rng"], list) and isinstance(ck["numpy_rng"]["key"], torch.Tensor)
+    # A state.pt that needs pickle's full power is refused, not executed (the manifest is
+    # rewritten to match, as someone handing over a crafted run directory would).
+    ck["extra"] = Boom()
+    torch.save(ck, state)
+    os.remove(os.path.join(ckpt(tmp_path, 2), checkpoint.MANIFEST))
+    checkpoint.write_manifest(ckpt(tmp_path, 2), 2)
+    assert checkpoint.check_checkpoint(ckpt(tmp_path, 2)) is None
+    run = train.setup(train.parse_args(args(tiny_dir, tmp_path, "--steps", "4", "--resume")))
+    with pytest.raises(ValueError, match="cannot be loaded: UnpicklingError"):
+        checkpoint.load_checkpoint(run, ckpt(tmp_path, 2))
