@@ -82,6 +82,7 @@ import advantages
 import batching
 from machinery import checkpoint
 from machinery import config
+from machinery import countdown
 from machinery import data
 import diagnostics
 import loss
@@ -124,13 +125,13 @@ class Config:
     model: str = "tiny"
     """'tiny' = the embedded model (warm-up cached under .cache/), or a hub name / local path."""
     data: str = "addition"
-    """'addition' (synthetic), 'gsm8k', 'math', or a {prompt, answer} .jsonl file."""
+    """'addition' or 'countdown' (synthetic), 'gsm8k', 'math', 'reasoning_gym:NAME', or a {prompt, answer} .jsonl file."""
     digits: int = 3
     """Operand digits of the synthetic addition task."""
     n_train: int = 0
     """Training prompts to draw (0 = the loader's default / all)."""
-    n_eval: int = 200
-    """Held-out prompts for evaluation."""
+    n_eval: int = 0
+    """Held-out prompts for evaluation (0 = the task's default: 100 for countdown, 200 otherwise)."""
     chat_template: bool = False
     """Wrap prompts in the tokenizer's chat template (instruct hub models)."""
 
@@ -183,8 +184,8 @@ class Config:
     # --- evaluation, diagnostics, checkpoints ---
     eval_every: int = 25
     """Evaluate held-out pass@k every this many steps (and at the end; 0 = never)."""
-    eval_samples: int = 4
-    """Samples per held-out prompt; pass@k is reported for k = 1, 2, 4, ... up to this."""
+    eval_samples: int = 0
+    """Samples per held-out prompt; pass@k for k = 1, 2, 4, ... up to this (0 = the task's default: 16 for countdown, 4 otherwise)."""
     flip_every: int = 10
     """Token diagnostics (flips, where updates go, coupling; diagnostics.py) and the cancellation residual every this many steps (0 = off)."""
     coupling_pairs: int = 256
@@ -199,6 +200,9 @@ class Config:
     """Checkpoint every this many steps (atomically; 0 = only at the end)."""
 
     def __post_init__(self):
+        countdown = self.data == "countdown"        # the task's evaluation defaults (0 = default)
+        self.n_eval = self.n_eval or (100 if countdown else 200)
+        self.eval_samples = self.eval_samples or (16 if countdown else 4)
         validate(self)
 
 
@@ -294,7 +298,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
 
         # 7. log: metrics, diagnostics (token flips, residual), evaluation, checkpoint
         with timed("diagnostics", times):
-            metrics = {"step": step, **step_metrics(rewards, scores, adv, entropy, mask, ro, sched, G),
+            metrics = {"step": step, **step_metrics(run, rewards, scores, adv, entropy, mask, ro, sched, G),
                        **update_metrics(run, ro, opt_steps, adv, lengths, tally, has_grad, grad_norms),
                        **probe.report(run, ro, adv, answers)}
             if run.llm is not None:
@@ -431,7 +435,7 @@ def load_model(cfg: Config, device: torch.device):
     Everything loads through AutoModelForCausalLM / AutoTokenizer, exactly as a hub model
     would: the embedded model is an ordinary model directory on disk.
     """
-    path = tinymodel.load_or_warmup(tinymodel.WarmupConfig(digits=cfg.digits)) if cfg.model == "tiny" \
+    path = tinymodel.load_or_warmup(embedded_warmup(cfg)) if cfg.model == "tiny" \
         else os.path.expanduser(cfg.model)
     dtype = torch.float32                 # fp32 master weights; bf16 autocast on CUDA (see autocast)
     try:
@@ -442,6 +446,11 @@ def load_model(cfg: Config, device: torch.device):
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return str(path), model.to(device), tokenizer
+
+
+def embedded_warmup(cfg: Config) -> tinymodel.WarmupConfig:
+    """The embedded model's warm-up for this run's task (countdown's own; addition's otherwise)."""
+    return tinymodel.warmup_config("countdown" if cfg.data == "countdown" else "addition", cfg.digits)
 
 
 def advantage_hyper(cfg: Config, sched: dict) -> dict:
@@ -584,9 +593,17 @@ def stat_means(tally: dict, skipped_all: bool = False) -> dict:
     return out
 
 
-def step_metrics(rewards, scores, adv, entropy, mask, ro, sched, G) -> dict:
-    """The per-step numbers of docs/math.md §7: rewards, masses, entropy, lengths, schedule."""
+def step_metrics(run: Run, rewards, scores, adv, entropy, mask, ro, sched, G) -> dict:
+    """The per-step numbers of docs/math.md §7: rewards, masses, entropy, lengths, schedule.
+
+    For tasks with a template (data.template_token_mask: addition, countdown) the mean
+    entropy is also split into template tokens (entropy/template: the wording, shared by
+    right and wrong rollouts) and reasoning tokens (entropy/reasoning).
+    """
     lengths = mask.sum(1)
+    template = data.template_token_mask(run.task, run.tokenizer, ro.response_ids, ro.response_mask)
+    split = {} if template is None else {"entropy/template": masked_mean(entropy, template.float()),
+                                         "entropy/reasoning": masked_mean(entropy, mask * ~template)}
     m_S, m_F = advantages.gradient_mass(adv)
     const = (rewards.max(1).values == rewards.min(1).values).float()
     return {
@@ -595,7 +612,7 @@ def step_metrics(rewards, scores, adv, entropy, mask, ro, sched, G) -> dict:
         "solve_rate": float(rewards.mean()), "frac_all_equal": float(const.mean()),
         "adv_mean": float(adv.mean()), "adv_abs_mean": float(adv.abs().mean()),
         "m_S": float(m_S.mean() / G), "m_F": float(m_F.mean() / G),
-        "entropy": masked_mean(entropy, mask),
+        "entropy": masked_mean(entropy, mask), **split,
         "resp_len_mean": float(lengths.mean()), "resp_len_max": float(lengths.max()),
         "truncation_rate": float(ro.truncated.float().mean()),
         **{f"sched/{key}": float(value) for key, value in sched.items()},
@@ -640,8 +657,15 @@ def evaluate(run: Run, cfg: Config, step: int) -> dict:
     else:
         per_call = max(1, 256 // n)
         sample_texts = lambda prompts, k: sample_rollouts(run, prompts, k, cfg).texts
-    check = lambda texts, rs: verify.reward_tensor(
-        verify.score(texts, [r["answer"] for r in rs], run.task, [r["prompt"] for r in rs]), "correct").tolist()
+    solutions = {}                   # countdown: prompt -> the solution of each correct sample
+
+    def check(texts, rs):
+        scores = verify.score(texts, [r["answer"] for r in rs], run.task, [r["prompt"] for r in rs])
+        if run.task == "countdown":
+            for text, r, s in zip(texts, rs, scores):
+                if s["correct"]:
+                    solutions.setdefault(r["prompt"], []).append(countdown.solution_of(text))
+        return [s["correct"] for s in scores]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed * 100003 + step)
         correct = rollout.sample_eval(sample_texts, rows, n, check, prompts_per_batch=per_call)
@@ -649,6 +673,8 @@ def evaluate(run: Run, cfg: Config, step: int) -> dict:
     while k <= n:
         out[f"eval/pass@{k}"] = float(np.mean([advantages.pass_at_k(n, c, k) for c in correct]))
         k *= 2
+    if run.task == "countdown":
+        out.update(countdown.solution_diversity(solutions))
     return out
 
 

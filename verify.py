@@ -10,10 +10,13 @@ the policy's training targets: a verifier that accepts "0432" for 432, or that h
   2. compare   answer string vs reference -> bool       (math_equal, check_addition)
   3. score     -> a dict of components, one is "reward" (score_math, check_addition, score)
 
-Two tasks:
+Three tasks:
 - "addition": the synthetic task of data.py SECTION 1. Its format is exact, so the
   checker is exact too: a regular expression for the format, integer comparison of a
   canonical decimal string for the answer, plus a scratchpad consistency check.
+- "countdown": the numbers game of machinery/countdown.py. The answer is an arithmetic
+  expression; SECTION 4 parses it with a grammar of its own and evaluates it in exact
+  rational arithmetic (never eval), then checks the numbers used and the value.
 - "math": GSM8K / MATH style free text. The answer is taken from \\boxed{...} (MATH,
   Hendrycks et al. 2021), "#### 42" (GSM8K, Cobbe et al. 2021) or "Answer: ...", and
   compared *symbolically* with HuggingFace's math-verify (\\frac{1}{2} == 0.5,
@@ -41,6 +44,7 @@ import queue
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from fractions import Fraction
 
 
 # ---------------------------------------------------------------------------------------
@@ -211,7 +215,7 @@ def math_equal(pred, ref, timeout: float = 2.0) -> bool:
             return False
     if _INT_RE.fullmatch(pred) and _INT_RE.fullmatch(ref):
         return _canonical_int(pred) == _canonical_int(ref)
-    return _ask_worker(pred, ref, timeout)
+    return bool(_ask_worker(("math", pred, ref), timeout, default=False))
 
 
 def shutdown_math_workers() -> None:
@@ -253,10 +257,13 @@ def _canonical_int(s: str) -> tuple[bool, str]:
     return s.startswith("-") and digits != "0", digits
 
 
-def _ask_worker(pred: str, ref: str, timeout: float) -> bool:
-    """Send (pred, ref) to a pooled worker; its answer, or False after `timeout` s.
+def _ask_worker(request: tuple, timeout: float, default):
+    """Send `request` to a pooled worker; its reply, or `default` after `timeout` s.
 
-    A worker found dead is restarted and asked again, once (the section's comment).
+    request: ("math", pred, ref) -> bool, or ("reasoning_gym", name, answer, entry JSON)
+    -> float (SECTION 5). A worker found dead is restarted and asked again, once (the
+    section's comment). The first request of a kind that needs a library the worker has
+    not imported yet (reasoning-gym) gets STARTUP_TIMEOUT more seconds for the import.
     """
     global _pool
     with _pool_guard:
@@ -266,16 +273,17 @@ def _ask_worker(pred: str, ref: str, timeout: float) -> bool:
                 _pool.put(None)              # empty slot: a worker is started on demand
         pool = _pool
     worker = pool.get()                       # blocks while all workers are busy
-    result = False
+    result = default
     try:
         for attempt in range(2):
             if worker is None:
                 worker = _start_worker()     # RuntimeError if it cannot start at all
-            proc, conn = worker
+            proc, conn, kinds = worker
             try:
-                conn.send((pred, ref))
-                if conn.poll(timeout):
-                    result = bool(conn.recv())
+                conn.send(request)
+                if conn.poll(timeout + (0 if request[0] in kinds else STARTUP_TIMEOUT)):
+                    result = conn.recv()
+                    kinds.add(request[0])
                 else:                         # hung: the only cure is to kill it
                     _stop_worker(worker)
                     worker = None
@@ -302,21 +310,21 @@ def _start_worker():
         ready = parent_conn.poll(STARTUP_TIMEOUT) and parent_conn.recv() == "ready"
     except (EOFError, OSError):               # the child closed the pipe: it died starting up
         proc.join(5)
-        _stop_worker((proc, parent_conn))
+        _stop_worker((proc, parent_conn, None))
         raise RuntimeError(
             f"math-verify worker exited during start-up (exit code {proc.exitcode}). Workers start with "
             "'spawn', which re-runs the main module: a script that scores math answers must guard its "
             "entry point with `if __name__ == \"__main__\":` (and math-verify must be installed)") from None
     if not ready:
-        _stop_worker((proc, parent_conn))
+        _stop_worker((proc, parent_conn, None))
         raise RuntimeError(f"math-verify worker did not start within {STARTUP_TIMEOUT} s")
-    return proc, parent_conn
+    return proc, parent_conn, {"math"}      # the request kinds whose library is imported
 
 
 def _stop_worker(worker) -> None:
     if worker is None:
         return
-    proc, conn = worker
+    proc, conn, _ = worker
     if proc.is_alive():
         proc.kill()
     proc.join()
@@ -324,7 +332,12 @@ def _stop_worker(worker) -> None:
 
 
 def _worker_loop(conn) -> None:
-    """Body of a worker process: answer (pred, ref) requests until the pipe closes."""
+    """Body of a worker process: answer requests until the pipe closes.
+
+    ("math", pred, ref) -> math-verify's equivalence (bool); ("reasoning_gym", name,
+    answer, entry JSON) -> reasoning-gym's score (float, SECTION 5). Any exception while
+    answering is a False / 0.0 answer: the input's fault, not the worker's.
+    """
     from math_verify import parse, verify
 
     # The parent enforces the time limit, so math-verify's signal timeouts are off
@@ -333,9 +346,13 @@ def _worker_loop(conn) -> None:
     conn.send("ready")
     while True:
         try:
-            pred, ref = conn.recv()
+            request = conn.recv()
         except (EOFError, OSError):
             return
+        if request[0] == "reasoning_gym":
+            conn.send(_reasoning_gym_score(*request[1:]))
+            continue
+        _, pred, ref = request
         try:
             gold = parse(f"${ref}$", parsing_timeout=None)
             guess = parse(f"${pred}$", parsing_timeout=None)
@@ -425,17 +442,17 @@ def check_addition(response, answer: str, prompt: str | None = None) -> dict:
 
 def score(responses: list, answers: list[str], task: str,
           prompts: list[str] | None = None, timeout: float = 2.0) -> list[dict]:
-    """Score a batch: one dict per response (check_addition or score_math).
+    """Score a batch: one dict per response (check_addition, check_countdown or score_math).
 
-    task: "addition" or "math" (ValueError naming anything else). responses, answers
+    task: "addition", "countdown" or "math" (ValueError naming anything else). responses, answers
     and prompts (if given) must have equal lengths (ValueError with both lengths).
     prompts are used by the addition checker's scratchpad test, ignored for math.
     For "math" the comparisons run on POOL_SIZE threads, each talking to its own
     worker process, so the pool is used in parallel; the order of results is the
     order of the inputs.
     """
-    if task not in ("addition", "math"):
-        raise ValueError(f"unknown task {task!r}; expected 'addition' or 'math'")
+    if task not in ("addition", "countdown", "math") and not task.startswith("reasoning_gym:"):
+        raise ValueError(f"unknown task {task!r}; expected 'addition', 'countdown', 'math' or 'reasoning_gym:NAME'")
     if len(responses) != len(answers):
         raise ValueError(f"score: {len(responses)} responses but {len(answers)} answers")
     if prompts is not None and len(prompts) != len(responses):
@@ -443,6 +460,14 @@ def score(responses: list, answers: list[str], task: str,
     if task == "addition":
         ps = prompts if prompts is not None else [None] * len(responses)
         return [check_addition(r, a, p) for r, a, p in zip(responses, answers, ps)]
+    if task.startswith("reasoning_gym:"):     # the scorer runs in the worker processes
+        name = task[len("reasoning_gym:"):]
+        with ThreadPoolExecutor(max_workers=POOL_SIZE) as ex:
+            return list(ex.map(lambda ra: score_reasoning_gym(ra[0], ra[1], name, timeout), zip(responses, answers)))
+    if task == "countdown":                   # the numbers are in the prompt
+        if prompts is None:
+            raise ValueError("score: the countdown task needs the prompts (they hold the numbers)")
+        return [check_countdown(r, a, p) for r, a, p in zip(responses, answers, prompts)]
     for a in answers:                         # fail before starting any work
         if not isinstance(a, str):
             raise ValueError(f"score: answers must be str, got {a!r}")
@@ -498,3 +523,266 @@ def _scratchpad_consistent(response: str, operands: tuple[str, str] | None) -> b
             if line[0] != a[n - 1 - k] or line[2] != b[n - 1 - k]:
                 return False
     return True
+
+
+# ---------------------------------------------------------------------------------------
+# SECTION 4. Countdown: an exact, bounded expression checker of our own
+# ---------------------------------------------------------------------------------------
+#
+# The countdown task (machinery/countdown.py) asks for an arithmetic expression that uses
+# each given number once and equals the target. Checking that means evaluating text the
+# model wrote. The common shortcut, eval() or sympy's parse_expr (which calls eval; it is
+# what reasoning-gym's countdown scorer uses), executes whatever the text says. This
+# section parses the text itself instead, with a grammar that has nothing to execute:
+#
+#     expr   := term (("+" | "-") term)*
+#     term   := atom (("*" | "/") atom)*
+#     atom   := NUMBER | "(" expr ")"          NUMBER: 1 to MAX_NUMBER_DIGITS digits
+#
+# and evaluates it in exact rational arithmetic (fractions.Fraction), so 6/4*2 == 3
+# exactly and no float rounding decides a reward. Spaces are ignored. No unary minus, no
+# powers, no decimals (the game has none). Every input costs time linear in its length:
+# the answer is cut to MAX_EXPR_CHARS, parenthesis depth is counted before any recursion,
+# and numbers are at most MAX_NUMBER_DIGITS long, so the largest value any accepted
+# input can build has a few hundred digits.
+
+# The task's wording, owned here because the format check and the answer extraction below
+# read it (machinery/countdown.py writes the warm-up data with it). Each phrase is one
+# token of the embedded tokenizer.
+COUNTDOWN_STEP_MARKERS = ("then ", "so ", "next ", "now ", "step ")
+COUNTDOWN_CONNECTIVES = ("=", " is ")
+COUNTDOWN_ANSWER_PREFIXES = ("answer: ", "A: ", "result: ")
+MAX_EXPR_CHARS = 200        # a longer answer line is not credited (the task's answers have < 20)
+MAX_EXPR_DEPTH = 16         # deeper parenthesis nesting is not credited
+MAX_NUMBER_DIGITS = 6       # a longer number is not credited
+_COUNTDOWN_PROMPT_RE = re.compile(r"([0-9]+(?: [0-9]+)*) -> ([0-9]+)\n?")
+_EXPR_TOKEN_RE = re.compile(r"[0-9]+|[-+*/()]")
+
+
+class MalformedExpression(ValueError):
+    """The text is not an expression of the countdown grammar (or exceeds its bounds)."""
+
+
+def parse_expression(text: str):
+    """Parse an arithmetic expression into a tree: an int, or (op, left, right).
+
+    Left-associative, * and / bind tighter than + and -: "8-3-1" is ("-", ("-", 8, 3), 1).
+    Raises MalformedExpression (one line saying why) for anything outside the grammar or
+    its bounds. Never evaluates anything.
+    Example: parse_expression("2+(14+13)") == ("+", 2, ("+", 14, 13)).
+    """
+    if not isinstance(text, str):
+        raise MalformedExpression(f"not a string: {type(text).__name__}")
+    text = text.replace(" ", "")
+    if not text or len(text) > MAX_EXPR_CHARS:
+        raise MalformedExpression(f"length {len(text)} outside 1..{MAX_EXPR_CHARS}")
+    tokens = _EXPR_TOKEN_RE.findall(text)
+    if "".join(tokens) != text:
+        raise MalformedExpression("a character outside digits, + - * / ( )")
+    depth = 0
+    for tok in tokens:                      # depth first, so the recursion below is bounded
+        depth += (tok == "(") - (tok == ")")
+        if depth > MAX_EXPR_DEPTH or depth < 0:
+            raise MalformedExpression(f"parentheses unbalanced or nested deeper than {MAX_EXPR_DEPTH}")
+    if depth:
+        raise MalformedExpression("unbalanced parentheses")
+    tree, pos = _parse_sum(tokens, 0)
+    if pos != len(tokens):
+        raise MalformedExpression(f"unexpected {tokens[pos]!r} at token {pos}")
+    return tree
+
+
+def evaluate(tree):
+    """The exact value of a tree (Fraction), or None if it divides by zero."""
+    if isinstance(tree, int):
+        return Fraction(tree)
+    op, left, right = tree
+    a, b = evaluate(left), evaluate(right)
+    if a is None or b is None:
+        return None
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    return None if b == 0 else a / b
+
+
+def leaves(tree) -> list[int]:
+    """The numbers a tree uses, left to right."""
+    return [tree] if isinstance(tree, int) else leaves(tree[1]) + leaves(tree[2])
+
+
+def solution_key(tree):
+    """What makes two solutions the same: the tree with the operands of + and * in order.
+
+    (14+13)+2 and 2+(13+14) have one key; (2+14)+13 has another: it computes a different
+    intermediate result. The countdown generator counts distinct solutions with it, and
+    the evaluation's solution diversity counts the model's distinct correct answers.
+    """
+    if isinstance(tree, int):
+        return tree
+    op, left, right = tree
+    left, right = solution_key(left), solution_key(right)
+    if op in "+*" and _key_order(right) < _key_order(left):
+        left, right = right, left
+    return (op, left, right)
+
+
+def render(tree) -> str:
+    """A tree as text, every inner operation in parentheses: ("+", 2, ("+", 14, 13)) -> "2+(14+13)"."""
+    if isinstance(tree, int):
+        return str(tree)
+    op, left, right = tree
+    wrap = lambda t: render(t) if isinstance(t, int) else f"({render(t)})"
+    return f"{wrap(left)}{op}{wrap(right)}"
+
+
+def countdown_correct(expression: str, numbers: list[int], target: int) -> bool:
+    """True iff the expression uses exactly the multiset `numbers` and equals `target` exactly."""
+    try:
+        tree = parse_expression(expression)
+    except MalformedExpression:
+        return False
+    return sorted(leaves(tree)) == sorted(numbers) and evaluate(tree) == target
+
+
+def countdown_answer(response: str) -> str | None:
+    """The text after the prefix of the LAST line that starts with an answer prefix, or None."""
+    if not isinstance(response, str):
+        return None
+    answer = None
+    for line in response.split("\n"):
+        for prefix in COUNTDOWN_ANSWER_PREFIXES:
+            if line.startswith(prefix):
+                answer = line[len(prefix):]
+    return answer
+
+
+def check_countdown(response, answer: str, prompt: str) -> dict:
+    """Exact checker of the countdown task: {"format", "correct", "reward"} in {0.0, 1.0}.
+
+      correct  the last answer line's expression (countdown_answer) uses each number of
+               the prompt exactly once and equals the target (countdown_correct).
+      format   the response is exactly NUMBERS-1 step lines, then the answer line
+               (machinery/countdown.py's format, any of its phrasings); logged, not rewarded.
+      reward   = correct.
+    prompt: "13 14 2 -> 29\\n" (the numbers and target are read from it); answer: the target
+    as a string, which must agree with the prompt (ValueError otherwise: a data bug).
+    Any response (None, 1 MB of text, deep nesting, huge numbers) gets a score, never an
+    exception: parse_expression is bounded and raises only MalformedExpression.
+    """
+    m = _COUNTDOWN_PROMPT_RE.fullmatch(prompt) if isinstance(prompt, str) else None
+    if m is None:
+        raise ValueError(f"check_countdown: prompt must look like '13 14 2 -> 29\\n', got {prompt!r}")
+    numbers, target = [int(x) for x in m.group(1).split()], int(m.group(2))
+    if answer != str(target):
+        raise ValueError(f"check_countdown: answer {answer!r} is not the prompt's target {target}")
+    expression = countdown_answer(response)
+    correct = 1.0 if expression is not None and countdown_correct(expression, numbers, target) else 0.0
+    fmt = 1.0 if isinstance(response, str) and _countdown_format_re(len(numbers)).fullmatch(response) else 0.0
+    return {"format": fmt, "correct": correct, "reward": correct}
+
+
+# --- helpers of SECTION 4 --------------------------------------------------------------
+
+def _parse_sum(tokens, pos):
+    tree, pos = _parse_product(tokens, pos)
+    while pos < len(tokens) and tokens[pos] in "+-":
+        op = tokens[pos]
+        right, pos = _parse_product(tokens, pos + 1)
+        tree = (op, tree, right)
+    return tree, pos
+
+
+def _parse_product(tokens, pos):
+    tree, pos = _parse_atom(tokens, pos)
+    while pos < len(tokens) and tokens[pos] in "*/":
+        op = tokens[pos]
+        right, pos = _parse_atom(tokens, pos + 1)
+        tree = (op, tree, right)
+    return tree, pos
+
+
+def _parse_atom(tokens, pos):
+    if pos >= len(tokens):
+        raise MalformedExpression("the expression ends where a number or '(' belongs")
+    tok = tokens[pos]
+    if tok == "(":
+        tree, pos = _parse_sum(tokens, pos + 1)
+        if pos >= len(tokens) or tokens[pos] != ")":
+            raise MalformedExpression("missing ')'")
+        return tree, pos + 1
+    if not tok.isdigit():
+        raise MalformedExpression(f"unexpected {tok!r} at token {pos}")
+    if len(tok) > MAX_NUMBER_DIGITS:
+        raise MalformedExpression(f"a number longer than {MAX_NUMBER_DIGITS} digits")
+    return int(tok), pos + 1
+
+
+def _key_order(t):
+    """A total order on keys (ints before trees, trees by their text) to sort operands."""
+    return (0, t, "") if isinstance(t, int) else (1, 0, repr(t))
+
+
+_FORMAT_RES = {}
+
+
+def _countdown_format_re(n_numbers: int):
+    """The exact response format for n numbers: n-1 step lines, then the answer line."""
+    if n_numbers not in _FORMAT_RES:
+        markers = "|".join(re.escape(m) for m in COUNTDOWN_STEP_MARKERS)
+        prefixes = "|".join(re.escape(p) for p in COUNTDOWN_ANSWER_PREFIXES)
+        connectives = "|".join(re.escape(c) for c in COUNTDOWN_CONNECTIVES)
+        line = rf"(?:{markers})[0-9]+[-+*/][0-9]+(?:{connectives})[0-9]+\n"
+        _FORMAT_RES[n_numbers] = re.compile(rf"(?:{line}){{{n_numbers - 1}}}(?:{prefixes})[-+*/()0-9]+\n?")
+    return _FORMAT_RES[n_numbers]
+
+
+# ---------------------------------------------------------------------------------------
+# SECTION 5. reasoning-gym's own scorers, only inside the worker processes
+# ---------------------------------------------------------------------------------------
+#
+# `--data reasoning_gym:NAME` trains on any dataset of reasoning-gym and scores with the
+# dataset's own score_answer(answer, entry). Some of those scorers evaluate the model's
+# text (countdown's calls sympy's parse_expr, which calls eval), so they run where
+# math-verify runs: in SECTION 2's worker processes, with the same wall-clock bound, and
+# never in the trainer's process. The trainer never imports reasoning_gym at all.
+
+def score_reasoning_gym(response, answer: str, name: str, timeout: float = 2.0) -> dict:
+    """{"format", "correct", "rg_score", "reward"} of one response, by reasoning-gym's scorer.
+
+    answer: the row's entry as JSON (data.reasoning_gym_rows). The answer is the text in
+    the response's last <answer>...</answer> tags if it has them (reasoning-gym's
+    convention; "format" 1.0), else the whole response stripped ("format" 0.0).
+    rg_score: the scorer's value in [0, 1] (countdown's gives 1.0 right, 0.05 a wrong
+    value or wrong numbers, 0.01 unparseable); 0.0 after a timeout or a crash.
+    correct = reward = 1.0 iff rg_score >= 1.0: the project rewards correctness alone
+    (the module header), so a scorer's partial credit is logged, not rewarded.
+    """
+    if not isinstance(response, str):
+        return {"format": 0.0, "correct": 0.0, "rg_score": 0.0, "reward": 0.0}
+    tagged = _RG_ANSWER_RE.findall(response[-100_000:])
+    text = tagged[-1].strip() if tagged else response.strip()
+    value = float(_ask_worker(("reasoning_gym", name, text, answer), timeout, default=0.0))
+    correct = 1.0 if value >= 1.0 else 0.0
+    return {"format": 1.0 if tagged else 0.0, "correct": correct, "rg_score": value, "reward": correct}
+
+
+_RG_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_RG_SCORERS = {}          # in a worker: dataset name -> score_answer
+
+
+def _reasoning_gym_score(name: str, text: str, entry_json: str) -> float:
+    """In a worker: reasoning-gym's score of `text` for the entry (0.0 on any failure)."""
+    import json
+
+    try:
+        if name not in _RG_SCORERS:
+            import reasoning_gym
+            _RG_SCORERS[name] = reasoning_gym.get_score_answer_fn(name)
+        value = float(_RG_SCORERS[name](answer=text, entry=json.loads(entry_json)))
+        return value if 0.0 <= value <= 1.0 else 0.0
+    except Exception:
+        return 0.0

@@ -363,7 +363,7 @@ def main(argv: list[str] | None = None) -> None:
             print("bench.py: error: TRL is not installed (pip install -r requirements/bench.txt, or --skip_trl)",
                   file=sys.stderr)
             sys.exit(2)
-    model_dir = tinymodel.load_or_warmup(tinymodel.WarmupConfig(digits=3))
+    model_dir = tinymodel.load_or_warmup(tinymodel.warmup_config("addition", digits=3))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"work: {N_PROMPTS} prompts x {G_DEFAULT} rollouts, <= {MAX_NEW_DEFAULT} new tokens, T=1, lr 4e-4, "
           f"no KL, 1 optimizer step/batch; {args.warmup} warm-up + {args.steps} measured steps; "

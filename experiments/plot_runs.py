@@ -61,6 +61,14 @@ PANELS = [
     # state, but they are only readable next to the entropy they track.
     ("entropy (nats / token)", [("entropy", "entropy"), ("sched/H_hat", "H_hat (EMA)"),
                                 ("sched/H_target", "H_target")]),
+    # The same entropy split by token kind (data.template_token_mask): the wording, shared
+    # by right and wrong rollouts and worth nothing, against the arithmetic that decides.
+    ("entropy by token kind", [("entropy/template", "template tokens"), ("entropy/reasoning", "reasoning tokens")]),
+    # Countdown: how many distinct right answers the model's correct samples give per
+    # prompt, and the entropy of their distribution (Cor. 3.2 of the design-conditions
+    # paper: unequal sequence weights drive it to 0).
+    ("solutions among correct samples", [("eval/distinct_solutions", "distinct per solved prompt"),
+                                         ("eval/solution_entropy", "entropy (nats)")]),
     # Per-rollout success and failure mass (FADE paper, docs/math.md §2). mean A is exactly
     # m_S - m_F: zero for every zero-sum advantage (GRPO, RLOO, ...); positive means the
     # tokens shared by a whole group are pushed up on net. (Not an entropy gauge: under SGD

@@ -473,8 +473,8 @@ class RunSpec:
     args: list[str]
     """train.py's arguments (without --resume)."""
     steps: int
-    model: str
-    digits: int
+    warmup: object | None
+    """The embedded model's tinymodel.WarmupConfig when the run uses it (--model tiny), else None."""
 
     @property
     def label(self) -> str:
@@ -495,7 +495,8 @@ def plan_runs(sweep: Sweep, arms: list[str], seeds: list[int], steps: int, out: 
                     "--n_eval", str(N_EVAL), "--eval_samples", str(EVAL_SAMPLES), "--threads", "1",
                     *sweep.flags, *sweep.arms[arm], *extra]
             cfg = _check_train_args(f"{sweep.name}/{arm}/seed_{seed}", args)
-            runs.append(RunSpec(sweep.name, arm, seed, cfg.out_dir, args, cfg.steps, cfg.model, cfg.digits))
+            warmup = _embedded_warmup(cfg) if cfg.model == "tiny" else None
+            runs.append(RunSpec(sweep.name, arm, seed, cfg.out_dir, args, cfg.steps, warmup))
     return runs
 
 
@@ -514,7 +515,7 @@ def run_state(run: RunSpec) -> str:
 
 
 def ensure_warmup(runs: list[RunSpec], say: Callable[[str], None]) -> None:
-    """Warm up the embedded model here, once per digit count, before any run starts.
+    """Warm up the embedded model here, once per warm-up (task, digits), before any run starts.
 
     Each train.py with --model tiny would otherwise find no cache and warm up itself,
     several at a time, on the same cores (each ~50 s) and race for the same cache entry.
@@ -522,11 +523,11 @@ def ensure_warmup(runs: list[RunSpec], say: Callable[[str], None]) -> None:
     import torch
     from machinery import tinymodel
     torch.set_num_threads(1)                   # this process warms up while no run is going
-    for digits in sorted({r.digits for r in runs if r.model == "tiny"}):
-        cfg = tinymodel.WarmupConfig(digits=digits)
-        path = os.path.join(tinymodel.DEFAULT_CACHE_DIR, tinymodel.cache_key(cfg))
+    configs = {tinymodel.cache_key(r.warmup): r.warmup for r in runs if r.warmup is not None}
+    for key, cfg in sorted(configs.items()):
+        path = os.path.join(tinymodel.DEFAULT_CACHE_DIR, key)
         if not os.path.isfile(os.path.join(path, "warmup.json")):
-            say(f"warm-up of the embedded model ({digits} digits; ~1 min, once): {path}")
+            say(f"warm-up of the embedded model ({cfg.task}; 1-3 min, once): {path}")
         tinymodel.load_or_warmup(cfg)
 
 
@@ -820,6 +821,12 @@ def main(argv: list[str] | None = None) -> None:
 # ---------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------
+
+def _embedded_warmup(cfg):
+    """train.embedded_warmup(cfg), imported late like train itself (its import is heavy)."""
+    import train
+    return train.embedded_warmup(cfg)
+
 
 def _check_train_args(label: str, args: list[str]):
     """train.parse_args(args), with its one-line error turned into a ValueError naming the run."""

@@ -41,6 +41,8 @@ import random
 import tempfile
 import zlib
 
+from machinery import countdown
+
 
 # ---------------------------------------------------------------------------------------
 # SECTION 1. The synthetic addition task (exact format; verify.check_addition parses it)
@@ -119,7 +121,13 @@ def template_token_mask(task: str, tokenizer, response_ids, response_mask):
       as reasoning: it carries a digit the answer depends on.
       The split is by token TYPE, not by decision: "\\n" versus "A" after the last
       column, or EOS, can decide the reward too; they are still the format's tokens.
-    task "math" (GSM8K, MATH, .jsonl files): None. Free text has no fixed template,
+    task "countdown" (machinery/countdown.py, "now 14+13=27\\n...A: 2+(14+13)\\n"):
+      reasoning  a token made only of digits and + - * / ( ) (countdown.is_reasoning_text):
+                 the numbers, operations and parentheses the answer depends on;
+      template   every other real token: the phrases ("now ", " is ", "answer: ", ...:
+                 one token each), "=", "\\n" and EOS. The phrases are drawn at random in
+                 the warm-up data, so these are the template tokens with real entropy.
+    task "math" (GSM8K, MATH, .jsonl files) and "reasoning_gym:NAME": None. Free text has no fixed template,
       and any rule (say, "digits are reasoning") would give a silently wrong split, so
       the diagnostic is skipped for it.
 
@@ -133,15 +141,18 @@ def template_token_mask(task: str, tokenizer, response_ids, response_mask):
     """
     import torch
 
-    if task == "math":
+    if task == "math" or task.startswith("reasoning_gym:"):
         return None
-    if task != "addition":
-        raise ValueError(f"template_token_mask: unknown task {task!r}; expected 'addition' or 'math'")
+    if task not in ("addition", "countdown"):
+        raise ValueError(f"template_token_mask: unknown task {task!r}; expected 'addition', 'countdown' or 'math'")
     ids = torch.as_tensor(response_ids)
     distinct, where = torch.unique(ids, return_inverse=True)
-    # ASCII digits only: str.isdigit() would also count "²" or "٣".
-    template_kind = torch.tensor([not any(c in "0123456789" for c in tokenizer.decode([i], skip_special_tokens=True))
-                                  for i in distinct.tolist()], dtype=torch.bool)
+    texts = [tokenizer.decode([i], skip_special_tokens=True) for i in distinct.tolist()]
+    if task == "countdown":
+        template_kind = [not countdown.is_reasoning_text(text) for text in texts]
+    else:   # ASCII digits only: str.isdigit() would also count "²" or "٣"
+        template_kind = [not any(c in "0123456789" for c in text) for text in texts]
+    template_kind = torch.tensor(template_kind, dtype=torch.bool)
     is_template = template_kind[where]
     return is_template & (torch.as_tensor(response_mask) != 0)
 
@@ -348,6 +359,8 @@ SPLITS = ("train", "test")
 HELD_OUT_BUCKETS = 10          # 1 in 10 addition problems (by hash) is held out
 EVAL_SEED_OFFSET = 1_000_003   # the test split draws from a different random stream
 DEFAULT_ADDITION_N = {"train": 2000, "test": 200}
+DEFAULT_COUNTDOWN_N = {"train": 20000, "test": 100}   # also reasoning-gym's: generated, so cheap
+REASONING_GYM = "reasoning_gym:"                       # --data reasoning_gym:NAME
 
 
 def load_task(name_or_path: str, split: str = "train", n: int | None = None,
@@ -374,6 +387,12 @@ def load_task(name_or_path: str, split: str = "train", n: int | None = None,
     if name_or_path == "addition":
         count = DEFAULT_ADDITION_N[split] if n is None else n
         return addition_split_rows(count, split, digits=digits, seed=seed), "addition"
+    if name_or_path == "countdown":
+        count = DEFAULT_COUNTDOWN_N[split] if n is None else n
+        return countdown.make_rows(count, split, seed=seed), "countdown"
+    if str(name_or_path).startswith(REASONING_GYM):
+        name = name_or_path[len(REASONING_GYM):]
+        return reasoning_gym_rows(name, split, DEFAULT_COUNTDOWN_N[split] if n is None else n, seed), name_or_path
     if name_or_path == "gsm8k":
         rows = load_gsm8k(GSM8K_HUB, split)
     elif name_or_path == "math":
@@ -381,13 +400,31 @@ def load_task(name_or_path: str, split: str = "train", n: int | None = None,
     elif str(name_or_path).endswith(".jsonl"):
         rows = load_jsonl(name_or_path)
     else:
-        raise ValueError(f"unknown task {name_or_path!r}; expected 'addition', 'gsm8k', "
-                         "'math' or a path ending in .jsonl")
+        raise ValueError(f"unknown task {name_or_path!r}; expected 'addition', 'countdown', 'gsm8k', "
+                         "'math', 'reasoning_gym:NAME' or a path ending in .jsonl")
     if n is not None:
         if n > len(rows):
             raise ValueError(f"asked for n={n} rows but {name_or_path!r} ({split}) has {len(rows)}")
         rows = random.Random(seed).sample(rows, n)
     return rows, "math"
+
+
+def reasoning_gym_rows(name: str, split: str, n: int, seed: int = 0) -> list[dict]:
+    """n rows of reasoning-gym's dataset `name`: {"prompt": its question, "answer": the entry as JSON}.
+
+    reasoning-gym (the field's library of procedural reasoning tasks) generates each
+    dataset from a seed and scores an answer with the dataset's own score_answer(answer,
+    entry), which needs the whole entry: so the row's answer carries it, and
+    verify.score hands it to the scorer in a worker process (some scorers eval the
+    model's text: countdown's runs sympy's parse_expr). The test split is the dataset
+    drawn with another seed: disjoint from training in practice for large problem
+    spaces, not by construction (a small space can repeat a problem).
+    """
+    import reasoning_gym
+
+    offset = 0 if split == "train" else 1_000_003
+    dataset = reasoning_gym.create_dataset(name, size=n, seed=seed + offset)
+    return [{"prompt": entry["question"] + "\n", "answer": json.dumps(entry, default=str)} for entry in dataset]
 
 
 def check_source(name_or_path: str) -> None:
@@ -398,7 +435,18 @@ def check_source(name_or_path: str) -> None:
     instead of datasets' minute of retries when there is no network). Reading the rows
     is still load_task's job, and its errors name file and line.
     """
-    if name_or_path == "addition":
+    if name_or_path in ("addition", "countdown"):
+        return
+    if str(name_or_path).startswith(REASONING_GYM):
+        name = name_or_path[len(REASONING_GYM):]
+        try:
+            import reasoning_gym
+        except ImportError:
+            raise ValueError(f"--data {name_or_path} needs reasoning-gym: pip install -r "
+                             "requirements/reasoning-gym.txt") from None
+        if name not in reasoning_gym.factory.DATASETS:
+            raise ValueError(f"--data {name_or_path}: reasoning-gym has no dataset {name!r} (e.g. countdown, "
+                             "basic_arithmetic, chain_sum)")
         return
     if name_or_path in ("gsm8k", "math"):
         import importlib.util
@@ -412,11 +460,11 @@ def check_source(name_or_path: str) -> None:
             raise ValueError(f"--data {name_or_path} ({hub}): {problem}")
         return
     if os.path.isdir(name_or_path):
-        raise ValueError(f"--data {name_or_path!r} is a directory; expected 'addition', 'gsm8k', 'math' "
-                         "or a .jsonl file")
+        raise ValueError(f"--data {name_or_path!r} is a directory; expected 'addition', 'countdown', 'gsm8k', "
+                         "'math', 'reasoning_gym:NAME' or a .jsonl file")
     if not str(name_or_path).endswith(".jsonl"):
-        raise ValueError(f"unknown task {name_or_path!r}; expected 'addition', 'gsm8k', "
-                         "'math' or a path ending in .jsonl")
+        raise ValueError(f"unknown task {name_or_path!r}; expected 'addition', 'countdown', 'gsm8k', "
+                         "'math', 'reasoning_gym:NAME' or a path ending in .jsonl")
     if not os.path.isfile(name_or_path):
         raise ValueError(f"--data {name_or_path!r}: no such file")
 

@@ -15,17 +15,17 @@ one and silently drops "\n" from every prompt. The model then sees "347+85" with
 its newline and its accuracy collapses with no error anywhere (this happened while
 building this file; tests/test_tinymodel.py pins the behaviour).
 
-Why warm up at all, and why stop at 500 steps. RL with a binary reward only learns from
-groups that contain both a success and a failure: a randomly initialised model never
-succeeds (reward 0 everywhere, every advantage 0) and a fully trained one always does.
-The warm-up therefore runs supervised training (cross-entropy on the response tokens of
-data.py's reference scratchpads) for a FIXED 500 steps (WarmupConfig.max_steps), which
-lands the model at held-out pass@1 ~0.4 (temperature 1). An earlier version stopped at
-the first evaluation with pass@1 >= 0.3 instead; the curve is so steep there (0.15 at
-step 300, 0.56 at step 550) that a 128-prompt estimate crossed the threshold anywhere
-between steps 350 and 450 on machines of the same kind, and the RL results downstream
-moved with it (see the note on sensitivity below). A fixed step count makes the start
-depend only on the config and float arithmetic; target_pass1 remains as an option. At
+Why warm up at all, and why a fixed number of steps. RL with a binary reward only
+learns from groups that contain both a success and a failure: a randomly initialised
+model never succeeds (reward 0 everywhere, every advantage 0) and a fully trained one
+always does. The warm-up therefore runs supervised training (cross-entropy on the
+response tokens of data.py's reference scratchpads) for a FIXED number of steps
+(WarmupConfig.max_steps: 650 for addition), which lands the model at held-out pass@1
+~0.4 (temperature 1; the measured curve is in docs/results.md). Stopping at the first
+evaluation above a threshold instead (target_pass1, still an option) made the start
+depend on evaluation noise: the curve is steep there, so a 128-prompt estimate crosses
+a threshold anywhere within a hundred steps, and the RL results downstream moved with
+it. A fixed step count makes the start depend only on the config and float arithmetic. At
 that point the model has the format and the column layout but still gets single-digit
 sums wrong: most first errors are the sum digit s of a column line "x+y+c=ds". That is
 the regime the papers study: mixed groups, template tokens shared by right and wrong
@@ -50,6 +50,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import string
 import tempfile
@@ -58,13 +59,14 @@ from dataclasses import dataclass
 
 import torch
 
+from machinery import countdown
 from machinery import data
 from machinery import rollout
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository root
 DEFAULT_CACHE_DIR = os.path.join(REPO_DIR, ".cache", "tinymodel")
-CACHE_FORMAT = 2          # bump when the warm-up code changes in a way the config cannot see
-                          # (2: the evaluation samples with rollout.py's own KV-cached loop)
+CACHE_FORMAT = 3          # bump when the warm-up code changes in a way the config cannot see
+                          # (3: the tokenizer's phrase tokens and the countdown task)
 
 
 # ---------------------------------------------------------------------------------------
@@ -79,14 +81,21 @@ CHARS = ["\n"] + [c for c in string.printable if c not in "\t\n\r\x0b\x0c"]
 
 
 def build_char_tokenizer():
-    """A PreTrainedTokenizerFast with one token per character (99 tokens).
+    """A PreTrainedTokenizerFast with one token per character, plus the countdown phrases.
 
     ids: 0 <pad>, 1 <eos>, 2 <unk>, 3 "\\n", then the 95 printable ASCII characters in
-    string.printable order (digits first: "0" is id 4).
-    Built with the `tokenizers` library: a WordLevel model over single characters, a
-    pre-tokenizer that isolates every character (regex [\\s\\S], so "\\n" and " " are
-    tokens too), and a Fuse decoder that concatenates tokens with no separator, so
-    decode(encode(s)) == s exactly for any string of vocabulary characters.
+    string.printable order (digits first: "0" is id 4), then the countdown task's
+    phrases ("then ", "answer: ", " is ", ...: countdown.PHRASES), one token each, as a
+    BPE vocabulary gives common words their own tokens. Why the phrases: they are the
+    task's template words, free to vary and worth nothing; as single tokens each choice
+    of wording is ONE decision the model makes (its entropy is the template entropy the
+    papers study), not a first letter followed by a predictable tail.
+    Built with the `tokenizers` library: a WordLevel model, a pre-tokenizer that splits
+    off every phrase first and then every single character (regex "phrase|...|[\\s\\S]",
+    so "\\n" and " " are tokens too), and a Fuse decoder that concatenates tokens with
+    no separator, so decode(encode(s)) == s exactly for any string of vocabulary
+    characters. Text without the phrases (every addition prompt and response)
+    tokenizes one character per token.
     No BOS and no post-processor: encode("12+3\\n") is 5 ids, nothing added. EOS is
     appended by the warm-up to each target and generated by the model to stop.
     save_pretrained writes tokenizer.json + tokenizer_config.json, and
@@ -95,9 +104,11 @@ def build_char_tokenizer():
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {tok: i for i, tok in enumerate([PAD, EOS, UNK] + CHARS)}
+    vocab = {tok: i for i, tok in enumerate([PAD, EOS, UNK] + CHARS + list(countdown.PHRASES))}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    phrases = sorted(countdown.PHRASES, key=len, reverse=True)          # longest first
+    pattern = "|".join(re.escape(p) for p in phrases) + r"|[\s\S]"
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
     core.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, eos_token=EOS, unk_token=UNK)
 
@@ -106,15 +117,17 @@ def build_char_tokenizer():
 # SECTION 2. A tiny Llama
 # ---------------------------------------------------------------------------------------
 
-def tiny_config(vocab_size: int, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4,
+def tiny_config(vocab_size: int, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 2,
                 intermediate_size: int = 256, max_positions: int = 128, pad_token_id: int = 0,
                 eos_token_id: int = 1):
     """A LlamaConfig for a model of ~0.1-1M parameters.
 
     Parameters: V*d for the embedding (tied with the output head) + per layer
     4 d^2 (q, k, v, o; full multi-head, no grouped KV, no biases) + 3 d*ff (SwiGLU gate,
-    up, down) + 2d (two RMSNorms), + d for the final norm. With V=99, d=64, ff=256 and
-    2 layers: 137,728.
+    up, down) + 2d (two RMSNorms), + d for the final norm. With V=108 (99 characters,
+    9 phrases), d=64, ff=256 and 2 layers: 138,304. Two heads of 32: vLLM's CPU attention
+    kernels need a head size of at least 32, so the embedded model runs on vLLM's CPU
+    build as it is (the number of heads does not change the parameter count).
     Eager attention for the warm-up: at these sizes it is faster on a CPU than SDPA
     (110 vs 175 ms per step, measured). The choice is not saved with the model, so
     from_pretrained loads SDPA: the same function up to float rounding (~1e-6, tested).
@@ -169,18 +182,23 @@ def count_params(model) -> int:
 
 @dataclass
 class WarmupConfig:
-    """Everything that determines the warm-up result (its hash names the cache entry)."""
+    """Everything that determines the warm-up result (its hash names the cache entry).
 
+    The defaults are the addition task's; warmup_config(task) gives each task's own.
+    """
+
+    task: str = "addition"
+    """'addition' (data.py SECTION 1) or 'countdown' (countdown.py)."""
     digits: int = 3
-    """Operand digits of the addition task (1..digits-digit operands, data.py)."""
+    """Operand digits of the addition task (1..digits-digit operands, data.py); unused by countdown."""
     seed: int = 0
     """Seed of the initial weights, the training problems and the batch order."""
     hidden_size: int = 64
     """Model width d."""
     num_layers: int = 2
     """Transformer blocks."""
-    num_heads: int = 4
-    """Attention heads (head size d / heads)."""
+    num_heads: int = 2
+    """Attention heads (head size d / heads; vLLM's CPU build needs >= 32)."""
     intermediate_size: int = 256
     """SwiGLU hidden width."""
     lr: float = 3e-3
@@ -193,7 +211,7 @@ class WarmupConfig:
     """Problems per optimizer step."""
     n_train: int = 20_000
     """Distinct training problems drawn (train side of data.py's split only)."""
-    max_steps: int = 500
+    max_steps: int = 650
     """Supervised steps (fewer only if target_pass1 is set and reached first)."""
     eval_every: int = 50
     """Evaluate held-out pass@1 every this many steps (logged in warmup.json; stops the run only with target_pass1)."""
@@ -204,6 +222,8 @@ class WarmupConfig:
     evaluation with pass@1 >= it (the earlier rule; noisy on a steep curve, see the header)."""
 
     def validate(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"WarmupConfig.task must be one of {TASKS}, got {self.task!r}")
         for name in ("digits", "hidden_size", "num_layers", "num_heads", "intermediate_size", "batch_size",
                      "n_train", "max_steps", "eval_every", "eval_prompts"):
             if getattr(self, name) < 1:
@@ -217,13 +237,31 @@ class WarmupConfig:
             raise ValueError(f"WarmupConfig.target_pass1 must be in (0, 1], got {self.target_pass1}")
 
 
-def max_response_tokens(digits: int) -> int:
-    """Tokens of the longest reference response plus EOS: 10*digits + 5.
+TASKS = ("addition", "countdown")
 
-    digits column lines of 9 characters ("7+5+0=12\\n"), "A:" + up to digits+1 answer
-    digits + "\\n", then EOS. digits=3 -> 35.
+
+def warmup_config(task: str = "addition", digits: int = 3) -> WarmupConfig:
+    """The warm-up train.py uses for the embedded model on `task` (a fixed number of steps).
+
+    addition: 650 steps. countdown: 3000 steps (~3 minutes on two cores): the task is
+    harder (find the operations, not carry digits) and the warm-up is meant to leave the
+    model uncertain among several right answers and wordings, not to solve it; the
+    measured start of RL is in docs/results.md.
     """
-    return 10 * digits + 5
+    if task == "countdown":
+        return WarmupConfig(task="countdown", max_steps=3000, eval_every=500)
+    return WarmupConfig(task=task, digits=digits)
+
+
+def max_response_tokens(cfg: WarmupConfig) -> int:
+    """Tokens of the longest reference response plus EOS.
+
+    addition: digits column lines of 9 characters ("7+5+0=12\\n"), "A:" + up to
+    digits+1 answer digits + "\\n", then EOS: 10*digits + 5 (digits=3 -> 35).
+    countdown: two step lines of at most 12 tokens and an answer line of at most 13
+    (countdown.MAX_RESPONSE_TOKENS), with room to spare: 40.
+    """
+    return countdown.MAX_RESPONSE_TOKENS if cfg.task == "countdown" else 10 * cfg.digits + 5
 
 
 def addition_correct(text: str, answer: str) -> bool:
@@ -238,9 +276,11 @@ def addition_correct(text: str, answer: str) -> bool:
 
 
 def cache_key(cfg: WarmupConfig) -> str:
-    """Directory name of cfg's warm-up: "d<digits>-<12 hex of sha256(config json)>"."""
+    """Directory name of cfg's warm-up: "d<digits>-<hash>" (addition) or "countdown-<hash>",
+    hash = 12 hex of sha256(config json)."""
     blob = json.dumps({"format": CACHE_FORMAT, **dataclasses.asdict(cfg)}, sort_keys=True)
-    return f"d{cfg.digits}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+    name = f"d{cfg.digits}" if cfg.task == "addition" else cfg.task
+    return f"{name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
 def load_or_warmup(cfg: WarmupConfig | None = None, cache_dir: str | None = None) -> str:
@@ -288,8 +328,7 @@ def warmup(cfg: WarmupConfig, cache_dir: str | None = None) -> str:
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, seed=cfg.seed, hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
                              num_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size)
-    train_rows = data.addition_split_rows(cfg.n_train, "train", digits=cfg.digits, seed=cfg.seed)
-    eval_rows = data.addition_split_rows(cfg.eval_prompts, "test", digits=cfg.digits, seed=cfg.seed + 7919)
+    train_rows, eval_rows = _task_rows(cfg)
     inputs, labels = _encode_rows(tokenizer, train_rows)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -369,10 +408,27 @@ def _eval_pass1(model, tokenizer, rows: list[dict], cfg: WarmupConfig, step: int
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed * 100_003 + step)
         sample_texts = lambda prompts, n: rollout.generate_rollouts(model, tokenizer, prompts, n,
-                                                                   max_response_tokens(cfg.digits)).texts
-        check = lambda texts, rows: [addition_correct(t, r["answer"]) for t, r in zip(texts, rows)]
+                                                                   max_response_tokens(cfg)).texts
+        if cfg.task == "countdown":
+            check = lambda texts, rows: [countdown.is_correct(t, r) for t, r in zip(texts, rows)]
+        else:
+            check = lambda texts, rows: [addition_correct(t, r["answer"]) for t, r in zip(texts, rows)]
         counts = rollout.sample_eval(sample_texts, rows, 1, check, prompts_per_batch=128)
     return sum(counts) / len(counts)
+
+
+def _task_rows(cfg: WarmupConfig) -> tuple[list[dict], list[dict]]:
+    """(training rows, held-out evaluation rows) of the warm-up: {"prompt", "answer", "target"}.
+
+    Both come from the task's own train / test sides, so the problems train.py
+    evaluates on are never trained on; the evaluation rows use another seed than
+    train.py's test rows (same held-out side).
+    """
+    if cfg.task == "countdown":
+        return (countdown.make_rows(cfg.n_train, "train", seed=cfg.seed),
+                countdown.make_rows(cfg.eval_prompts, "test", seed=cfg.seed + 7919))
+    return (data.addition_split_rows(cfg.n_train, "train", digits=cfg.digits, seed=cfg.seed),
+            data.addition_split_rows(cfg.eval_prompts, "test", digits=cfg.digits, seed=cfg.seed + 7919))
 
 
 def _save_atomic(model, tokenizer, summary: dict, final: str) -> str:

@@ -146,7 +146,7 @@ def test_credit_report_pools_value_cells_over_steps(tmp_path):
                      "value/n_boosted_neg": 0, "value/n_suppressed_neg": 0, "eval/pass@1": 0.5}]
             (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
             runs.append(sweep.RunSpec("credit", arm, seed, str(d), ["--out_dir", str(d), "--seed", str(seed)],
-                                      20, "tiny", 3))
+                                      20, None))
             pooled[arm, seed] = (np.concatenate([b1, b2]).mean(), np.concatenate([s1, s2]).mean())
     meta = {"command": "python -m experiments.sweep credit", "cwd": "/x", "date": "today", "machine": "m", "jobs": 2}
     text = open(sweep.write_report(spec, runs, {}, meta)).read()

@@ -186,7 +186,7 @@ def test_max_response_tokens_covers_the_longest_target():
     for d in (1, 2, 3):
         longest = "9" * d + "+" + "9" * d
         target = data.addition_response(int("9" * d), int("9" * d))
-        assert len(target) + 1 == tinymodel.max_response_tokens(d), longest
+        assert len(target) + 1 == tinymodel.max_response_tokens(tinymodel.WarmupConfig(digits=d)), longest
 
 
 def test_warmup_stops_at_first_eval_reaching_target(tmp_path, monkeypatch):

@@ -82,7 +82,7 @@ def tok():
 @pytest.fixture(scope="module")
 def tied(tok, tmp_path_factory):
     """(path, model): a tiny Llama, tied embeddings, 128 positions, head size 32, float32."""
-    model = tinymodel.build_tiny_model(tok, seed=0, num_heads=2)
+    model = tinymodel.build_tiny_model(tok, seed=0)                    # the embedded model's shape
     assert model.config.tie_word_embeddings and model.config.max_position_embeddings == 128
     return save(model, tok, tmp_path_factory.mktemp("tied")), model
 
@@ -123,7 +123,7 @@ def test_engine_starts_for_the_128_positions_of_the_embedded_model_size(tok, tie
 
 
 def test_make_engine_refuses_head_size_16_and_missing_models_before_starting(tok, tied, tmp_path):
-    four_heads = tinymodel.build_tiny_model(tok, seed=0)               # the embedded model's shape
+    four_heads = tinymodel.build_tiny_model(tok, seed=0, num_heads=4)  # 4 heads of 16: no CPU kernel
     path = save(four_heads, tok, tmp_path / "four")
     with pytest.raises(ValueError, match=r"head size 16 \(hidden_size 64 / 4 heads\)"):
         V.make_engine(path, four_heads, max_model_len=128, dtype="float32")
@@ -305,3 +305,21 @@ def test_train_py_with_the_vllm_backend_logs_a_small_canary_every_step(tied, tmp
     bad = subprocess.run([sys.executable, "train.py", "--backend", "vllm", "--model", "/nonexistent",
                           "--out_dir", str(tmp_path / "bad")], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "/nonexistent" in bad.stderr
+
+
+@pytest.mark.parametrize("task", ["addition", "countdown"])
+def test_train_py_runs_the_embedded_model_itself_on_vllm(task, tmp_path):
+    """The embedded model as `python train.py` builds it (warm-up included), on vLLM's CPU
+    build: its heads of 32 have a CPU attention kernel, so no hand-made model is needed."""
+    out = tmp_path / task
+    cmd = [sys.executable, "train.py", "--backend", "vllm", "--data", task, "--steps", "2", "--prompts_per_step", "8",
+           "--eval_every", "2", "--n_eval", "8", "--eval_samples", "2", "--save_every", "0", "--flip_every", "0",
+           "--out_dir", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["vllm/canary_gap"] < FP32_NOISE for r in rows)
+    assert rows[0]["reward"] > 0                          # a warmed model, not a random one
+    assert "eval/pass@2" in rows[-1] and ("entropy/template" in rows[-1])

@@ -1,0 +1,92 @@
+"""task_stats.py: what RL starts from. The embedded model's numbers on held-out prompts.
+
+    python -m experiments.task_stats                      # countdown, 100 prompts x 16 samples
+    python -m experiments.task_stats --data addition --samples 4
+
+A task gives RL something to do only if the model that starts RL is unsure in the right
+ways. This prints, for the embedded model right after its warm-up (the model
+`python train.py --data TASK` starts from), on the task's held-out prompts:
+
+  pass@1, pass@k          unbiased estimates from k samples per prompt (advantages.pass_at_k):
+                          room to improve (pass@1 low) and something to find (pass@k high);
+  entropy                 mean token entropy of the sampled responses (nats), and split
+                          into template tokens (the wording) and reasoning tokens
+                          (data.template_token_mask);
+  solutions per prompt    share of prompts with >= 2 distinct valid solutions (countdown:
+                          countdown.distinct_solutions), and among the prompts the model
+                          solves, the share where its own correct samples show >= 2 of
+                          them, and their mean number;
+  response length         mean tokens per response (EOS included).
+
+The sampling is train.py's evaluation sampler (temperature 1, the run's max_new_tokens),
+seeded, so the numbers repeat exactly on the same machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+import torch
+
+import advantages
+import train
+from machinery import countdown, data
+
+
+def task_stats(task: str, n_prompts: int, samples: int, seed: int = 0) -> dict:
+    """The numbers in the header, as a dict, for the embedded model on `task`."""
+    with tempfile.TemporaryDirectory() as out:
+        cfg = train.parse_args(["--data", task, "--out_dir", os.path.join(out, "run"), "--n_eval", str(n_prompts),
+                                "--eval_samples", str(samples), "--seed", str(seed)])
+        run = train.setup(cfg)
+    rows = run.eval_rows
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        ro = train.sample_rollouts(run, [r["prompt"] for r in rows], samples, cfg)
+    answers = [r["answer"] for r in rows for _ in range(samples)]
+    prompts = [r["prompt"] for r in rows for _ in range(samples)]
+    correct = [s["correct"] for s in train.verify.score(ro.texts, answers, run.task, prompts)]
+    counts = [int(sum(correct[j * samples:(j + 1) * samples])) for j in range(len(rows))]
+    mask = ro.response_mask.float()
+    entropy = ro.engine_entropy
+    template = data.template_token_mask(run.task, run.tokenizer, ro.response_ids, ro.response_mask)
+    out = {"task": task, "prompts": len(rows), "samples": samples,
+           "pass@1": sum(advantages.pass_at_k(samples, c, 1) for c in counts) / len(rows),
+           f"pass@{samples}": sum(advantages.pass_at_k(samples, c, samples) for c in counts) / len(rows),
+           "entropy": train.masked_mean(entropy, mask),
+           "resp_len_mean": float(mask.sum(1).mean())}
+    if template is not None:
+        out["entropy/template"] = train.masked_mean(entropy, template.float())
+        out["entropy/reasoning"] = train.masked_mean(entropy, mask * ~template)
+    if run.task == "countdown":
+        numbers = [[int(x) for x in r["prompt"].split("->")[0].split()] for r in rows]
+        out["share with >= 2 valid solutions"] = sum(
+            len(countdown.distinct_solutions(ns, int(r["answer"]))) >= 2 for ns, r in zip(numbers, rows)) / len(rows)
+        found = [{countdown.solution_of(ro.texts[j * samples + i]) for i in range(samples) if correct[j * samples + i]}
+                 for j in range(len(rows))]
+        solved = [f for f in found if f]
+        out["share of solved prompts with >= 2 own solutions"] = sum(len(f) >= 2 for f in solved) / max(1, len(solved))
+        out["own distinct solutions per solved prompt"] = sum(len(f) for f in solved) / max(1, len(solved))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m experiments.task_stats", description=__doc__.split("\n")[0])
+    parser.error = lambda message: parser.exit(2, f"{parser.prog}: error: {message}\n")   # one line, exit 2
+    parser.add_argument("--data", default="countdown", choices=("countdown", "addition"), help="the task")
+    parser.add_argument("--prompts", type=int, default=100, help="held-out prompts (default 100)")
+    parser.add_argument("--samples", type=int, default=16, help="samples per prompt: pass@1 .. pass@samples")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+    args = parser.parse_args(argv)
+    if args.prompts < 1 or args.samples < 1:
+        parser.error(f"--prompts and --samples must be >= 1, got {args.prompts}, {args.samples}")
+    torch.set_num_threads(1)
+    for key, value in task_stats(args.data, args.prompts, args.samples, args.seed).items():
+        print(f"{key:48s} {value:.3f}" if isinstance(value, float) else f"{key:48s} {value}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
