@@ -200,9 +200,6 @@ class Config:
     """Checkpoint every this many steps (atomically; 0 = only at the end)."""
 
     def __post_init__(self):
-        countdown = self.data == "countdown"        # the task's evaluation defaults (0 = default)
-        self.n_eval = self.n_eval or (100 if countdown else 200)
-        self.eval_samples = self.eval_samples or (16 if countdown else 4)
         validate(self)
 
 
@@ -363,7 +360,7 @@ def setup(cfg: Config) -> Run:
     hf_logging.disable_progress_bar()         # one progress bar (ours), not one per save
     device = pick_device(cfg)
     train_rows, task = data.load_task(cfg.data, "train", n=cfg.n_train or None, seed=cfg.seed, digits=cfg.digits)
-    eval_rows, _ = data.load_task(cfg.data, "test", n=cfg.n_eval, seed=cfg.seed, digits=cfg.digits)
+    eval_rows, _ = data.load_task(cfg.data, "test", n=eval_budget(cfg)[0], seed=cfg.seed, digits=cfg.digits)
     path, model, tokenizer = load_model(cfg, device)
     llm = None
     if cfg.backend == "vllm":
@@ -446,6 +443,13 @@ def load_model(cfg: Config, device: torch.device):
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return str(path), model.to(device), tokenizer
+
+
+def eval_budget(cfg: Config) -> tuple[int, int]:
+    """(held-out prompts, samples per prompt) of an evaluation: the flags, or for 0 the task's
+    defaults, 100 x 16 for countdown (pass@1 to pass@16) and 200 x 4 otherwise."""
+    countdown_task = cfg.data == "countdown"
+    return cfg.n_eval or (100 if countdown_task else 200), cfg.eval_samples or (16 if countdown_task else 4)
 
 
 def embedded_warmup(cfg: Config) -> tinymodel.WarmupConfig:
@@ -647,7 +651,7 @@ def evaluate(run: Run, cfg: Config, step: int) -> dict:
     its own seed range: evaluation never perturbs the training streams, so evaluating
     more or less often does not change training.
     """
-    n, rows = cfg.eval_samples, run.eval_rows
+    n, rows = eval_budget(cfg)[1], run.eval_rows
     if run.llm is not None:          # the engine batches internally: one call, one seed range
         per_call = len(rows)
         sample_texts = lambda prompts, k: vllm_rollout.sample_texts_vllm(
@@ -700,10 +704,10 @@ def validate(cfg: Config) -> None:
         if not cond:
             raise ValueError(msg)
     for name in ("steps", "prompts_per_step", "group_size", "max_new_tokens", "epochs", "minibatches",
-                 "micro_batch", "eval_samples", "n_eval", "digits", "value_samples", "value_k"):
+                 "micro_batch", "digits", "value_samples", "value_k"):
         need(getattr(cfg, name) >= 1, f"--{name} must be >= 1, got {getattr(cfg, name)}")
     for name in ("eval_every", "flip_every", "save_every", "n_train", "threads", "max_minutes", "grad_clip",
-                 "weight_decay", "value_every", "coupling_pairs"):
+                 "weight_decay", "value_every", "coupling_pairs", "n_eval", "eval_samples"):
         need(getattr(cfg, name) >= 0, f"--{name} must be >= 0, got {getattr(cfg, name)}")
     # "inf" and "nan" parse as floats; nan fails every comparison above (so it is caught
     # there), inf passes them and would train with an infinite step or never stop.

@@ -3,10 +3,11 @@
     python -m experiments.bench                     # 2 rounds x (2 warm-up + 10 measured steps) of each trainer
     python -m experiments.bench --skip_trl          # ours only (TRL not installed)
     python -m experiments.bench --scaling           # + how our step time grows with G and max new tokens
+    python -m experiments.bench --data countdown    # the same comparison on the countdown task
     pip install -r requirements/bench.txt     # TRL 1.16.0 and what it needs, for the comparison
 
 The work: the warmed embedded model (tinymodel.py), the synthetic addition task
-(3 digits), 32 prompts x 8 rollouts per step, at most 48 new tokens, temperature 1, one
+(3 digits; --data countdown: the countdown task and its own warm-up), 32 prompts x 8 rollouts per step, at most 48 new tokens, temperature 1, one
 optimizer step per rollout batch, no KL, lr 4e-4, CPU, one torch thread. Both trainers
 see the SAME prompts in the same order: the bench replays train.py's prompt stream
 (random.Random(seed).randrange over data.load_task's rows, N draws per step), gives
@@ -82,7 +83,7 @@ N_PROMPTS, G_DEFAULT, MAX_NEW_DEFAULT = 32, 8, 48
 # The work: the prompts of every step, exactly as train.py draws them
 # ---------------------------------------------------------------------------------------
 
-def work_rows(n_steps: int, seed: int) -> list[list[dict]]:
+def work_rows(n_steps: int, seed: int, task: str = "addition") -> list[list[dict]]:
     """[step][prompt] rows ({prompt, answer}): train.py's stream, replayed.
 
     train.py draws run.train_rows[run.py_rng.randrange(len(run.train_rows))] N times per
@@ -90,7 +91,7 @@ def work_rows(n_steps: int, seed: int) -> list[list[dict]]:
     "addition", "train", seed=cfg.seed, digits=3). If train.py ever draws differently,
     the check in `compare` fails loudly rather than comparing different work.
     """
-    rows, _ = data.load_task("addition", "train", seed=seed, digits=3)
+    rows, _ = data.load_task(task, "train", seed=seed, digits=3)
     rng = random.Random(seed)
     return [[rows[rng.randrange(len(rows))] for _ in range(N_PROMPTS)] for _ in range(n_steps)]
 
@@ -100,7 +101,7 @@ def work_rows(n_steps: int, seed: int) -> list[list[dict]]:
 # ---------------------------------------------------------------------------------------
 
 def run_ours(n_steps: int, G: int, max_new_tokens: int, seed: int, threads: int, micro_batch: int,
-             compiled: bool = False) -> list[dict]:
+             compiled: bool = False, task: str = "addition") -> list[dict]:
     """train.py on the benchmark work; returns its per-step metrics.
 
     The ONE place that knows train.py's API: if it changes, fix this function only.
@@ -110,7 +111,7 @@ def run_ours(n_steps: int, G: int, max_new_tokens: int, seed: int, threads: int,
     out_dir = tempfile.mkdtemp(prefix="bench-ours-")
     cfg = train.parse_args(["--steps", str(n_steps), "--group_size", str(G), "--max_new_tokens", str(max_new_tokens),
                             "--prompts_per_step", str(N_PROMPTS), "--seed", str(seed), "--threads", str(threads),
-                            "--micro_batch", str(micro_batch),
+                            "--micro_batch", str(micro_batch), "--data", task,
                             "--lr", "4e-4", "--temperature", "1.0", "--eval_every", "0", "--save_every", "0",
                             "--flip_every", "0", "--out_dir", out_dir] + (["--compile"] if compiled else []))
     return train.train(cfg)
@@ -145,11 +146,11 @@ def timed_rollout():
 
 
 def measure_ours(warmup: int, steps: int, G: int, max_new_tokens: int, seed: int, threads: int,
-                 micro_batch: int, compiled: bool = False) -> dict:
+                 micro_batch: int, compiled: bool = False, task: str = "addition") -> dict:
     """Run warmup + steps + 1 steps of ours; per-step numbers of the `steps` measured ones."""
     reset_peak_rss()
     with timed_rollout() as recs:
-        history = run_ours(warmup + steps + 1, G, max_new_tokens, seed, threads, micro_batch, compiled)
+        history = run_ours(warmup + steps + 1, G, max_new_tokens, seed, threads, micro_batch, compiled, task)
     out = {"peak_rss_mb": peak_rss_mb(), "prompts": [r["prompts"] for r in recs], "steps": []}
     for k in range(warmup, warmup + steps):
         m, rec, nxt = history[k], recs[k], recs[k + 1]
@@ -168,7 +169,7 @@ def measure_ours(warmup: int, steps: int, G: int, max_new_tokens: int, seed: int
 # ---------------------------------------------------------------------------------------
 
 def measure_trl(model_dir: str, work: list[list[dict]], warmup: int, steps: int, seed: int,
-                micro_batch: int, compiled: bool = False) -> dict:
+                micro_batch: int, compiled: bool = False, task: str = "addition") -> dict:
     """TRL 1.16.0's GRPOTrainer on the same prompts; per-step numbers of the measured steps."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -178,9 +179,9 @@ def measure_trl(model_dir: str, work: list[list[dict]], warmup: int, steps: int,
     dataset = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for step in work[:n] for r in step])
     calls = []
 
-    def addition_reward(prompts, completions, answer, completion_ids, **_):
-        """verify.py's exact checker, the same reward train.py uses ("reward" = "correct")."""
-        rewards = [verify.check_addition(c, a, p)["reward"] for c, a, p in zip(completions, answer, prompts)]
+    def exact_reward(prompts, completions, answer, completion_ids, **_):
+        """verify.py's exact checker of the task, the same reward train.py uses ("reward" = "correct")."""
+        rewards = [s["reward"] for s in verify.score(list(completions), list(answer), task, list(prompts))]
         calls.append({"prompts": list(prompts[::G_DEFAULT]), "reward": sum(rewards) / len(rewards),
                       "tokens": float(sum(len(ids) for ids in completion_ids))})
         return rewards
@@ -215,7 +216,7 @@ def measure_trl(model_dir: str, work: list[list[dict]], warmup: int, steps: int,
         beta=0.0, num_iterations=1, epsilon=0.2, loss_type="dapo", scale_rewards="group",
         shuffle_dataset=False, bf16=False, gradient_checkpointing=False, use_vllm=False, torch_compile=compiled,
         logging_strategy="no", save_strategy="no", disable_tqdm=True, dataloader_num_workers=0)
-    trainer = GRPOTrainer(model=model, reward_funcs=addition_reward, args=args, train_dataset=dataset,
+    trainer = GRPOTrainer(model=model, reward_funcs=exact_reward, args=args, train_dataset=dataset,
                           processing_class=AutoTokenizer.from_pretrained(model_dir), callbacks=[StepClock()])
     reset_peak_rss()
     with contextlib.redirect_stdout(io.StringIO()):          # the Trainer prints a summary dict at the end
@@ -283,7 +284,7 @@ def scaling(args) -> None:
     print(f"  {'G':>3} {'max_new':>7} {'step':>14} {'generate':>9} {'train':>7} {'resp len':>8} {'gen tok/s':>9}")
     for G, max_new in [(4, 48), (8, 48), (16, 48), (8, 24), (8, 96)]:
         r = measure_ours(args.warmup, args.scaling_steps, G, max_new, args.seed, args.threads,
-                         min(args.micro_batch, N_PROMPTS * G), args.compile)
+                         min(args.micro_batch, N_PROMPTS * G), args.compile, args.data)
         s = r["steps"]
         print(f"  {G:>3} {max_new:>7} {med(s, 'wall'):>7.3f} ({med(s, 'cpu'):.3f}) "
               f"{statistics.median(x['split']['generate'] for x in s):>9.3f} "
@@ -337,6 +338,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="torch.compile both trainers' update (ours: train.py --compile; TRL: torch_compile=True); "
                              "the compile falls in the warm-up steps")
     parser.add_argument("--seed", type=int, default=0, help="seed of the prompts, the sampling and both trainers")
+    parser.add_argument("--data", default="addition", choices=("addition", "countdown"), help="the task")
     args = parser.parse_args(argv)
     for name in ("steps", "scaling_steps", "threads", "rounds"):
         if getattr(args, name) < 1:
@@ -363,9 +365,9 @@ def main(argv: list[str] | None = None) -> None:
             print("bench.py: error: TRL is not installed (pip install -r requirements/bench.txt, or --skip_trl)",
                   file=sys.stderr)
             sys.exit(2)
-    model_dir = tinymodel.load_or_warmup(tinymodel.warmup_config("addition", digits=3))
+    model_dir = tinymodel.load_or_warmup(tinymodel.warmup_config(args.data, digits=3))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"work: {N_PROMPTS} prompts x {G_DEFAULT} rollouts, <= {MAX_NEW_DEFAULT} new tokens, T=1, lr 4e-4, "
+    print(f"work: {args.data}, {N_PROMPTS} prompts x {G_DEFAULT} rollouts, <= {MAX_NEW_DEFAULT} new tokens, T=1, lr 4e-4, "
           f"no KL, 1 optimizer step/batch; {args.warmup} warm-up + {args.steps} measured steps; "
           f"torch {torch.__version__}, {args.threads} thread(s), load average {load:.2f} on {os.cpu_count()} CPUs"
           + (", torch.compile on (both trainers)" if args.compile else ""))
@@ -377,10 +379,11 @@ def main(argv: list[str] | None = None) -> None:
         for who in order:
             if who == "ours":
                 runs["ours"].append(measure_ours(args.warmup, args.steps, G_DEFAULT, MAX_NEW_DEFAULT, args.seed,
-                                                 args.threads, args.micro_batch, args.compile))
+                                                 args.threads, args.micro_batch, args.compile, args.data))
             elif not args.skip_trl:
-                runs["trl"].append(measure_trl(model_dir, work_rows(args.warmup + args.steps, args.seed), args.warmup,
-                                               args.steps, args.seed, args.micro_batch, args.compile))
+                runs["trl"].append(measure_trl(model_dir, work_rows(args.warmup + args.steps, args.seed, args.data),
+                                               args.warmup, args.steps, args.seed, args.micro_batch, args.compile,
+                                               args.data))
     ours = pool(runs["ours"])
     print_ours(ours["steps"], ours["peak_rss_mb"])
     if runs["trl"]:

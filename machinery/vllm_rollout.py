@@ -10,7 +10,7 @@ keeps going, the loss looks fine, and the rollouts come from a policy you are no
 training. This file is small on purpose and keeps the traps next to the lines they
 concern. rollout.py (transformers, CPU) stays the default path.
 
-The recipe (docs/vllm.md, read against vLLM's own source and against how TRL,
+The recipe (docs/vllm.md; read against vLLM's own source and against how TRL,
 verl and OpenRLHF sync weights):
 
     ids = rollout.tokenize_prompts(tokenizer, prompts, chat_template)         # trap 11
@@ -25,7 +25,7 @@ make_engine builds `vllm.LLM(dtype=..., enable_prefix_caching=True, enforce_eage
 logprobs_mode="processed_logprobs", generation_config="vllm", seed=...)` with the
 engine in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0).
 
-The traps (1-10 numbered as in vllm.md; 11 is new):
+The traps (numbered as in docs/vllm.md):
 1. Stale prefix cache. vLLM keys cached blocks by token ids, not by weights, and does
    not flush them when weights change. GRPO groups re-send the same prompts, so the
    next batch would reuse keys/values computed by the OLD weights. push_weights calls
@@ -46,7 +46,7 @@ The traps (1-10 numbered as in vllm.md; 11 is new):
    embedding's tensor and is never loaded itself, so it is never re-processed either;
    on the CPU backend that processing keeps a pre-packed copy of the head for its
    matmul kernel, which then stays stale (0.04-0.07 nats after one push of a perturbed
-   tiny Llama, measured; 0.63 in the issue's trial). make_engine therefore gives the engine an
+   tiny Llama, measured). make_engine therefore gives the engine an
    UNTIED copy of the checkpoint (engine_checkpoint) and push_weights sends the head
    under its own name: correct on every backend, at the cost of one vocab x d matrix.
 4. Names. Hugging Face names unchanged (vLLM fuses q/k/v itself); wrapper prefixes
