@@ -60,8 +60,6 @@ import numbers
 import torch
 from torch import Tensor
 
-from machinery import config
-
 
 # ---------------------------------------------------------------------------------------
 # Helpers used by every advantage (exact mean-centring)
@@ -631,6 +629,8 @@ def plot_masses(path: str, G: int = 64) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from machinery import config              # the shared check of an output path
+
     parser = argparse.ArgumentParser(prog="advantages.py", description="Advantage closed forms and mass curves.")
     parser.error = lambda message: parser.exit(2, f"{parser.prog}: error: {message}\n")   # one line, exit 2
     parser.add_argument("--plot", metavar="PNG", help="draw all mass curves into this PNG")

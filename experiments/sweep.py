@@ -1,66 +1,46 @@
-"""sweep.py: the papers' training-level claims as named sweeps (arms x seeds), with tables.
+"""sweep.py: run the papers' claims as sweeps (arms x seeds), judge them, write the reports.
 
-    python -m experiments.sweep batching                         # 5 arms x 3 seeds at the defaults below
+    python -m experiments.sweep advantages                       # countdown, 7 arms x 6 seeds
+    python -m experiments.sweep batching --task addition         # the same on the addition task
     python -m experiments.sweep advantages --seeds 0,1 --steps 60 --arms grpo,psr
     python -m experiments.sweep all --jobs 2                     # the four sweeps in one pool of processes
+    python -m experiments.sweep report                           # docs/sweep_*.md and the README's claim table
+
+The sweeps themselves (arms, table rows, curves, and the claims written before the
+runs) are in experiments/sweeps.py; how a claim is judged (exact tests, Holm's
+correction, the minimum detectable effect) in experiments/claims.py. This file runs them.
 
 A sweep is a set of ARMS, train.py flag sets that differ in one design choice, each run
 with several SEEDS. The seed is the RL seed (prompt order, token sampling, mini-batch
 shuffles, evaluation samples); the starting checkpoint is the SAME for every run: the
-embedded model's cached warm-up (tinymodel.py), trained once with its own fixed seed. So
-the spread over seeds is the spread of RL from one checkpoint, not over checkpoints.
-
-The four sweeps, one function each (section 1), and what each one tests:
-  batching    4 mini-batches per rollout batch, split five ways (batching.py): does keeping
-              a group's rollouts in one optimizer step (so that the updates of the tokens
-              they share cancel) change learning and the drift of the template tokens?
-  advantages  seven advantages (advantages.py), from GRPO to FADE: where does pass@1 peak,
-              what happens to pass@4 and to entropy, how do the success and failure masses
-              m_S, m_F move?
-  dfpo        GSPO against DFPO's two weight transforms, with 4 mini-batches so that the
-              importance ratios leave 1: do the transforms restore cancellation (residual
-              ~0) without costing pass@1?
-  credit      GRPO against positive-only training (psr), token diagnostics on
-              (diagnostics.py): token flips in positive and negative rollouts, the share
-              of |Δ log π| on template tokens, and the Monte Carlo value of boosted versus
-              suppressed tokens.
-Each function returns a `Sweep`: its arms, the quantities its table reports (each a
-function of one run's metrics.jsonl), the curves it draws and the comparisons it tests.
+embedded model's cached warm-up for the task (tinymodel.py), trained once with its own
+fixed seed. So the spread over seeds is the spread of RL from one checkpoint.
 
 Running. Each run is one `train.py` process with one torch thread (OMP_NUM_THREADS=1,
 --threads 1); --jobs of them run at a time (2 for the 2-core machine). Before any run
 starts, this process makes sure the embedded model's warm-up is cached, so no two runs
 ever warm up at once. Files:
-    OUT/NAME/ARM/seed_S/   train.py's run directory (config.json, metrics.jsonl,
-                           checkpoints/), plus train.log (the run's stdout and stderr),
-                           sweep_args.json (the flags it was started with) and
-                           done.json (written last, atomically, when the run finished)
-    OUT/NAME/sweep.log     one line per run event (started, skipped, done, failed)
-    OUT/NAME/summary.md    the table (below), the command, date and machine
-    OUT/NAME/curves.png    mean ± SE over seeds of each curve of the sweep
+    OUT/TASK/NAME/ARM/seed_S/  train.py's run directory (config.json, metrics.jsonl,
+                               checkpoints/), plus train.log (the run's stdout and stderr),
+                               sweep_args.json (the flags it was started with) and
+                               done.json (written last, atomically, when the run finished)
+    OUT/TASK/NAME/sweep.log     one line per run event (started, skipped, done, failed)
+    OUT/TASK/NAME/summary.md    the verdicts, the table, the command, date and machine
+    OUT/TASK/NAME/verdicts.json the verdicts as data (the README's table reads them)
+    OUT/TASK/NAME/curves.png    mean ± SE over seeds of each curve of the sweep
 Resume by directory: a run with done.json and the same flags is skipped; a run without
 done.json (killed, rebooted) restarts with train.py --resume, which continues exactly
 from its last checkpoint (or from step 0 if there is none); a directory holding a run
 with OTHER flags is an error (choose another --out, or remove it), never overwritten and
 never mixed into a table. A failing run does not stop the others: sweep.py lets them
-finish, writes the tables from the runs that did, then exits 1 with one line per failed
-run naming its log.
+finish, writes the reports from the runs that did, then exits 1 with one line per failed
+run naming its log. A sweep may so be finished over several sessions; `report` rebuilds
+every report from whatever has finished.
 
 The table (summary.md): one row per quantity, one column per arm. A cell reads
 "mean ± SE [seed 0, seed 1, ...]" over the arm's finished seeds, with SE = std(ddof=1) /
-sqrt(n), the standard error of the mean over seeds; "(n=k)" when only k seeds have a
-number (e.g. steps to a threshold some seeds never reached). The test rows use one
-rule, named in the file: the 2-SE rule. Against a reference arm: the difference of the
-means divided by its standard error sqrt(SE_a^2 + SE_ref^2) (Welch's t statistic); a
-within-arm difference (boosted minus suppressed value, per seed): its mean over its SE.
-|t| > 2 reads "differs", else "within noise". With 3 seeds per arm that is lenient: at
-Welch's 2-4 degrees of freedom, |t| = 2 is a two-sided p of about 0.12-0.18. We print t
-so a reader can apply a stricter cut; the verdicts in the README use this one.
-
-Budget. All four sweeps at the defaults (3 seeds, 17 arms, 51 runs) are meant to fit
-in 90 minutes of wall time on 2 cores; the arithmetic is next to the defaults below.
-`python -m experiments.sweep all` runs the 51 runs in one pool, longest first, so no core idles at
-the end of one sweep while the next waits.
+sqrt(n); "(n=k)" when only k seeds have a number (e.g. steps to a threshold some seeds
+never reached). The verdicts above it come from experiments/claims.py.
 
 For tests: everything after `--` goes to every train.py run, after the sweep's own flags
 (so it wins), e.g. a tiny untrained model instead of the warm-up:
@@ -78,6 +58,7 @@ import math
 import os
 import platform
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -90,295 +71,27 @@ from typing import Callable
 import numpy as np
 from tqdm import tqdm
 
+from experiments import claims as claims_lib
 from experiments import plot_runs
+from experiments.sweeps import SWEEPS, TASKS, Sweep
 
 # ---------------------------------------------------------------------------------------
 # The defaults: change them here.
 # ---------------------------------------------------------------------------------------
-SEEDS = (0, 1, 2)                 # RL seeds per arm
 JOBS = 2                          # train.py processes at a time (one torch thread each)
-OUT = os.path.join("runs", "sweeps")
-STEPS = {"batching": 200, "advantages": 200, "dfpo": 150, "credit": 120}   # training steps per run
-EVAL_EVERY = 10                   # held-out evaluation every this many steps (and at the last)
-N_EVAL = 200                      # held-out prompts per evaluation
-EVAL_SAMPLES = 4                  # samples per prompt: pass@1, pass@2, pass@4
-THRESHOLD = 0.75                  # "steps to pass@1 >= THRESHOLD" (batching sweep)
-T_RULE = 2.0                      # the 2-SE rule: |t| > T_RULE reads "differs"
-# Budget: one run costs about start-up + STEPS x step + STEPS / EVAL_EVERY x eval +
-# diagnostics; with these defaults `all` fits in an hour on 2 idle cores (measured:
-# docs/results.md). On a busy box, raise EVAL_EVERY first: evaluation is the cost that
-# does not change what the sweep measures.
+OUT = os.path.join("runs", "sweeps")   # runs go to OUT/TASK/SWEEP/ARM/seed_S
+DOCS = "docs"                     # `report` writes docs/sweep_TASK_SWEEP.md and .png here
+TASK = "countdown"                # the default task (experiments/sweeps.py TASKS: steps, seeds, evaluation)
+# Budget: experiments/sweeps.py's header has the arithmetic per sweep. One run costs about
+# start-up + steps x step + steps / eval_every x evaluation + diagnostics. On a busy box,
+# raise the evaluation interval first: it is the cost that does not change what is measured.
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository root
 TRAIN_PY = os.path.join(REPO_DIR, "train.py")
 
 
-@dataclass
-class Sweep:
-    """What one named sweep runs and reports."""
-
-    name: str
-    claim: str
-    """The papers' claims this sweep tests, in one or two sentences (summary.md's header)."""
-    flags: list[str]
-    """train.py flags every arm shares."""
-    arms: dict[str, list[str]]
-    """Arm name -> its own train.py flags (after `flags`)."""
-    rows: list[tuple[str, Callable[[dict], float], str]]
-    """The table's quantities: (label, f(load_metrics of one run) -> one number, how it is computed)."""
-    curves: list[tuple[str, str]]
-    """(metrics key, panel title): drawn as mean ± SE over seeds, one line per arm."""
-    tests: list[tuple[str, str | None]]
-    """(row label, reference arm): the 2-SE rule against that arm, or (None) against 0."""
-
-
 # ---------------------------------------------------------------------------------------
-# 1. The sweeps
-# ---------------------------------------------------------------------------------------
-
-def batching() -> Sweep:
-    """Mini-batch formation with 4 optimizer steps per rollout batch (batching.py).
-
-    With one optimizer step per batch every group's positive and negative rollouts are
-    in the same step, so the updates of the tokens they share (the template) cancel for
-    a zero-sum advantage. With 4 mini-batches that holds only if a group stays whole in
-    one of them: 'random' splits groups, 'query' and 'query_balanced' never do,
-    'balanced' and 'mass_balanced' balance positives and negatives (counts or advantage
-    mass) per mini-batch. Template drift = mean |Δ log π| per template token after the
-    step (diagnostics.where_updates_go, every 10th step): the uncancelled part shows
-    there. Clipping can fire here (ratios leave 1 after the first mini-batch); the dual
-    clip is off in every arm, so its fraction is 0 by construction.
-    """
-    return Sweep(
-        name="batching",
-        claim="Keeping each group's rollouts in one optimizer step keeps the updates of shared "
-              "(template) tokens cancelling (Cancellation Hypothesis paper); splitting groups "
-              "(random mini-batches) leaves them to drift.",
-        flags=["--minibatches", "4", "--coupling_pairs", "0"],
-        arms={mode: ["--minibatch_mode", mode] for mode in
-              ("random", "query", "balanced", "query_balanced", "mass_balanced")},
-        rows=[("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
-              ("final pass@4", final("eval/pass@4"), "held-out pass@4 at the last step"),
-              (f"steps to pass@1 >= {THRESHOLD}", first_reach("eval/pass@1", THRESHOLD),
-               f"first evaluation step with pass@1 >= {THRESHOLD} (missing if never)"),
-              ("template drift", mean_of("where/abs_dlogp_template"),
-               "mean |Δ log π| per template token, mean over diagnostic steps"),
-              ("reasoning drift", mean_of("where/abs_dlogp_reasoning"),
-               "mean |Δ log π| per reasoning token, mean over diagnostic steps"),
-              ("clip frac low", mean_of("clip_frac_low"), "mean over steps"),
-              ("clip frac high", mean_of("clip_frac_high"), "mean over steps"),
-              ("clip frac dual", mean_of("clip_frac_dual"), "mean over steps (dual clip off: 0)"),
-              ("split groups / step", mean_of("mb/split_groups"),
-               "groups cut across optimizer steps, per optimizer step, mean over steps"),
-              ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")],
-        curves=[("eval/pass@1", "held-out pass@1"), ("entropy", "entropy (nats/token)"),
-                ("where/abs_dlogp_template", "template drift: mean |Δ log π| per template token"),
-                ("clip_frac_low", "clip fraction (low)"), ("clip_frac_high", "clip fraction (high)"),
-                ("mb/split_groups", "split groups per optimizer step")],
-        tests=[("final pass@1", "random"), ("template drift", "random")])
-
-
-def advantages() -> Sweep:
-    """Seven advantages on the same task (advantages.py, scheduler.py).
-
-    grpo (group z-score), mean (Dr. GRPO: r - mean), psr (successes only), nsr (failures
-    only), power alpha=2 and asym delta=0.5 (FADE paper's static baselines, through the
-    constant schedule's --alpha/--delta), fade with its own schedule. The FADE paper's
-    decomposition: m_S and m_F, the per-rollout success and failure masses (train.py
-    logs them every step). Peak = the best held-out pass@1 of the run and its step.
-    """
-    return Sweep(
-        name="advantages",
-        claim="How much a success pushes up and a failure pushes down (m_S vs m_F) decides where "
-              "pass@1 peaks, whether pass@k survives and how entropy moves (FADE paper; psr/nsr: "
-              "positive- vs negative-only training).",
-        flags=["--coupling_pairs", "0"],
-        arms={"grpo": ["--advantage", "grpo"], "mean": ["--advantage", "mean"], "psr": ["--advantage", "psr"],
-              "nsr": ["--advantage", "nsr"], "power": ["--advantage", "power", "--alpha", "2"],
-              "asym": ["--advantage", "asym", "--delta", "0.5"],
-              "fade": ["--advantage", "fade", "--schedule", "fade"]},
-        rows=[("peak pass@1", peak_of("eval/pass@1"), "best held-out pass@1 over the run's evaluations"),
-              ("step of peak", peak_step_of("eval/pass@1"), "its step (the first, on ties)"),
-              ("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
-              ("final pass@4", final("eval/pass@4"), "held-out pass@4 at the last step"),
-              ("entropy, first 10 steps", head_mean("entropy", 10), "mean token entropy, nats"),
-              ("entropy, last 10 steps", tail_mean("entropy", 10), "mean token entropy, nats"),
-              ("m_S (mean)", mean_of("m_S"), "success mass per rollout, mean over steps"),
-              ("m_F (mean)", mean_of("m_F"), "failure mass per rollout, mean over steps"),
-              ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")],
-        curves=[("eval/pass@1", "held-out pass@1"), ("eval/pass@4", "held-out pass@4"),
-                ("entropy", "entropy (nats/token)"), ("m_S", "success mass m_S per rollout"),
-                ("m_F", "failure mass m_F per rollout"), ("reward", "training reward")],
-        tests=[("final pass@1", "grpo"), ("peak pass@1", "grpo")])
-
-
-def dfpo() -> Sweep:
-    """GSPO vs DFPO's transforms of GSPO's sequence weights (loss.py), 4 query mini-batches.
-
-    GSPO weighs each rollout by its own (clipped) sequence ratio, so after the first
-    mini-batch the weights differ within a group and a token shared by the group no
-    longer cancels: the cancellation residual R_g = |sum_i w_i A_i| / sum_i |w_i A_i|
-    leaves 0. DFPO's 'min' and 'orth' transforms make sum_i w_i A_i = 0 again. Query
-    mini-batches keep groups whole (the transforms need it). GSPO runs with its own
-    aggregation (seq-mean-token-mean), DFPO with seq-mean-token-sum-norm (loss.py's
-    OWN_AGGREGATION); the residual is logged on the diagnostic steps (every 10th).
-    How often the clip leaves a group with kept rollouts of one sign only (orth then
-    zeroes the group, min cannot cancel it: loss.dfpo_transform) is the "one-sided
-    groups" row, logged every step as dfpo_one_sided.
-    Clip range: GSPO's own, eps_low 3e-4 and eps_high 4e-4 (GSPO paper, Zheng et al.
-    2025), in every arm. The sequence ratio is a geometric mean of token ratios, so it
-    stays much closer to 1 than a token ratio, and the PPO default 0.2 almost never
-    clips it: with 0.2 on the embedded model GSPO's reward collapsed after the first
-    step, with 3e-4/4e-4 it held and about 30% of tokens clipped (docs/LOG.md).
-    """
-    return Sweep(
-        name="dfpo",
-        claim="Per-rollout sequence weights (GSPO) break the cancellation of shared tokens; "
-              "DFPO's min/orth transforms restore it (residual ~0) (Cancellation Hypothesis paper).",
-        flags=["--minibatches", "4", "--minibatch_mode", "query", "--loss_type", "gspo",
-               "--eps_low", "3e-4", "--eps_high", "4e-4", "--coupling_pairs", "0"],
-        arms={"gspo": [], "dfpo_min": ["--weight_transform", "min"], "dfpo_orth": ["--weight_transform", "orth"]},
-        rows=[("cancellation residual", mean_of("cancellation_residual"),
-               "mean over diagnostic steps of the per-group residual R_g"),
-              ("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
-              ("final pass@4", final("eval/pass@4"), "held-out pass@4 at the last step"),
-              ("clip frac low", mean_of("clip_frac_low"), "mean over steps"),
-              ("clip frac high", mean_of("clip_frac_high"), "mean over steps"),
-              ("clip frac dual", mean_of("clip_frac_dual"), "mean over steps (dual clip off: 0)"),
-              ("dropped rollouts", mean_of("dfpo_dropped"),
-               "share of rollouts GSPO's clip dropped, mean over steps (DFPO arms only)"),
-              ("one-sided groups", mean_of("dfpo_one_sided"),
-               "share of groups with both signs left with kept rollouts of one sign by the clip "
-               "(orth zeroes them, min cannot cancel them), mean over steps (DFPO arms only)"),
-              ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")],
-        curves=[("eval/pass@1", "held-out pass@1"), ("entropy", "entropy (nats/token)"),
-                ("cancellation_residual", "cancellation residual R_g"),
-                ("clip_frac_low", "clip fraction (low)"), ("clip_frac_high", "clip fraction (high)"),
-                ("approx_kl", "KL(old || new) over the batch's optimizer steps")],
-        tests=[("cancellation residual", "gspo"), ("final pass@1", "gspo")])
-
-
-def credit() -> Sweep:
-    """GRPO vs positive-only training (psr), with the token diagnostics on (diagnostics.py).
-
-    Diagnostics every 5th step (flips, where updates go, coupling), the token value every
-    10th step on 128 stratified positions (32 per cell: boosted/suppressed x positive/
-    negative rollouts, 8 continuations each). A value cell is pooled over the run's value
-    steps: mean of all its positions (weighted by positions per step), and the positions
-    counted. Under psr failures get A = 0, so there are no negative rollouts and the
-    '-' cells are absent by construction.
-    """
-    cells = {"boosted_pos": "b+", "suppressed_pos": "s+", "boosted_neg": "b-", "suppressed_neg": "s-"}
-    return Sweep(
-        name="credit",
-        claim="Tokens flip both ways in positive and negative rollouts; critic-free RL moves the "
-              "|Δ log π| share toward reasoning tokens compared with positive-only training; boosted "
-              "tokens have higher value than suppressed ones in positive and negative rollouts alike "
-              "(Cancellation Hypothesis paper).",
-        flags=["--flip_every", "5", "--value_every", "10", "--value_samples", "128"],
-        arms={"grpo": ["--advantage", "grpo"], "psr": ["--advantage", "psr"]},
-        rows=[*[(f"flip {k} {s}", mean_of(f"flip/{k}_{s}"), "share of the rollouts' tokens, mean over "
-                 "diagnostic steps") for s in ("pos", "neg") for k in ("boost", "suppress")],
-              ("template share", mean_of("where/template_share"),
-               "template tokens' share of sum |Δ log π|, mean over diagnostic steps"),
-              ("template tokens", mean_of("where/template_tokens"),
-               "template tokens' share of the tokens (the even-spread reference)"),
-              *[(f"value {short}", pooled_value(cell), f"value of {cell} tokens, pooled over value steps")
-                for cell, short in cells.items()],
-              *[(f"value n {short}", pooled_n(cell), "positions in that cell, summed over value steps")
-                for cell, short in cells.items()],
-              ("value b+ - s+", difference(pooled_value("boosted_pos"), pooled_value("suppressed_pos")),
-               "pooled value boosted minus suppressed, positive rollouts"),
-              ("value b- - s-", difference(pooled_value("boosted_neg"), pooled_value("suppressed_neg")),
-               "pooled value boosted minus suppressed, negative rollouts"),
-              ("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
-              ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")],
-        curves=[("eval/pass@1", "held-out pass@1"), ("entropy", "entropy (nats/token)"),
-                ("flip/boost_pos", "boosted share, positive rollouts"),
-                ("flip/suppress_pos", "suppressed share, positive rollouts"),
-                ("flip/boost_neg", "boosted share, negative rollouts"),
-                ("flip/suppress_neg", "suppressed share, negative rollouts"),
-                ("where/template_share", "template share of |Δ log π|"),
-                ("value/boosted_pos", "value, boosted tokens of positive rollouts"),
-                ("value/suppressed_pos", "value, suppressed tokens of positive rollouts")],
-        tests=[("template share", "grpo"), ("value b+ - s+", None), ("value b- - s-", None)])
-
-
-SWEEPS = {"batching": batching, "advantages": advantages, "dfpo": dfpo, "credit": credit}
-
-
-# ---------------------------------------------------------------------------------------
-# 2. One number per run: the table's quantities, from plot_runs.load_metrics' series
-#    ({key: (steps, values)}, NaN where a step logged null). Each returns NaN when the
-#    run never logged the key.
-# ---------------------------------------------------------------------------------------
-
-def final(key: str, scale: float = 1.0) -> Callable[[dict], float]:
-    """The key's value at its last logged step (for eval/pass@k: the evaluation at the last step)."""
-    return lambda series: float(series[key][1][-1]) * scale if key in series else math.nan
-
-
-def mean_of(key: str) -> Callable[[dict], float]:
-    """Mean of the key over the steps that logged it (NaNs skipped)."""
-    return lambda series: _nanmean(series[key][1]) if key in series else math.nan
-
-
-def head_mean(key: str, n: int) -> Callable[[dict], float]:
-    """Mean of the key over its first n logged steps."""
-    return lambda series: _nanmean(series[key][1][:n]) if key in series else math.nan
-
-
-def tail_mean(key: str, n: int) -> Callable[[dict], float]:
-    """Mean of the key over its last n logged steps."""
-    return lambda series: _nanmean(series[key][1][-n:]) if key in series else math.nan
-
-
-def first_reach(key: str, threshold: float) -> Callable[[dict], float]:
-    """steps_to_threshold of the key's curve."""
-    return lambda series: steps_to_threshold(*series[key], threshold) if key in series else math.nan
-
-
-def peak_of(key: str) -> Callable[[dict], float]:
-    return lambda series: peak(*series[key])[1] if key in series else math.nan
-
-
-def peak_step_of(key: str) -> Callable[[dict], float]:
-    return lambda series: peak(*series[key])[0] if key in series else math.nan
-
-
-def pooled_value(cell: str) -> Callable[[dict], float]:
-    """One value cell pooled over the run's value steps (pool_cells' mean)."""
-    return lambda series: _pool_run(series, cell)[0]
-
-
-def pooled_n(cell: str) -> Callable[[dict], float]:
-    """Positions of one value cell, summed over the run's value steps."""
-    return lambda series: float(_pool_run(series, cell)[2])
-
-
-def difference(f: Callable[[dict], float], g: Callable[[dict], float]) -> Callable[[dict], float]:
-    """f - g on the same run (a within-run contrast; its spread over seeds is the test's SE)."""
-    return lambda series: f(series) - g(series)
-
-
-def _pool_run(series: dict, cell: str) -> tuple[float, float, int]:
-    """pool_cells over the steps that logged value/<cell> (steps with n = 0 log no mean)."""
-    if f"value/{cell}" not in series:
-        return math.nan, math.nan, 0
-    steps, means = series[f"value/{cell}"]
-    n_at = dict(zip(*series[f"value/n_{cell}"]))
-    se_at = dict(zip(*series.get(f"value/se_{cell}", ([], []))))
-    return pool_cells(means, [se_at.get(s, math.nan) for s in steps], [n_at[s] for s in steps])
-
-
-def _nanmean(values) -> float:
-    values = np.asarray(values, dtype=float)
-    values = values[np.isfinite(values)]
-    return float(values.mean()) if len(values) else math.nan
-
-
-# ---------------------------------------------------------------------------------------
-# 3. Statistics (numpy only; SE = std(ddof=1) / sqrt(n))
+# 1. Statistics for the table (the claims' tests: experiments/claims.py)
 # ---------------------------------------------------------------------------------------
 
 def mean_se(values) -> tuple[float, float, int]:
@@ -395,71 +108,8 @@ def mean_se(values) -> tuple[float, float, int]:
     return float(x.mean()), se, len(x)
 
 
-def steps_to_threshold(steps, values, threshold: float) -> float:
-    """The first step whose value is >= threshold; NaN if none is.
-
-    Resolution is the logging interval (eval/pass@1: every EVAL_EVERY steps).
-    Example: steps [10, 20, 30], values [0.5, 0.8, 0.7], threshold 0.75 -> 20.
-    """
-    hit = np.nonzero(np.asarray(values, dtype=float) >= threshold)[0]
-    return float(np.asarray(steps)[hit[0]]) if len(hit) else math.nan
-
-
-def peak(steps, values) -> tuple[float, float]:
-    """(step, value) of the largest finite value, the first one on ties; (NaN, NaN) if none."""
-    v = np.asarray(values, dtype=float)
-    if not np.isfinite(v).any():
-        return math.nan, math.nan
-    i = int(np.nanargmax(v))
-    return float(np.asarray(steps)[i]), float(v[i])
-
-
-def pool_cells(means, ses, ns) -> tuple[float, float, int]:
-    """Pool per-step summaries (mean m_i, SE s_i, size n_i) into one sample's (mean, SE, N).
-
-        N = sum n_i     M = sum n_i m_i / N
-        var = (sum (n_i - 1) sd_i^2 + sum n_i (m_i - M)^2) / (N - 1),  sd_i^2 = s_i^2 n_i
-        SE = sqrt(var / N)
-
-    exactly the mean and SE of all the positions concatenated (the within-step and
-    between-step sums of squares). A step with n_i = 1 logs no SE (sd_i unknown): its
-    within part is 0, which it is. Steps with n_i = 0 are skipped. Returns (NaN, NaN, 0)
-    for no position, SE NaN for N = 1. Example: steps {1, 2, 3} and {4, 6} -> (3.2,
-    SE of [1, 2, 3, 4, 6] = 0.860, 5).
-    """
-    m, s, n = (np.asarray(a, dtype=float) for a in (means, ses, ns))
-    keep = n > 0
-    m, s, n = m[keep], np.nan_to_num(s[keep]), n[keep]
-    N = int(n.sum())
-    if N == 0:
-        return math.nan, math.nan, 0
-    M = float((n * m).sum() / N)
-    if N == 1:
-        return M, math.nan, 1
-    var = float(((n - 1) * s ** 2 * n).sum() + (n * (m - M) ** 2).sum()) / (N - 1)
-    return M, math.sqrt(var / N), N
-
-
-def welch_t(a, b) -> tuple[float, float, float]:
-    """(difference of means, its SE, t) of two samples: (mean_a - mean_b) / sqrt(SE_a^2 + SE_b^2).
-
-    Welch's t statistic (unequal variances). NaNs are dropped; t is NaN when either
-    sample has fewer than 2 values. Example: [1, 2, 3] vs [0, 0, 0]: difference 2,
-    SE 0.577, t = 3.46.
-    """
-    ma, sa, _ = mean_se(a)
-    mb, sb, _ = mean_se(b)
-    se = math.sqrt(sa ** 2 + sb ** 2)
-    return ma - mb, se, (ma - mb) / se if se > 0 else math.nan
-
-
-def verdict(t: float) -> str:
-    """The 2-SE rule: "differs" if |t| > T_RULE, else "within noise"."""
-    return "differs" if abs(t) > T_RULE else "within noise"
-
-
 # ---------------------------------------------------------------------------------------
-# 4. Planning the runs, and resume by directory
+# 2. Planning the runs, and resume by directory
 # ---------------------------------------------------------------------------------------
 
 @dataclass
@@ -481,18 +131,21 @@ class RunSpec:
         return f"{self.sweep}/{self.arm}/seed_{self.seed}"
 
 
-def plan_runs(sweep: Sweep, arms: list[str], seeds: list[int], steps: int, out: str, extra: list[str]) -> list[RunSpec]:
+def plan_runs(sweep: Sweep, arms: list[str], seeds: list[int], steps: int, out: str, extra: list[str],
+              task: str = TASK) -> list[RunSpec]:
     """Every (arm, seed) run's train.py arguments, each checked by train.parse_args.
 
-    Order: sweep flags, arm flags, then `extra` (so a test's --model wins). Raises
-    ValueError naming the run and train.py's complaint for a bad flag set.
+    Runs go to out/TASK/SWEEP/ARM/seed_S. Order: the task's evaluation, sweep flags, arm
+    flags, then `extra` (so a test's --model wins). Raises ValueError naming the run and
+    train.py's complaint for a bad flag set.
     """
-    runs = []
+    settings, runs = TASKS[task], []
     for arm in arms:
         for seed in seeds:
-            d = os.path.join(out, sweep.name, arm, f"seed_{seed}")
-            args = ["--out_dir", d, "--seed", str(seed), "--steps", str(steps), "--eval_every", str(EVAL_EVERY),
-                    "--n_eval", str(N_EVAL), "--eval_samples", str(EVAL_SAMPLES), "--threads", "1",
+            d = os.path.join(out, task, sweep.name, arm, f"seed_{seed}")
+            args = ["--out_dir", d, "--seed", str(seed), "--steps", str(steps),
+                    "--eval_every", str(settings["eval_every"]), "--n_eval", str(settings["n_eval"]),
+                    "--eval_samples", str(settings["eval_samples"]), "--threads", "1",
                     *sweep.flags, *sweep.arms[arm], *extra]
             cfg = _check_train_args(f"{sweep.name}/{arm}/seed_{seed}", args)
             warmup = _embedded_warmup(cfg) if cfg.model == "tiny" else None
@@ -532,7 +185,7 @@ def ensure_warmup(runs: list[RunSpec], say: Callable[[str], None]) -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# 5. Running: a pool of train.py processes
+# 3. Running: a pool of train.py processes
 # ---------------------------------------------------------------------------------------
 
 def execute(todo: list[tuple[RunSpec, str]], jobs: int, n_skipped: int, say: Callable[[RunSpec, str], None]) -> dict:
@@ -606,55 +259,65 @@ def execute(todo: list[tuple[RunSpec, str]], jobs: int, n_skipped: int, say: Cal
 
 
 # ---------------------------------------------------------------------------------------
-# 6. The report: summary.md and curves.png per sweep
+# 4. The report: summary.md, curves.png and the verdicts per sweep
 # ---------------------------------------------------------------------------------------
 
 def write_report(sweep: Sweep, runs: list[RunSpec], results: dict, meta: dict) -> str:
-    """Write OUT/NAME/summary.md and curves.png from the finished runs; returns summary.md's path."""
+    """Write ROOT/summary.md (table and verdicts) and curves.png from the finished runs.
+
+    ROOT is the sweep's directory (OUT/TASK/SWEEP). Returns summary.md's path.
+    """
     root = os.path.dirname(os.path.dirname(runs[0].dir))
     arms = list(dict.fromkeys(r.arm for r in runs))
     done = [r for r in runs if os.path.isfile(os.path.join(r.dir, "done.json"))]
     series = {r.label: plot_runs.load_metrics(r.dir) for r in done}
     by_arm = {arm: [r for r in done if r.arm == arm] for arm in arms}
     values = {(label, arm): [fn(series[r.label]) for r in by_arm[arm]] for label, fn, _ in sweep.rows for arm in arms}
+    verdicts = claims_lib.judge([c for c in sweep.claims if c.arm in arms and c.reference in (None, *arms)],
+                                values, {arm: [series[r.label] for r in by_arm[arm]] for arm in arms})
 
-    lines = [f"# Sweep `{sweep.name}`", "", f"Claim tested: {sweep.claim}", "",
+    lines = [f"# Sweep `{sweep.name}`", "", f"About: {sweep.claim}", "",
              f"- Command: `{meta['command']}` (in `{meta['cwd']}`)",
              f"- Date: {meta['date']}; machine: {meta['machine']}",
              f"- {_timing(runs, results, meta['jobs'])}",
              f"- Runs: {len(done)} of {len(runs)} finished"
-             + ("" if len(done) == len(runs) else " (INCOMPLETE: the missing runs failed or were not run)"),
-             "- Each run: `python train.py " + shlex.join(_shared_args(runs)) + " ARM-FLAGS`; the seeds are RL "
+             + ("" if len(done) == len(runs) else " (INCOMPLETE: the missing runs failed or were not run yet)"),
+             "- Each run: `python train.py " + shlex.join(_shared_args(runs, sweep)) + " ARM-FLAGS`; the seeds are RL "
              "seeds, every run starts from the same checkpoint (--model; 'tiny' = the cached warm-up, tinymodel.py).",
              "- Arms: " + "; ".join(f"**{a}** `{shlex.join(sweep.arms[a]) or '(sweep flags only)'}`" for a in arms),
-             "", "Cells: mean ± SE over seeds [per seed, in the seed order of the header]; SE = std(ddof=1)/sqrt(n); "
-             "(n=k): only k seeds have a number. Test rows: the 2-SE rule (Welch t = difference / "
-             f"sqrt(SE_a^2 + SE_ref^2), or mean / SE for a within-run contrast; |t| > {T_RULE:g}: \"differs\"). "
-             "With 3 seeds this is a lenient test (two-sided p ~0.12-0.18 at |t| = 2).", ""]
+             "", "## Verdicts", "",
+             f"Each claim was written before the runs (experiments/sweeps.py). Test: exact two-sided permutation "
+             f"test of the difference of means (arm vs reference), or exact sign-flip test of a within-run "
+             f"difference against 0; {claims_lib.CORRECTION}'s correction over this sweep's "
+             f"{sum(r['verdict'] != 'not testable' for r in verdicts)} testable claims; significant at "
+             f"p (Holm) < {claims_lib.ALPHA}. MDE: the smallest effect in the predicted direction this design "
+             "would have detected (experiments/claims.py).", "",
+             claims_lib.verdict_table(verdicts),
+             "## Per-seed numbers", "",
+             "Cells: mean ± SE over seeds [per seed, in the seed order of the header]; SE = std(ddof=1)/sqrt(n); "
+             "(n=k): only k seeds have a number.", ""]
     header = ["quantity"] + [f"{a} (seeds {','.join(str(r.seed) for r in by_arm[a]) or '-'})" for a in arms]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for label, _, _ in sweep.rows:
         lines.append("| " + " | ".join([label] + [cell(values[label, a]) for a in arms]) + " |")
-    for label, ref in sweep.tests:
-        name = f"test: {label} vs {ref}" if ref else f"test: {label} != 0"
-        row = []
-        for a in arms:
-            if ref is not None and ref not in arms:
-                row.append(f"- ({ref} not in this sweep)")
-            elif a == ref:
-                row.append("(reference)")
-            else:
-                row.append(test_cell(values[label, a], values[label, ref] if ref else None))
-        lines.append("| " + " | ".join([name] + row) + " |")
     lines += ["", "Quantities:", *[f"- {label}: {how}" for label, _, how in sweep.rows],
               "", f"Curves (mean ± SE over seeds): `{os.path.basename(_png_path(root))}`.", ""]
     path = os.path.join(root, "summary.md")
     with open(path + ".tmp", "w") as f:
         f.write("\n".join(lines) + "\n")
     os.replace(path + ".tmp", path)
+    _atomic_json(os.path.join(root, "verdicts.json"), [_verdict_record(r) for r in verdicts])
     if done:
         plot_curves(sweep, arms, by_arm, series, _png_path(root))
     return path
+
+
+def _verdict_record(r: dict) -> dict:
+    """A verdict as plain JSON (for the README's table across tasks)."""
+    c = r["claim"]
+    return {"paper": c.paper, "claim": c.text, "row": c.row, "arm": c.arm, "reference": c.reference,
+            "direction": c.direction, "effect": r["effect"], "se": r["se"], "p": r["p"], "p_holm": r["p_holm"],
+            "verdict": r["verdict"], "detail": r["detail"], "n": r["n"]}
 
 
 def cell(values: list[float]) -> str:
@@ -664,26 +327,6 @@ def cell(values: list[float]) -> str:
         return "-"
     text = f"{fmt(m)} ± {fmt(se)} [{' '.join(fmt(v) for v in values)}]"
     return text + (f" (n={n})" if n < len(values) else "")
-
-
-def test_cell(values: list[float], reference: list[float] | None) -> str:
-    """The 2-SE rule against the reference arm's values, or against 0 when reference is None.
-
-    "Δ d, t t: verdict"; without two seeds on each side there is no SE and no verdict,
-    and with an SE of exactly 0 (every seed gave the same number) t is undefined: the
-    cell then says whether the difference is 0.
-    """
-    if reference is None:
-        diff, se, _ = mean_se(values)
-    else:
-        diff, se, _ = welch_t(values, reference)
-    if not math.isfinite(diff):
-        return "-"
-    if not math.isfinite(se):
-        return f"Δ {diff:+.3g}: n/a (needs 2 seeds per arm)"
-    if se == 0:
-        return f"Δ {diff:+.3g}, SE 0: " + ("no difference" if diff == 0 else "differs (no spread over seeds)")
-    return f"Δ {diff:+.3g}, t {diff / se:+.2f}: {verdict(diff / se)}"
 
 
 def fmt(x: float) -> str:
@@ -741,7 +384,7 @@ def plot_curves(sweep: Sweep, arms: list[str], by_arm: dict, series: dict, path:
 
 
 # ---------------------------------------------------------------------------------------
-# 7. The command line
+# 5. The command line
 # ---------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> None:
@@ -750,19 +393,30 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="sweep.py", description=__doc__.split("\n")[0],
                                      epilog="Anything after -- is passed to every train.py run (tests: a tiny model).")
     parser.error = lambda message: parser.exit(2, f"sweep.py: error: {message}\n")
-    parser.add_argument("name", choices=[*SWEEPS, "all"], help="which sweep ('all': the four, one pool)")
-    parser.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="comma-separated RL seeds")
-    parser.add_argument("--steps", type=int, help=f"training steps per run (default per sweep: {STEPS})")
+    parser.add_argument("name", choices=[*SWEEPS, "all", "report"],
+                        help="which sweep ('all': the four, one pool; 'report': rebuild every report and the "
+                             "README's claim table from the finished runs)")
+    parser.add_argument("--task", default=TASK, choices=list(TASKS), help="the task every run trains on")
+    parser.add_argument("--seeds", help="comma-separated RL seeds (default: 0..n-1, n per sweep in sweeps.TASKS)")
+    parser.add_argument("--steps", type=int, help="training steps per run (default per sweep: sweeps.TASKS)")
     parser.add_argument("--arms", help="comma-separated subset of the sweep's arms (one sweep only)")
     parser.add_argument("--jobs", type=int, default=JOBS, help="train.py processes at a time")
     parser.add_argument("--out", default=OUT, help="root directory of the sweeps")
+    parser.add_argument("--docs", default=DOCS, help="report: where the pages go")
+    parser.add_argument("--readme", default="README.md", help="report: the README whose claim table is rewritten")
     args = parser.parse_args(own)
-    try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        parser.error(f"--seeds must be comma-separated integers, got {args.seeds!r}")
-    if not seeds or len(set(seeds)) != len(seeds):
-        parser.error(f"--seeds must name distinct seeds, got {args.seeds!r}")
+    if args.name == "report":
+        for path in report(args.out, args.docs, args.readme):
+            print(f"wrote {path}")
+        return
+    seeds = None
+    if args.seeds is not None:
+        try:
+            seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+        except ValueError:
+            parser.error(f"--seeds must be comma-separated integers, got {args.seeds!r}")
+        if not seeds or len(set(seeds)) != len(seeds):
+            parser.error(f"--seeds must name distinct seeds, got {args.seeds!r}")
     if args.steps is not None and args.steps < 1:
         parser.error(f"--steps must be >= 1, got {args.steps}")
     if args.jobs < 1:
@@ -770,7 +424,8 @@ def main(argv: list[str] | None = None) -> None:
     names = list(SWEEPS) if args.name == "all" else [args.name]
     if args.arms and len(names) > 1:
         parser.error("--arms needs one sweep, not 'all'")
-    sweeps = [SWEEPS[n]() for n in names]
+    settings = TASKS[args.task]
+    sweeps = [SWEEPS[n](args.task) for n in names]
     if args.arms:
         arms = [a.strip() for a in args.arms.split(",") if a.strip()]
         unknown = [a for a in arms if a not in sweeps[0].arms]
@@ -778,8 +433,10 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--arms: {', '.join(unknown) or repr(args.arms)} not in sweep {names[0]} "
                          f"(arms: {', '.join(sweeps[0].arms)})")
     try:
-        plans = {s.name: plan_runs(s, arms if args.arms else list(s.arms), seeds,
-                                   args.steps or STEPS[s.name], args.out, extra) for s in sweeps}
+        plans = {s.name: plan_runs(s, arms if args.arms else list(s.arms),
+                                   seeds or list(range(settings["seeds"][s.name])),
+                                   args.steps or settings["steps"][s.name], args.out, extra, args.task)
+                 for s in sweeps}
         every = [r for runs in plans.values() for r in runs]
         states = {r.label: run_state(r) for r in every}
     except ValueError as e:
@@ -789,8 +446,8 @@ def main(argv: list[str] | None = None) -> None:
             "machine": _machine(), "jobs": args.jobs}
     logs = {}
     for name in names:
-        os.makedirs(os.path.join(args.out, name), exist_ok=True)
-        logs[name] = open(os.path.join(args.out, name, "sweep.log"), "a")
+        os.makedirs(os.path.join(args.out, args.task, name), exist_ok=True)
+        logs[name] = open(os.path.join(args.out, args.task, name, "sweep.log"), "a")
         logs[name].write(f"{_now()} {meta['command']}\n")
 
     def say(run: RunSpec, event: str) -> None:
@@ -816,6 +473,81 @@ def main(argv: list[str] | None = None) -> None:
         print(f"sweep.py: {line}", file=sys.stderr)
     if failed:
         sys.exit(1)
+
+
+def report(out: str, docs: str, readme: str) -> list[str]:
+    """Rebuild every sweep's report from its finished runs, copy it to docs/, rewrite the README's table.
+
+    Finds the runs on disk (OUT/TASK/SWEEP/ARM/seed_S with done.json), judges the claims
+    again (write_report), copies summary.md and curves.png to docs/sweep_TASK_SWEEP.md
+    and .png, and replaces the README's text between CLAIMS_BEGIN and CLAIMS_END with one
+    table of every claim: its verdict on each task ("not run" where a task has no runs).
+    Returns the paths written.
+    """
+    written, verdicts = [], {}
+    for task in TASKS:
+        for name, make in SWEEPS.items():
+            root = os.path.join(out, task, name)
+            sweep = make(task)
+            runs = [RunSpec(name, arm, int(d[len("seed_"):]), os.path.join(root, arm, d),
+                            (_read_json(os.path.join(root, arm, d, "sweep_args.json")) or {}).get("args", []), 0, None)
+                    for arm in sweep.arms if os.path.isdir(os.path.join(root, arm))
+                    for d in sorted(os.listdir(os.path.join(root, arm)), key=lambda d: (len(d), d))
+                    if d.startswith("seed_") and os.path.isfile(os.path.join(root, arm, d, "done.json"))]
+            if not runs:
+                continue
+            meta = {"command": f"python -m experiments.sweep {name} --task {task} (report rebuilt by "
+                               "`python -m experiments.sweep report`)", "cwd": os.getcwd(), "date": _now(),
+                    "machine": _machine(), "jobs": JOBS}
+            summary = write_report(sweep, runs, {}, meta)
+            os.makedirs(docs, exist_ok=True)
+            for src, ext in ((summary, "md"), (_png_path(root), "png")):
+                if os.path.isfile(src):
+                    dst = os.path.join(docs, f"sweep_{task}_{name}.{ext}")
+                    shutil.copyfile(src, dst + ".tmp")
+                    os.replace(dst + ".tmp", dst)
+                    written.append(dst)
+            for rec in _read_json(os.path.join(root, "verdicts.json")) or []:
+                verdicts.setdefault((name, rec["claim"], rec["row"], rec["arm"], rec["reference"]), {})[task] = rec
+    if os.path.isfile(readme):
+        written.append(_write_claim_table(readme, verdicts))
+    return written
+
+
+CLAIMS_BEGIN, CLAIMS_END = "<!-- claims:begin -->", "<!-- claims:end -->"
+
+
+def _write_claim_table(readme: str, verdicts: dict) -> str:
+    """Replace the README's text between the claim markers with the table of every claim."""
+    lines = [CLAIMS_BEGIN, "",
+             "| sweep | paper | claim | " + " | ".join(TASKS) + " |",
+             "|---|---|---|" + "---|" * len(TASKS)]
+    for task_name, name in [(t, n) for n in SWEEPS for t in [None]]:
+        sweep = SWEEPS[name](TASK)
+        for c in sweep.claims:
+            recs = verdicts.get((name, c.text, c.row, c.arm, c.reference), {})
+            cells = []
+            for task in TASKS:
+                r = recs.get(task)
+                if r is None:
+                    cells.append("not run")
+                elif r["verdict"] == "not testable":
+                    cells.append(f"not testable: {r['detail']}")
+                else:
+                    cells.append(f"**{r['verdict']}** ({r['effect']:+.3g}, p {r['p_holm']:.3f} Holm"
+                                 + (f"; {r['detail']}" if r["detail"] else "") + ")")
+            versus = f"{c.arm} vs {c.reference}" if c.reference else f"{c.arm}"
+            lines.append(f"| [{name}](docs/sweep_{TASK}_{name}.md) | {c.paper} | {c.text} ({versus}, {c.row}) | "
+                         + " | ".join(cells) + " |")
+    lines += ["", CLAIMS_END]
+    text = open(readme).read()
+    if CLAIMS_BEGIN in text and CLAIMS_END in text:
+        head, rest = text.split(CLAIMS_BEGIN, 1)
+        text = head + "\n".join(lines) + rest.split(CLAIMS_END, 1)[1]
+        with open(readme + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(readme + ".tmp", readme)
+    return readme
 
 
 # ---------------------------------------------------------------------------------------
@@ -846,12 +578,12 @@ def _but_out_dir(args: list[str]) -> list[str]:
     return args[:i] + args[i + 2:]
 
 
-def _shared_args(runs: list[RunSpec]) -> list[str]:
+def _shared_args(runs: list[RunSpec], sweep: Sweep) -> list[str]:
     """The train.py flags of the sweep with the per-run ones shown as placeholders."""
     args = list(runs[0].args)
-    for flag, placeholder in (("--out_dir", "OUT/NAME/ARM/seed_S"), ("--seed", "S")):
+    for flag, placeholder in (("--out_dir", "OUT/TASK/NAME/ARM/seed_S"), ("--seed", "S")):
         args[args.index(flag) + 1] = placeholder
-    arm_flags = SWEEPS[runs[0].sweep]().arms[runs[0].arm]
+    arm_flags = sweep.arms[runs[0].arm]
     n = len(arm_flags)
     for i in range(len(args) - n + 1):          # drop the first arm's own flags
         if n and args[i:i + n] == arm_flags:

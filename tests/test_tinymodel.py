@@ -13,7 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from machinery import data
-from machinery import tinymodel
+from machinery import countdown, tinymodel
 from machinery.tinymodel import WarmupConfig, addition_correct, build_char_tokenizer, build_tiny_model
 
 # A warm-up small enough for a test: ~5k parameters, a handful of steps, 1-digit problems.
@@ -45,7 +45,7 @@ def test_tokenizer_round_trips_every_task_string(tok):
 
 def test_tokenizer_specials_and_unknowns(tok):
     assert (tok.pad_token_id, tok.eos_token_id, tok.unk_token_id) == (0, 1, 2)
-    assert len(tok) == 3 + len(tinymodel.CHARS) == 99
+    assert len(tok) == 3 + len(tinymodel.CHARS) + len(countdown.PHRASES) == 108
     assert tok("a\tb")["input_ids"] == [tok.convert_tokens_to_ids("a"), 2, tok.convert_tokens_to_ids("b")]
     ids = tok("12")["input_ids"] + [tok.eos_token_id, tok.pad_token_id]
     assert tok.decode(ids, skip_special_tokens=True) == "12"
