@@ -52,6 +52,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import gzip
 import io
 import json
 import math
@@ -480,7 +481,7 @@ def report(out: str, docs: str, readme: str) -> list[str]:
 
     Finds the runs on disk (OUT/TASK/SWEEP/ARM/seed_S with done.json), judges the claims
     again (write_report), copies summary.md and curves.png to docs/sweep_TASK_SWEEP.md
-    and .png, and replaces the README's text between CLAIMS_BEGIN and CLAIMS_END with one
+    and .png, writes the runs' per-seed metrics to docs/sweep_TASK_SWEEP.jsonl.gz, and replaces the README's text between CLAIMS_BEGIN and CLAIMS_END with one
     table of every claim: its verdict on each task ("not run" where a task has no runs).
     Returns the paths written.
     """
@@ -507,11 +508,29 @@ def report(out: str, docs: str, readme: str) -> list[str]:
                     shutil.copyfile(src, dst + ".tmp")
                     os.replace(dst + ".tmp", dst)
                     written.append(dst)
+            written.append(_write_per_seed_metrics(runs, os.path.join(docs, f"sweep_{task}_{name}.jsonl.gz")))
             for rec in _read_json(os.path.join(root, "verdicts.json")) or []:
                 verdicts.setdefault((name, rec["claim"], rec["row"], rec["arm"], rec["reference"]), {})[task] = rec
     if os.path.isfile(readme):
         written.append(_write_claim_table(readme, verdicts))
     return written
+
+
+def _write_per_seed_metrics(runs: list[RunSpec], path: str) -> str:
+    """Every finished run's metrics.jsonl lines (timings left out), tagged with arm and seed, gzipped.
+
+    What the verdicts were computed from, small enough to commit: one JSON object per
+    line, {"arm", "seed", **the step's metrics}. Written atomically.
+    """
+    with gzip.open(path + ".tmp", "wt") as out:
+        for r in runs:
+            with open(os.path.join(r.dir, "metrics.jsonl")) as f:
+                for line in f:
+                    if line.strip():
+                        row = {k: v for k, v in json.loads(line).items() if not k.startswith("time/")}
+                        out.write(json.dumps({"arm": r.arm, "seed": r.seed, **row}) + "\n")
+    os.replace(path + ".tmp", path)
+    return path
 
 
 CLAIMS_BEGIN, CLAIMS_END = "<!-- claims:begin -->", "<!-- claims:end -->"

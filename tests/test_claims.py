@@ -2,6 +2,7 @@
 minimum detectable effect, the four verdicts, and a sweep end to end with a planted
 difference (detected) and a planted null (not detected): the test's own negative control."""
 
+import gzip
 import itertools
 import json
 import math
@@ -132,3 +133,16 @@ def test_sweep_end_to_end_detects_the_planted_difference_and_not_the_null(tiny_d
     null = verdicts["micro-batch size changes the entropy"]
     assert null["verdict"] == "no difference detected" and null["p"] > 0.5 and null["detail"].startswith("MDE ")
     assert "**agrees**" in (root / "summary.md").read_text()
+    # `report` rebuilds it from disk: the docs page, the per-seed metrics, the README's table
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- claims:begin -->\nold table\n<!-- claims:end -->\nrest\n")
+    written = sweep.report(str(tmp_path), str(tmp_path / "docs"), str(readme))
+    assert {os.path.basename(p) for p in written} >= {"sweep_addition_planted.md", "sweep_addition_planted.png",
+                                                     "sweep_addition_planted.jsonl.gz", "README.md"}
+    text = readme.read_text()
+    assert text.startswith("intro\n<!-- claims:begin -->") and text.endswith("<!-- claims:end -->\nrest\n")
+    row = next(line for line in text.splitlines() if "longer budget, longer responses" in line)
+    cells = [c.strip() for c in row.split("|")[-3:-1]]                 # the countdown and addition columns
+    assert cells[0] == "not run" and cells[1].startswith("**agrees**") and "old table" not in text
+    lines = gzip.open(tmp_path / "docs" / "sweep_addition_planted.jsonl.gz", "rt").read().splitlines()
+    assert len(lines) == 3 * 5 * 2 and {json.loads(l)["arm"] for l in lines} == {"short", "long", "short_mb"}
