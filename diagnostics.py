@@ -61,7 +61,7 @@ SEED_OFFSET = 7_000_003
 # ---------------------------------------------------------------------------------------
 
 def after_update(model, tokenizer, ro: rollout.Rollouts, old_logp: Tensor, new_logp: Tensor, adv_flat: Tensor,
-                 task: str, answers: list[str], *, tau: float = TAU, value_samples: int = 0, value_k: int = 8,
+                 task: str, answers: list[str], *, prompts: list[str] | None = None, tau: float = TAU, value_samples: int = 0, value_k: int = 8,
                  coupling_pairs: int = 0, seed: int = 0, step: int = 0, max_new_tokens: int = 48,
                  temperature: float = 1.0) -> dict:
     """All token diagnostics of one step, as a flat dict of metrics (keys below).
@@ -86,8 +86,10 @@ def after_update(model, tokenizer, ro: rollout.Rollouts, old_logp: Tensor, new_l
     rollout.sample.
 
     ro: the step's Rollouts; adv_flat: [B] advantages (adv.reshape(-1)); task: the
-    verifier's task ("addition" or "math"); answers: the N reference answers, one per
-    prompt (rollout b answers answers[b // G]); max_new_tokens and temperature: the
+    verifier's task ("addition", "countdown", "math", "reasoning_gym:NAME"); answers: the N
+    reference answers, one per prompt (rollout b answers answers[b // G]); prompts: the N
+    prompt texts, for the verifiers that read the question (countdown's holds the
+    numbers; verify.score refuses None for it); max_new_tokens and temperature: the
     run's sampling settings (the value continuations use them). seed, step: the value
     and coupling samples come from streams seeded by (seed, step), and the sampling
     runs inside torch.random.fork_rng, so calling this never moves the training RNG
@@ -102,6 +104,8 @@ def after_update(model, tokenizer, ro: rollout.Rollouts, old_logp: Tensor, new_l
         raise ValueError(f"after_update: adv_flat has shape {tuple(adv_flat.shape)}, expected ({B},)")
     if len(answers) * ro.G != B:
         raise ValueError(f"after_update: {len(answers)} answers x G={ro.G} != {B} rollouts")
+    if prompts is not None and len(prompts) != len(answers):
+        raise ValueError(f"after_update: {len(prompts)} prompts but {len(answers)} answers")
     for name, v, low in (("value_samples", value_samples, 0), ("value_k", value_k, 1),
                          ("coupling_pairs", coupling_pairs, 0), ("max_new_tokens", max_new_tokens, T)):
         if v < low:
@@ -130,7 +134,7 @@ def after_update(model, tokenizer, ro: rollout.Rollouts, old_logp: Tensor, new_l
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(base_seed)
             v_with, v_without = token_values(model, tokenizer, ro, rows, cols, answers, task, value_k,
-                                             max_new_tokens, temperature)
+                                             max_new_tokens, temperature, prompts=prompts)
         out.update(value_stats(v_with - v_without, cells))
         out["time/diag_value"] = time.perf_counter() - t0
     return out
@@ -183,7 +187,8 @@ class StepProbe:
       decided);
     report: after the update, one no-grad pass under the updated weights, then
       after_update (flips, where updates go, coupling, token values) and the step's mean
-      residual, as metrics.
+      residual, as metrics; rows are the step's N data rows (prompt and answer: the token
+      values rescore continuations with the task's verifier, which may read the prompt).
     """
 
     active = True
@@ -202,11 +207,11 @@ class StepProbe:
     def optimizer_step(self, step_idx: Tensor, group_index: Tensor) -> None:
         self.residuals.append(_nanmean(loss.cancellation_residual(self.coef[step_idx], group_index[step_idx]).tolist()))
 
-    def report(self, run, ro: rollout.Rollouts, adv: Tensor, answers: list[str]) -> dict:
+    def report(self, run, ro: rollout.Rollouts, adv: Tensor, rows: list[dict]) -> dict:
         cfg = self.cfg
         new_logp = update.no_grad_pass(run.model, ro, cfg)[0]
         out = after_update(run.model, run.tokenizer, ro, self.logp_old, new_logp, adv.reshape(-1), run.task,
-                           answers, value_samples=cfg.value_samples if self.value_step else 0, value_k=cfg.value_k,
+                           [r["answer"] for r in rows], prompts=[r["prompt"] for r in rows], value_samples=cfg.value_samples if self.value_step else 0, value_k=cfg.value_k,
                            coupling_pairs=cfg.coupling_pairs, seed=cfg.seed, step=self.step,
                            max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
         out["cancellation_residual"] = _nanmean(self.residuals)
@@ -336,7 +341,7 @@ def sample_value_positions(delta: Tensor, mask: Tensor, adv_flat: Tensor, n: int
 
 def token_values(model, tokenizer, ro: rollout.Rollouts, rows: Tensor, cols: Tensor, answers: list[str], task: str,
                  k: int, max_new_tokens: int, temperature: float = 1.0,
-                 max_batch_rows: int = 2048) -> tuple[Tensor, Tensor]:
+                 max_batch_rows: int = 2048, prompts: list[str] | None = None) -> tuple[Tensor, Tensor]:
     """[recon] Monte Carlo success probabilities from a prefix with and without a token.
 
     For the sampled token o_t of rollout b (position (rows[s], cols[s])):
@@ -366,7 +371,8 @@ def token_values(model, tokenizer, ro: rollout.Rollouts, rows: Tensor, cols: Ten
     most max_batch_rows rows; with the defaults (64 positions, k = 8) that is ONE call.
     Consumes torch's global RNG: wrap in torch.random.fork_rng (after_update does).
 
-    ro: the Rollouts the positions index; answers: N reference answers (answers[b // G]).
+    ro: the Rollouts the positions index; answers: N reference answers (answers[b // G]);
+    prompts: the N prompt texts, or None for verifiers that do not read them (addition, math).
     Returns (v_with [S] float64, v_without [S] float64).
     """
     pad_id, eos_ids = rollout.special_ids(model, tokenizer)
@@ -404,8 +410,9 @@ def token_values(model, tokenizer, ro: rollout.Rollouts, rows: Tensor, cols: Ten
                         owners.append(j)
     finally:
         model.train(was_training)
-    answer_of = [answers[int(rows[jobs[j][0]]) // ro.G] for j in owners]
-    rewards = verify.reward_tensor(verify.score(texts, answer_of, task)).double()
+    question = [int(rows[jobs[j][0]]) // ro.G for j in owners]       # each text's prompt index
+    rewards = verify.reward_tensor(verify.score(texts, [answers[q] for q in question], task,
+                                                None if prompts is None else [prompts[q] for q in question])).double()
     total = torch.zeros(len(jobs), dtype=torch.float64).index_add_(0, torch.tensor(owners, dtype=torch.long), rewards)
     count = torch.zeros(len(jobs), dtype=torch.float64).index_add_(0, torch.tensor(owners, dtype=torch.long),
                                                                    torch.ones_like(rewards))

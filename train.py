@@ -297,7 +297,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         with timed("diagnostics", times):
             metrics = {"step": step, **step_metrics(run, rewards, scores, adv, entropy, mask, ro, sched, G),
                        **update_metrics(run, ro, opt_steps, adv, lengths, tally, has_grad, grad_norms),
-                       **probe.report(run, ro, adv, answers)}
+                       **probe.report(run, ro, adv, rows)}
             if run.llm is not None:
                 vllm_rollout.push_weights(run.llm, run.model)
         last = step == cfg.steps or bool(cfg.max_minutes and minutes() > cfg.max_minutes)

@@ -520,9 +520,10 @@ def _write_per_seed_metrics(runs: list[RunSpec], path: str) -> str:
     """Every finished run's metrics.jsonl lines (timings left out), tagged with arm and seed, gzipped.
 
     What the verdicts were computed from, small enough to commit: one JSON object per
-    line, {"arm", "seed", **the step's metrics}. Written atomically.
+    line, {"arm", "seed", **the step's metrics}. Written atomically, with the gzip header's
+    time set to 0, so the same runs give the same bytes (a rebuilt report is no change in git).
     """
-    with gzip.open(path + ".tmp", "wt") as out:
+    with io.TextIOWrapper(gzip.GzipFile(path + ".tmp", "wb", mtime=0)) as out:
         for r in runs:
             with open(os.path.join(r.dir, "metrics.jsonl")) as f:
                 for line in f:

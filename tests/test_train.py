@@ -447,3 +447,16 @@ def test_door_hub_sources_offline_fail_fast(flags, needle, tmp_path, tiny_dir):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], proc.stderr
     assert time.time() - start < 60
+
+
+@pytest.mark.parametrize("task", ["addition", "countdown"])
+def test_token_diagnostics_run_on_every_embedded_task(tiny_dir, tmp_path, task):
+    # The token values rescore continuations with the task's verifier; countdown's needs
+    # each rollout's prompt (it holds the numbers), so the trainer must hand the prompts
+    # through the probe, not only the answers.
+    cfg = train.parse_args(small_args(tiny_dir, tmp_path, "--data", task, "--steps", "1", "--eval_every", "0",
+                                      "--value_every", "1", "--value_samples", "8", "--value_k", "2",
+                                      "--coupling_pairs", "4"))
+    metrics = train.train(cfg)[-1]
+    assert "flip/boost_pos" in metrics or "flip/boost_neg" in metrics or metrics["adv_abs_mean"] == 0
+    assert "time/diag_value" in metrics and "where/abs_dlogp_template" in metrics
