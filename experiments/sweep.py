@@ -485,7 +485,7 @@ def report(out: str, docs: str, readme: str) -> list[str]:
     table of every claim: its verdict on each task ("not run" where a task has no runs).
     Returns the paths written.
     """
-    written, verdicts = [], {}
+    written, verdicts, progress = [], {}, {}
     for task in TASKS:
         for name, make in SWEEPS.items():
             root = os.path.join(out, task, name)
@@ -497,9 +497,13 @@ def report(out: str, docs: str, readme: str) -> list[str]:
                     if d.startswith("seed_") and os.path.isfile(os.path.join(root, arm, d, "done.json"))]
             if not runs:
                 continue
+            progress[(task, name)] = (len(runs), len(sweep.arms) * TASKS[task]["seeds"].get(name, 0))
+            # The runs' dates, not the rebuild's: a rebuilt page changes only when its runs do.
+            finished = [os.path.getmtime(os.path.join(r.dir, "done.json")) for r in runs]
             meta = {"command": f"python -m experiments.sweep {name} --task {task} (report rebuilt by "
-                               "`python -m experiments.sweep report`)", "cwd": os.getcwd(), "date": _now(),
-                    "machine": _machine(), "jobs": JOBS}
+                               "`python -m experiments.sweep report`)", "cwd": "the repository's root",
+                    "date": f"runs finished {_now(min(finished))} to {_now(max(finished))}",
+                    "machine": _machine(with_load=False), "jobs": JOBS}
             summary = write_report(sweep, runs, {}, meta)
             os.makedirs(docs, exist_ok=True)
             for src, ext in ((summary, "md"), (_png_path(root), "png")):
@@ -512,7 +516,7 @@ def report(out: str, docs: str, readme: str) -> list[str]:
             for rec in _read_json(os.path.join(root, "verdicts.json")) or []:
                 verdicts.setdefault((name, rec["claim"], rec["row"], rec["arm"], rec["reference"]), {})[task] = rec
     if os.path.isfile(readme):
-        written.append(_write_claim_table(readme, verdicts))
+        written.append(_write_claim_table(readme, verdicts, progress))
     return written
 
 
@@ -537,19 +541,27 @@ def _write_per_seed_metrics(runs: list[RunSpec], path: str) -> str:
 CLAIMS_BEGIN, CLAIMS_END = "<!-- claims:begin -->", "<!-- claims:end -->"
 
 
-def _write_claim_table(readme: str, verdicts: dict) -> str:
-    """Replace the README's text between the claim markers with the table of every claim."""
+def _write_claim_table(readme: str, verdicts: dict, progress: dict) -> str:
+    """Replace the README's text between the claim markers with the table of every claim.
+
+    progress: (task, sweep) -> (finished runs, planned runs: arms x the task's seeds). A
+    sweep with runs still missing shows "k of n runs finished" and no verdict: a verdict
+    from part of the seeds (or arms) is not the test the claim was declared with.
+    """
     lines = [CLAIMS_BEGIN, "",
              "| sweep | paper | claim | " + " | ".join(TASKS) + " |",
              "|---|---|---|" + "---|" * len(TASKS)]
-    for task_name, name in [(t, n) for n in SWEEPS for t in [None]]:
+    for name in SWEEPS:
         sweep = SWEEPS[name](TASK)
         for c in sweep.claims:
             recs = verdicts.get((name, c.text, c.row, c.arm, c.reference), {})
             cells = []
             for task in TASKS:
                 r = recs.get(task)
-                if r is None:
+                done, planned = progress.get((task, name), (0, 0))
+                if done < planned:
+                    cells.append(f"{done} of {planned} runs finished")
+                elif r is None:
                     cells.append("not run")
                 elif r["verdict"] == "not testable":
                     cells.append(f"not testable: {r['detail']}")
@@ -652,12 +664,15 @@ def _atomic_json(path: str, obj) -> None:
     os.replace(path + ".tmp", path)
 
 
-def _now() -> str:
-    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+def _now(timestamp: float | None = None) -> str:
+    return datetime.datetime.fromtimestamp(time.time() if timestamp is None else timestamp).astimezone() \
+        .isoformat(timespec="seconds")
 
 
-def _machine() -> str:
-    """'nproc N, CPU model, load average a b c' (the box is shared: the load says how much)."""
+def _machine(with_load: bool = True) -> str:
+    """'nproc N, CPU model, load average a b c' (the box is shared: the load says how much).
+
+    with_load False: without the load (a rebuilt report describes runs made earlier)."""
     model = platform.processor() or "unknown CPU"
     try:
         with open("/proc/cpuinfo") as f:
@@ -665,7 +680,8 @@ def _machine() -> str:
     except OSError:
         pass
     load = " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
-    return f"nproc {os.cpu_count()}, {model}, {platform.system()} {platform.machine()}, load average at start {load}"
+    return f"nproc {os.cpu_count()}, {model}, {platform.system()} {platform.machine()}" \
+        + (f", load average at start {load}" if with_load else "")
 
 
 if __name__ == "__main__":

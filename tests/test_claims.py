@@ -146,3 +146,8 @@ def test_sweep_end_to_end_detects_the_planted_difference_and_not_the_null(tiny_d
     assert cells[0] == "not run" and cells[1].startswith("**agrees**") and "old table" not in text
     lines = gzip.open(tmp_path / "docs" / "sweep_addition_planted.jsonl.gz", "rt").read().splitlines()
     assert len(lines) == 3 * 5 * 2 and {json.loads(l)["arm"] for l in lines} == {"short", "long", "short_mb"}
+    # A sweep planned with more seeds than have finished shows its progress, not a verdict
+    monkeypatch.setitem(sweep.TASKS["addition"]["seeds"], "planted", 6)
+    sweep.report(str(tmp_path), str(tmp_path / "docs"), str(readme))
+    row = next(line for line in readme.read_text().splitlines() if "longer budget, longer responses" in line)
+    assert row.split("|")[-2].strip() == "15 of 18 runs finished"
