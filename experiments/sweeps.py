@@ -268,6 +268,10 @@ def dfpo(task: str = "countdown") -> Sweep:
                "entropy over distinct correct solutions (countdown), last evaluation"),
               ("final distinct solutions", final("eval/distinct_solutions"),
                "distinct correct solutions per solved prompt, last evaluation"),
+              *[(f"solution entropy at pass@1 {level}", at_level("eval/solution_entropy", "eval/pass@1", level),
+                 f"the same, where held-out pass@1 first crosses {level} between two evaluations (equal "
+                 "progress; runs that cross before the first evaluation or never have no number)")
+                for level in (0.40, 0.42)],
               ("clip frac low", mean_of("clip_frac_low"), "mean over steps"),
               ("clip frac high", mean_of("clip_frac_high"), "mean over steps"),
               ("dropped rollouts", mean_of("dfpo_dropped"),
@@ -373,6 +377,25 @@ def tail_mean(key: str, n: int) -> Callable[[dict], float]:
 def first_reach(key: str, threshold: float) -> Callable[[dict], float]:
     """steps_to_threshold of the key's curve."""
     return lambda series: steps_to_threshold(*series[key], threshold) if key in series else math.nan
+
+
+def at_level(key: str, level_key: str, level: float) -> Callable[[dict], float]:
+    """The key's value where level_key first reaches `level`, for comparing runs at equal progress.
+
+    Both keys logged at the same steps (the evaluations); linear interpolation between the
+    two evaluations around the first crossing. NaN when level_key never reaches the level,
+    or is already at it on the first evaluation (the crossing was not observed).
+    """
+    def value(series: dict) -> float:
+        if key not in series or level_key not in series:
+            return math.nan
+        at = dict(zip(*series[key]))
+        points = [(s, x, at[s]) for s, x in zip(*series[level_key]) if s in at]
+        for (_, x0, y0), (_, x1, y1) in zip(points, points[1:]):
+            if x0 < level <= x1:
+                return float(y0 + (level - x0) / (x1 - x0) * (y1 - y0))
+        return math.nan
+    return value
 
 
 def peak_of(key: str) -> Callable[[dict], float]:

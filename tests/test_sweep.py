@@ -73,6 +73,17 @@ def test_steps_to_threshold_and_peak():
     assert all(math.isnan(x) for x in sweeps.peak([1], [math.nan]))
 
 
+def test_at_level_interpolates_at_the_first_crossing():
+    series = {"eval/pass@1": ([25, 50, 75, 100], [0.30, 0.38, 0.44, 0.36]),
+              "eval/solution_entropy": ([25, 50, 75, 100], [0.50, 0.40, 0.10, 0.05])}
+    # 0.40 is first crossed between steps 50 (0.38) and 75 (0.44): a third of the way
+    assert sweeps.at_level("eval/solution_entropy", "eval/pass@1", 0.40)(series) == pytest.approx(0.30)
+    assert sweeps.at_level("eval/solution_entropy", "eval/pass@1", 0.44)(series) == pytest.approx(0.10)   # <=
+    assert math.isnan(sweeps.at_level("eval/solution_entropy", "eval/pass@1", 0.30)(series))   # at the first
+    assert math.isnan(sweeps.at_level("eval/solution_entropy", "eval/pass@1", 0.50)(series))   # never
+    assert math.isnan(sweeps.at_level("eval/missing", "eval/pass@1", 0.40)(series))
+
+
 def test_pool_cells_equals_the_concatenated_sample():
     steps = [np.array([1.0, 2.0, 3.0]), np.array([4.0, 6.0]), np.array([5.0])]     # n = 1: no SE
     means = [s.mean() for s in steps]
