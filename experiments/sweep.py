@@ -569,7 +569,8 @@ def _write_claim_table(readme: str, verdicts: dict, progress: dict) -> str:
                     cells.append(f"**{r['verdict']}** ({r['effect']:+.3g}, p {r['p_holm']:.3f} Holm"
                                  + (f"; {r['detail']}" if r["detail"] else "") + ")")
             versus = f"{c.arm} vs {c.reference}" if c.reference else f"{c.arm}"
-            lines.append(f"| [{name}](docs/sweep_{TASK}_{name}.md) | {c.paper} | {c.text} ({versus}, {c.row}) | "
+            pages = ", ".join(f"[{task}](docs/sweep_{task}_{name}.md)" for task in TASKS if (task, name) in progress)
+            lines.append(f"| {name}" + (f" ({pages})" if pages else "") + f" | {c.paper} | {c.text} ({versus}, {c.row}) | "
                          + " | ".join(cells) + " |")
     lines += ["", CLAIMS_END]
     text = open(readme).read()
