@@ -61,9 +61,9 @@ SEED_OFFSET = 7_000_003
 # ---------------------------------------------------------------------------------------
 
 def after_update(model, tokenizer, ro: rollout.Rollouts, old_logp: Tensor, new_logp: Tensor, adv_flat: Tensor,
-                 task: str, answers: list[str], *, prompts: list[str] | None = None, tau: float = TAU, value_samples: int = 0, value_k: int = 8,
-                 coupling_pairs: int = 0, seed: int = 0, step: int = 0, max_new_tokens: int = 48,
-                 temperature: float = 1.0) -> dict:
+                 task: str, answers: list[str], *, prompts: list[str] | None = None, tau: float = TAU,
+                 value_samples: int = 0, value_k: int = 8, coupling_pairs: int = 0, seed: int = 0, step: int = 0,
+                 max_new_tokens: int = 48, temperature: float = 1.0) -> dict:
     """All token diagnostics of one step, as a flat dict of metrics (keys below).
 
     Call after the optimizer step(s) of a rollout batch, with the batch's log-probs
@@ -211,7 +211,8 @@ class StepProbe:
         cfg = self.cfg
         new_logp = update.no_grad_pass(run.model, ro, cfg)[0]
         out = after_update(run.model, run.tokenizer, ro, self.logp_old, new_logp, adv.reshape(-1), run.task,
-                           [r["answer"] for r in rows], prompts=[r["prompt"] for r in rows], value_samples=cfg.value_samples if self.value_step else 0, value_k=cfg.value_k,
+                           [r["answer"] for r in rows], prompts=[r["prompt"] for r in rows],
+                           value_samples=cfg.value_samples if self.value_step else 0, value_k=cfg.value_k,
                            coupling_pairs=cfg.coupling_pairs, seed=cfg.seed, step=self.step,
                            max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
         out["cancellation_residual"] = _nanmean(self.residuals)

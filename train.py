@@ -203,8 +203,8 @@ class Config:
 
 
 # What --resume may change. A checkpoint records the config it was trained with, and a
-# resume compares every field with the new one (checkpoint.resume_point): any difference outside
-# this list is refused, naming each changed field. Two kinds are safe:
+# resume compares every field with the new one (checkpoint.resume_point): any difference
+# outside this list is refused, naming each changed field. Two kinds are safe:
 RESUME_SAFE = {
     # When the run stops, evaluates or saves. Evaluation samples in a forked RNG (see
     # evaluate) and saving draws nothing, so the continuation is bit-identical.

@@ -481,8 +481,10 @@ def report(out: str, docs: str, readme: str) -> list[str]:
 
     Finds the runs on disk (OUT/TASK/SWEEP/ARM/seed_S with done.json), judges the claims
     again (write_report), copies summary.md and curves.png to docs/sweep_TASK_SWEEP.md
-    and .png, writes the runs' per-seed metrics to docs/sweep_TASK_SWEEP.jsonl.gz, and replaces the README's text between CLAIMS_BEGIN and CLAIMS_END with one
-    table of every claim: its verdict on each task ("not run" where a task has no runs).
+    and .png, writes the runs' per-seed metrics to docs/sweep_TASK_SWEEP.jsonl.gz, and
+    replaces the README's text between CLAIMS_BEGIN and CLAIMS_END with one table of
+    every claim: its verdict on each task ("not run" where a task has no runs, "k of n
+    runs finished" where the sweep is not done).
     Returns the paths written.
     """
     written, verdicts, progress = [], {}, {}
@@ -570,8 +572,8 @@ def _write_claim_table(readme: str, verdicts: dict, progress: dict) -> str:
                                  + (f"; {r['detail']}" if r["detail"] else "") + ")")
             versus = f"{c.arm} vs {c.reference}" if c.reference else f"{c.arm}"
             pages = ", ".join(f"[{task}](docs/sweep_{task}_{name}.md)" for task in TASKS if (task, name) in progress)
-            lines.append(f"| {name}" + (f" ({pages})" if pages else "") + f" | {c.paper} | {c.text} ({versus}, {c.row}) | "
-                         + " | ".join(cells) + " |")
+            lines.append(f"| {name}" + (f" ({pages})" if pages else "")
+                         + f" | {c.paper} | {c.text} ({versus}, {c.row}) | " + " | ".join(cells) + " |")
     lines += ["", CLAIMS_END]
     text = open(readme).read()
     if CLAIMS_BEGIN in text and CLAIMS_END in text:

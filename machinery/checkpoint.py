@@ -343,8 +343,8 @@ def config_changes(saved: dict, config: dict, skip: set) -> list[str]:
     """'--name old -> new' for every field that differs from a checkpoint's config.
 
     Both sides flattened to flag names (config.py keeps them unique) and compared as
-    JSON values, so 4e-4 equals the 0.0004 read back from the checkpoint. Fields in
-    The fields in `skip` are not compared; a field only one side has counts as changed.
+    JSON values, so 4e-4 equals the 0.0004 read back from the checkpoint. The fields in
+    `skip` are not compared; a field only one side has counts as changed.
     """
     def flat(tree: dict) -> dict:
         return {k: v for key, value in tree.items()

@@ -18,9 +18,10 @@ argparse flags and back, so there is one source of truth and no adapter in betwe
 
 The end of the file holds the checks at the door that every entry point shares (train.py,
 plot_runs.py, advantages.py, python -m toy): can this process write where it was told
-to, can the Hugging Face hub provide a name, and is --model something a model loads from. Each returns None or what is wrong, as
+to, and can the Hugging Face hub provide a name. Each returns None or what is wrong, as
 a phrase the caller puts after the flag's name, so a bad path is one line before any
-work starts rather than a traceback after it.
+work starts rather than a traceback after it. Last, train.py's --model check, built on
+them, raises that line itself (its messages differ by case).
 """
 
 from __future__ import annotations
