@@ -123,6 +123,8 @@ class Config:
     # --- model and data ---
     model: str = "tiny"
     """'tiny' = the embedded model (warm-up cached under .cache/), or a hub name / local path."""
+    warmup_seed: int = 0
+    """Seed of the embedded model's warm-up (initial weights, warm-up problems and batch order); 'tiny' only."""
     data: str = "addition"
     """'addition' or 'countdown' (synthetic), 'gsm8k', 'math', 'reasoning_gym:NAME', or a {prompt, answer} .jsonl file."""
     digits: int = 3
@@ -453,7 +455,8 @@ def eval_budget(cfg: Config) -> tuple[int, int]:
 
 def embedded_warmup(cfg: Config) -> tinymodel.WarmupConfig:
     """The embedded model's warm-up for this run's task (countdown's own; addition's otherwise)."""
-    return tinymodel.warmup_config("countdown" if cfg.data == "countdown" else "addition", cfg.digits)
+    return tinymodel.warmup_config("countdown" if cfg.data == "countdown" else "addition", cfg.digits,
+                                   seed=cfg.warmup_seed)
 
 
 def advantage_hyper(cfg: Config, sched: dict) -> dict:
@@ -706,7 +709,7 @@ def validate(cfg: Config) -> None:
                  "micro_batch", "digits", "value_samples", "value_k"):
         need(getattr(cfg, name) >= 1, f"--{name} must be >= 1, got {getattr(cfg, name)}")
     for name in ("eval_every", "flip_every", "save_every", "n_train", "threads", "max_minutes", "grad_clip",
-                 "weight_decay", "value_every", "coupling_pairs", "n_eval", "eval_samples"):
+                 "weight_decay", "value_every", "coupling_pairs", "n_eval", "eval_samples", "warmup_seed"):
         need(getattr(cfg, name) >= 0, f"--{name} must be >= 0, got {getattr(cfg, name)}")
     # "inf" and "nan" parse as floats; nan fails every comparison above (so it is caught
     # there), inf passes them and would train with an infinite step or never stop.
@@ -719,6 +722,8 @@ def validate(cfg: Config) -> None:
          f"--temperature must be in [{vllm_rollout.MIN_TEMPERATURE}, {vllm_rollout.MAX_TEMPERATURE}] "
          f"(vLLM's limits, used for both backends), got {cfg.temperature}")
     need(cfg.lr > 0, f"--lr must be > 0, got {cfg.lr}")
+    need(cfg.model == "tiny" or cfg.warmup_seed == 0,
+         f"--warmup_seed {cfg.warmup_seed} seeds the embedded model's warm-up; --model {cfg.model!r} has none")
     need(0 < cfg.gpu_memory_utilization <= 1, f"--gpu_memory_utilization must be in (0, 1], got {cfg.gpu_memory_utilization}")
     need(not (cfg.resume and cfg.overwrite), "--resume continues the run in --out_dir and --overwrite deletes it: "
          "choose one")

@@ -240,7 +240,7 @@ class WarmupConfig:
 TASKS = ("addition", "countdown")
 
 
-def warmup_config(task: str = "addition", digits: int = 3) -> WarmupConfig:
+def warmup_config(task: str = "addition", digits: int = 3, seed: int = 0) -> WarmupConfig:
     """The warm-up train.py uses for the embedded model on `task` (a fixed number of steps).
 
     addition: 650 steps. countdown: 3000 steps (~3 minutes on two cores): the task is
@@ -249,8 +249,8 @@ def warmup_config(task: str = "addition", digits: int = 3) -> WarmupConfig:
     measured start of RL is in docs/results.md.
     """
     if task == "countdown":
-        return WarmupConfig(task="countdown", max_steps=3000, eval_every=500)
-    return WarmupConfig(task=task, digits=digits)
+        return WarmupConfig(task="countdown", max_steps=3000, eval_every=500, seed=seed)
+    return WarmupConfig(task=task, digits=digits, seed=seed)
 
 
 def max_response_tokens(cfg: WarmupConfig) -> int:
