@@ -50,7 +50,8 @@ def test_smoke_full_loop_writes_metrics_and_checkpoint(tiny_dir, tmp_path):
     rows = read_metrics(tmp_path)
     assert rows == json.loads(json.dumps(history))
     for key in ("reward", "entropy", "m_S", "m_F", "clip_frac_low", "clip_frac_high", "grad_norm",
-                "sched/alpha", "sched/p_hat", "mb/split_groups", "time/generate", "eval/pass@1", "eval/pass@2"):
+                "sched/alpha", "sched/p_hat", "mb/split_groups", "time/generate", "eval/pass@1", "eval/pass@2",
+                "cancellation_residual", "cancellation_residual_first"):
         assert key in rows[-1], key
     assert 0 < rows[0]["entropy"] < math.log(len(tinymodel.build_char_tokenizer()))        # below uniform
     assert open(tmp_path / "checkpoints" / "latest").read() == "step_000003"
