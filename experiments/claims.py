@@ -316,11 +316,10 @@ def judge(claims: list[Claim], values: dict, series: dict) -> list[dict]:
         records.append(rec)
     for rec, p_holm in zip(testable, holm([r["p"] for r in testable])):
         rec["p_holm"], rec["family"] = p_holm, len(testable)
-        rec.update(_verdict(rec, series))
-    for rec in records:
-        if rec["verdict"] == "not testable" or rec["claim"].note is None:
-            continue
-        rec["detail"] = "; ".join(x for x in (rec["detail"], rec["claim"].note(series)) if x)
+        rec.update(_verdict(rec))
+    for rec in records:                     # e.g. how far FADE's delta and alpha moved, testable or not
+        if rec["claim"].note is not None:
+            rec["detail"] = "; ".join(x for x in (rec["detail"], rec["claim"].note(series)) if x)
     return records
 
 
@@ -372,7 +371,7 @@ def _test(claim: Claim, tests: list) -> dict:
             "row_effects": [r["effect"] for r in per_row]}
 
 
-def _verdict(rec: dict, series: dict) -> dict:
+def _verdict(rec: dict) -> dict:
     """agrees / opposite / no difference detected / no equivalence shown, with its detail."""
     claim = rec["claim"]
     significant = rec["p_holm"] < ALPHA
@@ -390,7 +389,8 @@ def _verdict(rec: dict, series: dict) -> dict:
         ratio = power_ratio(rec["n"], ALPHA / rec["family"])
         rec_power = claim.margin + ratio * rec["sd"] if math.isfinite(ratio) else math.inf
         detail.append(f"80%-power effect {_fmt(rec_power)}" if math.isfinite(rec_power) else
-                      f"no effect detectable at 80% power with {rec['n']} pairs among {rec['family']} claims")
+                      f"no effect detectable at 80% power with {rec['n']} "
+                      f"{'runs' if rec['reference'] is None else 'pairs'} among {rec['family']} claims")
         return {"verdict": "no difference detected", "detail": "; ".join(detail), "power80": rec_power}
     if len(signs) > 1 and significant:
         detail.append("the rows disagree in sign")
@@ -406,8 +406,11 @@ def run_checks(checks: list[Check], values: dict) -> list[dict]:
     range over them), result ("pass", "FAIL", or "not measured" when no run logged it)."""
     records = []
     for check in checks:
-        xs = [v for row in check.rows for arm in check.arms for v in values.get((row, arm), {}).values() if _finite(v)]
-        rec = {"check": check, "runs": len(xs), "low": min(xs, default=math.nan), "high": max(xs, default=math.nan)}
+        per_row = [[v for arm in check.arms for v in values.get((row, arm), {}).values() if _finite(v)]
+                   for row in check.rows]
+        xs = [v for row in per_row for v in row]
+        rec = {"check": check, "runs": max(map(len, per_row)), "low": min(xs, default=math.nan),
+               "high": max(xs, default=math.nan)}
         if not xs:
             rec["result"] = "not measured"
         else:

@@ -261,6 +261,16 @@ def test_report_in_a_fresh_clone_changes_no_tracked_file(tmp_path):
         pytest.skip("not a git checkout")
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "--quiet", repo, str(clone)], check=True)
+    # Damage what report must rebuild, so a clean status means it rebuilt them: the README's
+    # tables, a page and its curves.
+    readme = (clone / "README.md").read_text()
+    head, rest = readme.split(pages.TABLES_BEGIN, 1)
+    (clone / "README.md").write_text(head + pages.TABLES_BEGIN + "\nstale\n" + pages.TABLES_END
+                                     + rest.split(pages.TABLES_END, 1)[1])
+    pages_md = sorted((clone / "docs").glob("sweep_*.md"))
+    assert pages_md, "no sweep page committed"
+    pages_md[0].unlink()
+    pages_md[0].with_suffix(".png").write_bytes(b"stale")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
     subprocess.run([sys.executable, "-m", "experiments.sweep", "report"], cwd=clone, env=env, check=True,
                    capture_output=True)
