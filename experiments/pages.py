@@ -250,7 +250,7 @@ def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_p
               f"- Run time: {sum(seconds) / 60:.1f} process-minutes over {len(seconds)} runs (train.py start to exit)"
               if seconds else "- Run time: not recorded",
               *[f"- {line}" for line in meta.get("note", [])],
-              "- Each run: `python train.py " + shlex.join(shared_args(sweep, task)) + " ARM-FLAGS`",
+              "- Each run: " + run_command(sweep, task, runs, meta["recorded"]),
               "- Arms: " + "; ".join(f"**{a}** `{shlex.join(sweep.arms[a]) or '(sweep flags only)'}`"
                                      for a in sweep.arms),
               "- Starting weights (sha256 of each warm-up seed's, train.py's start.json): " + start_hashes(runs),
@@ -288,11 +288,15 @@ def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_p
             "recorded": meta["recorded"]}
 
 
-def shared_args(sweep: Sweep, task: str) -> list[str]:
-    """train.py's flags of every run of the sweep, the per-run ones as placeholders."""
+def run_command(sweep: Sweep, task: str, runs: list[RunData], recorded: bool) -> str:
+    """train.py's command of every run, the per-run flags as placeholders: the runs' own
+    recorded flags (their design), or today's plan when they were not recorded."""
+    own = ["--out_dir", "OUT/TASK/NAME/ARM/warmup_W/seed_S", "--seed", "S", "--warmup_seed", "W"]
+    if recorded and runs:
+        return f"`python train.py {shlex.join([*own, *design(runs[0], sweep)])} ARM-FLAGS`"
     s = settings(task, sweep.name)
-    return ["--out_dir", "OUT/TASK/NAME/ARM/warmup_W/seed_S", "--seed", "S", "--warmup_seed", "W",
-            "--steps", str(s["steps"]), *eval_flags(task, sweep.name), "--threads", "1", *sweep.flags]
+    planned = [*own, "--steps", str(s["steps"]), *eval_flags(task, sweep.name), "--threads", "1", *sweep.flags]
+    return f"`python train.py {shlex.join(planned)} ARM-FLAGS` (as planned today; these runs' flags were not recorded)"
 
 
 def start_hashes(runs: list[RunData]) -> str:
