@@ -104,11 +104,13 @@ def local_runs(out: str, task: str, sweep: Sweep) -> list[RunData]:
 
 
 def start_record(d: str) -> dict | None:
-    """What the run started from (train.py's start.json): {"sha256", "model_path"}, or None."""
+    """What the run started from (train.py's start.json): {"sha256", "model_path"} and, when
+    train.py evaluated the start, "eval" (its held-out pass@k); None without a start.json."""
     start = read_json(os.path.join(d, "start.json"))
     if not start:
         return None
-    return {"sha256": start.get("sha256") or start.get("weights_sha256"), "model_path": start.get("model_path")}
+    record = {"sha256": start.get("sha256") or start.get("weights_sha256"), "model_path": start.get("model_path")}
+    return {**record, "eval": start["eval"]} if isinstance(start.get("eval"), dict) else record
 
 
 def read_run_data(path: str) -> list[RunData]:

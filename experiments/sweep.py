@@ -5,6 +5,7 @@
     python -m experiments.sweep fade --task countdown --part 2/6 # one part of a long sweep
     python -m experiments.sweep advantages --arms grpo,psr --warmup_seeds 0 --seeds 0,1 --steps 60
     python -m experiments.sweep report                           # docs/sweep_*.{md,png,jsonl.gz}, the README's tables
+    python -m experiments.sweep pilot --task countdown           # time one short run per sweep: the costs of TASKS
 
 The sweeps themselves (arms, table rows, curves, and the checks and claims written
 before the runs) are in experiments/sweeps.py; how a claim is judged (exact paired tests,
@@ -56,6 +57,7 @@ import argparse
 import contextlib
 import io
 import json
+import math
 import os
 import shlex
 import signal
@@ -71,7 +73,8 @@ from tqdm import tqdm
 
 from experiments import pages
 from experiments.pages import machine as _machine, now as _now, read_json as _read_json
-from experiments.sweeps import SEEDS, SWEEPS, TASKS, WARMUP_SEEDS, Sweep, budget_table, eval_flags, settings
+from experiments.sweeps import (SEEDS, SWEEPS, TASKS, WARMUP_SEEDS, Sweep, budget_table, estimate_minutes, eval_flags,
+                                settings)
 
 # ---------------------------------------------------------------------------------------
 # The defaults: change them here.
@@ -275,10 +278,40 @@ def write_summary(sweep: Sweep, task: str, out: str, results: dict, meta: dict) 
     return os.path.join(root, "summary.md")
 
 
+def pilot_costs(runs: list[RunSpec], results: dict) -> dict:
+    """The cost model's numbers from short pilot runs (one per sweep, two at a time, as a sweep runs).
+
+    From each run's metrics.jsonl (time/elapsed after every step): step_s = the mean
+    step-to-step time of the steps without an evaluation but the first (which pays one-time
+    costs), so the token diagnostics' steps count at the rate they have in a full run; an
+    evaluation costs the extra time of the steps with one over step_s, per sample (n_eval x
+    eval_samples); start_s = the process's wall time minus the loop's.
+    Returns {sweep: {"step_s", "sample_s", "start_s"}}.
+    """
+    costs = {}
+    for run in runs:
+        rows = [json.loads(line) for line in open(os.path.join(run.dir, "metrics.jsonl")) if line.strip()]
+        elapsed = [r["time/elapsed"] for r in rows]
+        times = [b - a for a, b in zip([0.0, *elapsed], elapsed)]
+        plain = [t for t, r in zip(times[1:], rows[1:]) if "eval/pass@1" not in r]
+        step_s = sum(plain) / len(plain)
+        evals = [t - step_s for t, r in zip(times, rows) if "eval/pass@1" in r]
+        samples = int(run.args[run.args.index("--n_eval") + 1]) * int(run.args[run.args.index("--eval_samples") + 1])
+        costs[run.sweep] = {"step_s": step_s, "sample_s": sum(evals) / len(evals) / samples if evals else math.nan,
+                            "start_s": results[run.label]["seconds"] - elapsed[-1]}
+    return costs
+
+
 def plan_text(tasks: list[str]) -> str:
     """The budget table (sweeps.budget_table) and the command of every part, per task."""
-    lines = [budget_table(), "", "Commands, one sitting each; after each: python -m experiments.sweep report, "
-             "then commit docs/ and README.md:"]
+    lines = [budget_table(), ""]
+    long = [f"{name} on {task}" for task in tasks for name in SWEEPS
+            if estimate_minutes(task, name) * len(SWEEPS[name](task).arms) * len(WARMUP_SEEDS) * len(SEEDS)
+            / JOBS / settings(task, name)["parts"] > 45]
+    if long:
+        lines += [f"WARNING: parts estimated over 45 min ({', '.join(long)}): raise their parts in sweeps.TASKS", ""]
+    lines += ["Commands, one sitting each; after each: python -m experiments.sweep report, then commit docs/ and "
+              "README.md:"]
     for task in tasks:
         for name in SWEEPS:
             parts = settings(task, name)["parts"]
@@ -297,10 +330,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="sweep.py", description=__doc__.split("\n")[0],
                                      epilog="Anything after -- is passed to every train.py run (tests: a tiny model).")
     parser.error = lambda message: parser.exit(2, f"sweep.py: error: {message}\n")
-    parser.add_argument("name", choices=[*SWEEPS, "all", "report", "plan"],
+    parser.add_argument("name", choices=[*SWEEPS, "all", "report", "plan", "pilot"],
                         help="which sweep ('all': every sweep, one pool; 'report': rebuild every page and the "
                              "README's tables from the committed data and the finished runs; 'plan': print the "
-                             "budget and the command of every part)")
+                             "budget and the command of every part; 'pilot': time one short run per sweep of "
+                             "--task here and print the costs for sweeps.TASKS)")
     parser.add_argument("--task", default=TASK, choices=list(TASKS), help="the task every run trains on")
     parser.add_argument("--part", help="K-th of N slices of the plan, as K/N (one sweep; sweeps.TASKS declares N)")
     parser.add_argument("--warmup_seeds", help=f"comma-separated warm-up seeds (default: {_join(WARMUP_SEEDS)})")
@@ -325,6 +359,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--steps must be >= 1, got {args.steps}")
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    if args.name == "pilot":
+        pilot(args, extra)
+        return
     names = list(SWEEPS) if args.name == "all" else [args.name]
     if args.arms and len(names) > 1:
         parser.error("--arms needs one sweep, not 'all'")
@@ -379,6 +416,34 @@ def main(argv: list[str] | None = None) -> None:
         print(f"sweep.py: {line}", file=sys.stderr)
     if failed:
         sys.exit(1)
+
+
+def pilot(args, extra: list[str]) -> None:
+    """One run per sweep of the first arm, warm-up seed 0, RL seed 0: --steps (default 12)
+    steps with an evaluation every half of them, two at a time, under OUT/pilot; then the
+    costs (pilot_costs) as lines to paste into sweeps.TASKS."""
+    steps = args.steps or 12
+    runs = []
+    for name, make in SWEEPS.items():
+        s = make(args.task)
+        runs += plan_runs(s, list(s.arms)[:1], [0], [0], steps, os.path.join(args.out, "pilot"),
+                          ["--eval_every", str(max(steps // 2, 1)), "--save_every", "0", *extra], args.task)
+    for r in runs:
+        if os.path.isdir(r.dir):
+            raise SystemExit(f"sweep.py: error: {r.dir} exists; remove {os.path.join(args.out, 'pilot')} first")
+    ensure_warmup(runs, print)
+    results = execute([(r, "new") for r in runs], args.jobs, 0, lambda run, event: print(f"{run.label}: {event}"))
+    failed = [res["error"] for res in results.values() if not res["ok"]]
+    if failed:
+        raise SystemExit("sweep.py: pilot failed: " + "; ".join(failed))
+    costs = pilot_costs(runs, results)
+    print(f"pilot on {args.task}, {steps} steps per run, {args.jobs} at a time, {_machine()}:")
+    for name, c in costs.items():
+        print(f"    {name:<11} step_s {c['step_s']:.3f}   sample_s {c['sample_s']:.6f}   start_s {c['start_s']:.1f}")
+    sample = sorted(c["sample_s"] for c in costs.values())[len(costs) // 2]
+    start = sorted(c["start_s"] for c in costs.values())[len(costs) // 2]
+    print(f"for sweeps.TASKS[{args.task!r}]: \"cost\": {{\"start_s\": {start:.1f}, \"sample_s\": {sample:.6f}}}; "
+          + ", ".join(f"{n} step_s {c['step_s']:.2f}" for n, c in costs.items()))
 
 
 def _seed_list(parser, flag: str, text: str | None, default) -> list[int]:

@@ -51,30 +51,32 @@ difference has sqrt(2) times that, the mean over 10 pairs sqrt(2/10) times: 0.00
 own runs.
 
 Budget (2 cores, 2 runs at a time). Per run: start + steps x step_s + evaluations x n_eval
-x eval_samples x sample_s (TASKS, and `plan`). The costs are the earlier sweeps' own loop
-times (train.py's time/elapsed, two runs sharing the 2 cores: countdown 1.2 min for 150
-steps with 6 evaluations of 1600 samples, addition 0.8 min for 200 steps with 20 of 800),
-split into steps and evaluations by a 20-step pilot (an evaluation of 1600 countdown
-samples costs 2.7 training steps, of 800 addition samples 3.5):
-    python train.py [--data countdown] --warmup_seed 1 --steps 20 --eval_every 10 --coupling_pairs 0 --out_dir /tmp/pilot
-(then the step-to-step differences of time/elapsed in its metrics.jsonl). Re-measure them
-when the embedded model changes. The countdown warm-up takes ~3.5 min per warm-up seed, once
-per machine, unless its weights are shipped. Parts are sized to stay under ~40 min each on
-an idle machine, so a busy one still finishes a part within the hour; each part is
-committed (`report`, then git add docs/ README.md) before the next, so the work can
-continue on another machine with an empty runs/:
+x eval_samples x sample_s (TASKS' "cost" and "step_s", and `plan`). The costs come from
+    python -m experiments.sweep pilot --task TASK
+which runs one 12-step run per sweep here, two at a time as a sweep does, and prints them.
+Re-run it before starting the sweeps (the embedded model may have changed since; on another
+machine the costs differ), paste its numbers into TASKS, and set each sweep's parts so that
+`plan` shows at most ~40 min per part. The numbers in TASKS: the pilot with the current
+embedded model (addition at width 128, countdown at 64) on a box shared with other jobs
+(load average 7.5-8.6 on 2 cores), divided by 3.35, the slowdown that load gave on
+countdown (whose model is unchanged: the earlier countdown sweeps' own loop time, two runs
+sharing the 2 cores, was 0.43 s per step against the pilot's 1.44). A warm-up not yet
+cached or shipped costs more, once per warm-up seed and machine (~10 min each under that
+load for the current models). Each part is committed (`report`, then git add docs/
+README.md) before the next, so the work can continue on another machine with an empty
+runs/:
 
     sweep       task       arms  runs  steps  min/run  wall min  parts  min/part
-    batching    countdown     5    50    150      1.4        36      2        18
-    advantages  countdown     6    60    150      1.4        42      2        21
-    fade        countdown     6    60    600      5.0       149      4        37
-    dfpo        countdown     6    60    150      1.4        43      2        22
-    credit      countdown     2    20    120      1.4        14      1        14
-    batching    addition      5    50    200      1.2        29      1        29
-    advantages  addition      6    60    200      1.0        30      1        30
-    fade        addition      6    60    400      2.2        67      2        33
-    dfpo        addition      6    60    150      0.9        28      1        28
-    credit      addition      2    20    120      0.9         9      1         9
+    batching    countdown     5    50    150      1.7        42      2        21
+    advantages  countdown     6    60    150      1.3        40      2        20
+    fade        countdown     6    60    600      5.9       176      5        35
+    dfpo        countdown     6    60    150      2.2        65      2        33
+    credit      countdown     2    20    120      1.1        11      1        11
+    batching    addition      5    50    200      4.0       100      3        33
+    advantages  addition      6    60    200      2.4        72      2        36
+    fade        addition      6    60    400      5.4       163      5        33
+    dfpo        addition      6    60    150      2.6        79      2        39
+    credit      addition      2    20    120      1.2        12      1        12
 """
 
 from __future__ import annotations
@@ -105,25 +107,25 @@ SEEDS = (0, 1, 2, 3, 4)      # RL seeds per warm-up seed: 2 x 5 = 10 pairs per c
 TASKS = {
     "countdown": {
         "flags": ["--data", "countdown"], "threshold": 0.35,
-        "cost": {"start_s": 12.0, "sample_s": 0.00073},
+        "cost": {"start_s": 8.3, "sample_s": 0.00068},
         "sweeps": {
-            "batching": {"steps": 150, "eval_every": 25, "n_eval": 100, "eval_samples": 16, "step_s": 0.45, "parts": 2},
+            "batching": {"steps": 150, "eval_every": 25, "n_eval": 100, "eval_samples": 16, "step_s": 0.57, "parts": 2},
             "advantages": {"steps": 150, "eval_every": 25, "n_eval": 100, "eval_samples": 16, "step_s": 0.43,
                            "parts": 2},
-            "fade": {"steps": 600, "eval_every": 25, "n_eval": 100, "eval_samples": 16, "step_s": 0.43, "parts": 4},
-            "dfpo": {"steps": 150, "eval_every": 25, "n_eval": 100, "eval_samples": 16, "step_s": 0.45, "parts": 2},
-            "credit": {"steps": 120, "eval_every": 30, "n_eval": 100, "eval_samples": 16, "step_s": 0.55, "parts": 1},
+            "fade": {"steps": 600, "eval_every": 25, "n_eval": 100, "eval_samples": 16, "step_s": 0.53, "parts": 5},
+            "dfpo": {"steps": 150, "eval_every": 25, "n_eval": 100, "eval_samples": 16, "step_s": 0.77, "parts": 2},
+            "credit": {"steps": 120, "eval_every": 30, "n_eval": 100, "eval_samples": 16, "step_s": 0.45, "parts": 1},
         }},
     "addition": {
         "flags": [], "threshold": 0.65,
-        "cost": {"start_s": 12.0, "sample_s": 0.00078},
+        "cost": {"start_s": 10.7, "sample_s": 0.00099},
         "sweeps": {
-            "batching": {"steps": 200, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 0.23, "parts": 1},
-            "advantages": {"steps": 200, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 0.18,
-                           "parts": 1},
-            "fade": {"steps": 400, "eval_every": 20, "n_eval": 200, "eval_samples": 16, "step_s": 0.18, "parts": 2},
-            "dfpo": {"steps": 150, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 0.23, "parts": 1},
-            "credit": {"steps": 120, "eval_every": 20, "n_eval": 200, "eval_samples": 4, "step_s": 0.31, "parts": 1},
+            "batching": {"steps": 200, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 1.07, "parts": 3},
+            "advantages": {"steps": 200, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 0.59,
+                           "parts": 2},
+            "fade": {"steps": 400, "eval_every": 20, "n_eval": 200, "eval_samples": 16, "step_s": 0.63, "parts": 5},
+            "dfpo": {"steps": 150, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 0.90, "parts": 2},
+            "credit": {"steps": 120, "eval_every": 20, "n_eval": 200, "eval_samples": 4, "step_s": 0.46, "parts": 1},
         }},
 }
 

@@ -433,3 +433,14 @@ def test_plan_prints_the_budget_and_every_part_command(capsys):
             parts = sweeps.settings(task, name)["parts"]
             base = f"python -m experiments.sweep {name} --task {task}"
             assert (f"{base} --part {parts}/{parts}" if parts > 1 else base) in out
+
+
+def test_pilot_costs_from_a_runs_step_times(tmp_path):
+    # 7 steps of 1 s, two of them with an evaluation that adds 1.5 s (at steps 4 and 7)
+    elapsed = [1.0, 2.0, 3.0, 5.5, 6.5, 7.5, 10.0]
+    rows = [{"step": i + 1, "time/elapsed": t, **({"eval/pass@1": 0.5} if i + 1 in (4, 7) else {})}
+            for i, t in enumerate(elapsed)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = sweep.RunSpec("credit", "grpo", 0, 0, str(tmp_path), ["--n_eval", "100", "--eval_samples", "16"], 7, None)
+    costs = sweep.pilot_costs([run], {run.label: {"seconds": 22.0}})["credit"]
+    assert costs == {"step_s": 1.0, "sample_s": pytest.approx(1.5 / 1600), "start_s": 12.0}
