@@ -67,6 +67,7 @@ import importlib.util
 import math
 import os
 import random
+import re
 import shutil
 import sys
 import time
@@ -107,8 +108,8 @@ class Config:
     """
 
     # --- run ---
-    out_dir: str = "runs/default"
-    """Run directory: config.json, metrics.jsonl, checkpoints/ and plots go here."""
+    out_dir: str | None = None
+    """Run directory: config.json, metrics.jsonl, checkpoints/ (none: runs/<data>_s<seed>, plus _w<warmup_seed> if not 0)."""
     seed: int = 0
     """Seed of every random stream (prompts, sampling, mini-batch shuffles, evaluation)."""
     resume: bool = False
@@ -223,7 +224,16 @@ class Config:
     """The run's name in the tracker (None = the name of --out_dir)."""
 
     def __post_init__(self):
+        if self.out_dir is None:            # one directory per task and seed: the Quickstart's runs never collide
+            self.out_dir = default_out_dir(self.data, self.seed, self.warmup_seed)
         validate(self)
+
+
+def default_out_dir(data: str, seed: int, warmup_seed: int = 0) -> str:
+    """runs/<task>_s<seed>[_w<warmup_seed>]: "addition" -> runs/addition_s0; a .jsonl path
+    -> its file name without the extension; "reasoning_gym:countdown" -> reasoning_gym-countdown."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", os.path.splitext(os.path.basename(data))[0]) or "data"
+    return os.path.join("runs", f"{name}_s{seed}" + (f"_w{warmup_seed}" if warmup_seed else ""))
 
 
 # What --resume may change. A checkpoint records the config it was trained with, and a
@@ -458,6 +468,13 @@ def resume_or_start(run: Run, cfg: Config) -> int:
         for old in ("checkpoints", "tensorboard"):
             shutil.rmtree(os.path.join(cfg.out_dir, old), ignore_errors=True)
     checkpoint.atomic_write(os.path.join(cfg.out_dir, "config.json"), json.dumps(dataclasses.asdict(cfg), indent=1))
+    if not start:        # what this run started from: the same hash means the same starting bytes
+        start_record = {"model": cfg.model, "model_path": run.model_path,
+                        "weights_sha256": tinymodel.weights_sha256(run.model_path),
+                        "shipped": os.path.dirname(os.path.abspath(run.model_path)) == tinymodel.SHIPPED_DIR}
+        checkpoint.atomic_write(os.path.join(cfg.out_dir, "start.json"), json.dumps(start_record, indent=1))
+        print(f"train.py: starting from {run.model_path} ({'shipped, ' if start_record['shipped'] else ''}"
+              f"sha256 {str(start_record['weights_sha256'])[:12]})", file=sys.stderr)
     run.tracker = trackers.open_tracker(cfg.report_to, cfg.out_dir, cfg.project,
                                         cfg.run_name or os.path.basename(os.path.abspath(cfg.out_dir)),
                                         dataclasses.asdict(cfg))
@@ -956,7 +973,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
     config.json records the values used (`--advantage power`: alpha 2.0). Any bad
     value: one line on stderr, exit code 2.
     """
-    values = config.parse_flags(Config(), argv, description=__doc__.split("\n")[0], prog="train.py",
+    defaults = Config()
+    defaults.out_dir = None          # not the default run's directory: the one of the --data and --seed given
+    values = config.parse_flags(defaults, argv, description=__doc__.split("\n")[0], prog="train.py",
                                 hints=OTHER_NAMES, not_from_file=("resume", "overwrite"))
     if values["sched"]["schedule"] == "decay" and values["sched"]["total_steps"] is None:
         values["sched"]["total_steps"] = max(values[""]["steps"], 2)     # the ramp spans the run
