@@ -86,6 +86,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from experiments.claims import Check, Claim
+from machinery import tinymodel
 from experiments.quantities import (difference, final, final_max_pass, first_reach, head_mean, log_ratio,
                                     max_of, mean_of, min_of, peak, peak_of, peak_step_of, peaked_at_end, pooled_n,
                                     nanmean, pooled_value, ratio, tail_mean, total)
@@ -95,7 +96,8 @@ DESIGN = "Token Gradient Cancellation (design conditions)"
 FADE = "FADE"
 
 # The design: every arm of every sweep runs from each of these pairs.
-WARMUP_SEEDS = (0, 1)        # starting checkpoints (train.py --warmup_seed), the blocks
+WARMUP_SEEDS = tinymodel.SHIPPED_SEEDS   # starting checkpoints (train.py --warmup_seed), the blocks:
+                                        # the shipped ones, so every machine starts from the same bytes
 SEEDS = (0, 1, 2, 3, 4)      # RL seeds per warm-up seed: 2 x 5 = 10 pairs per comparison
 
 # Per task: the flags every run gets, the pass@1 level of "steps to threshold" (set
