@@ -269,7 +269,7 @@ def worker_main(fd: int) -> None:
     path = [p for p in sys.path if os.path.isabs(p) and os.path.isdir(p)]
     installed = {m.name for m in pkgutil.iter_modules()}      # top-level names, read while readable
     uid = _drop_root()
-    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
     abi = landlock_abi()
     # Where Python's files may now be out of reach (Python under /root, read by nobody):
     # children then report the modules they failed to import (the module header).
@@ -369,7 +369,7 @@ def _lock_down(keep_fd: int, cpu_seconds: int, memory_bytes: int, landlock: int)
     """The child's restrictions, applied before it reads the answer (the module header's list)."""
     parent = os.getppid()
     os.setpgid(0, 0)                          # its own process group: kill(0, ...) reaches only itself
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with its worker...
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with its worker...
     if os.getppid() != parent:                # ...even one that died before the line above
         os._exit(1)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -407,7 +407,7 @@ def _drop_root() -> int:
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 
 
-def _prctl(option: int, value: int) -> None:
+def prctl(option: int, value: int) -> None:
     """prctl(2) through libc (Linux only; a no-op elsewhere)."""
     if sys.platform.startswith("linux"):
         if ctypes.CDLL(None, use_errno=True).prctl(option, ctypes.c_ulong(value), 0, 0, 0) != 0:
@@ -451,7 +451,7 @@ def _landlock_restrict_self(abi: int) -> None:
     fd = libc.syscall(ctypes.c_long(_SYS_CREATE_RULESET), ctypes.byref(attr), ctypes.c_long(size), ctypes.c_long(0))
     if fd < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
-    _prctl(PR_SET_NO_NEW_PRIVS, 1)            # restrict_self requires it
+    prctl(PR_SET_NO_NEW_PRIVS, 1)            # restrict_self requires it
     if libc.syscall(ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_long(fd), ctypes.c_long(0)) != 0:
         raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
     os.close(fd)
