@@ -182,8 +182,8 @@ def math_equal(pred, ref, timeout: float = 2.0) -> bool:
 
     Thread-safe: callable from any thread; calls beyond sandbox.POOL_SIZE concurrent
     ones wait for a free worker. Measured cost: ~5 us for the integer fast path; tens of
-    ms per math-verify call (docs/LOG.md); 1-3 s once per worker start-up (importing
-    sympy); a hang costs `timeout`.
+    ms per math-verify call, most of it the fork (docs/LOG.md); a few seconds once per
+    worker start-up (importing sympy, scoring MATH_WARMUP); a hang costs `timeout`.
     """
     if not (isinstance(pred, str) and isinstance(ref, str)):
         return False

@@ -37,10 +37,10 @@ What a child can NOT do (Linux; each line names the mechanism):
     used when the kernel offers it): create, write, truncate, remove or execute any file
     anywhere, connect or bind a TCP socket, reach an abstract UNIX socket, or signal
     any process outside itself, whoever the trainer runs as.
-  - relative paths lead into an empty, read-only directory of its own (its working
-    directory), removed when the worker stops.
+  - find anything through a relative path: its working directory is an empty, read-only
+    directory of its worker's own, removed when the worker stops.
 
-What still holds for hostile code in a child (say so, do not hide it):
+What a child CAN still do (the limits of this sandbox; say so, do not hide it):
   - It sets ITS OWN score: it runs inside the scorer. This is why the countdown task,
     reasoning-gym's countdown data included, is scored by our own parser
     (verify.py SECTION 4), which evaluates nothing; a task whose only scorer evals
@@ -55,9 +55,9 @@ What still holds for hostile code in a child (say so, do not hide it):
     /dev/shm, /var/tmp).
   - It is not a defence against kernel bugs; a container or VM is the next layer.
 
-Cost (measured, docs/LOG.md): a fork per answer, a few milliseconds next to
-math-verify's ~30 ms; a hang costs its timeout and nothing more, because the warm worker
-kills the child and stays.
+Cost: a fork per answer, which on a small virtual machine takes longer than
+math-verify's own comparison (docs/LOG.md has the numbers); in exchange a hang costs its
+timeout and nothing more, because the warm worker kills the child and stays.
 
 Outside Linux the worker still forks, limits and times out its children, but there is
 no Landlock, no parent-death signal and no uid switch.
@@ -66,7 +66,6 @@ no Landlock, no parent-death signal and no uid switch.
 from __future__ import annotations
 
 import ctypes
-import errno
 import json
 import os
 import pkgutil
@@ -207,7 +206,7 @@ def _start_worker(library: str, warmup: list) -> Worker:
 
 
 def _stop_worker(worker: Worker | None) -> None:
-    """Kill a worker's whole process group (its child too), reap it, remove its directory."""
+    """Kill a worker (its busy child dies with it: parent-death signal), reap it, remove its directory."""
     if worker is None:
         return
     try:

@@ -13,7 +13,6 @@ and sees it create its file: the answers are live, so the tests can fail.
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
