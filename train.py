@@ -65,6 +65,7 @@ import importlib.util
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import sys
@@ -105,8 +106,8 @@ class Config:
     """
 
     # --- run ---
-    out_dir: str = "runs/default"
-    """Run directory: config.json, metrics.jsonl, checkpoints/ and plots go here."""
+    out_dir: str | None = None
+    """Run directory: config.json, metrics.jsonl, checkpoints/ (none: runs/<data>_s<seed>, plus _w<warmup_seed> if not 0)."""
     seed: int = 0
     """Seed of every random stream (prompts, sampling, mini-batch shuffles, evaluation)."""
     resume: bool = False
@@ -203,7 +204,16 @@ class Config:
     """Checkpoint every this many steps (atomically; 0 = only at the end)."""
 
     def __post_init__(self):
+        if self.out_dir is None:            # one directory per task and seed: the Quickstart's runs never collide
+            self.out_dir = default_out_dir(self.data, self.seed, self.warmup_seed)
         validate(self)
+
+
+def default_out_dir(data: str, seed: int, warmup_seed: int = 0) -> str:
+    """runs/<task>_s<seed>[_w<warmup_seed>]: "addition" -> runs/addition_s0; a .jsonl path
+    -> its file name without the extension; "reasoning_gym:countdown" -> reasoning_gym-countdown."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", os.path.splitext(os.path.basename(data))[0]) or "data"
+    return os.path.join("runs", f"{name}_s{seed}" + (f"_w{warmup_seed}" if warmup_seed else ""))
 
 
 # What --resume may change. A checkpoint records the config it was trained with, and a
@@ -424,6 +434,13 @@ def resume_or_start(run: Run, cfg: Config) -> int:
         shutil.rmtree(os.path.join(cfg.out_dir, "checkpoints"), ignore_errors=True)
     checkpoint.atomic_write(os.path.join(cfg.out_dir, "config.json"),
                             json.dumps(dataclasses.asdict(cfg), indent=1, allow_nan=False))     # strict JSON
+    if not start:        # what this run started from: the same hash means the same starting bytes
+        start_record = {"model": cfg.model, "model_path": run.model_path,
+                        "weights_sha256": tinymodel.weights_sha256(run.model_path),
+                        "shipped": os.path.dirname(os.path.abspath(run.model_path)) == tinymodel.SHIPPED_DIR}
+        checkpoint.atomic_write(os.path.join(cfg.out_dir, "start.json"), json.dumps(start_record, indent=1))
+        print(f"train.py: starting from {run.model_path} ({'shipped, ' if start_record['shipped'] else ''}"
+              f"sha256 {str(start_record['weights_sha256'])[:12]})", file=sys.stderr)
     return start
 
 
@@ -448,7 +465,7 @@ def load_model(cfg: Config, device: torch.device):
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except Exception as e:                # what config.check_model could not see: missing or damaged weights, the hub
-        where = (f"the embedded model's cached warm-up {path} is damaged (delete that directory to rebuild it)"
+        where = (f"the embedded model's warm-up {path} is damaged (delete that directory to rebuild it)"
                  if cfg.model == "tiny" else "it could not be loaded")
         raise ValueError(f"--model {cfg.model!r}: {where}: {type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else ''}") from None

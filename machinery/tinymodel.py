@@ -31,9 +31,19 @@ sums wrong: most first errors are the sum digit s of a column line "x+y+c=ds". T
 the regime the papers study: mixed groups, template tokens shared by right and wrong
 rollouts, and a few reasoning tokens that decide the reward.
 
-Caching. The warm-up result is a model directory under <repo>/.cache/tinymodel/, named
-by a hash of the WarmupConfig, written atomically (a temporary directory renamed into
-place), so a second run reuses it and a crash never leaves a half-written model.
+Shipped weights and caching. The warm-up is deterministic on one machine but not
+bit-identical across CPUs: its float sums round differently under another instruction
+set, and over 650 steps the difference grows into a different model (held-out pass@1
+0.426 on one machine, 0.453 on another, and RL from them ended 0.1 apart). So the
+repository SHIPS the warmed-up weights (weights/<key>/, a model directory of about
+0.5 MB) for the warm-up seeds in SHIPPED_SEEDS, and a run starts from those bytes on
+every machine. Anything else (another seed, a changed WarmupConfig) warms up locally and
+is cached under <repo>/.cache/tinymodel/. Both are named by cache_key, a hash of the
+WarmupConfig: a shipped directory whose key the code no longer produces is stale, and a
+run says so in one line and warms up instead (tests/test_tinymodel.py fails on a stale
+shipped directory). `python -m machinery.tinymodel` rebuilds the shipped set. Cache
+entries are written atomically (a temporary directory renamed into place), so a crash
+never leaves a half-written model.
 
 Sizes. The warm-up is a fixed number of steps chosen so that RL starts from a model that
 is right about half the time (held-out pass@1 well below 1, so groups are mixed), and it
@@ -65,6 +75,9 @@ from machinery import rollout
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository root
 DEFAULT_CACHE_DIR = os.path.join(REPO_DIR, ".cache", "tinymodel")
+SHIPPED_DIR = os.path.join(REPO_DIR, "weights")  # committed warm-ups: the same start on every machine
+SHIPPED_SEEDS = (0, 5)    # per task: the default run's start (0) and the sweeps' second block (5);
+                          # any other warm-up seed (1-4 in docs/results.md) warms up locally
 CACHE_FORMAT = 3          # bump when the warm-up code changes in a way the config cannot see
                           # (3: the tokenizer's phrase tokens and the countdown task)
 
@@ -276,25 +289,76 @@ def addition_correct(text: str, answer: str) -> bool:
 
 
 def cache_key(cfg: WarmupConfig) -> str:
-    """Directory name of cfg's warm-up: "d<digits>-<hash>" (addition) or "countdown-<hash>",
-    hash = 12 hex of sha256(config json)."""
+    """Directory name of cfg's warm-up: "<task>-s<seed>-<hash>", task "d<digits>" for
+    addition; hash = 12 hex of sha256(config json). Example: "d3-s0-3f2a9c81b0d4"."""
     blob = json.dumps({"format": CACHE_FORMAT, **dataclasses.asdict(cfg)}, sort_keys=True)
     name = f"d{cfg.digits}" if cfg.task == "addition" else cfg.task
-    return f"{name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+    return f"{name}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
-def load_or_warmup(cfg: WarmupConfig | None = None, cache_dir: str | None = None) -> str:
-    """Path of cfg's warmed-up model directory, training it first if it is not cached.
+def load_or_warmup(cfg: WarmupConfig | None = None, cache_dir: str | None = None,
+                   shipped_dir: str | None = SHIPPED_DIR, say=print) -> str:
+    """Path of cfg's warmed-up model directory: shipped, else cached, else trained now.
 
-    A cache entry counts only if it is complete (it holds warmup.json, written last
-    inside the temporary directory before the atomic rename).
+    1. shipped_dir/<key>: the committed weights (None skips them);
+    2. cache_dir/<key>: an earlier local warm-up;
+    3. a new warm-up, cached. If cfg is one the repository should ship (shipped_configs)
+       but shipped_dir lacks it, the
+       shipped weights are stale (the warm-up code changed since they were built): `say`
+       reports it in one line first, because the run will not start from shipped bytes.
+    An entry counts only if it is complete (it holds warmup.json, written last).
     """
     cfg = cfg or WarmupConfig()
-    cache_dir = cache_dir or DEFAULT_CACHE_DIR
-    path = os.path.join(cache_dir, cache_key(cfg))
-    if os.path.isfile(os.path.join(path, "warmup.json")):
-        return path
+    key = cache_key(cfg)
+    for root in (shipped_dir, cache_dir or DEFAULT_CACHE_DIR):
+        if root and os.path.isfile(os.path.join(root, key, "warmup.json")):
+            return os.path.join(root, key)
+    if shipped_dir and cfg in shipped_configs():
+        say(f"{os.path.relpath(shipped_dir, REPO_DIR)}/ has no {key} (the shipped warm-ups are stale; "
+            "python -m machinery.tinymodel rebuilds them): warming up locally")
     return warmup(cfg, cache_dir)
+
+
+def weights_sha256(path: str) -> str | None:
+    """SHA-256 of a model directory's weights: of its one weight file, or of the sorted
+    "name sha256" lines of several (sharded checkpoints). None if it has none (a hub id).
+
+    This names the start of a run: two runs with the same hash started from the same
+    bytes, whatever machine they ran on."""
+    if not os.path.isdir(path):
+        return None
+    files = sorted(n for n in os.listdir(path) if n.endswith((".safetensors", ".bin")))
+    digests = [(n, _file_sha256(os.path.join(path, n))) for n in files]
+    if len(digests) == 1:
+        return digests[0][1]
+    return hashlib.sha256("".join(f"{n} {d}\n" for n, d in digests).encode()).hexdigest() if digests else None
+
+
+def shipped_configs() -> list[WarmupConfig]:
+    """The warm-ups the repository ships: each task's own (warmup_config) for each seed in
+    SHIPPED_SEEDS. tests/test_tinymodel.py checks that weights/ holds exactly these."""
+    return [warmup_config(task, seed=seed) for task in TASKS for seed in SHIPPED_SEEDS]
+
+
+def ship(shipped_dir: str = SHIPPED_DIR, cache_dir: str | None = None) -> list[str]:
+    """Rebuild the shipped warm-ups: for each of shipped_configs(), warm up (or take the
+    cache entry of the same key, which this machine built from the same config) and copy
+    the model directory into shipped_dir/<key>; then delete every other entry of
+    shipped_dir. Returns the shipped paths. `python -m machinery.tinymodel`, then commit
+    weights/."""
+    keep = []
+    for cfg in shipped_configs():
+        source = load_or_warmup(cfg, cache_dir, shipped_dir=None)
+        target = os.path.join(shipped_dir, cache_key(cfg))
+        if not os.path.isdir(target):
+            tmp = tempfile.mkdtemp(dir=_made(shipped_dir), prefix=".tmp-")
+            shutil.copytree(source, tmp, dirs_exist_ok=True)
+            os.rename(tmp, target)
+        keep.append(target)
+    for name in os.listdir(shipped_dir):
+        if os.path.join(shipped_dir, name) not in keep:
+            shutil.rmtree(os.path.join(shipped_dir, name))
+    return keep
 
 
 def warmup(cfg: WarmupConfig, cache_dir: str | None = None) -> str:
@@ -431,6 +495,19 @@ def _task_rows(cfg: WarmupConfig) -> tuple[list[dict], list[dict]]:
             data.addition_split_rows(cfg.eval_prompts, "test", digits=cfg.digits, seed=cfg.seed + 7919))
 
 
+def _file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _made(path: str) -> str:
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
 def _save_atomic(model, tokenizer, summary: dict, final: str) -> str:
     """Save into a temporary sibling directory, then rename it to `final` in one step.
 
@@ -459,3 +536,9 @@ def _save_atomic(model, tokenizer, summary: dict, final: str) -> str:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+if __name__ == "__main__":
+    # python -m machinery.tinymodel: rebuild weights/ (every task x SHIPPED_SEEDS), then commit it.
+    for shipped in ship():
+        print(f"{shipped}  sha256 {weights_sha256(shipped)}")

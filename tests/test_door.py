@@ -3,6 +3,7 @@ used to pass silently, fail late, or end in a traceback. Each case is one line o
 and exit code 2 before any work (no data, no model, no warm-up), or recovers correctly.
 """
 
+import functools
 import json
 import os
 import shutil
@@ -130,7 +131,8 @@ def test_jsonl_row_nested_a_hundred_thousand_deep_is_one_line(tiny_dir, tmp_path
 
 def test_truncated_cached_warm_up_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
     cache = tmp_path / "cache"
-    monkeypatch.setattr(tinymodel, "DEFAULT_CACHE_DIR", str(cache))
+    monkeypatch.setattr(tinymodel, "load_or_warmup", functools.partial(tinymodel.load_or_warmup, cache_dir=str(cache),
+                                                                       shipped_dir=None))
     cfg = train.parse_args(["--out_dir", str(tmp_path / "run"), "--digits", "1"])
     entry = cache / tinymodel.cache_key(train.embedded_warmup(cfg))
     tok = tinymodel.build_char_tokenizer()
@@ -140,7 +142,7 @@ def test_truncated_cached_warm_up_is_one_line_naming_it(tmp_path, capsys, monkey
     weights = entry / "model.safetensors"
     os.truncate(weights, os.path.getsize(weights) // 2)          # ... then a copy cut short
     code, err = door(["--out_dir", str(tmp_path / "run"), "--digits", "1", "--steps", "1"], capsys)
-    assert code == 2 and len(err) == 1 and f"cached warm-up {entry} is damaged" in err[0], err
+    assert code == 2 and len(err) == 1 and f"warm-up {entry} is damaged" in err[0], err
 
 
 # --- the other entry points -------------------------------------------------------------------
