@@ -245,7 +245,7 @@ def wait_for_lines(path, n, proc, limit=240):
     pytest.fail(f"the first run did not reach {n} logged steps")
 
 
-@pytest.mark.parametrize("second", [["--seed", "7", "--overwrite"], ["--resume"], ["--resume", "--steps", "3000"]])
+@pytest.mark.parametrize("second", [["--seed", "7", "--overwrite"], ["--resume", "--steps", "3000"]])
 def test_a_second_writer_is_refused_naming_the_first_and_each_step_is_logged_once(tiny_dir, tmp_path, second):
     """Before: both wrote the same metrics.jsonl (steps twice, out of order), the checkpoint kept
     the last writer's config, and both exited 0."""
