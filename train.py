@@ -188,6 +188,8 @@ class Config:
     # --- evaluation, diagnostics, checkpoints ---
     eval_every: int = 25
     """Evaluate held-out pass@k every this many steps (and at the end; 0 = never)."""
+    eval_before_train: bool = True
+    """Evaluate the starting model once before step 1 (verl's val_before_train); written to start.json, not metrics.jsonl."""
     eval_samples: int = 0
     """Samples per held-out prompt; pass@k for k = 1, 2, 4, ... up to this (0 = the task's default: 16 for countdown, 4 otherwise)."""
     flip_every: int = 10
@@ -223,7 +225,7 @@ RESUME_SAFE = {
     # When the run stops, evaluates or saves. Evaluation samples in a forked RNG (see
     # evaluate) and saving draws nothing, so the continuation is bit-identical.
     "steps",                 # more steps: the run continues (fewer than the checkpoint's: refused)
-    "max_minutes", "eval_every", "save_every",
+    "max_minutes", "eval_every", "save_every", "eval_before_train",
     # How fast, on how much memory, and how often the diagnostics run. Each computes the
     # same update up to float rounding (tested in tests/test_train.py); the diagnostics
     # draw from their own seeded streams, and on a diagnostic step no zero-advantage
@@ -251,6 +253,8 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
     # TRY NOT TO MODIFY: set-up, resume, the clock and the progress bar
     run = run or setup(cfg)
     start = resume_or_start(run, cfg)
+    if not start:
+        record_start(run, cfg)
     N, G = cfg.prompts_per_step, cfg.group_size
     group_index = torch.arange(N * G) // G                  # rollout b answers prompt b // G
     history, t_start = [], time.perf_counter()
@@ -434,14 +438,28 @@ def resume_or_start(run: Run, cfg: Config) -> int:
         shutil.rmtree(os.path.join(cfg.out_dir, "checkpoints"), ignore_errors=True)
     checkpoint.atomic_write(os.path.join(cfg.out_dir, "config.json"),
                             json.dumps(dataclasses.asdict(cfg), indent=1, allow_nan=False))     # strict JSON
-    if not start:        # what this run started from: the same hash means the same starting bytes
-        start_record = {"model": cfg.model, "model_path": run.model_path,
-                        "weights_sha256": tinymodel.weights_sha256(run.model_path),
-                        "shipped": os.path.dirname(os.path.abspath(run.model_path)) == tinymodel.SHIPPED_DIR}
-        checkpoint.atomic_write(os.path.join(cfg.out_dir, "start.json"), json.dumps(start_record, indent=1))
-        print(f"train.py: starting from {run.model_path} ({'shipped, ' if start_record['shipped'] else ''}"
-              f"sha256 {str(start_record['weights_sha256'])[:12]})", file=sys.stderr)
     return start
+
+
+def record_start(run: Run, cfg: Config) -> dict:
+    """Write out_dir/start.json: what this run started from, and how good it was.
+
+    weights_sha256 names the starting bytes (tinymodel.weights_sha256): two runs with the
+    same hash started from the same model on whatever machine. "shipped" says whether
+    they came from the repository's weights/. With eval_before_train (verl's
+    val_before_train), "eval" holds the starting model's held-out pass@k, from the same
+    estimator and prompts as every later evaluation, in evaluate's forked RNG (step 0):
+    it draws nothing from the training streams, so the run is the same with or without it.
+    """
+    record = {"model": cfg.model, "model_path": run.model_path,
+              "weights_sha256": tinymodel.weights_sha256(run.model_path),
+              "shipped": os.path.dirname(os.path.abspath(run.model_path)) == tinymodel.SHIPPED_DIR}
+    print(f"train.py: starting from {run.model_path} ({'shipped, ' if record['shipped'] else ''}"
+          f"sha256 {str(record['weights_sha256'])[:12]})", file=sys.stderr)
+    if cfg.eval_before_train and cfg.eval_every:
+        record["eval"] = evaluate(run, cfg, step=0)
+    checkpoint.atomic_write(os.path.join(cfg.out_dir, "start.json"), json.dumps(record, indent=1))
+    return record
 
 
 def pick_device(cfg: Config) -> torch.device:
@@ -839,7 +857,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
     The fields of the nested LossConfig and SchedulerConfig are flags under their own
     names (--loss_type, --schedule, ...). Any bad value: one line on stderr, exit code 2.
     """
-    values = config.parse_flags(Config(), argv, description=__doc__.split("\n")[0], prog="train.py")
+    defaults = Config()
+    defaults.out_dir = None                 # resolved per task and seed once the flags are known
+    values = config.parse_flags(defaults, argv, description=__doc__.split("\n")[0], prog="train.py")
     if values["sched"]["schedule"] == "decay" and values["sched"]["total_steps"] is None:
         values["sched"]["total_steps"] = max(values[""]["steps"], 2)     # the ramp spans the run
     try:

@@ -48,26 +48,39 @@ from machinery import countdown
 # SECTION 1. The synthetic addition task (exact format; verify.check_addition parses it)
 # ---------------------------------------------------------------------------------------
 
-def addition_response(a: int, b: int) -> str:
+def addition_response(a: int, b: int, digit_noise: float = 0.0, rng: random.Random | None = None) -> str:
     """The reference response (scratchpad + answer line) for a + b.
 
     Example: addition_response(347, 85) ==
         "7+5+0=12\\n4+8+1=13\\n3+0+1=04\\nA:432\\n"
     The number of columns is the digit count of the longer operand; the final carry, if
     any, shows only in the last column's "d" and in the answer.
+
+    digit_noise > 0 gives a NOISY TEACHER, for the embedded model's warm-up only: each
+    column's result digit s is, with that probability (draws from rng), replaced by one
+    of the 9 other digits, uniformly. The carry d stays right (the next column's c is
+    computed from the true sum), and the answer line is read off the written digits, as
+    a model that copies its scratchpad would: 347+85 with the middle digit replaced by 7
+    gives "...4+8+1=17\\n...A:472". A model trained on such targets to convergence is
+    unsure at exactly the tokens that decide the reward (tinymodel.py says why).
     """
     if a < 0 or b < 0:
         raise ValueError(f"addition operands must be non-negative, got a={a}, b={b}")
     sa, sb = str(a), str(b)
     n = max(len(sa), len(sb))
     sa, sb = sa.zfill(n), sb.zfill(n)
-    lines, carry = [], 0
+    lines, written, carry = [], [], 0
     for k in range(n - 1, -1, -1):          # least significant column first
         x, y = int(sa[k]), int(sb[k])
         s = x + y + carry
-        lines.append(f"{x}+{y}+{carry}={s:02d}\n")
+        digit = s % 10
+        if digit_noise and rng.random() < digit_noise:
+            digit = (digit + rng.randint(1, 9)) % 10
+        lines.append(f"{x}+{y}+{carry}={s // 10}{digit}\n")
+        written.append(digit)
         carry = s // 10
-    return "".join(lines) + f"A:{a + b}\n"
+    answer = carry * 10 ** n + sum(d * 10 ** k for k, d in enumerate(written))   # == a + b without noise
+    return "".join(lines) + f"A:{answer}\n"
 
 
 def addition_prompt(a: int, b: int) -> str:

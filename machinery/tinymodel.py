@@ -15,21 +15,25 @@ one and silently drops "\n" from every prompt. The model then sees "347+85" with
 its newline and its accuracy collapses with no error anywhere (this happened while
 building this file; tests/test_tinymodel.py pins the behaviour).
 
-Why warm up at all, and why a fixed number of steps. RL with a binary reward only
-learns from groups that contain both a success and a failure: a randomly initialised
-model never succeeds (reward 0 everywhere, every advantage 0) and a fully trained one
-always does. The warm-up therefore runs supervised training (cross-entropy on the
-response tokens of data.py's reference scratchpads) for a FIXED number of steps
-(WarmupConfig.max_steps: 650 for addition), which lands the model at held-out pass@1
-~0.4 (temperature 1; the measured curve is in docs/results.md). Stopping at the first
-evaluation above a threshold instead (target_pass1, still an option) made the start
-depend on evaluation noise: the curve is steep there, so a 128-prompt estimate crosses
-a threshold anywhere within a hundred steps, and the RL results downstream moved with
-it. A fixed step count makes the start depend only on the config and float arithmetic. At
-that point the model has the format and the column layout but still gets single-digit
-sums wrong: most first errors are the sum digit s of a column line "x+y+c=ds". That is
-the regime the papers study: mixed groups, template tokens shared by right and wrong
-rollouts, and a few reasoning tokens that decide the reward.
+Why warm up at all, and why with a noisy teacher. RL with a binary reward only learns
+from groups that contain both a success and a failure: a randomly initialised model never
+succeeds (reward 0 everywhere, every advantage 0) and a fully trained one always does.
+The warm-up is supervised training (cross-entropy on the response tokens of data.py's
+scratchpads) that must stop somewhere in between, and WHERE matters more than how far.
+Stopped mid-way on clean targets (the earlier rule: 650 steps at a constant learning
+rate), the model sat on the steep part of its learning curve, and its state there
+depended on the seed: held-out pass@1 0.26 to 0.88 over warm-up seeds 0-4, with whole
+skills missing in some (a carry pattern it always gets wrong: groups that are all wrong,
+which RL cannot learn from), and RL after it ended anywhere from 0.30 to 0.97
+(docs/results.md). So the addition warm-up now trains to convergence (1500 steps,
+cosine learning rate to 0) on targets from a NOISY TEACHER: each column's result digit
+is wrong with probability 0.25 (data.addition_response). The converged model has every
+skill and is unsure exactly where the teacher was: about one result digit in four is
+sampled wrong, at random, on every prompt. That is the regime the papers study, and a
+stable one: groups are mixed, the template tokens ("+", "=", "A:") are shared by right
+and wrong rollouts, and a few digit tokens decide the reward. Countdown keeps its clean
+targets and a fixed 3000 steps (its uncertainty is the task's own: several answers and
+wordings). The measured starts, per task and warm-up seed, are in docs/results.md.
 
 Shipped weights and caching. The warm-up is deterministic on one machine but not
 bit-identical across CPUs: its float sums round differently under another instruction
@@ -59,7 +63,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
+import random
 import re
 import shutil
 import string
@@ -78,8 +84,8 @@ DEFAULT_CACHE_DIR = os.path.join(REPO_DIR, ".cache", "tinymodel")
 SHIPPED_DIR = os.path.join(REPO_DIR, "weights")  # committed warm-ups: the same start on every machine
 SHIPPED_SEEDS = (0, 5)    # per task: the default run's start (0) and the sweeps' second block (5);
                           # any other warm-up seed (1-4 in docs/results.md) warms up locally
-CACHE_FORMAT = 3          # bump when the warm-up code changes in a way the config cannot see
-                          # (3: the tokenizer's phrase tokens and the countdown task)
+CACHE_FORMAT = 4          # bump when the warm-up code changes in a way the config cannot see
+                          # (4: the noisy teacher's draws and the seed in the key's name)
 
 
 # ---------------------------------------------------------------------------------------
@@ -215,9 +221,13 @@ class WarmupConfig:
     intermediate_size: int = 256
     """SwiGLU hidden width."""
     lr: float = 3e-3
-    """AdamW peak learning rate (linear warm-up, then constant: the run stops early anyway)."""
+    """AdamW peak learning rate (linear warm-up, then constant, or cosine to 0 with lr_decay)."""
     lr_warmup_steps: int = 50
     """Steps of linear learning-rate warm-up from 0."""
+    lr_decay: bool = False
+    """Cosine decay of the learning rate to 0 at max_steps: the warm-up ends at rest, not mid-stride."""
+    digit_noise: float = 0.0
+    """Addition: probability that a training target's column result digit is replaced (a noisy teacher; data.addition_response)."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     batch_size: int = 64
@@ -246,6 +256,8 @@ class WarmupConfig:
         if self.lr_warmup_steps < 0 or self.weight_decay < 0:
             raise ValueError(f"WarmupConfig.lr_warmup_steps and weight_decay must be >= 0, got "
                              f"{self.lr_warmup_steps}, {self.weight_decay}")
+        if not 0 <= self.digit_noise < 1:
+            raise ValueError(f"WarmupConfig.digit_noise must be in [0, 1), got {self.digit_noise}")
         if self.target_pass1 is not None and not 0 < self.target_pass1 <= 1:
             raise ValueError(f"WarmupConfig.target_pass1 must be in (0, 1], got {self.target_pass1}")
 
@@ -254,16 +266,21 @@ TASKS = ("addition", "countdown")
 
 
 def warmup_config(task: str = "addition", digits: int = 3, seed: int = 0) -> WarmupConfig:
-    """The warm-up train.py uses for the embedded model on `task` (a fixed number of steps).
+    """The warm-up train.py uses for the embedded model on `task`, from warm-up seed `seed`.
 
-    addition: 650 steps. countdown: 3000 steps (~3 minutes on two cores): the task is
-    harder (find the operations, not carry digits) and the warm-up is meant to leave the
-    model uncertain among several right answers and wordings, not to solve it; the
-    measured start of RL is in docs/results.md.
+    addition: width 128 with 4 heads of 32, 1500 steps with the learning rate decayed to
+    0, on the noisy teacher's targets (digit_noise 0.25): it converges to a model that
+    gets about half the held-out problems right from any seed (the header says why). At
+    width 64 with 2 heads the same warm-up failed to learn the carries from some seeds.
+    countdown: width 64 with 2 heads, 3000 steps on clean targets: the task is harder
+    (find the operations, not carry digits) and the warm-up is meant to leave the model
+    uncertain among several right answers and wordings, not to solve it.
+    The measured starts of RL, per task and seed, are in docs/results.md.
     """
     if task == "countdown":
         return WarmupConfig(task="countdown", max_steps=3000, eval_every=500, seed=seed)
-    return WarmupConfig(task=task, digits=digits, seed=seed)
+    return WarmupConfig(task=task, digits=digits, seed=seed, hidden_size=128, num_heads=4,
+                        max_steps=1500, lr_decay=True, digit_noise=0.25, eval_every=100)
 
 
 def max_response_tokens(cfg: WarmupConfig) -> int:
@@ -395,8 +412,7 @@ def warmup(cfg: WarmupConfig, cache_dir: str | None = None) -> str:
     train_rows, eval_rows = _task_rows(cfg)
     inputs, labels = _encode_rows(tokenizer, train_rows)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / cfg.lr_warmup_steps) if cfg.lr_warmup_steps else 1.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(cfg, s))
     gen = torch.Generator().manual_seed(cfg.seed)
 
     history, step, reached = [], 0, False
@@ -433,6 +449,14 @@ def warmup(cfg: WarmupConfig, cache_dir: str | None = None) -> str:
 # ---------------------------------------------------------------------------------------
 # Helpers of SECTION 3
 # ---------------------------------------------------------------------------------------
+
+def lr_factor(cfg: WarmupConfig, step: int) -> float:
+    """The warm-up's learning rate at optimizer step `step` (0-based), as a share of cfg.lr:
+    min(1, (step + 1) / lr_warmup_steps), times (1 + cos(pi * step / max_steps)) / 2 with
+    lr_decay (1 at the start, 0 at max_steps)."""
+    ramp = min(1.0, (step + 1) / cfg.lr_warmup_steps) if cfg.lr_warmup_steps else 1.0
+    return ramp * (0.5 * (1 + math.cos(math.pi * min(step, cfg.max_steps) / cfg.max_steps)) if cfg.lr_decay else 1.0)
+
 
 def _encode_rows(tokenizer, rows: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
     """(inputs [n, L], labels [n, L]) for prompt + target + EOS, right-padded.
@@ -491,8 +515,13 @@ def _task_rows(cfg: WarmupConfig) -> tuple[list[dict], list[dict]]:
     if cfg.task == "countdown":
         return (countdown.make_rows(cfg.n_train, "train", seed=cfg.seed),
                 countdown.make_rows(cfg.eval_prompts, "test", seed=cfg.seed + 7919))
-    return (data.addition_split_rows(cfg.n_train, "train", digits=cfg.digits, seed=cfg.seed),
-            data.addition_split_rows(cfg.eval_prompts, "test", digits=cfg.digits, seed=cfg.seed + 7919))
+    train_rows = data.addition_split_rows(cfg.n_train, "train", digits=cfg.digits, seed=cfg.seed)
+    if cfg.digit_noise:      # the noisy teacher: targets only; "answer" stays the true sum
+        rng = random.Random(cfg.seed)
+        train_rows = [{**r, "target": data.addition_response(*map(int, r["prompt"].split("+")),
+                                                             digit_noise=cfg.digit_noise, rng=rng)}
+                      for r in train_rows]
+    return train_rows, data.addition_split_rows(cfg.eval_prompts, "test", digits=cfg.digits, seed=cfg.seed + 7919)
 
 
 def _file_sha256(path: str) -> str:
