@@ -766,10 +766,11 @@ def validate(cfg: Config) -> None:
     for name in ("eval_every", "flip_every", "save_every", "n_train", "threads", "max_minutes", "grad_clip",
                  "weight_decay", "value_every", "coupling_pairs", "n_eval", "eval_samples", "warmup_seed"):
         need(getattr(cfg, name) >= 0, f"--{name} must be >= 0, got {getattr(cfg, name)}")
-    # The ranges the random streams can take. Every rollout's sampling seed comes from
+    # The ranges the random streams can take, checked here and not at step 1 after the
+    # data, the model and the warm-up. Every rollout's sampling seed comes from
     # vllm_rollout.batch_seed (both backends), which keeps seeds distinct for run seeds
-    # below 2**17, steps below 2**20 and batches of at most 2**22 rollouts; numpy's seed
-    # must be in [0, 2**32). Checked here, not at step 1 after the warm-up.
+    # below 2**17, steps below 2**20 and batches of at most 2**22 rollouts (and numpy's
+    # seed must be in [0, 2**32)); the warm-up seed is a 32-bit seed like numpy's.
     need(0 <= cfg.seed < 2 ** 17, f"--seed must be in [0, {2 ** 17 - 1}], got {cfg.seed}")
     need(0 <= cfg.warmup_seed < 2 ** 32, f"--warmup_seed must be in [0, {2 ** 32 - 1}], got {cfg.warmup_seed}")
     need(cfg.steps < 2 ** 20, f"--steps must be below {2 ** 20}, got {cfg.steps}")
@@ -783,7 +784,7 @@ def validate(cfg: Config) -> None:
          f"--temperature must be in [{vllm_rollout.MIN_TEMPERATURE}, {vllm_rollout.MAX_TEMPERATURE}] "
          f"(vLLM's limits, used for both backends), got {cfg.temperature}")
     # Adam moves each parameter by about lr per step whatever the gradient's scale, so an
-    # lr above 1 wrecks any model in one step (--lr 1e30 did, and the run exited 0).
+    # lr above 1 wrecks any model in its first step, and the run would still exit 0.
     need(0 < cfg.lr <= MAX_LR, f"--lr must be in (0, {MAX_LR}], got {cfg.lr}")
     need(cfg.model == "tiny" or cfg.warmup_seed == 0,
          f"--warmup_seed {cfg.warmup_seed} seeds the embedded model's warm-up; --model {cfg.model!r} has none")

@@ -34,17 +34,17 @@ it wrote done.json, which is then written); any other run without done.json (kil
 rebooted) restarts with train.py --resume, which continues exactly from its last
 checkpoint (or from step 0 if there is none); a directory holding a run with OTHER flags
 is an error (choose another --out, or remove it), never overwritten and never mixed into
-a table.
+a table. A failing run does not stop the others: sweep.py lets them finish, writes the
+reports from the runs that did, then exits 1 with one line per failed run naming its log.
+A sweep may so be finished over several sessions; `report` rebuilds every report from
+whatever has finished.
 
 One sweep per --out at a time: the sweep locks --out (config.lock_dir; a second sweep
 is refused in one line naming the first one's PID), and each train.py locks its own run
 directory. A train.py dies with the sweep that started it, however the sweep dies
 (kill -9 included): the sweep passes its PID in TOKENCREDIT_PARENT_PID, and train.py asks
 the kernel for a signal when its parent exits (train.exit_with_parent). So a killed
-sweep leaves no run writing behind it, and its rerun resumes each one once. A failing run does not stop the others: sweep.py lets them
-finish, writes the reports from the runs that did, then exits 1 with one line per failed
-run naming its log. A sweep may so be finished over several sessions; `report` rebuilds
-every report from whatever has finished.
+sweep leaves no run writing behind it, and its rerun resumes each one once.
 
 The table (summary.md): one row per quantity, one column per arm. A cell reads
 "mean ± SE [seed 0, seed 1, ...]" over the arm's finished seeds, with SE = std(ddof=1) /

@@ -114,13 +114,13 @@ def find_checkpoint(out_dir: str, usable=None) -> tuple[str | None, list[str]]:
     """(the newest intact checkpoint or None, what is wrong with each one skipped).
 
     Walks out_dir/checkpoints/step_* from the highest step down and stops at the first
-    intact one (check_checkpoint) that `usable(path)` (if given) does not object to: it
-    returns None or what is wrong, as check_checkpoint does. `latest` is the pointer a finished save writes last;
-    it is read only to report a problem with it (empty, naming a directory that does not
-    exist or is damaged, or lagging behind an intact newer checkpoint: a save killed
-    between its rename and the pointer). The step directories themselves are the truth.
-    Returns (None, []) when there is no checkpoint at all, (None, problems) when there
-    are some and none is intact.
+    intact one (check_checkpoint) that `usable(path)`, if given, does not object to (it
+    returns None or what is wrong, as check_checkpoint does). `latest` is the pointer a
+    finished save writes last; it is read only to report a problem with it (not a file,
+    empty, naming a directory that does not exist or is damaged, or lagging behind an
+    intact newer checkpoint: a save killed between its rename and the pointer). The step
+    directories themselves are the truth. Returns (None, []) when there is no checkpoint
+    at all, (None, problems) when there are some and none is usable.
     """
     root = os.path.join(out_dir, "checkpoints")
     if not os.path.isdir(root):
