@@ -59,8 +59,8 @@ Cost: a fork per answer, which on a small virtual machine takes longer than
 math-verify's own comparison (docs/LOG.md has the numbers); in exchange a hang costs its
 timeout and nothing more, because the warm worker kills the child and stays.
 
-Outside Linux the worker still forks, limits and times out its children, but there is
-no Landlock, no parent-death signal and no uid switch.
+Written for Linux (where the tests run). Elsewhere there is no Landlock and no
+parent-death signal, and the rest is untested.
 """
 
 from __future__ import annotations
