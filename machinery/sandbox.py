@@ -65,6 +65,7 @@ parent-death signal, and the rest is untested.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import json
 import os
@@ -135,8 +136,9 @@ def run_scorer(library: str, args: list, timeout: float, warmup: list | None = N
 def shutdown() -> None:
     """Stop every worker (each waits for its busy call to finish, bounded by its timeout).
 
-    Workers also exit on their own when the trainer's end of the pipe closes (the
-    trainer exited), and their children die with them (parent-death signal).
+    Runs at exit too (atexit), so the workers' directories are removed. Workers also exit
+    on their own when the trainer's end of the pipe closes (the trainer was killed), and
+    their children die with them (parent-death signal).
     """
     with _pools_guard:
         pools = list(_pools.values())
@@ -144,6 +146,9 @@ def shutdown() -> None:
     for pool in pools:
         for _ in range(POOL_SIZE):
             _stop_worker(pool.get())
+
+
+atexit.register(shutdown)
 
 
 # ---------------------------------------------------------------------------------------
