@@ -38,13 +38,23 @@ warm-up seed), so no two runs ever warm up at once. Files:
     OUT/TASK/NAME/summary.md    the page of this machine's runs (pages.write_page)
     OUT/TASK/NAME/verdicts.json the findings as data
     OUT/TASK/NAME/curves.png    mean ± SE over runs of each curve of the sweep
-Resume by directory: a run with done.json and the same flags is skipped; a run without
-done.json (killed, rebooted) restarts with train.py --resume, which continues exactly
-from its last checkpoint (or from step 0 if there is none); a directory holding a run
-with OTHER flags is an error (choose another --out, or remove it), never overwritten and
-never mixed into a table. A failing run does not stop the others: sweep.py lets them
-finish, writes the summary from the runs that did, then exits 1 with one line per failed
-run naming its log.
+Resume by directory: a run with done.json and the same flags is skipped, and so is a run
+whose metrics.jsonl has every step (the sweep was killed after the run ended and before
+it wrote done.json, which is then written); any other run without done.json (killed,
+rebooted) restarts with train.py --resume, which continues exactly from its last
+checkpoint (or from step 0 if there is none); a directory holding a run with OTHER flags
+is an error (choose another --out, or remove it), never overwritten and never mixed into
+a table. A failing run does not stop the others: sweep.py lets them finish, writes the
+reports from the runs that did, then exits 1 with one line per failed run naming its log.
+A sweep may so be finished over several sessions; `report` rebuilds every report from
+whatever has finished.
+
+One sweep per --out at a time: the sweep locks --out (config.lock_dir; a second sweep
+is refused in one line naming the first one's PID), and each train.py locks its own run
+directory. A train.py dies with the sweep that started it, however the sweep dies
+(kill -9 included): the sweep passes its PID in TOKENCREDIT_PARENT_PID, and train.py asks
+the kernel for a signal when its parent exits (train.exit_with_parent). So a killed
+sweep leaves no run writing behind it, and its rerun resumes each one once.
 
 For tests: everything after `--` goes to every train.py run, after the sweep's own flags
 (so it wins), e.g. a tiny untrained model instead of the warm-up:
@@ -75,6 +85,7 @@ from experiments import pages
 from experiments.pages import machine as _machine, now as _now, read_json as _read_json
 from experiments.sweeps import (SEEDS, SWEEPS, TASKS, WARMUP_SEEDS, Sweep, budget_table, estimate_minutes, eval_flags,
                                 settings)
+from machinery import config
 
 # ---------------------------------------------------------------------------------------
 # The defaults: change them here.
@@ -148,9 +159,12 @@ def select_part(runs: list[RunSpec], part: int, parts: int) -> list[RunSpec]:
 
 
 def run_state(run: RunSpec) -> str:
-    """'finished' (skip), 'resume' (started before with these flags) or 'new'.
+    """'finished' (skip), 'complete' (metrics done, no done.json: skip), 'resume' or 'new'.
 
-    Raises ValueError when the directory holds a run started with other flags.
+    'complete': the run logged every step, but done.json is missing (the sweep was
+    killed between the run's end and writing it); main writes it. 'resume': started
+    before with these flags. Raises ValueError when the directory holds a run started
+    with other flags.
     """
     started = _read_json(os.path.join(run.dir, "sweep_args.json"))
     if started is None:
@@ -158,7 +172,9 @@ def run_state(run: RunSpec) -> str:
     if _but_out_dir(started.get("args", [])) != _but_out_dir(run.args):     # a moved sweep directory still resumes
         raise ValueError(f"{run.dir} holds a run with other train.py flags ({shlex.join(started.get('args', []))}); "
                          "use another --out or remove that directory")
-    return "finished" if os.path.isfile(os.path.join(run.dir, "done.json")) else "resume"
+    if os.path.isfile(os.path.join(run.dir, "done.json")):
+        return "finished"
+    return "complete" if _metrics_complete(os.path.join(run.dir, "metrics.jsonl"), run.steps) else "resume"
 
 
 def ensure_warmup(runs: list[RunSpec], say: Callable[[str], None]) -> None:
@@ -192,7 +208,8 @@ def execute(todo: list[tuple[RunSpec, str]], jobs: int, n_skipped: int, say: Cal
     """
     results, running, lock, stopping = {}, {}, threading.Lock(), threading.Event()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "TQDM_MININTERVAL": "30"}          # train.py's progress bar: a line per 30 s in train.log
+           "TQDM_MININTERVAL": "30",          # train.py's progress bar: a line per 30 s in train.log
+           "TOKENCREDIT_PARENT_PID": str(os.getpid())}     # each run dies with this process (module header)
 
     def one(run: RunSpec, state: str) -> dict:
         os.makedirs(run.dir, exist_ok=True)
@@ -213,10 +230,10 @@ def execute(todo: list[tuple[RunSpec, str]], jobs: int, n_skipped: int, say: Cal
                 running.pop(run.label, None)
         end = time.time()
         last = _last_step(os.path.join(run.dir, "metrics.jsonl"))
-        result = {"ok": rc == 0 and last == run.steps, "rc": rc, "seconds": end - start, "start": start, "end": end}
+        complete = _metrics_complete(os.path.join(run.dir, "metrics.jsonl"), run.steps)
+        result = {"ok": rc == 0 and complete, "rc": rc, "seconds": end - start, "start": start, "end": end}
         if result["ok"]:
-            _atomic_json(os.path.join(run.dir, "done.json"),
-                         {"args": run.args, "steps": run.steps, "seconds": end - start, "finished": _now()})
+            write_done(run, end - start)
         else:
             why = f"exit code {rc}" if rc != 0 else f"metrics.jsonl ends at step {last}, not {run.steps}"
             result["error"] = f"run {run.label} failed ({why}); log: {log_path}"
@@ -350,6 +367,8 @@ def main(argv: list[str] | None = None) -> None:
         for path in pages.report(args.out, args.docs, args.readme):
             print(f"wrote {path}")
         return
+    if problem := config.writable_dir_problem(args.out):
+        parser.error(f"--out {args.out!r}: {problem}")
     if args.name == "plan":
         print(plan_text(list(TASKS)))
         return
@@ -375,6 +394,7 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--arms: {', '.join(unknown) or repr(args.arms)} not in sweep {names[0]} "
                          f"(arms: {', '.join(sweeps[0].arms)})")
     try:
+        out_lock = config.lock_dir(args.out, "--out")       # held until this process exits
         plans = {s.name: plan_runs(s, arms if args.arms else list(s.arms), warmup_seeds, seeds,
                                    args.steps or settings(args.task, s.name)["steps"], args.out, extra, args.task)
                  for s in sweeps}
@@ -398,6 +418,11 @@ def main(argv: list[str] | None = None) -> None:
         logs[run.sweep].write(f"{_now()} {run.label}: {event}\n")
         logs[run.sweep].flush()
 
+    for r in every:
+        if states[r.label] == "complete":       # killed after its last step, before done.json
+            write_done(r, (_read_last(os.path.join(r.dir, "metrics.jsonl")) or {}).get("time/elapsed", 0.0))
+            say(r, "done.json written (its metrics were complete; the sweep had been stopped)")
+            states[r.label] = "finished"
     skipped = [r for r in every if states[r.label] == "finished"]
     for r in skipped:
         say(r, "skipped (finished before)")
@@ -414,6 +439,7 @@ def main(argv: list[str] | None = None) -> None:
     failed = [res["error"] for res in results.values() if not res["ok"]]
     for line in failed:
         print(f"sweep.py: {line}", file=sys.stderr)
+    out_lock.close()
     if failed:
         sys.exit(1)
 
@@ -444,6 +470,12 @@ def pilot(args, extra: list[str]) -> None:
     start = sorted(c["start_s"] for c in costs.values())[len(costs) // 2]
     print(f"for sweeps.TASKS[{args.task!r}]: \"cost\": {{\"start_s\": {start:.1f}, \"sample_s\": {sample:.6f}}}; "
           + ", ".join(f"{n} step_s {c['step_s']:.2f}" for n, c in costs.items()))
+
+
+def write_done(run: RunSpec, seconds: float) -> None:
+    """done.json, written last and atomically: the run is finished and will be skipped."""
+    _atomic_json(os.path.join(run.dir, "done.json"),
+                 {"args": run.args, "steps": run.steps, "seconds": seconds, "finished": _now()})
 
 
 def _seed_list(parser, flag: str, text: str | None, default) -> list[int]:
@@ -505,16 +537,33 @@ def _but_out_dir(args: list[str]) -> list[str]:
 
 
 def _last_step(path: str) -> int | None:
+    last = _read_last(path)
+    return int(last["step"]) if last and isinstance(last.get("step"), int) else None
+
+
+def _read_last(path: str) -> dict | None:
+    """The last record of a metrics.jsonl, or None (missing, empty or unreadable)."""
     try:
         with open(path) as f:
             lines = [line for line in f if line.strip()]
-        return int(json.loads(lines[-1])["step"]) if lines else None
-    except (OSError, ValueError, KeyError):
+        record = json.loads(lines[-1]) if lines else None
+        return record if isinstance(record, dict) else None
+    except (OSError, ValueError, RecursionError):
         return None
 
 
 def _join(xs) -> str:
     return ",".join(str(x) for x in xs)
+
+
+def _metrics_complete(path: str, steps: int) -> bool:
+    """True iff metrics.jsonl holds exactly one record for each step 1..steps, in order."""
+    try:
+        with open(path) as f:
+            logged = [json.loads(line)["step"] for line in f if line.strip()]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return False
+    return logged == list(range(1, steps + 1))
 
 
 def _atomic_json(path: str, obj) -> None:

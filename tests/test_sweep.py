@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -20,6 +21,8 @@ import torch
 import diagnostics
 from experiments import pages, quantities, sweep, sweeps
 from machinery import tinymodel
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
@@ -401,7 +404,7 @@ def test_failing_arm_exits_nonzero_naming_the_run_and_its_log(tiny_dir, tmp_path
     (["dfpo", "--part", "half"], "--part must read K/N"),
     (["all", "--part", "1/2"], "--part needs one sweep"),
     (["dfpo", "--part", "1/2", "--seeds", "0"], "--part picks its own runs"),
-    (["dfpo", "--", "--lr", "-1"], "dfpo/grpo/warmup_0/seed_0: train.py: error: --lr must be > 0, got -1.0"),
+    (["dfpo", "--", "--lr", "-1"], "dfpo/grpo/warmup_0/seed_0: train.py: error: --lr must be in (0, 1.0], got -1.0"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_code_2(argv, needle, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
@@ -444,3 +447,80 @@ def test_pilot_costs_from_a_runs_step_times(tmp_path):
     run = sweep.RunSpec("credit", "grpo", 0, 0, str(tmp_path), ["--n_eval", "100", "--eval_samples", "16"], 7, None)
     costs = sweep.pilot_costs([run], {run.label: {"seconds": 22.0}})["credit"]
     assert costs == {"step_s": 1.0, "sample_s": pytest.approx(1.5 / 1600), "start_s": 12.0}
+
+
+# ---------------------------------------------------------------------------------------
+# One sweep per --out, no orphans, and a rerun that finishes each run once
+# ---------------------------------------------------------------------------------------
+
+def test_a_run_with_complete_metrics_but_no_done_json_is_finished_not_rerun(finished_sweep, tiny_dir, tmp_path):
+    """The sweep was killed after the run's last step and before done.json. Before, the rerun
+    resumed it, train.py found nothing to do, and the run failed on every rerun."""
+    out = tmp_path / "copy"
+    shutil.copytree(finished_sweep, out)
+    run = out / "addition" / "advantages" / "grpo" / "warmup_0" / "seed_1"
+    os.remove(run / "done.json")
+    log_before = (run / "train.log").read_text()
+    sweep.main([*ARGV, "--out", str(out), *train_extra(tiny_dir)])     # exits normally: nothing failed
+    assert (run / "train.log").read_text() == log_before              # train.py was not started again
+    assert json.load(open(run / "done.json"))["steps"] == 3
+    assert [r["step"] for r in read_rows(run)] == [1, 2, 3]
+
+
+def train_processes(marker: str) -> list[int]:
+    """PIDs of live train.py processes whose command line mentions `marker`."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().decode(errors="replace")
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if "train.py" in cmd and marker in cmd and state != "Z":
+            pids.append(int(pid))
+    return pids
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal and /proc: Linux")
+def test_killed_sweep_leaves_no_orphans_and_its_rerun_finishes_each_run_once(tiny_dir, tmp_path, capsys):
+    """kill -9 of the sweep mid-run: its train.py processes die with it (before, they kept
+    writing); a second sweep on the same --out is refused while the first runs; the rerun
+    finishes every run, each step logged exactly once."""
+    out = tmp_path / "out"
+    argv = ["advantages", "--task", "addition", "--arms", "grpo,nsr", "--warmup_seeds", "0", "--seeds", "0", "--steps", "12", "--jobs", "2",
+            "--out", str(out), *train_extra(tiny_dir)[:-4], "--eval_every", "4", "--save_every", "2"]
+    labels = ["grpo/warmup_0/seed_0", "nsr/warmup_0/seed_0"]
+    first = subprocess.Popen([sys.executable, "-m", "experiments.sweep", *argv], cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    root = out / "addition" / "advantages"
+    deadline = time.time() + 300
+    while time.time() < deadline and first.poll() is None:
+        if any(os.path.exists(p) and len(read_rows(os.path.dirname(p))) >= 2
+               for p in (root / label / "metrics.jsonl" for label in labels)):
+            break
+        time.sleep(0.2)
+    assert first.poll() is None, "the sweep ended before it could be killed"
+
+    with pytest.raises(SystemExit) as e:                    # a second sweep on the same --out
+        sweep.main(argv)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert e.value.code == 2 and len(err) == 1 and f"is in use by another process (PID {first.pid})" in err[0], err
+
+    running = train_processes(str(out))
+    assert running, "no train.py was running"
+    first.kill()
+    first.wait()
+    deadline = time.time() + 60
+    while train_processes(str(out)) and time.time() < deadline:
+        time.sleep(0.2)
+    assert train_processes(str(out)) == []
+    # ... and they died with the sweep, mid-run, rather than running to their end:
+    logged = [len(read_rows(root / label)) for label in labels if (root / label / "metrics.jsonl").exists()]
+    assert logged and max(logged) < 12, logged
+
+    sweep.main(argv)
+    for label in labels:
+        assert os.path.isfile(root / label / "done.json"), label
+        assert [r["step"] for r in read_rows(root / label)] == list(range(1, 13)), label
