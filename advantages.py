@@ -711,7 +711,7 @@ MAX_CLI_G = 1024       # a larger --G builds a table no one reads; at 10**8 it r
 
 
 def main(argv: list[str] | None = None) -> None:
-    from machinery import config              # the shared check of an output path
+    from machinery import door              # the shared check of an output path
 
     parser = argparse.ArgumentParser(prog="advantages.py", description="Advantage closed forms and mass curves.")
     parser.error = lambda message: parser.exit(2, f"{parser.prog}: error: {message}\n")   # one line, exit 2
@@ -722,7 +722,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.G is not None and not 2 <= args.G <= MAX_CLI_G:     # the table is a [G-1, G] matrix
         parser.error(f"--G must be in [2, {MAX_CLI_G}], got {args.G}")
-    if args.plot and (problem := config.writable_file_problem(args.plot)):     # before the work, not after
+    if args.plot and (problem := door.writable_file_problem(args.plot)):     # before the work, not after
         parser.error(f"--plot {args.plot!r}: {problem}")
     if not args.plot and not args.table:
         args.table = True

@@ -43,7 +43,7 @@ import torch
 from torch import Tensor
 
 import loss
-from machinery import data
+import tasks
 from machinery import rollout
 from machinery import update
 import verify
@@ -72,7 +72,7 @@ def after_update(model, tokenizer, ro: rollout.Rollouts, old_logp: Tensor, new_l
     and with the model in eval mode. What runs, and what it costs:
       flip/*      token_flips                     free (tensor arithmetic)
       where/*     where_updates_go                free; only for tasks with a template
-                                                  (data.template_token_mask; skipped for
+                                                  (tasks.template_token_mask; skipped for
                                                   "math")
       coupling/*  coupling_stats, coupling_pairs  one forward over the rollouts holding
                   pairs per class (0 = off)       the sampled occurrences
@@ -86,7 +86,7 @@ def after_update(model, tokenizer, ro: rollout.Rollouts, old_logp: Tensor, new_l
     rollout.sample.
 
     ro: the step's Rollouts; adv_flat: [B] advantages (adv.reshape(-1)); task: the
-    verifier's task ("addition", "countdown", "math", "reasoning_gym:NAME"); answers: the N
+    rows' tasks.Task (its checker and template); answers: the N
     reference answers, one per prompt (rollout b answers answers[b // G]); prompts: the N
     prompt texts, for the verifiers that read the question (countdown's holds the
     numbers; verify.score refuses None for it); max_new_tokens and temperature: the
@@ -116,7 +116,7 @@ def after_update(model, tokenizer, ro: rollout.Rollouts, old_logp: Tensor, new_l
     mask = ro.response_mask.float()
     old_logp, new_logp, adv_flat = old_logp.float().cpu(), new_logp.float().cpu(), adv_flat.float().cpu()
     out = token_flips(new_logp, old_logp, mask, adv_flat, tau)
-    template = data.template_token_mask(task, tokenizer, ro.response_ids, ro.response_mask)
+    template = tasks.template_token_mask(task, tokenizer, ro.response_ids, ro.response_mask)
     if template is not None:
         out.update(where_updates_go(new_logp, old_logp, mask, adv_flat, template))
     base_seed = seed * 100_003 + step + SEED_OFFSET
@@ -282,7 +282,7 @@ def where_updates_go(new_logp: Tensor, old_logp: Tensor, mask: Tensor, adv_flat:
         dlogp(c, sign)  = mean of Δ over the tokens of class c in the rollouts of that sign
 
     with Δ = logp_new - logp_old and the classes from the task
-    (data.template_token_mask): template = `template & mask`, reasoning = `mask &
+    (tasks.template_token_mask): template = `template & mask`, reasoning = `mask &
     ~template`. Keys: "where/template_share", "where/reasoning_share" (they sum to 1),
     "where/template_tokens" (the template's share of the real tokens: a share equal to
     it means the change is spread evenly over tokens), "where/dlogp_{template,

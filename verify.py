@@ -10,17 +10,18 @@ the policy's training targets: a verifier that accepts "0432" for 432, or that h
   2. compare   answer string vs reference -> bool       (math_equal, check_addition)
   3. score     -> a dict of components, one is "reward" (score_math, check_addition, score)
 
-Three tasks:
-- "addition": the synthetic task of data.py SECTION 1. Its format is exact, so the
-  checker is exact too: a regular expression for the format, integer comparison of a
-  canonical decimal string for the answer, plus a scratchpad consistency check.
-- "countdown": the numbers game of machinery/countdown.py. The answer is an arithmetic
-  expression; SECTION 4 parses it with a grammar of its own and evaluates it in exact
-  rational arithmetic (never eval), then checks the numbers used and the value.
-- "math": GSM8K / MATH style free text. The answer is taken from \\boxed{...} (MATH,
+Two checkers are written here, one per kind of answer; each task's file (tasks/) names
+its checker, and score() calls it:
+- check_addition, the worked example: the synthetic task of tasks/addition.py. Its
+  format is exact, so the checker is exact too: a regular expression for the format,
+  a string comparison of a canonical decimal answer, plus a scratchpad consistency check.
+- score_math: GSM8K / MATH style free text. The answer is taken from \\boxed{...} (MATH,
   Hendrycks et al. 2021), "#### 42" (GSM8K, Cobbe et al. 2021) or "Answer: ...", and
   compared *symbolically* with HuggingFace's math-verify (\\frac{1}{2} == 0.5,
   2\\sqrt{2} == \\sqrt{8}).
+The countdown task's checker parses an arithmetic expression with a grammar of its own
+(tasks/expression.py), and reasoning-gym's datasets bring their own scorers
+(tasks/reasoning_gym.py).
 
 Components. Every scorer returns a dict of floats in {0.0, 1.0}. "reward" is always
 equal to "correct": a format bonus (as in DeepSeek-R1's format reward) is *logged* as
@@ -30,23 +31,19 @@ studies the correctness signal alone. Callers that want shaping can combine comp
 themselves.
 
 Safety. No model text is ever evaluated in the trainer's process. Our own checkers
-(addition, countdown) parse text with grammars that have nothing to execute. The scorers
+(addition, countdown's) parse text with grammars that have nothing to execute. The scorers
 that can evaluate text (math-verify, which hands parts of an answer to sympy, and
 reasoning-gym's dataset scorers, some of which call eval) run only in
 machinery/sandbox.py: a locked-down child process per answer, killed at its timeout,
 which can neither write files, nor signal the trainer, nor keep running; its header says
-exactly what holds and what does not. reasoning-gym's countdown data is scored by our
-own checker (SECTION 5).
+exactly what holds and what does not.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import math
 import re
 from concurrent.futures import ThreadPoolExecutor
-from fractions import Fraction
 
 from machinery import sandbox
 
@@ -108,7 +105,7 @@ def last_boxed(text: str) -> str | None:
     A brace counter, not a regex: regular expressions cannot match nested braces, and a
     recursive matcher could blow the stack on 10^5 nested "{". The scan is linear and
     stops after MAX_BOXED_CHARS characters. "\\boxed {x}" (space) is accepted; "\\boxed 5"
-    (TeX's brace-less argument) is not. data.math_rows uses this to read MATH's reference
+    (TeX's brace-less argument) is not. tasks/math_datasets.math_rows uses this to read MATH's reference
     solutions, so model answers and references are extracted by the same rule.
     Example: last_boxed("so \\boxed{1} no, \\boxed{\\frac{1}{2}}") == "\\frac{1}{2}".
     """
@@ -208,68 +205,6 @@ def shutdown_math_workers() -> None:
     sandbox.shutdown()
 
 
-# One answer of each kind math-verify treats differently (numbers, fractions, roots,
-# sets, intervals, matrices, calculus, units, degrees, ...). A sandbox worker scores them
-# once BEFORE it gives up the trainer's rights: sympy imports many of its modules only
-# when an answer first needs them, and a worker that has switched to `nobody` may be
-# unable to read them (Python installed under /root, say). What it loads here, every
-# child inherits.
-MATH_WARMUP = [
-    ("\\frac{1}{2}", "0.5"), ("2\\sqrt{2}", "\\sqrt{8}"), ("1,234", "1234"), ("10\\%", "0.1"), ("2,3", "3,2"),
-    ("x=3", "3"), ("\\{1,2\\}", "\\{2,1\\}"), ("[1,2)", "(0,1]"), ("x \\in (0,1]", "(0,1]"),
-    ("\\begin{pmatrix}1\\\\2\\end{pmatrix}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}"), ("\\sin x", "\\sin(x)"),
-    ("e^{i\\pi}", "-1"), ("\\int_0^1 x dx", "0.5"), ("\\log_2 8", "3"), ("3 \\text{ cm}", "3"), ("a<b", "b>a"),
-    ("\\infty", "\\infty"), ("\\binom{5}{2}", "10"), ("5!", "120"), ("\\sum_{i=1}^3 i", "6"),
-    ("\\lim_{x\\to 0} x", "0"), ("\\frac{d}{dx} x^2", "2x"), ("|x|", "\\left|x\\right|"), ("\\emptyset", "\\{\\}"),
-    ("\\sqrt[3]{8}", "2"), ("0.\\overline{3}", "1/3"), ("\\gcd(4,6)", "2"), ("x^2+2x+1", "(x+1)^2"),
-    ("90^\\circ", "\\frac{\\pi}{2}"), ("π", "\\pi"), ("−3", "-3"),
-    ("\\sum_{n=1}^\\infty \\frac{1}{n^2}", "\\frac{\\pi^2}{6}"), ("\\prod_{i=1}^{3} i", "6"),
-]
-
-
-def prepare_scorer(library: str, warmup: list):
-    """In a sandbox worker, with the trainer's rights still: import `library`, score the
-    warm-up once, and return the function its children call with a request's arguments.
-
-    "math": math-verify; the function (pred, ref) -> bool, after MATH_WARMUP.
-    "reasoning_gym:NAME": reasoning-gym's scorer of dataset NAME; the function
-    (answer text, entry JSON) -> float in [0, 1] (0.0 on any failure), after scoring
-    each warm-up argument pair (the dataset's own reference answers, never model text).
-    """
-    if library == "math":
-        from math_verify import parse, verify
-
-        # The sandbox enforces the time limit, so math-verify's signal timeouts are off
-        # (None); silence the warning it logs about that, and its per-failure logging.
-        logging.getLogger("math_verify").setLevel(logging.CRITICAL)
-
-        def equal(pred: str, ref: str) -> bool:
-            try:
-                gold = parse(f"${ref}$", parsing_timeout=None)
-                guess = parse(f"${pred}$", parsing_timeout=None)
-                return bool(gold) and bool(guess) and bool(verify(gold, guess, timeout_seconds=None))
-            except Exception:                 # any parser/sympy failure is "not equal"
-                return False
-        for args in MATH_WARMUP:
-            equal(*args)
-        return equal
-    if library.startswith(REASONING_GYM):
-        import reasoning_gym
-
-        score_answer = reasoning_gym.get_score_answer_fn(library[len(REASONING_GYM):])
-
-        def rg_score(text: str, entry_json: str) -> float:
-            try:
-                value = float(score_answer(answer=text, entry=json.loads(entry_json)))
-                return value if 0.0 <= value <= 1.0 else 0.0
-            except Exception:
-                return 0.0
-        for args in warmup:
-            rg_score(*args)
-        return rg_score
-    raise ValueError(f"prepare_scorer: unknown library {library!r}")
-
-
 # --- helpers of SECTION 2 --------------------------------------------------------------
 
 def _brace_depth(s: str) -> int:
@@ -305,7 +240,7 @@ def score_math(response, reference: str, timeout: float = 2.0) -> dict:
       f = 1.0 iff extract_answer found an answer (boxed, "####" or "Answer:"),
       c = 1.0 iff f and math_equal(answer, reference).
     reward == correct (module header: format is logged, never rewarded).
-    reference is the answer itself, not a solution; data.py extracts it once.
+    reference is the answer itself, not a solution; tasks/math_datasets.py extracts it once.
     """
     if not isinstance(reference, str):
         raise ValueError(f"score_math needs a str reference, got {reference!r}")
@@ -315,7 +250,7 @@ def score_math(response, reference: str, timeout: float = 2.0) -> dict:
     return {"format": fmt, "correct": correct, "reward": correct}
 
 
-# Exact format of an addition response (data.addition_response): column lines
+# Exact format of an addition response (tasks/addition.addition_response): column lines
 # "x+y+c=ds", then "A:<digits>", then at most one newline. Tokenizers decode without
 # the EOS token, so nothing follows.
 _ADDITION_FORMAT_RE = re.compile(r"(?:[0-9]\+[0-9]\+[01]=[0-9]{2}\n)+A:[0-9]+\n?")
@@ -325,7 +260,7 @@ _CANONICAL_RE = re.compile(r"0|[1-9][0-9]*")
 
 
 def check_addition(response, answer: str, prompt: str | None = None) -> dict:
-    """Exact checker for the synthetic addition task (data.py SECTION 1).
+    """Exact checker for the synthetic addition task (tasks/addition.py).
 
     Returns {"format", "correct", "scratchpad_ok", "reward"} with values in {0.0, 1.0}:
       format         the whole response matches
@@ -372,42 +307,35 @@ def check_addition(response, answer: str, prompt: str | None = None) -> dict:
     return {"format": fmt, "correct": correct, "scratchpad_ok": ok, "reward": correct}
 
 
-def score(responses: list, answers: list[str], task: str,
-          prompts: list[str] | None = None, timeout: float = 2.0) -> list[dict]:
-    """Score a batch: one dict per response (check_addition, check_countdown or score_math).
+def score(responses: list, answers: list[str], task, prompts: list[str] | None = None,
+          timeout: float = 2.0) -> list[dict]:
+    """Score a batch with the task's checker: one dict per response, in input order.
 
-    task: "addition", "countdown" or "math" (ValueError naming anything else). responses, answers
-    and prompts (if given) must have equal lengths (ValueError with both lengths).
-    prompts are used by the addition checker's scratchpad test, ignored for math.
-    For "math" the comparisons run on sandbox.POOL_SIZE threads, each talking to its own
-    worker process, so the pool is used in parallel; the order of results is the
-    order of the inputs.
+    task: a tasks.Task (tasks.get(name) gives it); its `check` is check_addition,
+    score_math, countdown's or reasoning-gym's. responses, answers and prompts (if
+    given) must have equal lengths (ValueError with both lengths). A checker that reads
+    the prompt (countdown: the numbers are in it) refuses prompts=None. A sandboxed
+    checker (math-verify, reasoning-gym's scorers) gets `timeout` seconds per answer,
+    and the batch runs on sandbox.POOL_SIZE threads, each talking to its own worker
+    process, so the pool is used in parallel.
     """
-    if task not in ("addition", "countdown", "math") and not task.startswith(REASONING_GYM):
-        raise ValueError(f"unknown task {task!r}; expected 'addition', 'countdown', 'math' or 'reasoning_gym:NAME'")
     if len(responses) != len(answers):
         raise ValueError(f"score: {len(responses)} responses but {len(answers)} answers")
     if prompts is not None and len(prompts) != len(responses):
         raise ValueError(f"score: {len(responses)} responses but {len(prompts)} prompts")
-    if task == "addition":
-        ps = prompts if prompts is not None else [None] * len(responses)
-        return [check_addition(r, a, p) for r, a, p in zip(responses, answers, ps)]
-    if task.startswith(REASONING_GYM):        # countdown: SECTION 4's checker; others: the sandbox
-        name = task[len(REASONING_GYM):]
-        with ThreadPoolExecutor(max_workers=sandbox.POOL_SIZE) as ex:
-            return list(ex.map(lambda ra: score_reasoning_gym(ra[0], ra[1], name, timeout), zip(responses, answers)))
-    if task == "countdown":                   # the numbers are in the prompt
-        if prompts is None:
-            raise ValueError("score: the countdown task needs the prompts (they hold the numbers)")
-        return [check_countdown(r, a, p) for r, a, p in zip(responses, answers, prompts)]
+    if prompts is None and task.needs_prompt:
+        raise ValueError(f"score: the {task.name} task needs the prompts (they hold the problem)")
+    prompts = prompts if prompts is not None else [None] * len(responses)
+    if not task.sandboxed:
+        return [task.check(r, a, p) for r, a, p in zip(responses, answers, prompts)]
     for a in answers:                         # fail before starting any work
         if not isinstance(a, str):
             raise ValueError(f"score: answers must be str, got {a!r}")
+    one = lambda rap: task.check(*rap, timeout=timeout)
     if len(responses) <= 1:
-        return [score_math(r, a, timeout) for r, a in zip(responses, answers)]
+        return [one(rap) for rap in zip(responses, answers, prompts)]
     with ThreadPoolExecutor(max_workers=sandbox.POOL_SIZE) as ex:
-        return list(ex.map(lambda ra: score_math(ra[0], ra[1], timeout),
-                           zip(responses, answers)))
+        return list(ex.map(one, zip(responses, answers, prompts)))
 
 
 def reward_tensor(scores: list[dict], key: str = "reward"):
@@ -455,293 +383,3 @@ def _scratchpad_consistent(response: str, operands: tuple[str, str] | None) -> b
             if line[0] != a[n - 1 - k] or line[2] != b[n - 1 - k]:
                 return False
     return True
-
-
-# ---------------------------------------------------------------------------------------
-# SECTION 4. Countdown: an exact, bounded expression checker of our own
-# ---------------------------------------------------------------------------------------
-#
-# The countdown task (machinery/countdown.py) asks for an arithmetic expression that uses
-# each given number once and equals the target. Checking that means evaluating text the
-# model wrote. The common shortcut, eval() or sympy's parse_expr (which calls eval; it is
-# what reasoning-gym's countdown scorer uses), executes whatever the text says. This
-# section parses the text itself instead, with a grammar that has nothing to execute:
-#
-#     expr   := term (("+" | "-") term)*
-#     term   := atom (("*" | "/") atom)*
-#     atom   := NUMBER | "(" expr ")"          NUMBER: 1 to MAX_NUMBER_DIGITS digits
-#
-# and evaluates it in exact rational arithmetic (fractions.Fraction), so 6/4*2 == 3
-# exactly and no float rounding decides a reward. Spaces are ignored. No powers, no
-# decimals (the game has none), and no unary minus in our game; reasoning-gym's countdown
-# writes answers like "-5 + 65*44/5", so its data is checked with one more rule,
-# atom := "-" atom (unary_minus=True). Every input costs time linear in its length:
-# the answer is cut to MAX_EXPR_CHARS, parenthesis depth is counted before any recursion,
-# and numbers are at most MAX_NUMBER_DIGITS long, so the largest value any accepted
-# input can build has a few hundred digits.
-
-# The task's wording, owned here because the format check and the answer extraction below
-# read it (machinery/countdown.py writes the warm-up data with it). Each phrase is one
-# token of the embedded tokenizer.
-COUNTDOWN_STEP_MARKERS = ("then ", "so ", "next ", "now ", "step ")
-COUNTDOWN_CONNECTIVES = ("=", " is ")
-COUNTDOWN_ANSWER_PREFIXES = ("answer: ", "A: ", "result: ")
-MAX_EXPR_CHARS = 200        # a longer answer line is not credited (the task's answers have < 20)
-MAX_EXPR_DEPTH = 16         # deeper parenthesis nesting is not credited
-MAX_NUMBER_DIGITS = 6       # a longer number is not credited
-_COUNTDOWN_PROMPT_RE = re.compile(r"([0-9]+(?: [0-9]+)*) -> ([0-9]+)\n?")
-_EXPR_TOKEN_RE = re.compile(r"[0-9]+|[-+*/()]")
-
-
-class MalformedExpression(ValueError):
-    """The text is not an expression of the countdown grammar (or exceeds its bounds)."""
-
-
-def parse_expression(text: str, unary_minus: bool = False):
-    """Parse an arithmetic expression into a tree: an int, or (op, left, right).
-
-    Left-associative, * and / bind tighter than + and -: "8-3-1" is ("-", ("-", 8, 3), 1).
-    unary_minus: also accept "-" before an atom, as ("neg", atom): "-2*3" is
-    ("*", ("neg", 2), 3) (its value is -(2*3) all the same).
-    Raises MalformedExpression (one line saying why) for anything outside the grammar or
-    its bounds. Never evaluates anything.
-    Example: parse_expression("2+(14+13)") == ("+", 2, ("+", 14, 13)).
-    """
-    if not isinstance(text, str):
-        raise MalformedExpression(f"not a string: {type(text).__name__}")
-    text = text.replace(" ", "")
-    if not text or len(text) > MAX_EXPR_CHARS:
-        raise MalformedExpression(f"length {len(text)} outside 1..{MAX_EXPR_CHARS}")
-    tokens = _EXPR_TOKEN_RE.findall(text)
-    if "".join(tokens) != text:
-        raise MalformedExpression("a character outside digits, + - * / ( )")
-    depth = 0
-    for tok in tokens:                      # depth first, so the recursion below is bounded
-        depth += (tok == "(") - (tok == ")")
-        if depth > MAX_EXPR_DEPTH or depth < 0:
-            raise MalformedExpression(f"parentheses unbalanced or nested deeper than {MAX_EXPR_DEPTH}")
-    if depth:
-        raise MalformedExpression("unbalanced parentheses")
-    tree, pos = _parse_sum(tokens, 0, unary_minus)
-    if pos != len(tokens):
-        raise MalformedExpression(f"unexpected {tokens[pos]!r} at token {pos}")
-    return tree
-
-
-def evaluate(tree):
-    """The exact value of a tree (Fraction), or None if it divides by zero."""
-    if isinstance(tree, int):
-        return Fraction(tree)
-    if tree[0] == "neg":
-        value = evaluate(tree[1])
-        return None if value is None else -value
-    op, left, right = tree
-    a, b = evaluate(left), evaluate(right)
-    if a is None or b is None:
-        return None
-    if op == "+":
-        return a + b
-    if op == "-":
-        return a - b
-    if op == "*":
-        return a * b
-    return None if b == 0 else a / b
-
-
-def leaves(tree) -> list[int]:
-    """The numbers a tree uses, left to right."""
-    return [tree] if isinstance(tree, int) else [n for sub in tree[1:] for n in leaves(sub)]
-
-
-def solution_key(tree):
-    """What makes two solutions the same: the tree with the operands of + and * in order.
-
-    (14+13)+2 and 2+(13+14) have one key; (2+14)+13 has another: it computes a different
-    intermediate result. The countdown generator counts distinct solutions with it, and
-    the evaluation's solution diversity counts the model's distinct correct answers.
-    """
-    if isinstance(tree, int):
-        return tree
-    if tree[0] == "neg":
-        return ("neg", solution_key(tree[1]))
-    op, left, right = tree
-    left, right = solution_key(left), solution_key(right)
-    if op in "+*" and _key_order(right) < _key_order(left):
-        left, right = right, left
-    return (op, left, right)
-
-
-def render(tree) -> str:
-    """A tree as text, every inner operation in parentheses: ("+", 2, ("+", 14, 13)) -> "2+(14+13)"."""
-    if isinstance(tree, int):
-        return str(tree)
-    if tree[0] == "neg":
-        return f"-{render(tree[1])}" if isinstance(tree[1], int) else f"-({render(tree[1])})"
-    op, left, right = tree
-    wrap = lambda t: render(t) if isinstance(t, int) else f"({render(t)})"
-    return f"{wrap(left)}{op}{wrap(right)}"
-
-
-def countdown_correct(expression: str, numbers: list[int], target: int, unary_minus: bool = False) -> bool:
-    """True iff the expression uses exactly the multiset `numbers` and equals `target` exactly.
-
-    unary_minus: reasoning-gym's rules (parse_expression); off for our own game.
-    """
-    try:
-        tree = parse_expression(expression, unary_minus)
-    except MalformedExpression:
-        return False
-    return sorted(leaves(tree)) == sorted(numbers) and evaluate(tree) == target
-
-
-def countdown_answer(response: str) -> str | None:
-    """The text after the prefix of the LAST line that starts with an answer prefix, or None."""
-    if not isinstance(response, str):
-        return None
-    answer = None
-    for line in response.split("\n"):
-        for prefix in COUNTDOWN_ANSWER_PREFIXES:
-            if line.startswith(prefix):
-                answer = line[len(prefix):]
-    return answer
-
-
-def check_countdown(response, answer: str, prompt: str) -> dict:
-    """Exact checker of the countdown task: {"format", "correct", "reward"} in {0.0, 1.0}.
-
-      correct  the last answer line's expression (countdown_answer) uses each number of
-               the prompt exactly once and equals the target (countdown_correct).
-      format   the response is exactly NUMBERS-1 step lines, then the answer line
-               (machinery/countdown.py's format, any of its phrasings); logged, not rewarded.
-      reward   = correct.
-    prompt: "13 14 2 -> 29\\n", or any text whose last line is that (the numbers and target
-    are read from the last line: --data countdown_instruct words the task for a chat model
-    above it); answer: the target as a string, which must agree with the prompt
-    (ValueError otherwise: a data bug).
-    Any response (None, 1 MB of text, deep nesting, huge numbers) gets a score, never an
-    exception: parse_expression is bounded and raises only MalformedExpression.
-    """
-    m = _COUNTDOWN_PROMPT_RE.fullmatch(prompt.rstrip("\n").rsplit("\n", 1)[-1]) if isinstance(prompt, str) else None
-    if m is None:
-        raise ValueError(f"check_countdown: prompt must look like '13 14 2 -> 29\\n', got {prompt!r}")
-    numbers, target = [int(x) for x in m.group(1).split()], int(m.group(2))
-    if answer != str(target):
-        raise ValueError(f"check_countdown: answer {answer!r} is not the prompt's target {target}")
-    expression = countdown_answer(response)
-    correct = 1.0 if expression is not None and countdown_correct(expression, numbers, target) else 0.0
-    fmt = 1.0 if isinstance(response, str) and _countdown_format_re(len(numbers)).fullmatch(response) else 0.0
-    return {"format": fmt, "correct": correct, "reward": correct}
-
-
-# --- helpers of SECTION 4 --------------------------------------------------------------
-
-def _parse_sum(tokens, pos, unary):
-    tree, pos = _parse_product(tokens, pos, unary)
-    while pos < len(tokens) and tokens[pos] in "+-":
-        op = tokens[pos]
-        right, pos = _parse_product(tokens, pos + 1, unary)
-        tree = (op, tree, right)
-    return tree, pos
-
-
-def _parse_product(tokens, pos, unary):
-    tree, pos = _parse_atom(tokens, pos, unary)
-    while pos < len(tokens) and tokens[pos] in "*/":
-        op = tokens[pos]
-        right, pos = _parse_atom(tokens, pos + 1, unary)
-        tree = (op, tree, right)
-    return tree, pos
-
-
-def _parse_atom(tokens, pos, unary):
-    if pos >= len(tokens):
-        raise MalformedExpression("the expression ends where a number or '(' belongs")
-    tok = tokens[pos]
-    if tok == "-" and unary:                # at most MAX_EXPR_CHARS deep: well inside Python's stack
-        tree, pos = _parse_atom(tokens, pos + 1, unary)
-        return ("neg", tree), pos
-    if tok == "(":
-        tree, pos = _parse_sum(tokens, pos + 1, unary)
-        if pos >= len(tokens) or tokens[pos] != ")":
-            raise MalformedExpression("missing ')'")
-        return tree, pos + 1
-    if not tok.isdigit():
-        raise MalformedExpression(f"unexpected {tok!r} at token {pos}")
-    if len(tok) > MAX_NUMBER_DIGITS:
-        raise MalformedExpression(f"a number longer than {MAX_NUMBER_DIGITS} digits")
-    return int(tok), pos + 1
-
-
-def _key_order(t):
-    """A total order on keys (ints before trees, trees by their text) to sort operands."""
-    return (0, t, "") if isinstance(t, int) else (1, 0, repr(t))
-
-
-_FORMAT_RES = {}
-
-
-def _countdown_format_re(n_numbers: int):
-    """The exact response format for n numbers: n-1 step lines, then the answer line."""
-    if n_numbers not in _FORMAT_RES:
-        markers = "|".join(re.escape(m) for m in COUNTDOWN_STEP_MARKERS)
-        prefixes = "|".join(re.escape(p) for p in COUNTDOWN_ANSWER_PREFIXES)
-        connectives = "|".join(re.escape(c) for c in COUNTDOWN_CONNECTIVES)
-        line = rf"(?:{markers})[0-9]+[-+*/][0-9]+(?:{connectives})[0-9]+\n"
-        _FORMAT_RES[n_numbers] = re.compile(rf"(?:{line}){{{n_numbers - 1}}}(?:{prefixes})[-+*/()0-9]+\n?")
-    return _FORMAT_RES[n_numbers]
-
-
-# ---------------------------------------------------------------------------------------
-# SECTION 5. reasoning-gym's datasets: our checker where we have one, else theirs, sandboxed
-# ---------------------------------------------------------------------------------------
-#
-# `--data reasoning_gym:NAME` trains on any dataset of reasoning-gym and scores with the
-# dataset's own score_answer(answer, entry). Some of those scorers evaluate the model's
-# text as Python: countdown's and puzzle24's call sympy's parse_expr (which calls eval),
-# n_queens' and spiral_matrix's call eval on an answer that is not an exact match. So:
-# - countdown is scored by SECTION 4's checker, which evaluates nothing (the numbers and
-#   target come from the entry's metadata); tests/test_countdown.py checks that the two
-#   agree on the dataset's own answers;
-# - every other dataset is scored by its own scorer in machinery/sandbox.py, never in the
-#   trainer's process (the trainer never imports reasoning_gym at all). Code an answer
-#   runs there cannot hurt the trainer, but it can set its own score: the sandbox's
-#   header says what holds.
-
-REASONING_GYM = "reasoning_gym:"          # task names: "reasoning_gym:NAME"
-OUR_CHECKERS = ("countdown",)             # reasoning-gym datasets scored by our own checker
-
-
-def score_reasoning_gym(response, answer: str, name: str, timeout: float = 2.0) -> dict:
-    """{"format", "correct", "rg_score", "reward"} of one response to a reasoning-gym entry.
-
-    answer: the row's entry as JSON (data.reasoning_gym_rows). The answer is the text in
-    the response's last <answer>...</answer> tags if it has them (reasoning-gym's
-    convention; "format" 1.0), else the whole response stripped ("format" 0.0).
-    rg_score: for countdown, our checker's verdict (1.0 or 0.0; it gives no partial
-    credit); otherwise the dataset scorer's value in [0, 1] (e.g. n_queens gives 0.5 for
-    a board written as a Python list), 0.0 after a timeout or a crash.
-    correct = reward = 1.0 iff rg_score >= 1.0: the project rewards correctness alone
-    (the module header), so a scorer's partial credit is logged, not rewarded.
-    """
-    if not isinstance(response, str):
-        return {"format": 0.0, "correct": 0.0, "rg_score": 0.0, "reward": 0.0}
-    tagged = _RG_ANSWER_RE.findall(response[-100_000:])
-    text = tagged[-1].strip() if tagged else response.strip()
-    if name == "countdown":
-        meta = json.loads(answer)["metadata"]
-        numbers, target = [int(x) for x in meta["numbers"]], int(meta["target"])
-        value = 1.0 if countdown_correct(text, numbers, target, unary_minus=True) else 0.0
-    else:
-        reply = sandbox.run_scorer(REASONING_GYM + name, [text, answer], timeout, warmup=_rg_warmup(answer))
-        value = float(reply) if isinstance(reply, (int, float)) and 0.0 <= reply <= 1.0 else 0.0
-    correct = 1.0 if value >= 1.0 else 0.0
-    return {"format": 1.0 if tagged else 0.0, "correct": correct, "rg_score": value, "reward": correct}
-
-
-_RG_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-
-
-def _rg_warmup(entry_json: str) -> list:
-    """A sandbox worker's warm-up for a dataset: the entry's OWN reference answer (trusted text)."""
-    reference = json.loads(entry_json).get("answer")
-    return [[reference, entry_json]] if isinstance(reference, str) else []

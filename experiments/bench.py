@@ -10,7 +10,7 @@ The work: the warmed embedded model (tinymodel.py), the synthetic addition task
 (3 digits; --data countdown: the countdown task and its own warm-up), 32 prompts x 8 rollouts per step, at most 48 new tokens, temperature 1, one
 optimizer step per rollout batch, no KL, lr 4e-4, CPU, one torch thread. Both trainers
 see the SAME prompts in the same order: the bench replays train.py's prompt stream
-(random.Random(seed).randrange over data.load_task's rows, N draws per step), gives
+(random.Random(seed).randrange over tasks.load's rows, N draws per step), gives
 that exact list to TRL as an unshuffled dataset, and checks afterwards that both saw the
 same prompts at every step. Sampling draws differ (different code consumes the RNG
 differently), so the mean rewards agree only within sampling noise.
@@ -71,7 +71,7 @@ import time
 
 import torch
 
-from machinery import data
+import tasks
 from machinery import rollout
 from machinery import tinymodel
 import verify
@@ -87,11 +87,11 @@ def work_rows(n_steps: int, seed: int, task: str = "addition") -> list[list[dict
     """[step][prompt] rows ({prompt, answer}): train.py's stream, replayed.
 
     train.py draws run.train_rows[run.py_rng.randrange(len(run.train_rows))] N times per
-    step, with run.py_rng = random.Random(cfg.seed) and run.train_rows = data.load_task(
+    step, with run.py_rng = random.Random(cfg.seed) and run.train_rows = tasks.load(
     "addition", "train", seed=cfg.seed, digits=3). If train.py ever draws differently,
     the check in `compare` fails loudly rather than comparing different work.
     """
-    rows, _ = data.load_task(task, "train", seed=seed, digits=3)
+    rows, _ = tasks.load(task, "train", seed=seed, digits=3)
     rng = random.Random(seed)
     return [[rows[rng.randrange(len(rows))] for _ in range(N_PROMPTS)] for _ in range(n_steps)]
 
@@ -181,7 +181,7 @@ def measure_trl(model_dir: str, work: list[list[dict]], warmup: int, steps: int,
 
     def exact_reward(prompts, completions, answer, completion_ids, **_):
         """verify.py's exact checker of the task, the same reward train.py uses ("reward" = "correct")."""
-        rewards = [s["reward"] for s in verify.score(list(completions), list(answer), task, list(prompts))]
+        rewards = [s["reward"] for s in verify.score(list(completions), list(answer), tasks.get(task), list(prompts))]
         calls.append({"prompts": list(prompts[::G_DEFAULT]), "reward": sum(rewards) / len(rewards),
                       "tokens": float(sum(len(ids) for ids in completion_ids))})
         return rewards

@@ -40,7 +40,7 @@ import matplotlib.pyplot as plt            # noqa: E402  (must follow matplotlib
 from matplotlib.lines import Line2D        # noqa: E402
 import numpy as np                         # noqa: E402
 
-from machinery import config              # noqa: E402  (the shared checks at the door)
+from machinery import door              # noqa: E402  (the shared checks at the door)
 
 # ---------------------------------------------------------------------------------------
 # The layout: (panel title, [(key, legend label), ...]).
@@ -61,7 +61,7 @@ PANELS = [
     # state, but they are only readable next to the entropy they track.
     ("entropy (nats / token)", [("entropy", "entropy"), ("sched/H_hat", "H_hat (EMA)"),
                                 ("sched/H_target", "H_target")]),
-    # The same entropy split by token kind (data.template_token_mask): the wording, shared
+    # The same entropy split by token kind (tasks.template_token_mask): the wording, shared
     # by right and wrong rollouts and worth nothing, against the arithmetic that decides.
     ("entropy by token kind", [("entropy/template", "template tokens"), ("entropy/reasoning", "reasoning tokens")]),
     # Countdown: how many distinct right answers the model's correct samples give per
@@ -390,7 +390,7 @@ def main(argv: list[str] | None = None) -> None:
         if not os.path.isfile(os.path.join(d, "metrics.jsonl")):
             parser.error(f"no metrics.jsonl in {d!r}")
     out = args.out or (os.path.join(args.runs[0], "plots.png") if len(args.runs) == 1 else "compare.png")
-    if problem := config.writable_file_problem(out):
+    if problem := door.writable_file_problem(out):
         parser.error(f"--out {out!r}: {problem}")
     try:
         titles = plot_runs(args.runs, out, args.smooth)

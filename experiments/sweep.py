@@ -49,7 +49,7 @@ reports from the runs that did, then exits 1 with one line per failed run naming
 A sweep may so be finished over several sessions; `report` rebuilds every report from
 whatever has finished.
 
-One sweep per --out at a time: the sweep locks --out (config.lock_dir; a second sweep
+One sweep per --out at a time: the sweep locks --out (door.lock_dir; a second sweep
 is refused in one line naming the first one's PID), and each train.py locks its own run
 directory. A train.py dies with the sweep that started it, however the sweep dies
 (kill -9 included): the sweep passes its PID in TOKENCREDIT_PARENT_PID, and train.py asks
@@ -85,7 +85,7 @@ from experiments import pages
 from experiments.pages import machine as _machine, now as _now, read_json as _read_json
 from experiments.sweeps import (SEEDS, SWEEPS, TASKS, WARMUP_SEEDS, Sweep, budget_table, estimate_minutes, eval_flags,
                                 settings)
-from machinery import config
+from machinery import door
 
 # ---------------------------------------------------------------------------------------
 # The defaults: change them here.
@@ -367,7 +367,7 @@ def main(argv: list[str] | None = None) -> None:
         for path in pages.report(args.out, args.docs, args.readme):
             print(f"wrote {path}")
         return
-    if problem := config.writable_dir_problem(args.out):
+    if problem := door.writable_dir_problem(args.out):
         parser.error(f"--out {args.out!r}: {problem}")
     if args.name == "plan":
         print(plan_text(list(TASKS)))
@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--arms: {', '.join(unknown) or repr(args.arms)} not in sweep {names[0]} "
                          f"(arms: {', '.join(sweeps[0].arms)})")
     try:
-        out_lock = config.lock_dir(args.out, "--out")       # held until this process exits
+        out_lock = door.lock_dir(args.out, "--out")       # held until this process exits
         plans = {s.name: plan_runs(s, arms if args.arms else list(s.arms), warmup_seeds, seeds,
                                    args.steps or settings(args.task, s.name)["steps"], args.out, extra, args.task)
                  for s in sweeps}

@@ -37,7 +37,7 @@ The five sweeps:
   credit      GRPO against positive-only training with the token diagnostics: flips,
               where updates go, token values, coupling (Cancellation Hypothesis).
 
-Tasks. Countdown (machinery/countdown.py, the default) starts at held-out pass@1 ~0.23
+Tasks. Countdown (tasks/countdown.py, the default) starts at held-out pass@1 ~0.23
 with pass@16 ~0.83, its tokens have entropy, and most prompts have several correct
 answers, so claims about pass@k, entropy and diversity can show. Addition, the default
 of train.py, has a near-certain template and one answer per prompt: its solution-entropy

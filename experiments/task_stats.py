@@ -11,7 +11,7 @@ ways. This prints, for the embedded model right after its warm-up (the model
                           room to improve (pass@1 low) and something to find (pass@k high);
   entropy                 mean token entropy of the sampled responses (nats), and split
                           into template tokens (the wording) and reasoning tokens
-                          (data.template_token_mask);
+                          (tasks.template_token_mask);
   solutions per prompt    share of prompts with >= 2 distinct valid solutions (countdown:
                           countdown.distinct_solutions), and among the prompts the model
                           solves, the share where its own correct samples show >= 2 of
@@ -33,7 +33,8 @@ import torch
 
 import advantages
 import train
-from machinery import countdown, data
+import tasks
+from tasks import countdown
 
 
 def task_stats(task: str, n_prompts: int, samples: int, seed: int = 0) -> dict:
@@ -52,7 +53,7 @@ def task_stats(task: str, n_prompts: int, samples: int, seed: int = 0) -> dict:
     counts = [int(sum(correct[j * samples:(j + 1) * samples])) for j in range(len(rows))]
     mask = ro.response_mask.float()
     entropy = ro.engine_entropy
-    template = data.template_token_mask(run.task, run.tokenizer, ro.response_ids, ro.response_mask)
+    template = tasks.template_token_mask(run.task, run.tokenizer, ro.response_ids, ro.response_mask)
     out = {"task": task, "prompts": len(rows), "samples": samples,
            "pass@1": sum(advantages.pass_at_k(samples, c, 1) for c in counts) / len(rows),
            f"pass@{samples}": sum(advantages.pass_at_k(samples, c, samples) for c in counts) / len(rows),
@@ -61,11 +62,11 @@ def task_stats(task: str, n_prompts: int, samples: int, seed: int = 0) -> dict:
     if template is not None:
         out["entropy/template"] = train.masked_mean(entropy, template.float())
         out["entropy/reasoning"] = train.masked_mean(entropy, mask * ~template)
-    if run.task == "countdown":
+    if run.task.solution_of is not None:          # countdown: several solutions per prompt
         numbers = [[int(x) for x in r["prompt"].split("->")[0].split()] for r in rows]
         out["share with >= 2 valid solutions"] = sum(
             len(countdown.distinct_solutions(ns, int(r["answer"]))) >= 2 for ns, r in zip(numbers, rows)) / len(rows)
-        found = [{countdown.solution_of(ro.texts[j * samples + i]) for i in range(samples) if correct[j * samples + i]}
+        found = [{run.task.solution_of(ro.texts[j * samples + i]) for i in range(samples) if correct[j * samples + i]}
                  for j in range(len(rows))]
         solved = [f for f in found if f]
         out["share of solved prompts with >= 2 own solutions"] = sum(len(f) >= 2 for f in solved) / max(1, len(solved))

@@ -48,17 +48,17 @@ def main(argv: list[str] | None = None) -> int:
                        "requirements/trl.txt\n")
     from transformers import PrinterCallback
 
-    from machinery import data
+    from tasks import addition
     from machinery import tinymodel
     from integrations.trl_grpo import TokencreditGRPOTrainer
     from scheduler import SchedulerConfig
 
     model_dir = tinymodel.load_or_warmup()
-    rows = data.addition_split_rows(args.prompts * args.steps * 4, split="train", seed=args.seed)
+    rows = addition.addition_split_rows(args.prompts * args.steps * 4, split="train", seed=args.seed)
     dataset = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in rows])
 
     def correct(prompts, completions, answer, **kwargs):
-        return [float(tinymodel.addition_correct(c, a)) for c, a in zip(completions, answer)]
+        return [addition.TASK.check(c, a, p)["correct"] for p, c, a in zip(prompts, completions, answer)]
 
     out_dir = tempfile.mkdtemp(prefix="trl_example_")
     # How TRL's knobs make "one generation batch, --minibatches optimizer steps":

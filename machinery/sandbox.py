@@ -43,7 +43,7 @@ What a child can NOT do (Linux; each line names the mechanism):
 What a child CAN still do (the limits of this sandbox; say so, do not hide it):
   - It sets ITS OWN score: it runs inside the scorer. This is why the countdown task,
     reasoning-gym's countdown data included, is scored by our own parser
-    (verify.py SECTION 4), which evaluates nothing; a task whose only scorer evals
+    (tasks/expression.py), which evaluates nothing; a task whose only scorer evals
     (puzzle24, n_queens, polynomial_multiplication, ...) can be reward-hacked this way.
   - It can READ what its user can read (nothing restricts reads: the scorers import
     modules lazily), and use UDP or other non-TCP sockets (Landlock has no rules for
@@ -68,6 +68,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import json
+import logging
 import os
 import pkgutil
 import queue
@@ -100,7 +101,7 @@ def run_scorer(library: str, args: list, timeout: float, warmup: list | None = N
     """Score one answer in a sandboxed child: the scorer's reply (a JSON value), or None.
 
     library: what the worker imports and scores with, "math" or "reasoning_gym:NAME"
-    (verify.prepare_scorer). args: the scorer's arguments (JSON values). warmup: arguments
+    (prepare_scorer). args: the scorer's arguments (JSON values). warmup: arguments
     the worker scores once at start, as the trainer's user, before it drops privileges
     (so the library's lazy imports happen while its files are readable); only trusted
     text belongs there (a dataset's own reference answers, never model output).
@@ -174,8 +175,8 @@ def _pool(library: str) -> queue.Queue:
 def _start_worker(library: str, warmup: list) -> Worker:
     """Start one worker and wait until it has imported its library and locked itself down.
 
-    A plain `python -P -c` process (not multiprocessing): it imports only this repository's
-    verify.py and the scorer's library, never the trainer's main module, and it talks
+    A plain `python -P -c` process (not multiprocessing): it imports only this file
+    and the scorer's library, never the trainer's main module, and it talks
     bytes (JSON), never pickles. -P keeps the working directory off sys.path.
     start_new_session: a session and process group of its own (setsid).
     """
@@ -239,13 +240,79 @@ def _warn_missing(library: str, names: list) -> None:
     """Warn once per library when a child could not import a module its worker's user cannot read."""
     _warn_once(library, f"the sandboxed {library} scorer needed {', '.join(map(str, names[:3]))}, which its user "
                f"(uid {WORKER_INFO.get(library, {}).get('uid')}) cannot read: answers that need it score 0. Install "
-               "Python where every user can read it, or add such an answer to verify.MATH_WARMUP")
+               "Python where every user can read it, or add such an answer to MATH_WARMUP")
 
 
 def _warn_once(key: str, message: str) -> None:
     if key not in _warned:
         _warned.add(key)
         print(f"warning: {message}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------
+# The scorers a worker runs: math-verify's comparison, reasoning-gym's dataset scorers
+# ---------------------------------------------------------------------------------------
+
+# One answer of each kind math-verify treats differently (numbers, fractions, roots,
+# sets, intervals, matrices, calculus, units, degrees, ...). A sandbox worker scores them
+# once BEFORE it gives up the trainer's rights: sympy imports many of its modules only
+# when an answer first needs them, and a worker that has switched to `nobody` may be
+# unable to read them (Python installed under /root, say). What it loads here, every
+# child inherits.
+MATH_WARMUP = [
+    ("\\frac{1}{2}", "0.5"), ("2\\sqrt{2}", "\\sqrt{8}"), ("1,234", "1234"), ("10\\%", "0.1"), ("2,3", "3,2"),
+    ("x=3", "3"), ("\\{1,2\\}", "\\{2,1\\}"), ("[1,2)", "(0,1]"), ("x \\in (0,1]", "(0,1]"),
+    ("\\begin{pmatrix}1\\\\2\\end{pmatrix}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}"), ("\\sin x", "\\sin(x)"),
+    ("e^{i\\pi}", "-1"), ("\\int_0^1 x dx", "0.5"), ("\\log_2 8", "3"), ("3 \\text{ cm}", "3"), ("a<b", "b>a"),
+    ("\\infty", "\\infty"), ("\\binom{5}{2}", "10"), ("5!", "120"), ("\\sum_{i=1}^3 i", "6"),
+    ("\\lim_{x\\to 0} x", "0"), ("\\frac{d}{dx} x^2", "2x"), ("|x|", "\\left|x\\right|"), ("\\emptyset", "\\{\\}"),
+    ("\\sqrt[3]{8}", "2"), ("0.\\overline{3}", "1/3"), ("\\gcd(4,6)", "2"), ("x^2+2x+1", "(x+1)^2"),
+    ("90^\\circ", "\\frac{\\pi}{2}"), ("π", "\\pi"), ("−3", "-3"),
+    ("\\sum_{n=1}^\\infty \\frac{1}{n^2}", "\\frac{\\pi^2}{6}"), ("\\prod_{i=1}^{3} i", "6"),
+]
+
+
+def prepare_scorer(library: str, warmup: list):
+    """In a sandbox worker, with the trainer's rights still: import `library`, score the
+    warm-up once, and return the function its children call with a request's arguments.
+
+    "math": math-verify; the function (pred, ref) -> bool, after MATH_WARMUP.
+    "reasoning_gym:NAME": reasoning-gym's scorer of dataset NAME; the function
+    (answer text, entry JSON) -> float in [0, 1] (0.0 on any failure), after scoring
+    each warm-up argument pair (the dataset's own reference answers, never model text).
+    """
+    if library == "math":
+        from math_verify import parse, verify
+
+        # The sandbox enforces the time limit, so math-verify's signal timeouts are off
+        # (None); silence the warning it logs about that, and its per-failure logging.
+        logging.getLogger("math_verify").setLevel(logging.CRITICAL)
+
+        def equal(pred: str, ref: str) -> bool:
+            try:
+                gold = parse(f"${ref}$", parsing_timeout=None)
+                guess = parse(f"${pred}$", parsing_timeout=None)
+                return bool(gold) and bool(guess) and bool(verify(gold, guess, timeout_seconds=None))
+            except Exception:                 # any parser/sympy failure is "not equal"
+                return False
+        for args in MATH_WARMUP:
+            equal(*args)
+        return equal
+    if library.startswith("reasoning_gym:"):
+        import reasoning_gym
+
+        score_answer = reasoning_gym.get_score_answer_fn(library[len("reasoning_gym:"):])
+
+        def rg_score(text: str, entry_json: str) -> float:
+            try:
+                value = float(score_answer(answer=text, entry=json.loads(entry_json)))
+                return value if 0.0 <= value <= 1.0 else 0.0
+            except Exception:
+                return 0.0
+        for args in warmup:
+            rg_score(*args)
+        return rg_score
+    raise ValueError(f"prepare_scorer: unknown library {library!r}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -256,7 +323,7 @@ def worker_main(fd: int) -> None:
     """Body of a worker process (started by _start_worker with its end of the pipe as fd).
 
     1. read {"library", "warmup"}; import the library and score the warm-up arguments
-       (verify.prepare_scorer), still with the trainer's rights;
+       (prepare_scorer), still with the trainer's rights;
     2. drop root (to nobody), set PR_SET_NO_NEW_PRIVS, check that a child can lock
        itself down, and say "ready" with what holds;
     3. for each request {"timeout", "args"}: fork a child that locks itself down
@@ -265,11 +332,9 @@ def worker_main(fd: int) -> None:
     """
     import gc
 
-    import verify
-
     conn = Connection(fd)
     hello = json.loads(conn.recv_bytes())
-    score = verify.prepare_scorer(hello["library"], hello["warmup"])
+    score = prepare_scorer(hello["library"], hello["warmup"])
     path = [p for p in sys.path if os.path.isabs(p) and os.path.isdir(p)]
     installed = {m.name for m in pkgutil.iter_modules()}      # top-level names, read while readable
     uid = _drop_root()

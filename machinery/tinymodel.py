@@ -4,7 +4,7 @@
 with no download. So the project carries its own "pretrained model": a Llama decoder
 (RMSNorm, rotary positions, SwiGLU MLP; embeddings tied to the output head as in
 Qwen2.5-0.5B) with 2 layers of width 64, 0.14M parameters, trained from scratch on the
-synthetic addition task of data.py for under a minute. Everything downstream loads it
+synthetic addition task of tasks/addition.py for under a minute. Everything downstream loads it
 through AutoTokenizer / AutoModelForCausalLM from a directory, exactly like a hub
 model, so the RL code path is the one a real model takes.
 
@@ -18,7 +18,7 @@ building this file; tests/test_tinymodel.py pins the behaviour).
 Why warm up at all, and why with a noisy teacher. RL with a binary reward only learns
 from groups that contain both a success and a failure: a randomly initialised model never
 succeeds (reward 0 everywhere, every advantage 0) and a fully trained one always does.
-The warm-up is supervised training (cross-entropy on the response tokens of data.py's
+The warm-up is supervised training (cross-entropy on the response tokens of tasks/addition.py's
 scratchpads) that must stop somewhere in between, and WHERE matters more than how far.
 Stopped mid-way on clean targets (the earlier rule: 650 steps at a constant learning
 rate), the model sat on the steep part of its learning curve, and its state there
@@ -27,7 +27,7 @@ skills missing in some (a carry pattern it always gets wrong: groups that are al
 which RL cannot learn from), and RL after it ended anywhere from 0.30 to 0.97
 (docs/results.md). So the addition warm-up now trains to convergence (1500 steps,
 cosine learning rate to 0) on targets from a NOISY TEACHER: each column's result digit
-is wrong with probability 0.25 (data.addition_response). The converged model has every
+is wrong with probability 0.25 (addition.addition_response). The converged model has every
 skill and is unsure exactly where the teacher was: about one result digit in four is
 sampled wrong, at random, on every prompt. That is the regime the papers study, and a
 stable one: groups are mixed, the template tokens ("+", "=", "A:") are shared by right
@@ -75,9 +75,9 @@ from dataclasses import dataclass
 
 import torch
 
-from machinery import countdown
-from machinery import data
+import tasks
 from machinery import rollout
+from tasks import addition, countdown
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository root
 DEFAULT_CACHE_DIR = os.path.join(REPO_DIR, ".cache", "tinymodel")
@@ -207,9 +207,9 @@ class WarmupConfig:
     """
 
     task: str = "addition"
-    """'addition' (data.py SECTION 1) or 'countdown' (countdown.py)."""
+    """'addition' or 'countdown' (tasks/): a task with a warm-up."""
     digits: int = 3
-    """Operand digits of the addition task (1..digits-digit operands, data.py); unused by countdown."""
+    """Operand digits of the addition task (1..digits-digit operands, tasks/addition.py); unused by countdown."""
     seed: int = 0
     """Seed of the initial weights, the training problems and the batch order."""
     hidden_size: int = 64
@@ -233,7 +233,7 @@ class WarmupConfig:
     batch_size: int = 64
     """Problems per optimizer step."""
     n_train: int = 20_000
-    """Distinct training problems drawn (train side of data.py's split only)."""
+    """Distinct training problems drawn (train side of the task's split only)."""
     max_steps: int = 650
     """Supervised steps (fewer only if target_pass1 is set and reached first)."""
     eval_every: int = 50
@@ -262,48 +262,24 @@ class WarmupConfig:
             raise ValueError(f"WarmupConfig.target_pass1 must be in (0, 1], got {self.target_pass1}")
 
 
-TASKS = ("addition", "countdown")
+TASKS = tuple(name for name, task in tasks.TASKS.items() if task.warmup is not None)   # ("addition", "countdown")
 
 
 def warmup_config(task: str = "addition", digits: int = 3, seed: int = 0) -> WarmupConfig:
     """The warm-up train.py uses for the embedded model on `task`, from warm-up seed `seed`.
 
-    addition: width 128 with 4 heads of 32, 1500 steps at learning rate 1e-3 decayed to
-    0, on the noisy teacher's targets (digit_noise 0.25): it converges to a model that
-    gets about half the held-out problems right from any seed (the header says why). At
-    width 64 with 2 heads, or at learning rate 3e-3, some seeds never learned to copy the
-    answer line or the carry of the second column.
-    countdown: width 64 with 2 heads, 3000 steps on clean targets: the task is harder
-    (find the operations, not carry digits) and the warm-up is meant to leave the model
-    uncertain among several right answers and wordings, not to solve it.
-    The measured starts of RL, per task and seed, are in docs/results.md.
+    Each task's file holds its own (Task.warmup: addition.warmup_fields,
+    countdown.warmup_fields): the fields that differ from WarmupConfig's defaults. The
+    measured starts of RL, per task and seed, are in docs/results.md.
     """
-    if task == "countdown":
-        return WarmupConfig(task="countdown", max_steps=3000, eval_every=500, seed=seed)
-    return WarmupConfig(task=task, digits=digits, seed=seed, hidden_size=128, num_heads=4, lr=1e-3,
-                        max_steps=1500, lr_decay=True, digit_noise=0.25, eval_every=100)
+    if task not in TASKS:
+        raise ValueError(f"warmup_config: task must be one of {TASKS}, got {task!r}")
+    return WarmupConfig(task=task, seed=seed, **tasks.TASKS[task].warmup(digits))
 
 
 def max_response_tokens(cfg: WarmupConfig) -> int:
-    """Tokens of the longest reference response plus EOS.
-
-    addition: digits column lines of 9 characters ("7+5+0=12\\n"), "A:" + up to
-    digits+1 answer digits + "\\n", then EOS: 10*digits + 5 (digits=3 -> 35).
-    countdown: two step lines of at most 12 tokens and an answer line of at most 13
-    (countdown.MAX_RESPONSE_TOKENS), with room to spare: 40.
-    """
-    return countdown.MAX_RESPONSE_TOKENS if cfg.task == "countdown" else 10 * cfg.digits + 5
-
-
-def addition_correct(text: str, answer: str) -> bool:
-    """Exact match of the answer line: the text after the LAST "A:" up to its newline.
-
-    The same rule as verify.check_addition's "correct" (kept local so the warm-up does
-    not depend on the verifier): "…\\nA:432\\n" with answer "432" is correct, "A:0432"
-    and "A: 432" are not.
-    """
-    pos = text.rfind("A:")
-    return pos >= 0 and text[pos + 2:].split("\n", 1)[0] == answer
+    """Tokens of the longest reference response plus EOS: the warm-up's generation budget."""
+    return tasks.TASKS[cfg.task].max_response_tokens(cfg.digits)
 
 
 def cache_key(cfg: WarmupConfig) -> str:
@@ -385,7 +361,7 @@ def warmup(cfg: WarmupConfig, cache_dir: str | None = None) -> str:
     Objective: next-token cross-entropy on the RESPONSE tokens only (the reference
     scratchpad + answer + EOS; prompt tokens are inputs, not targets), averaged over
     the batch's response tokens. AdamW, gradient norm clipped at 1.
-    Data: cfg.n_train problems from the train side of data.addition_split_rows, so
+    Data: cfg.n_train problems from the train side of the task's rows (tasks/), so
     the held-out problems that train.py evaluates on are never trained on; batches are
     drawn with replacement by a seeded generator. Evaluation: every cfg.eval_every
     steps, one temperature-1 sample for each of cfg.eval_prompts held-out problems
@@ -498,10 +474,9 @@ def _eval_pass1(model, tokenizer, rows: list[dict], cfg: WarmupConfig, step: int
         torch.manual_seed(cfg.seed * 100_003 + step)
         sample_texts = lambda prompts, n: rollout.generate_rollouts(model, tokenizer, prompts, n,
                                                                    max_response_tokens(cfg)).texts
-        if cfg.task == "countdown":
-            check = lambda texts, rows: [countdown.is_correct(t, r) for t, r in zip(texts, rows)]
-        else:
-            check = lambda texts, rows: [addition_correct(t, r["answer"]) for t, r in zip(texts, rows)]
+        task = tasks.TASKS[cfg.task]
+        check = lambda texts, rows: [task.check(t, r["answer"], r["prompt"])["correct"] == 1.0
+                                     for t, r in zip(texts, rows)]
         counts = rollout.sample_eval(sample_texts, rows, 1, check, prompts_per_batch=128)
     return sum(counts) / len(counts)
 
@@ -513,16 +488,14 @@ def _task_rows(cfg: WarmupConfig) -> tuple[list[dict], list[dict]]:
     evaluates on are never trained on; the evaluation rows use another seed than
     train.py's test rows (same held-out side).
     """
-    if cfg.task == "countdown":
-        return (countdown.make_rows(cfg.n_train, "train", seed=cfg.seed),
-                countdown.make_rows(cfg.eval_prompts, "test", seed=cfg.seed + 7919))
-    train_rows = data.addition_split_rows(cfg.n_train, "train", digits=cfg.digits, seed=cfg.seed)
-    if cfg.digit_noise:      # the noisy teacher: targets only; "answer" stays the true sum
+    task = tasks.TASKS[cfg.task]
+    train_rows = task.rows(cfg.n_train, "train", seed=cfg.seed, digits=cfg.digits)
+    if cfg.digit_noise:      # the noisy teacher (addition's): targets only; "answer" stays the true sum
         rng = random.Random(cfg.seed)
-        train_rows = [{**r, "target": data.addition_response(*map(int, r["prompt"].split("+")),
-                                                             digit_noise=cfg.digit_noise, rng=rng)}
+        train_rows = [{**r, "target": addition.addition_response(*map(int, r["prompt"].split("+")),
+                                                                 digit_noise=cfg.digit_noise, rng=rng)}
                       for r in train_rows]
-    return train_rows, data.addition_split_rows(cfg.eval_prompts, "test", digits=cfg.digits, seed=cfg.seed + 7919)
+    return train_rows, task.rows(cfg.eval_prompts, "test", seed=cfg.seed + 7919, digits=cfg.digits)
 
 
 def _file_sha256(path: str) -> str:

@@ -1,4 +1,4 @@
-"""The countdown task: its generator (machinery/countdown.py) and its checker (verify.py
+"""The countdown task: its generator and checker (tasks/countdown.py) and its expression grammar (tasks/expression.py
 SECTION 4), against brute force, hostile text, and reasoning-gym's own scorer."""
 
 import itertools
@@ -11,8 +11,10 @@ from fractions import Fraction
 import pytest
 import torch
 
+import tasks
 import verify
-from machinery import countdown, data, tinymodel
+from machinery import tinymodel
+from tasks import countdown, expression, reasoning_gym
 
 
 def all_expressions(numbers):
@@ -52,7 +54,7 @@ def test_checker_agrees_with_brute_force_on_every_expression():
         numbers = [rng.randint(1, 20) for _ in range(3)]
         target = rng.randint(1, 100)
         for text, value in all_expressions(numbers):
-            assert verify.countdown_correct(text, numbers, target) == (value == target), (text, numbers, target)
+            assert expression.countdown_correct(text, numbers, target) == (value == target), (text, numbers, target)
             checked += 1
     assert checked >= 200 * 2 * 16 * 4                    # >= 1 order x 2 trees x 4^2 ops x ... per problem
 
@@ -60,7 +62,7 @@ def test_checker_agrees_with_brute_force_on_every_expression():
 def test_every_reference_response_is_correct_and_well_formed():
     rows = countdown.make_rows(500, "train", seed=3)
     for r in rows:
-        out = verify.check_countdown(r["target"], r["answer"], r["prompt"])
+        out = countdown.check(r["target"], r["answer"], r["prompt"])
         assert out == {"format": 1.0, "correct": 1.0, "reward": 1.0}, r
 
 
@@ -75,22 +77,22 @@ def test_distinct_solutions_are_the_rule_abiding_brute_force_solutions_up_to_com
         for text, value in all_expressions(numbers):
             if value != target:
                 continue
-            tree = verify.parse_expression(text)
+            tree = expression.parse_expression(text)
             if _rule_abiding(tree):
-                brute.add(verify.solution_key(tree))
+                brute.add(expression.solution_key(tree))
         assert countdown.distinct_solutions(numbers, target) == brute, (numbers, target)
 
 
 def _rule_abiding(tree):
     if isinstance(tree, int):
         return True
-    value = verify.evaluate(tree)
+    value = expression.evaluate(tree)
     return (_rule_abiding(tree[1]) and _rule_abiding(tree[2]) and value is not None and value > 0
             and value.denominator == 1 and value <= countdown.MAX_TARGET * 20 * 20)
 
 
 def test_solution_key_merges_commutations_only():
-    key = lambda s: verify.solution_key(verify.parse_expression(s))
+    key = lambda s: expression.solution_key(expression.parse_expression(s))
     assert key("2+(14+13)") == key("(13+14)+2") == key("(14+13)+2")
     assert key("(2+14)+13") != key("2+(14+13)")                 # a different first step
     assert key("8-3") != key("3-8") and key("6/3") != key("3/6")
@@ -108,27 +110,27 @@ def test_hostile_answers_score_without_raising_and_fast(text):
     prompt, answer = "13 14 2 -> 29\n", "29"
     for response in (text, "A: " + text + "\n", "now 1+1=2\n" * 50_000 + "answer: " + text):
         start = time.perf_counter()
-        out = verify.check_countdown(response, answer, prompt)
+        out = countdown.check(response, answer, prompt)
         assert time.perf_counter() - start < 0.5
         assert out["correct"] == 0.0 and set(out) == {"format", "correct", "reward"}
-    assert verify.check_countdown(None, answer, prompt)["reward"] == 0.0
+    assert countdown.check(None, answer, prompt)["reward"] == 0.0
 
 
 def test_number_multiset_must_match_exactly():
     prompt = "2 2 5 -> 9\n"
-    assert verify.check_countdown("A: 2+2+5\n", "9", prompt)["correct"] == 1.0
-    assert verify.check_countdown("A: 2+7\n", "9", prompt)["correct"] == 0.0           # 7 is not given
-    assert verify.check_countdown("A: 2*2+5\n", "9", prompt)["correct"] == 1.0
-    assert verify.check_countdown("A: 2+2+5+0\n", "9", prompt)["correct"] == 0.0       # an extra number
-    assert verify.check_countdown("A: (2+5)+2+2-2\n", "9", prompt)["correct"] == 0.0   # 2 used three times
-    assert verify.check_countdown("A: 6/4*6\n", "9", "4 6 6 -> 9\n")["correct"] == 1.0  # exact rationals
+    assert countdown.check("A: 2+2+5\n", "9", prompt)["correct"] == 1.0
+    assert countdown.check("A: 2+7\n", "9", prompt)["correct"] == 0.0           # 7 is not given
+    assert countdown.check("A: 2*2+5\n", "9", prompt)["correct"] == 1.0
+    assert countdown.check("A: 2+2+5+0\n", "9", prompt)["correct"] == 0.0       # an extra number
+    assert countdown.check("A: (2+5)+2+2-2\n", "9", prompt)["correct"] == 0.0   # 2 used three times
+    assert countdown.check("A: 6/4*6\n", "9", "4 6 6 -> 9\n")["correct"] == 1.0  # exact rationals
 
 
 def test_last_answer_line_wins_and_format_is_logged_not_rewarded():
     prompt = "13 14 2 -> 29\n"
-    assert verify.check_countdown("answer: 13+14\nresult: 2+(14+13)\n", "29", prompt)["correct"] == 1.0
-    assert verify.check_countdown("result: 2+(14+13)\nanswer: 13+14\n", "29", prompt)["correct"] == 0.0
-    junk = verify.check_countdown("hello\nA: 2+(14+13)\n", "29", prompt)
+    assert countdown.check("answer: 13+14\nresult: 2+(14+13)\n", "29", prompt)["correct"] == 1.0
+    assert countdown.check("result: 2+(14+13)\nanswer: 13+14\n", "29", prompt)["correct"] == 0.0
+    junk = countdown.check("hello\nA: 2+(14+13)\n", "29", prompt)
     assert junk == {"format": 0.0, "correct": 1.0, "reward": 1.0}
 
 
@@ -139,7 +141,7 @@ def test_held_out_split_is_disjoint_and_deterministic():
     test_rows = countdown.make_rows(300, "test", seed=0)
     key = lambda r: (tuple(sorted(parse_prompt(r["prompt"])[0])), parse_prompt(r["prompt"])[1])
     assert not {key(r) for r in train_rows} & {key(r) for r in test_rows}
-    assert all(countdown.is_held_out(*parse_prompt(r["prompt"])) for r in test_rows)
+    assert all(tasks.task.is_held_out(countdown.problem_key(*parse_prompt(r["prompt"]))) for r in test_rows)
     assert countdown.make_rows(50, "test", seed=0) == test_rows[:50]
     assert countdown.make_rows(50, "test", seed=1) != test_rows[:50]
 
@@ -168,7 +170,7 @@ def test_template_mask_marks_exactly_the_wording():
     ids = torch.tensor([tok(text)["input_ids"] + [tok.eos_token_id, tok.pad_token_id]])
     mask = torch.ones_like(ids)
     mask[0, -1] = 0
-    template = data.template_token_mask("countdown", tok, ids, mask)[0].tolist()
+    template = tasks.template_token_mask(countdown.TASK, tok, ids, mask)[0].tolist()
     pieces = [tok.decode([i]) for i in ids[0].tolist()]
     want = [p in ("now ", " is ", "\n", "step ", "=", "result: ") for p in pieces[:-2]] + [True, False]
     assert template == want, list(zip(pieces, template))
@@ -176,10 +178,10 @@ def test_template_mask_marks_exactly_the_wording():
 
 def test_solution_diversity_counts_and_entropy():
     k1, k2 = ("+", 2, 3), ("*", 2, 3)
-    out = countdown.solution_diversity({"a": [k1, k2], "b": [k1, k1, k1], "c": [k2]})
+    out = tasks.solution_diversity({"a": [k1, k2], "b": [k1, k1, k1], "c": [k2]})
     assert out["eval/distinct_solutions"] == pytest.approx((2 + 1 + 1) / 3)
     assert out["eval/solution_entropy"] == pytest.approx((math.log(2) + 0.0) / 2)     # "c" has one sample
-    assert math.isnan(countdown.solution_diversity({})["eval/solution_entropy"])
+    assert math.isnan(tasks.solution_diversity({})["eval/solution_entropy"])
 
 
 # --- reasoning-gym's scorer agrees with ours ---------------------------------------------
@@ -199,10 +201,10 @@ def test_reasoning_gym_countdown_scorer_agrees_with_ours():
                   "+".join(str(n) for n in numbers[:-1]),           # a number missing
                   f"({valid}", "", "hello"]                         # malformed
         for text in corpus:
-            ours = verify.countdown_correct(text, numbers, target)
+            ours = expression.countdown_correct(text, numbers, target)
             theirs = score_answer(answer=text, entry=entry) >= 1.0
             assert ours == theirs, (text, numbers, target)
-            assert verify.check_countdown("answer: " + text + "\n", str(target), prompt)["correct"] == float(ours)
+            assert countdown.check("answer: " + text + "\n", str(target), prompt)["correct"] == float(ours)
             cases += 1
     assert cases == 40 * 7
 
@@ -222,36 +224,36 @@ def test_reasoning_gym_known_differences():
             "(3*5-2)*1.0": (0.05, False), "10+3": (0.05, False), "2*5+3 = 13": (0.01, False)}
     for text, (theirs, ours) in {**differ, **same}.items():
         assert score_answer(answer=text, entry=entry) == theirs, text
-        assert verify.countdown_correct(text, [2, 3, 5], 13) is ours, text
-        assert verify.countdown_correct(text, [2, 3, 5], 13, unary_minus=True) is (ours or text == "-2+3*5"), text
-    assert verify.countdown_correct("--2+3*5", [2, 3, 5], 17, unary_minus=True)        # -(-2) + 15
-    assert verify.countdown_correct("3*(-(5-2))+22", [2, 3, 5, 22], 13, unary_minus=True)
-    assert not verify.countdown_correct("-" * 300 + "2", [2], 2, unary_minus=True)   # over MAX_EXPR_CHARS
+        assert expression.countdown_correct(text, [2, 3, 5], 13) is ours, text
+        assert expression.countdown_correct(text, [2, 3, 5], 13, unary_minus=True) is (ours or text == "-2+3*5"), text
+    assert expression.countdown_correct("--2+3*5", [2, 3, 5], 17, unary_minus=True)        # -(-2) + 15
+    assert expression.countdown_correct("3*(-(5-2))+22", [2, 3, 5, 22], 13, unary_minus=True)
+    assert not expression.countdown_correct("-" * 300 + "2", [2], 2, unary_minus=True)   # over MAX_EXPR_CHARS
 
 
 def test_reasoning_gym_countdown_data_is_scored_by_our_checker_and_agrees_on_its_own_answers():
-    """`--data reasoning_gym:countdown` is scored by our checker (verify.py SECTION 5), never by
+    """`--data reasoning_gym:countdown` is scored by our checker (tasks/reasoning_gym.py's OUR_CHECKERS), never by
     rg's scorer, which evals the answer. On the dataset's own reference answers (safe text:
     rg wrote them), with its default settings as train.py draws them, both give full credit,
     and a wrong value or a missing number gets none from either."""
     rg = pytest.importorskip("reasoning_gym")
     from machinery import sandbox
     score_answer = rg.get_score_answer_fn("countdown")
-    rows = data.reasoning_gym_rows("countdown", "train", 30, seed=3)
+    rows = reasoning_gym.rows("countdown", 30, "train", seed=3)
     responses, answers = [], []
     for row in rows:
         entry = json.loads(row["answer"])
         numbers, target = list(entry["metadata"]["numbers"]), int(entry["metadata"]["target"])
         reference = entry["answer"]
         assert score_answer(answer=reference, entry=entry) == 1.0
-        assert verify.countdown_correct(reference, numbers, target, unary_minus=True)
+        assert expression.countdown_correct(reference, numbers, target, unary_minus=True)
         wrong = reference + "+" + str(numbers[0])            # a number used twice, and another value
         assert score_answer(answer=wrong, entry=entry) < 1.0
-        assert not verify.countdown_correct(wrong, numbers, target, unary_minus=True)
+        assert not expression.countdown_correct(wrong, numbers, target, unary_minus=True)
         responses += [f"thinking...\n<answer>{reference}</answer>", f"<answer>{wrong}</answer>", reference]
         answers += [row["answer"]] * 3
     pools_before = set(sandbox._pools)
-    scores = verify.score(responses, answers, "reasoning_gym:countdown")
+    scores = verify.score(responses, answers, tasks.get("reasoning_gym:countdown"))
     assert [s["reward"] for s in scores] == [1.0, 0.0, 1.0] * len(rows)
     assert [s["format"] for s in scores] == [1.0, 1.0, 0.0] * len(rows)
     assert set(sandbox._pools) == pools_before             # no scorer process was asked (nothing evaluated)
@@ -260,17 +262,17 @@ def test_reasoning_gym_countdown_data_is_scored_by_our_checker_and_agrees_on_its
 def test_countdown_instruct_words_the_same_problems_for_a_chat_model():
     """--data countdown_instruct: the bare problem is the prompt's last line, the rules and
     the answer line are stated above it, and the checker scores exactly as on the bare prompt."""
-    rows, task = data.load_task("countdown_instruct", "test", n=30)
-    bare, _ = data.load_task("countdown", "test", n=30)
-    assert task == "countdown" and [r["answer"] for r in rows] == [b["answer"] for b in bare]
+    rows, task = tasks.load("countdown_instruct", "test", n=30)
+    bare, _ = tasks.load("countdown", "test", n=30)
+    assert task.name == "countdown" and [r["answer"] for r in rows] == [b["answer"] for b in bare]
     for r, b in zip(rows, bare):
         assert r["prompt"].endswith("\n" + b["prompt"]) and 'after "answer: "' in r["prompt"]
         numbers = b["prompt"].split(" -> ")[0].split()
         assert f"Use the numbers {', '.join(numbers)}, each exactly once" in r["prompt"]
-        expression = verify.countdown_answer(b["target"])
+        expression = countdown.answer_line(b["target"])
         chat = f"Let me try.\n{numbers[0]} first...\nanswer: {expression}"
-        assert verify.check_countdown(chat, r["answer"], r["prompt"])["correct"] == 1.0
-        assert verify.check_countdown(chat, b["answer"], b["prompt"])["correct"] == 1.0
+        assert countdown.check(chat, r["answer"], r["prompt"])["correct"] == 1.0
+        assert countdown.check(chat, b["answer"], b["prompt"])["correct"] == 1.0
         wrong = f"answer: {expression}+1"                                     # negative control
-        assert verify.check_countdown(wrong, r["answer"], r["prompt"])["correct"] == 0.0
-        assert verify.check_countdown(chat.replace("answer:", "Answer:"), r["answer"], r["prompt"])["correct"] == 0.0
+        assert countdown.check(wrong, r["answer"], r["prompt"])["correct"] == 0.0
+        assert countdown.check(chat.replace("answer:", "Answer:"), r["answer"], r["prompt"])["correct"] == 0.0

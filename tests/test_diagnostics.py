@@ -1,4 +1,4 @@
-"""Tests of diagnostics.py (and data.template_token_mask): the token-level diagnostics of
+"""Tests of diagnostics.py (and tasks.template_token_mask): the token-level diagnostics of
 the Cancellation Hypothesis paper, on cases whose answers are known by hand.
 
 - flips and "where updates go": hand-made Δ log π tensors, every number computed by hand;
@@ -19,7 +19,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from machinery import data
+import tasks
+from tasks import addition
 import diagnostics as D
 from machinery import rollout
 from machinery import tinymodel
@@ -115,17 +116,15 @@ def test_where_shares_and_signed_means_by_hand():
 
 
 def test_template_classifier_on_a_real_addition_response(tok):
-    text = data.addition_response(347, 85)                     # "7+5+0=12\n4+8+1=13\n3+0+1=04\nA:432\n"
-    ro = rollouts_by_hand(tok, data.addition_prompt(347, 85), [text, "1+1+0=02\nA:2\n"])
-    template = data.template_token_mask("addition", tok, ro.response_ids, ro.response_mask)
+    text = addition.addition_response(347, 85)                     # "7+5+0=12\n4+8+1=13\n3+0+1=04\nA:432\n"
+    ro = rollouts_by_hand(tok, addition.addition_prompt(347, 85), [text, "1+1+0=02\nA:2\n"])
+    template = tasks.template_token_mask(addition.TASK, tok, ro.response_ids, ro.response_mask)
     expected = [c not in "0123456789" for c in text] + [True]  # + EOS: template
     assert template[0].tolist() == expected
     short = [c not in "0123456789" for c in "1+1+0=02\nA:2\n"] + [True]
     assert template[1].tolist() == short + [False] * (len(expected) - len(short))   # padding: neither
     assert sum(expected) == 3 * 4 + 3 + 1                      # "++=\n" per column, "A:\n", EOS
-    assert data.template_token_mask("math", tok, ro.response_ids, ro.response_mask) is None
-    with pytest.raises(ValueError, match="unknown task 'sudoku'"):
-        data.template_token_mask("sudoku", tok, ro.response_ids, ro.response_mask)
+    assert tasks.template_token_mask(tasks.get("math"), tok, ro.response_ids, ro.response_mask) is None
 
 
 def test_template_classifier_counts_a_mixed_bpe_token_as_reasoning():
@@ -135,7 +134,7 @@ def test_template_classifier_counts_a_mixed_bpe_token_as_reasoning():
         def decode(self, ids, skip_special_tokens=True):
             return "".join(self.table[i] for i in ids)
 
-    template = data.template_token_mask("addition", Pieces(), torch.tensor([[0, 1, 2, 3, 4]]), torch.ones(1, 5))
+    template = tasks.template_token_mask(addition.TASK, Pieces(), torch.tensor([[0, 1, 2, 3, 4]]), torch.ones(1, 5))
     assert template.tolist() == [[False, True, True, True, True]]   # "²" is not an ASCII digit
 
 
@@ -199,7 +198,7 @@ def test_value_estimates_match_the_known_success_probabilities(chain_model, tok)
     rows, cols = torch.tensor([0, 0, 1, 0]), torch.tensor([0, 3, 3, 5])
     k = 600
     torch.manual_seed(0)
-    v_with, v_without = D.token_values(chain_model, tok, ro, rows, cols, ["1"], "addition", k, max_new_tokens=8)
+    v_with, v_without = D.token_values(chain_model, tok, ro, rows, cols, ["1"], addition.TASK, k, max_new_tokens=8)
     se = math.sqrt(Q * (1 - Q) / k)
     # exact values: with the token / without it
     exact_with, exact_without = [Q, 1.0, 0.0, 1.0], [Q, Q, Q, 1.0]
@@ -220,12 +219,12 @@ def test_value_continuations_get_the_budget_the_rollout_had_left(chain_model, to
     # max_new_tokens = 3: from "x" (2 tokens left) and from "xA" (1 left) every continuation
     # stops at "xA:", which has no answer: both values are exactly 0 (Q with room to finish)
     v_with, v_without = D.token_values(chain_model, tok, ro, torch.tensor([0]), torch.tensor([1]), ["1"],
-                                       "addition", k, max_new_tokens=3)
+                                       addition.TASK, k, max_new_tokens=3)
     assert v_with.item() == 0.0 and v_without.item() == 0.0
     # max_new_tokens = 4: "xA:1" used the whole budget, so it is scored as it is (exactly 1);
     # from "xA:" the one token left is "1" with probability Q
     v_with, v_without = D.token_values(chain_model, tok, ro, torch.tensor([0]), torch.tensor([3]), ["1"],
-                                       "addition", k, max_new_tokens=4)
+                                       addition.TASK, k, max_new_tokens=4)
     assert v_with.item() == 1.0
     assert abs(v_without.item() - Q) <= 4 * math.sqrt(Q * (1 - Q) / k)
 
@@ -370,9 +369,9 @@ def test_after_update_keys_determinism_and_untouched_rng(chain_model, tok):
     new_logp = ro.engine_logp + delta * ro.response_mask
     kwargs = dict(value_samples=8, value_k=16, coupling_pairs=20, seed=5, step=40, max_new_tokens=8)
     state = torch.get_rng_state()
-    out = D.after_update(chain_model, tok, ro, ro.engine_logp, new_logp, adv, "addition", ["1", "1"], **kwargs)
+    out = D.after_update(chain_model, tok, ro, ro.engine_logp, new_logp, adv, addition.TASK, ["1", "1"], **kwargs)
     assert torch.equal(state, torch.get_rng_state())                 # the training stream did not move
-    again = D.after_update(chain_model, tok, ro, ro.engine_logp, new_logp, adv, "addition", ["1", "1"], **kwargs)
+    again = D.after_update(chain_model, tok, ro, ro.engine_logp, new_logp, adv, addition.TASK, ["1", "1"], **kwargs)
     strip = lambda d: {k: v for k, v in d.items() if not k.startswith("time/")}
     assert strip(out) == strip(again)                                   # reproducible from (seed, step)
     assert {k: v for k, v in out.items() if k.startswith("flip/")} == D.token_flips(
@@ -384,7 +383,7 @@ def test_after_update_keys_determinism_and_untouched_rng(chain_model, tok):
     assert out["coupling/n_same_low"] == (20 if n_ones >= 2 else 0)
     assert out["coupling/n_same_high"] == out["coupling/n_different"] == 20
     # the cheap part alone; math has no template classes: the split is skipped, not guessed
-    cheap = D.after_update(chain_model, tok, ro, ro.engine_logp, new_logp, adv, "math", ["1", "1"])
+    cheap = D.after_update(chain_model, tok, ro, ro.engine_logp, new_logp, adv, tasks.get("math"), ["1", "1"])
     assert not any(k.startswith(("where/", "value/", "coupling/")) for k in cheap) and "flip/boost_pos" in cheap
 
 
@@ -400,4 +399,4 @@ def test_after_update_bad_arguments_raise(chain_model, tok, change, match):
             "max_new_tokens": 8, **change}
     z = torch.zeros(ro.response_ids.shape)
     with pytest.raises(ValueError, match=match):
-        D.after_update(chain_model, tok, ro, z, z, args.pop("adv_flat"), "addition", args.pop("answers"), **args)
+        D.after_update(chain_model, tok, ro, z, z, args.pop("adv_flat"), addition.TASK, args.pop("answers"), **args)

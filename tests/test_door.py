@@ -14,7 +14,10 @@ import time
 import pytest
 
 import train
-from machinery import checkpoint, config, data, tinymodel
+from machinery import checkpoint, tinymodel
+from machinery import door as door_checks
+import tasks
+from tasks import reasoning_gym
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -49,7 +52,7 @@ def door(argv, capsys):
 @pytest.fixture
 def no_work(monkeypatch):
     """Any data load, warm-up or model load fails the test: the check came too late."""
-    monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data loaded before the door check"))
+    monkeypatch.setattr(tasks, "load", lambda *a, **k: pytest.fail("data loaded before the door check"))
     monkeypatch.setattr(tinymodel, "load_or_warmup", lambda *a, **k: pytest.fail("warm-up before the door check"))
 
 
@@ -194,19 +197,19 @@ def test_slow_reasoning_gym_data_shows_progress(monkeypatch, capsys):
             time.sleep(0.6)
             yield {"question": f"q{i}", "answer": "a", "metadata": {}}
     monkeypatch.setattr(rg, "create_dataset", slow_dataset)
-    rows = data.reasoning_gym_rows("countdown", "train", 6)
+    rows = reasoning_gym.rows("countdown", 6, "train")
     assert len(rows) == 6
     assert "reasoning-gym countdown (train rows)" in capsys.readouterr().err
 
 
 def test_lock_dir_names_the_holder_and_takes_over_a_stale_lock(tmp_path):
-    held = config.lock_dir(str(tmp_path), "--out_dir")
+    held = door_checks.lock_dir(str(tmp_path), "--out_dir")
     with pytest.raises(ValueError, match=f"in use by another process \\(PID {os.getpid()}\\)"):
-        config.lock_dir(str(tmp_path), "--out_dir")
+        door_checks.lock_dir(str(tmp_path), "--out_dir")
     held.close()
     # A lock file left by a process that died holds no lock: the next writer takes it.
     dead = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-                           "from machinery import config; config.lock_dir(sys.argv[2], 'x'); "
+                           "from machinery import door; door.lock_dir(sys.argv[2], 'x'); "
                            "import os; os._exit(9)", REPO, str(tmp_path)])
-    assert dead.returncode == 9 and (tmp_path / config.LOCK_FILE).read_text().strip() != str(os.getpid())
-    config.lock_dir(str(tmp_path), "--out_dir").close()
+    assert dead.returncode == 9 and (tmp_path / door_checks.LOCK_FILE).read_text().strip() != str(os.getpid())
+    door_checks.lock_dir(str(tmp_path), "--out_dir").close()

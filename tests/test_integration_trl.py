@@ -48,7 +48,7 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 import advantages as adv_lib  # noqa: E402
 import batching  # noqa: E402
-from machinery import data  # noqa: E402
+from tasks import addition  # noqa: E402
 import loss as loss_lib  # noqa: E402
 from machinery import rollout  # noqa: E402
 from machinery import tinymodel  # noqa: E402
@@ -108,7 +108,7 @@ def grpo_config(tmp_path, **overrides) -> GRPOConfig:
 
 
 def dataset(n: int = 64) -> Dataset:
-    rows = data.make_addition_rows(n, digits=2, seed=0)
+    rows = addition.make_addition_rows(n, digits=2, seed=0)
     return Dataset.from_list([{"prompt": r["prompt"]} for r in rows])
 
 

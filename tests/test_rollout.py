@@ -14,7 +14,7 @@ import types
 import pytest
 import torch
 
-from machinery import data
+from tasks import addition
 from machinery import rollout
 from machinery import tinymodel
 from machinery.rollout import (cut_at_eos, generate_rollouts, pad_rows, sample, sample_eval, special_ids, token_logprobs,
@@ -32,7 +32,7 @@ def tok():
 def model(tok):
     """A d=32, 2-layer model after 30 supervised steps on 1-digit problems (~1 s)."""
     m = tinymodel.build_tiny_model(tok, seed=0, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
-    rows = data.make_addition_rows(256, digits=1, seed=0)
+    rows = addition.make_addition_rows(256, digits=1, seed=0)
     inputs, labels = tinymodel._encode_rows(tok, rows)
     opt = torch.optim.AdamW(m.parameters(), lr=2e-2)
     gen = torch.Generator().manual_seed(0)

@@ -23,7 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import verify
-from machinery import data, sandbox
+import tasks
+from machinery import sandbox
+from tasks import reasoning_gym
 
 TIMEOUT = 2.0          # the scorers' timeout in these tests (seconds)
 SLACK = 15.0           # a loaded 2-core machine: fork, kill and reap may lag; still far below a hang
@@ -89,7 +91,7 @@ _ENTRIES = {}
 
 def rg_entry(name: str) -> str:
     if name not in _ENTRIES:
-        _ENTRIES[name] = data.reasoning_gym_rows(name, "train", 1, seed=0)[0]["answer"]
+        _ENTRIES[name] = reasoning_gym.rows(name, 1, "train", seed=0)[0]["answer"]
     return _ENTRIES[name]
 
 
@@ -106,11 +108,11 @@ def test_hostile_answers_score_in_time_and_harm_nothing(task, open_dir, bystande
         for name in ("kill_trainer", "kill_trainer_group", "kill_bystander"):
             payloads.pop(name)      # the documented hole: same user, no Landlock (sandbox.py's header)
     response, answer, prompt = wrap(task, "24")
-    verify.score([response] * 2, [answer] * 2, task, [prompt] * 2, timeout=TIMEOUT)    # workers started, not timed
+    verify.score([response] * 2, [answer] * 2, tasks.get(task), [prompt] * 2, timeout=TIMEOUT)    # workers started, not timed
     for name, payload in payloads.items():
         response, answer, prompt = wrap(task, payload)
         t0 = time.monotonic()
-        [result] = verify.score([response], [answer], task, [prompt], timeout=TIMEOUT)
+        [result] = verify.score([response], [answer], tasks.get(task), [prompt], timeout=TIMEOUT)
         elapsed = time.monotonic() - t0
         assert 0.0 <= result["reward"] <= 1.0 and result["reward"] == 0.0, (name, result)
         assert elapsed < TIMEOUT + SLACK, (name, elapsed)
@@ -119,7 +121,7 @@ def test_hostile_answers_score_in_time_and_harm_nothing(task, open_dir, bystande
         assert bystander.poll() is None, name            # the bystander lives; and so do we, to get here
     # The pool still scores right after all that (a killed worker was replaced).
     response, answer, prompt = wrap(task, "24")
-    scores = verify.score([response], [answer], task, [prompt], timeout=TIMEOUT)
+    scores = verify.score([response], [answer], tasks.get(task), [prompt], timeout=TIMEOUT)
     assert 0.0 <= scores[0]["reward"] <= 1.0
 
 
@@ -129,9 +131,9 @@ def test_sandboxed_scorers_still_give_full_credit_to_right_answers():
     for name in ("puzzle24", "n_queens"):
         entry = rg_entry(name)
         reference = json.loads(entry)["answer"]
-        [s] = verify.score([f"<answer>{reference}</answer>"], [entry], f"reasoning_gym:{name}", timeout=10.0)
+        [s] = verify.score([f"<answer>{reference}</answer>"], [entry], tasks.get(f"reasoning_gym:{name}"), timeout=10.0)
         assert s["reward"] == 1.0, (name, s)
-    assert verify.score(["\\boxed{\\frac{1}{2}}"], ["0.5"], "math", timeout=10.0)[0]["reward"] == 1.0
+    assert verify.score(["\\boxed{\\frac{1}{2}}"], ["0.5"], tasks.get("math"), timeout=10.0)[0]["reward"] == 1.0
 
 
 @pytest.mark.parametrize("name", ["puzzle24", "n_queens"])
@@ -153,12 +155,12 @@ def test_ten_hanging_answers_cost_about_ten_timeouts():
     pytest.importorskip("reasoning_gym")
     entry = rg_entry("puzzle24")
     t0 = time.monotonic()
-    verify.score_reasoning_gym("<answer>24</answer>", entry, "puzzle24", timeout=1.0)   # one start-up, if any
+    reasoning_gym.score("<answer>24</answer>", entry, "puzzle24", timeout=1.0)   # one start-up, if any
     startup = time.monotonic() - t0
     ex = ThreadPoolExecutor(max_workers=1)                # fail instead of freezing the suite
     try:
         t0 = time.monotonic()
-        future = ex.submit(lambda: [verify.score_reasoning_gym("<answer>9**9**9**9</answer>", entry, "puzzle24",
+        future = ex.submit(lambda: [reasoning_gym.score("<answer>9**9**9**9</answer>", entry, "puzzle24",
                                                                timeout=1.0) for _ in range(10)])
         results = future.result(timeout=10 * 1.0 + startup + 120)
         elapsed = time.monotonic() - t0
@@ -226,7 +228,7 @@ def test_a_child_cannot_connect_over_tcp_with_landlock():
     server.settimeout(0.5)
     port = server.getsockname()[1]
     payload = f"__import__('socket').create_connection(('127.0.0.1', {port})).send(b'x')"
-    verify.score_reasoning_gym(f"<answer>{payload}</answer>", rg_entry("n_queens"), "n_queens", timeout=TIMEOUT)
+    reasoning_gym.score(f"<answer>{payload}</answer>", rg_entry("n_queens"), "n_queens", timeout=TIMEOUT)
     with pytest.raises(socket.timeout):
         server.accept()
     server.close()

@@ -13,9 +13,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from machinery import data
-from machinery import countdown, tinymodel
-from machinery.tinymodel import WarmupConfig, addition_correct, build_char_tokenizer, build_tiny_model
+from machinery import tinymodel
+from tasks import addition, countdown
+from machinery.tinymodel import WarmupConfig, build_char_tokenizer, build_tiny_model
 
 # A warm-up small enough for a test: ~5k parameters, a handful of steps, 1-digit problems.
 TINY = dict(digits=1, hidden_size=16, num_heads=2, intermediate_size=32, batch_size=8, n_train=64,
@@ -32,7 +32,7 @@ def tok():
 # ---------------------------------------------------------------------------------------
 
 def test_tokenizer_round_trips_every_task_string(tok):
-    rows = [r for d in (1, 2, 3, 4) for r in data.make_addition_rows(100, digits=d, seed=d)]
+    rows = [r for d in (1, 2, 3, 4) for r in addition.make_addition_rows(100, digits=d, seed=d)]
     for r in rows:
         for s in (r["prompt"], r["target"], r["prompt"] + r["target"]):
             ids = tok(s)["input_ids"]
@@ -132,15 +132,17 @@ def test_tiny_config_rejects_bad_sizes():
 # Warm-up pieces
 # ---------------------------------------------------------------------------------------
 
-def test_addition_correct():
-    assert addition_correct("7+5+0=12\nA:432\n", "432")
-    assert addition_correct("junk\nA:1\nA:432", "432")                  # the LAST "A:" counts
+def test_the_warm_up_checks_with_the_task_checker():
+    """The warm-up's evaluation reads the answer line as verify.check_addition does."""
+    correct = lambda text: addition.TASK.check(text, "432", "347+85\n")["correct"] == 1.0
+    assert correct("7+5+0=12\nA:432\n")
+    assert correct("junk\nA:1\nA:432")                  # the LAST "A:" counts
     for wrong in ("A:0432\n", "A: 432\n", "A:432foo", "432", "A:43\n", ""):
-        assert not addition_correct(wrong, "432"), wrong
+        assert not correct(wrong), wrong
 
 
 def test_encoded_rows_put_loss_on_response_tokens_only(tok):
-    rows = data.make_addition_rows(5, digits=2, seed=0)
+    rows = addition.make_addition_rows(5, digits=2, seed=0)
     inputs, labels = tinymodel._encode_rows(tok, rows)
     for i, r in enumerate(rows):
         p, t = tok(r["prompt"])["input_ids"], tok(r["target"])["input_ids"]
@@ -154,7 +156,7 @@ def test_encoded_rows_put_loss_on_response_tokens_only(tok):
 
 def test_response_loss_equals_hand_computed_cross_entropy(tok):
     model = build_tiny_model(tok, seed=0, hidden_size=16, num_heads=2, intermediate_size=32)
-    rows = data.make_addition_rows(4, digits=2, seed=1)
+    rows = addition.make_addition_rows(4, digits=2, seed=1)
     inputs, labels = tinymodel._encode_rows(tok, rows)
     with torch.no_grad():
         loss = tinymodel._response_loss(model, inputs, labels, tok.pad_token_id)
@@ -186,7 +188,7 @@ def test_warmup_config_validation_and_cache_key():
 def test_max_response_tokens_covers_the_longest_target():
     for d in (1, 2, 3):
         longest = "9" * d + "+" + "9" * d
-        target = data.addition_response(int("9" * d), int("9" * d))
+        target = addition.addition_response(int("9" * d), int("9" * d))
         assert len(target) + 1 == tinymodel.max_response_tokens(tinymodel.WarmupConfig(digits=d)), longest
 
 

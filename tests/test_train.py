@@ -460,13 +460,13 @@ def test_door_read_only_checkpoints_is_refused(tmp_path, tiny_dir, capsys, monke
     # where a read-only mount would (checkpoints/), and nowhere else.
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "step_000002").mkdir()
-    real = train.config.tempfile.mkstemp
+    real = train.door.tempfile.mkstemp
 
     def mkstemp(*args, dir=None, **kw):
         if dir and os.path.basename(dir) == "checkpoints":
             raise PermissionError(13, "Read-only file system")
         return real(*args, dir=dir, **kw)
-    monkeypatch.setattr(train.config.tempfile, "mkstemp", mkstemp)
+    monkeypatch.setattr(train.door.tempfile, "mkstemp", mkstemp)
     code, err = door(["--model", tiny_dir, "--out_dir", str(tmp_path), "--resume"], capsys)
     assert code == 2 and len(err) == 1 and "cannot write in" in err[0] and "checkpoints" in err[0], err
 

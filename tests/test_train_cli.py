@@ -319,7 +319,7 @@ def test_samples_jsonl_after_each_evaluation_and_a_resume_keeps_them_once(tiny_d
                                             "--log_eval_completions", "4")))
     lines = read_jsonl(tmp_path / "samples.jsonl")
     assert [x["step"] for x in lines] == [0] * 4 + [2] * 4 + [4] * 4      # step 0: eval_before_train
-    rows = {r["prompt"]: r["answer"] for r in train.data.load_task("addition", "test", n=6, digits=1)[0]}
+    rows = {r["prompt"]: r["answer"] for r in train.tasks.load("addition", "test", n=6, digits=1)[0]}
     for x in lines:
         assert rows[x["prompt"]] == x["answer"] and isinstance(x["completion"], str)
         assert x["reward"] in (0.0, 1.0) and "correct" in x
@@ -345,7 +345,7 @@ def test_eval_data_evaluates_on_another_source(tiny_dir, tmp_path):
     cfg = train.parse_args(small_args(tiny_dir, tmp_path / "run", "--steps", "2", "--eval_data", str(rows),
                                       "--n_eval", "3"))
     run = train.setup(cfg)
-    assert (run.task, run.eval_task) == ("addition", "math") and sorted(r["answer"] for r in run.eval_rows) == ["0", "2", "4"]
+    assert (run.task.name, run.eval_task.name) == ("addition", "math") and sorted(r["answer"] for r in run.eval_rows) == ["0", "2", "4"]
     train.train(cfg, run)
     assert {x["prompt"] for x in read_jsonl(tmp_path / "run" / "samples.jsonl")} == {"0+0\n", "1+1\n", "2+2\n"}
 

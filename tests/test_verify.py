@@ -16,8 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
+import tasks
 import verify
-from machinery.data import addition_prompt, addition_response
+from tasks.addition import addition_prompt, addition_response
 from verify import (check_addition, extract_answer, last_boxed, math_equal, reward_tensor,
                     score, score_math)
 
@@ -265,20 +266,20 @@ def test_addition_bad_inputs():
 def test_score_dispatch_and_order():
     resp = [r"\boxed{2}", r"\boxed{3}", "#### 1,000", "nothing", r"\boxed{\frac{2}{4}}"]
     ans = ["2", "2", "1000", "1", "0.5"]
-    out = score(resp, ans, "math")
+    out = score(resp, ans, tasks.get("math"))
     assert [s["correct"] for s in out] == [1.0, 0.0, 1.0, 0.0, 1.0]
     assert [s["format"] for s in out] == [1.0, 1.0, 1.0, 0.0, 1.0]
-    add = score(["5+5+0=10\nA:10\n", "A:11"], ["10", "10"], "addition", prompts=["5+5\n", "5+5\n"])
+    add = score(["5+5+0=10\nA:10\n", "A:11"], ["10", "10"], tasks.get("addition"), prompts=["5+5\n", "5+5\n"])
     assert add[0] == ALL_ONE and add[1]["reward"] == 0.0
 
 
 def test_score_errors_name_the_problem():
-    with pytest.raises(ValueError, match="'gsm8k'"):
-        score(["a"], ["1"], "gsm8k")
+    with pytest.raises(ValueError, match="'gsm9k'"):
+        tasks.get("gsm9k")
     with pytest.raises(ValueError, match=r"3 responses but 2 answers"):
-        score(["a", "b", "c"], ["1", "2"], "math")
+        score(["a", "b", "c"], ["1", "2"], tasks.get("math"))
     with pytest.raises(ValueError, match=r"1 responses but 2 prompts"):
-        score(["a"], ["1"], "addition", prompts=["1+1\n", "1+2\n"])
+        score(["a"], ["1"], tasks.get("addition"), prompts=["1+1\n", "1+2\n"])
 
 
 def test_reward_tensor():
@@ -296,7 +297,7 @@ def test_addition_long_well_formed_scratchpad_scores_instead_of_raising():
     # 4300 column lines spell a 4301-digit number: int() refuses more than 4300 digits.
     out = check_addition("1+1+0=02\n" * 4300 + "A:2\n", "2", "1+1\n")
     assert out == {"format": 1.0, "correct": 1.0, "scratchpad_ok": 0.0, "reward": 1.0}   # columns spell 22...2
-    assert score(["1+1+0=02\n" * 4300 + "A:2\n"], ["2"], "addition", ["1+1\n"])[0]["reward"] == 1.0
+    assert score(["1+1+0=02\n" * 4300 + "A:2\n"], ["2"], tasks.get("addition"), ["1+1\n"])[0]["reward"] == 1.0
 
 
 def test_math_equal_restarts_a_worker_killed_between_calls():

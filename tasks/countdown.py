@@ -15,7 +15,7 @@ the papers study, in a controlled form:
 
 - Several valid reasoning paths. 2+(14+13), (2+14)+13 and (2+13)+14 all reach 29. Two
   solutions are distinct when their expression trees differ after the operands of + and *
-  are put in order (verify.solution_key); about 70% of prompts have two or more. The
+  are put in order (solution_key); about 70% of prompts have two or more. The
   warm-up target of a prompt is one of its distinct solutions drawn uniformly, so the
   warmed model spreads its probability over them, and RL can keep or collapse that spread.
 - Reward-irrelevant wording that varies. Each step line starts with one of five markers
@@ -29,11 +29,11 @@ the papers study, in a controlled form:
   is low and its pass@16 high (docs/results.md), so RL has room.
 
 The game's rules: every intermediate result is a positive integer (subtraction only when
-the result is positive, division only when exact). The verifier (verify.check_countdown)
+the result is positive, division only when exact). The checker (check)
 accepts ANY expression over the numbers with the right value in exact rational
 arithmetic, which includes everything the generator writes.
 
-Which tokens are template (`is_reasoning_text`, used by data.template_token_mask): by
+Which tokens are template (`is_reasoning_text`, used by tasks.template_token_mask): by
 token text, exactly, because the phrase vocabulary and the arithmetic vocabulary are
 disjoint by construction. Reasoning: a token made only of digits and + - * / ( ).
 Template: every other token (the phrases, "=", newlines, EOS).
@@ -47,10 +47,9 @@ from __future__ import annotations
 import itertools
 import random
 import re
-import zlib
 
-import verify
-from verify import COUNTDOWN_ANSWER_PREFIXES, COUNTDOWN_CONNECTIVES, COUNTDOWN_STEP_MARKERS
+from tasks.expression import MalformedExpression, countdown_correct, parse_expression, render, solution_key
+from tasks.task import Task, is_held_out, split_seed
 
 # ---------------------------------------------------------------------------------------
 # The task's constants
@@ -61,16 +60,17 @@ LOW, HIGH = 1, 20           # each number uniform in LOW..HIGH
 MAX_TARGET = 100            # targets lie in 1..MAX_TARGET
 OPS = "+-*/"
 
-# The wording (verify.py owns it: its format check and answer extraction read it).
-STEP_MARKERS = COUNTDOWN_STEP_MARKERS        # "then ", "so ", "next ", "now ", "step "
-CONNECTIVES = COUNTDOWN_CONNECTIVES          # "=", " is "
-ANSWER_PREFIXES = COUNTDOWN_ANSWER_PREFIXES  # "answer: ", "A: ", "result: "
+# The wording: the warm-up data is written with it, the checker's format test and answer
+# line read it. Each phrase is one token of the embedded tokenizer.
+STEP_MARKERS = ("then ", "so ", "next ", "now ", "step ")
+CONNECTIVES = ("=", " is ")
+ANSWER_PREFIXES = ("answer: ", "A: ", "result: ")
 PHRASES = STEP_MARKERS + ANSWER_PREFIXES + (" is ",)
 """The multi-character phrases; each is one token of the countdown tokenizer."""
 
 MAX_RESPONSE_TOKENS = 40    # generation budget of the warm-up's evaluation (longest response ~37 + EOS)
-HELD_OUT_BUCKETS = 10
-EVAL_SEED_OFFSET = 1_000_003       # the test split draws from its own random stream
+DEFAULT_N = {"train": 20000, "test": 100}
+_PROMPT_RE = re.compile(r"([0-9]+(?: [0-9]+)*) -> ([0-9]+)\n?")
 
 
 # ---------------------------------------------------------------------------------------
@@ -94,7 +94,7 @@ def solution_paths(numbers: list[int], max_target: int = MAX_TARGET) -> list[tup
     A tree is an int (a number) or (op, left, right). Two steps over three numbers give
     (x op1 y) op2 z or z op2 (x op1 y): 3! orders x 4 x 4 operators x 2 sides, minus the
     steps the rules forbid, minus results above max_target. Operand orders are all listed
-    (x+y and y+x are two paths to ONE solution: verify.solution_key merges them).
+    (x+y and y+x are two paths to ONE solution: solution_key merges them).
     Returns [(value, tree)], deterministic in its input.
     """
     out = []
@@ -113,8 +113,8 @@ def solution_paths(numbers: list[int], max_target: int = MAX_TARGET) -> list[tup
 
 
 def distinct_solutions(numbers: list[int], target: int) -> set:
-    """The distinct solutions of a problem: the set of verify.solution_key of its paths."""
-    return {verify.solution_key(tree) for v, tree in solution_paths(numbers) if v == target}
+    """The distinct solutions of a problem: the set of solution_key of its paths."""
+    return {solution_key(tree) for v, tree in solution_paths(numbers) if v == target}
 
 
 def draw_problem(rng: random.Random) -> tuple[list[int], int, list]:
@@ -153,7 +153,7 @@ def response_text(tree, rng: random.Random) -> str:
     a, b = (r, z) if outer_side == "left" else (z, r)
     first = f"{rng.choice(STEP_MARKERS)}{x}{op1}{y}{rng.choice(CONNECTIVES)}{r}\n"
     second = f"{rng.choice(STEP_MARKERS)}{a}{op2}{b}{rng.choice(CONNECTIVES)}{step(a, op2, b)}\n"
-    return first + second + rng.choice(ANSWER_PREFIXES) + verify.render(tree) + "\n"
+    return first + second + rng.choice(ANSWER_PREFIXES) + render(tree) + "\n"
 
 
 def instruct_prompt(bare: str) -> str:
@@ -162,7 +162,7 @@ def instruct_prompt(bare: str) -> str:
 
     The embedded model learns the bare "13 14 2 -> 29" format in its warm-up; a hub
     model has never seen it, and its answer is credited only on a line that starts with
-    "answer: " (verify.countdown_answer; "Answer:" or "**answer:**" is not), so the
+    "answer: " (answer_line; "Answer:" or "**answer:**" is not), so the
     prompt says so. The checker reads the numbers and the target from the prompt's last
     line, which is the bare problem, unchanged. reasoning-gym's countdown
     (--data reasoning_gym:countdown) is the alternative with its own wording (an answer
@@ -190,30 +190,27 @@ def make_rows(n: int, split: str, seed: int = 0) -> list[dict]:
     never share a problem (is_held_out), and the test split draws from its own stream.
     Duplicates within a split are kept. Deterministic in (n, split, seed).
     """
-    if split not in ("train", "test"):
-        raise ValueError(f"unknown split {split!r}; expected 'train' or 'test'")
+    rng = random.Random(split_seed(seed, split))
     if n < 0:
         raise ValueError(f"make_rows needs n >= 0, got n={n}")
     held_out = split == "test"
-    rng = random.Random(seed + (EVAL_SEED_OFFSET if held_out else 0))
     rows = []
     while len(rows) < n:
         numbers, target, paths = draw_problem(rng)
-        if is_held_out(numbers, target) != held_out:
+        if is_held_out(problem_key(numbers, target)) != held_out:
             continue
         by_solution = {}
         for tree in paths:
-            by_solution.setdefault(verify.solution_key(tree), []).append(tree)
+            by_solution.setdefault(solution_key(tree), []).append(tree)
         chosen = by_solution[rng.choice(sorted(by_solution, key=repr))]
         rows.append({"prompt": prompt_text(numbers, target), "answer": str(target),
                      "target": response_text(rng.choice(chosen), rng)})
     return rows
 
 
-def is_held_out(numbers: list[int], target: int) -> bool:
-    """True iff the problem belongs to the test side (crc32 of its sorted numbers and target)."""
-    key = " ".join(str(n) for n in sorted(numbers)) + f" -> {target}"
-    return zlib.crc32(key.encode()) % HELD_OUT_BUCKETS == 0
+def problem_key(numbers: list[int], target: int) -> str:
+    """The problem's canonical text for the held-out split: its sorted numbers and target."""
+    return " ".join(str(n) for n in sorted(numbers)) + f" -> {target}"
 
 
 def is_reasoning_text(token_text: str) -> bool:
@@ -221,16 +218,11 @@ def is_reasoning_text(token_text: str) -> bool:
     return bool(token_text) and all(c in "0123456789+-*/()" for c in token_text)
 
 
-def is_correct(text: str, row: dict) -> bool:
-    """verify.check_countdown's "correct" for one response to one row (the warm-up's check)."""
-    return verify.check_countdown(text, row["answer"], row["prompt"])["correct"] == 1.0
-
-
 def prompt_from_reasoning_gym(entry: dict) -> str:
     """Our prompt for a reasoning-gym countdown entry: its numbers and target, our format.
 
     reasoning-gym keeps them in entry["metadata"]["numbers"] and ["target"]; with this
-    prompt, verify.check_countdown scores the same answer rg's own scorer does (the two
+    prompt, check scores the same answer rg's own scorer does (the two
     are compared on a corpus in tests/test_countdown.py).
     """
     meta = entry["metadata"]
@@ -238,34 +230,91 @@ def prompt_from_reasoning_gym(entry: dict) -> str:
 
 
 def solution_of(response: str):
-    """The solution a response's answer line gives (verify.solution_key of its tree), or None."""
-    expression = verify.countdown_answer(response)
+    """The solution a response's answer line gives (solution_key of its tree), or None."""
+    expression = answer_line(response)
     try:
-        return verify.solution_key(verify.parse_expression(expression))
-    except verify.MalformedExpression:
+        return solution_key(parse_expression(expression))
+    except MalformedExpression:
         return None
 
 
-def solution_diversity(solutions: dict) -> dict:
-    """How spread the model's correct answers are over a prompt's distinct solutions.
+# ---------------------------------------------------------------------------------------
+# The checker (the expression's grammar and exact value: tasks/expression.py)
+# ---------------------------------------------------------------------------------------
 
-    solutions: prompt -> [the solution key of each correct sample] (evaluation, n samples
-    per prompt). Returns
-      eval/distinct_solutions  mean over prompts with >= 1 correct sample of the number of
-                               distinct solutions among them;
-      eval/solution_entropy    mean over prompts with >= 2 correct samples of the entropy
-                               (nats) of the empirical distribution over those solutions:
-                               0 when every correct sample gives the same solution, log 2
-                               for an even split between two. Our reading [recon] of
-                               the design-conditions paper's "solution probability
-                               drift": unequal sequence weights drive it to 0
-                               (docs/math.md §3.7).
-    NaN when no prompt qualifies. The entropy grows with the number of correct samples,
-    so compare it between runs with the same evaluation settings only.
+def answer_line(response: str) -> str | None:
+    """The text after the prefix of the LAST line that starts with an answer prefix, or None."""
+    if not isinstance(response, str):
+        return None
+    answer = None
+    for line in response.split("\n"):
+        for prefix in ANSWER_PREFIXES:
+            if line.startswith(prefix):
+                answer = line[len(prefix):]
+    return answer
+
+
+def check(response, answer: str, prompt: str) -> dict:
+    """Exact checker of the countdown task: {"format", "correct", "reward"} in {0.0, 1.0}.
+
+      correct  the last answer line's expression (answer_line) uses each number of
+               the prompt exactly once and equals the target (countdown_correct).
+      format   the response is exactly NUMBERS-1 step lines, then the answer line
+               (make_rows' format, any of its phrasings); logged, not rewarded.
+      reward   = correct.
+    prompt: "13 14 2 -> 29\\n", or any text whose last line is that (the numbers and target
+    are read from the last line: --data countdown_instruct words the task for a chat model
+    above it); answer: the target as a string, which must agree with the prompt
+    (ValueError otherwise: a data bug).
+    Any response (None, 1 MB of text, deep nesting, huge numbers) gets a score, never an
+    exception: parse_expression is bounded and raises only MalformedExpression.
     """
-    import math
+    m = _PROMPT_RE.fullmatch(prompt.rstrip("\n").rsplit("\n", 1)[-1]) if isinstance(prompt, str) else None
+    if m is None:
+        raise ValueError(f"countdown: prompt must look like '13 14 2 -> 29\\n', got {prompt!r}")
+    numbers, target = [int(x) for x in m.group(1).split()], int(m.group(2))
+    if answer != str(target):
+        raise ValueError(f"countdown: answer {answer!r} is not the prompt's target {target}")
+    expression = answer_line(response)
+    correct = 1.0 if expression is not None and countdown_correct(expression, numbers, target) else 0.0
+    fmt = 1.0 if isinstance(response, str) and _countdown_format_re(len(numbers)).fullmatch(response) else 0.0
+    return {"format": fmt, "correct": correct, "reward": correct}
 
-    counts = [[keys.count(k) for k in set(keys)] for keys in solutions.values() if keys]
-    entropies = [-sum(c / sum(cs) * math.log(c / sum(cs)) for c in cs) for cs in counts if sum(cs) >= 2]
-    return {"eval/distinct_solutions": sum(len(cs) for cs in counts) / len(counts) if counts else math.nan,
-            "eval/solution_entropy": sum(entropies) / len(entropies) if entropies else math.nan}
+
+def rows(n: int | None, split: str, seed: int = 0, digits: int = 3, instruct: bool = False) -> list[dict]:
+    """The task's rows (n None: DEFAULT_N[split]); instruct: prompts worded for a chat model."""
+    out = make_rows(DEFAULT_N[split] if n is None else n, split, seed=seed)
+    return [{**r, "prompt": instruct_prompt(r["prompt"])} for r in out] if instruct else out
+
+
+def warmup_fields(digits: int) -> dict:
+    """The embedded model's warm-up (tinymodel.WarmupConfig fields): width 64 with 2 heads,
+    3000 steps on clean targets. The warm-up is meant to leave the model uncertain among
+    several right answers and wordings, not to solve the task (docs/results.md)."""
+    return {"max_steps": 3000, "eval_every": 500}
+
+
+TASK = Task(name="countdown", rows=rows, check=check, needs_prompt=True, is_reasoning_text=is_reasoning_text,
+            eval_prompts=100, eval_samples=16, warmup=warmup_fields, max_response_tokens=lambda digits: MAX_RESPONSE_TOKENS,
+            solution_of=solution_of)
+"""--data countdown: the bare prompts the embedded model is warmed up on; pass@1 to pass@16."""
+INSTRUCT = Task(name="countdown", rows=lambda n, split, seed=0, digits=3: rows(n, split, seed, digits, instruct=True),
+                check=check, needs_prompt=True, is_reasoning_text=is_reasoning_text, eval_prompts=100,
+                eval_samples=16, solution_of=solution_of)
+"""--data countdown_instruct: the same problems worded for a chat model (no embedded warm-up)."""
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+_FORMAT_RES = {}
+
+
+def _countdown_format_re(n_numbers: int):
+    """The exact response format for n numbers: n-1 step lines, then the answer line."""
+    if n_numbers not in _FORMAT_RES:
+        markers = "|".join(re.escape(m) for m in STEP_MARKERS)
+        prefixes = "|".join(re.escape(p) for p in ANSWER_PREFIXES)
+        connectives = "|".join(re.escape(c) for c in CONNECTIVES)
+        line = rf"(?:{markers})[0-9]+[-+*/][0-9]+(?:{connectives})[0-9]+\n"
+        _FORMAT_RES[n_numbers] = re.compile(rf"(?:{line}){{{n_numbers - 1}}}(?:{prefixes})[-+*/()0-9]+\n?")
+    return _FORMAT_RES[n_numbers]

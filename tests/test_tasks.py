@@ -1,4 +1,4 @@
-"""Tests for data.py: the addition task's exact format, splits, JSONL rows, GSM8K/MATH."""
+"""Tests of tasks/: every task's contract, the addition task's exact format, splits, JSONL rows, GSM8K/MATH."""
 
 import importlib.util
 import json
@@ -8,10 +8,14 @@ import sys
 
 import pytest
 
-from machinery import data
-from machinery.data import (addition_response, addition_split_rows, format_prompt, gsm8k_rows,
-                  is_held_out, load_gsm8k, load_jsonl, load_math, load_task,
-                  make_addition_rows, math_rows, save_jsonl)
+import tasks
+from tasks import addition
+from tasks.addition import addition_response, addition_split_rows, make_addition_rows
+from tasks.math_datasets import format_prompt, gsm8k_rows, load_gsm8k, load_jsonl, load_math, math_rows, save_jsonl
+from tasks.task import is_held_out as held_out_key
+
+load_task = tasks.load
+is_held_out = lambda prompt: held_out_key(addition.problem_key(prompt))    # an addition prompt's side
 
 COLUMN = re.compile(r"([0-9])\+([0-9])\+([01])=([0-9])([0-9])")
 
@@ -69,7 +73,7 @@ def test_make_addition_rows_deterministic_and_prefix_stable():
 def test_addition_train_and_test_are_disjoint(digits, seed):
     train, task = load_task("addition", "train", n=3000, seed=seed, digits=digits)
     test, _ = load_task("addition", "test", n=300, seed=seed, digits=digits)
-    assert task == "addition" and len(train) == 3000 and len(test) == 300
+    assert task is addition.TASK and len(train) == 3000 and len(test) == 300
     assert {r["prompt"] for r in train}.isdisjoint({r["prompt"] for r in test})
     assert all(is_held_out(r["prompt"]) for r in test)
     assert not any(is_held_out(r["prompt"]) for r in train)
@@ -101,7 +105,7 @@ def test_addition_split_rows_deterministic_and_seed_dependent():
 
 def test_load_task_defaults_and_errors(tmp_path):
     rows, _ = load_task("addition", "test")
-    assert len(rows) == data.DEFAULT_ADDITION_N["test"]
+    assert len(rows) == addition.DEFAULT_N["test"]
     assert set(rows[0]) == {"prompt", "answer", "target"}
     with pytest.raises(ValueError, match="'svamp'"):
         load_task("svamp", "train")
@@ -115,7 +119,7 @@ def test_load_task_jsonl_sampling(tmp_path):
     path = tmp_path / "rows.jsonl"
     save_jsonl([{"prompt": f"p{i}", "answer": str(i)} for i in range(20)], path)
     rows, task = load_task(str(path), "test")
-    assert task == "math" and [r["answer"] for r in rows] == [str(i) for i in range(20)]
+    assert task.name == "math" and [r["answer"] for r in rows] == [str(i) for i in range(20)]
     a, _ = load_task(str(path), "train", n=5, seed=1)
     b, _ = load_task(str(path), "train", n=5, seed=1)
     c, _ = load_task(str(path), "train", n=5, seed=2)
@@ -243,17 +247,17 @@ def test_hub_path_without_datasets_says_how_to_install(monkeypatch):
         load_task("math", "train")
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)     # no datasets at the door
     with pytest.raises(ValueError, match="^--eval_data gsm8k needs the `datasets` package: " + cpu_first):
-        data.check_source("gsm8k", flag="--eval_data")
+        tasks.check_source("gsm8k", flag="--eval_data")
 
 
 def test_a_local_copy_in_the_hub_format_loads_through_load_task(tmp_path):
     gsm = write_lines(tmp_path / "gsm8k_test.jsonl", [json.dumps(r) for r in GSM8K_RECORDS])
-    assert load_task(f"gsm8k:{gsm}", "test") == (gsm8k_rows(GSM8K_RECORDS), "math")
+    assert load_task(f"gsm8k:{gsm}", "test")[0] == gsm8k_rows(GSM8K_RECORDS)
     rows, _ = load_task(f"gsm8k:{gsm}", "train", n=1, seed=0)
     assert rows[0] in gsm8k_rows(GSM8K_RECORDS)
     math_file = write_lines(tmp_path / "math.jsonl", [json.dumps(r) for r in MATH_RECORDS])
-    assert load_task(f"math:{math_file}", "test") == (math_rows(MATH_RECORDS), "math")
-    data.check_source(f"gsm8k:{gsm}")
+    assert load_task(f"math:{math_file}", "test")[0] == math_rows(MATH_RECORDS)
+    tasks.check_source(f"gsm8k:{gsm}")
     for bad in (f"gsm8k:{tmp_path}/none.jsonl", f"math:{tmp_path}", "gsm8k:"):
         with pytest.raises(ValueError, match="expected (gsm8k|math):FILE.jsonl with an existing file"):
-            data.check_source(bad)
+            tasks.check_source(bad)
