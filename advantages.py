@@ -549,6 +549,20 @@ def hyper_from_flags(name: str, flags: AdvantageConfig) -> dict:
     return {p: v for p, v in values.items() if v is not None}
 
 
+SCHEDULED = ("alpha", "delta")
+"""The hyper-parameters a schedule (scheduler.py) sets every step, for the fade advantage."""
+
+
+def step_hyper(given: dict, sched: dict) -> dict:
+    """One step's keyword arguments of the advantage: `given`, then what the schedule set.
+
+    given: {parameter: value} (train.py: hyper_from_flags; the TRL integration: its
+    advantage_kwargs); sched: this step's scheduler output ("fade" and "decay" return
+    alpha and delta, "constant" does not). Both trainers call this one rule.
+    """
+    return {**given, **{name: sched[name] for name in SCHEDULED if name in sched}}
+
+
 def unread_flags(name: str, flags: AdvantageConfig) -> list[str]:
     """The flags `flags` sets (not None) that advantage `name` does not take, in field order."""
     taken = hyper_defaults(name)

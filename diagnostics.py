@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -45,14 +46,14 @@ from torch import Tensor
 import loss
 import tasks
 from machinery import rollout
-from machinery import update
+from machinery import forward
 import verify
 
 TAU = 1e-3                  # flip threshold in nats (docs/math.md §6.1)
 VALUE_CELLS = ("boosted_pos", "suppressed_pos", "boosted_neg", "suppressed_neg")
 COUPLING_CLASSES = ("same_low", "same_high", "different")
 # Seeds of the diagnostics' own random streams, derived from (seed, step) and offset so
-# that they differ from train.evaluate's seed * 100_003 + step.
+# that they differ from evaluation.evaluate's seed * 100_003 + step.
 SEED_OFFSET = 7_000_003
 
 
@@ -148,10 +149,30 @@ def after_update(model, tokenizer, ro: rollout.Rollouts, old_logp: Tensor, new_l
 # diagnostics they belong to NoProbe and do nothing (as nanochat's DummyWandb stands in
 # for a logger that is off), so the loop carries no `if diagnose:` branches.
 
-def step_probe(cfg, step: int, mask: Tensor):
+@dataclass(frozen=True)
+class ProbeConfig:
+    """When the token diagnostics run and how much they sample (train.py's flags of the same names)."""
+
+    flip_every: int = 10
+    """Token diagnostics and the cancellation residual every this many steps (0 = off)."""
+    coupling_pairs: int = 256
+    """Token pairs per coupling class (0 = off)."""
+    value_every: int = 0
+    """Token-value Monte Carlo every this many steps (0 = off)."""
+    value_samples: int = 64
+    """Response positions per token-value estimate."""
+    value_k: int = 8
+    """Continuations per prefix in the token-value estimate."""
+    seed: int = 0
+    """The run's seed: the diagnostics' own streams derive from it and the step."""
+    max_new_tokens: int = 48
+    """The generation budget of the token values' continuations."""
+
+
+def step_probe(cfg: ProbeConfig, step: int, mask: Tensor):
     """StepProbe on a diagnostic step (every cfg.flip_every or cfg.value_every steps), else NoProbe.
 
-    cfg: train.py's Config; mask: [B, T] the step's response mask (the probe's shapes).
+    mask: [B, T] the step's response mask (the probe's shapes).
     """
     value_step = bool(cfg.value_every) and step % cfg.value_every == 0
     if (bool(cfg.flip_every) and step % cfg.flip_every == 0) or value_step:
@@ -177,7 +198,7 @@ class NoProbe:
 class StepProbe:
     """Records, during one step's update, what the step's diagnostics need afterwards.
 
-    active: True, so update.carries_gradient runs every rollout (the token diagnostics
+    active: True, so forward.carries_gradient runs every rollout (the token diagnostics
     need every rollout's log-probs).
     micro_batch: keeps the micro-batch's sampling log-probs (logp_old) and its rollout
       coefficients m_i (loss.rollout_coefficients: one extra backward through the loss
@@ -197,28 +218,30 @@ class StepProbe:
 
     active = True
 
-    def __init__(self, cfg, step: int, mask: Tensor, value_step: bool):
+    def __init__(self, cfg: ProbeConfig, step: int, mask: Tensor, value_step: bool):
         self.cfg, self.step, self.value_step = cfg, step, value_step
         self.logp_old = torch.zeros_like(mask)                          # [B, T], CPU
         self.coef = torch.zeros(len(mask), dtype=torch.float64)         # [B] m_i
         self.residuals = []                                             # R_g means, one per optimizer step
 
-    def micro_batch(self, idx: Tensor, logp: Tensor, old: Tensor, b, loss_cfg, norm) -> None:
+    def micro_batch(self, idx: Tensor, logp: Tensor, old: Tensor, adv: Tensor, mask: Tensor, group: Tensor,
+                    loss_cfg, norm) -> None:
+        """idx: the micro-batch's rollouts; the other tensors are theirs (as policy_loss got them)."""
         self.logp_old[idx] = old.float().cpu()
-        self.coef[idx] = loss.rollout_coefficients(logp, old, b.adv[idx], b.mask[idx], loss_cfg, norm,
-                                                   b.group[idx]).cpu()
+        self.coef[idx] = loss.rollout_coefficients(logp, old, adv, mask, loss_cfg, norm, group).cpu()
 
     def optimizer_step(self, step_idx: Tensor, group_index: Tensor) -> None:
         self.residuals.append(_nanmean(loss.cancellation_residual(self.coef[step_idx], group_index[step_idx]).tolist()))
 
-    def report(self, run, ro: rollout.Rollouts, adv: Tensor, rows: list[dict]) -> dict:
+    def report(self, model, tokenizer, task, passes: forward.Passes, ro: rollout.Rollouts, adv: Tensor,
+               rows: list[dict]) -> dict:
         cfg = self.cfg
-        new_logp = update.no_grad_pass(run.model, ro, cfg)[0]
-        out = after_update(run.model, run.tokenizer, ro, self.logp_old, new_logp, adv.reshape(-1), run.task,
+        new_logp = forward.no_grad_pass(model, ro, passes)[0]
+        out = after_update(model, tokenizer, ro, self.logp_old, new_logp, adv.reshape(-1), task,
                            [r["answer"] for r in rows], prompts=[r["prompt"] for r in rows],
                            value_samples=cfg.value_samples if self.value_step else 0, value_k=cfg.value_k,
                            coupling_pairs=cfg.coupling_pairs, seed=cfg.seed, step=self.step,
-                           max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
+                           max_new_tokens=cfg.max_new_tokens, temperature=passes.temperature)
         out.update(residual_metrics(self.residuals))
         return out
 

@@ -614,6 +614,32 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
     return loss, stats
 
 
+def needs_whole_groups(cfg: LossConfig) -> bool:
+    """True iff the loss must see each group's rollouts together: DFPO's weight transforms.
+
+    A transform (dfpo_transform) re-weights a rollout by the other rollouts of its group,
+    so it only sees the part of a group that is in its call. Every place that cuts a
+    batch asks this one function: the door (an optimizer step holds whole groups:
+    --minibatch_mode query or query_balanced), the micro-batching (cut at group
+    boundaries, forward.micro_batches) and the zero-advantage skip (below).
+    """
+    return cfg.weight_transform is not None
+
+
+def zero_advantage_adds_nothing(cfg: LossConfig) -> bool:
+    """True iff a rollout with advantage exactly 0 adds exactly 0 to the loss and its gradient.
+
+    Every surrogate multiplies a rollout's tokens by its advantage (PPO's min(rho A,
+    clip(rho) A), CISPO's sg(clip(rho)) A log pi, GSPO's s_i A_i), and every aggregation
+    is linear in those per-token terms with a normaliser fixed for the whole optimizer
+    step (step_normaliser): so A_i = 0 contributes exactly 0, whatever its log-probs.
+    Not so with a KL penalty or an entropy bonus (those terms do not vanish with A_i),
+    nor with a DFPO transform (it mixes the weights of a group). The trainer skips such
+    rollouts' forward and backward (forward.carries_gradient).
+    """
+    return cfg.kl_coef == 0 and cfg.entropy_coef == 0 and not needs_whole_groups(cfg)
+
+
 # ---------------------------------------------------------------------------------------
 # Diagnostic: the cancellation residual of the loss actually used
 # ---------------------------------------------------------------------------------------

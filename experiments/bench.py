@@ -38,7 +38,7 @@ Two differences in work that are not differences in the update, both exact (test
 and both printed:
 - our update skips the forward and backward of rollouts whose advantage is exactly 0
   (groups that all passed or all failed: their gradient is exactly 0,
-  update.carries_gradient), which TRL runs: ~20% of the rollouts on this work, more as
+  forward.carries_gradient), which TRL runs: ~20% of the rollouts on this work, more as
   the solve rate climbs;
 - it runs identical rollouts (same prompt, same response, word for word) once and
   copies the result (rollout.token_logprobs' merge_duplicates; autograd sums the
@@ -50,8 +50,9 @@ the next (ours: consecutive calls of rollout.generate_rollouts, so the run takes
 extra step to close the last interval; TRL: consecutive on_step_end callbacks). The
 medians are over the measured steps of all rounds; CPU time (process_time) is printed
 beside wall time because on a shared machine wall time also measures the neighbours.
-Our split comes from train.py's per-step "time/*" metrics (generate, score,
-old_logp, train, diagnostics; "other" is the rest of the loop: logging, bookkeeping).
+Our split comes from train.py's per-step "time/*" metrics, one per stage of the loop
+(sample, score, schedule, advantages, split, update, log; "other" is the rest: writing
+metrics.jsonl, bookkeeping).
 Peak memory is the process's peak resident set size (VmHWM), reset before each
 trainer runs; it includes what the process already holds (torch, transformers, and once
 imported, TRL and datasets: ~100 MB), so it compares the trainers only roughly.
@@ -82,6 +83,11 @@ N_PROMPTS, G_DEFAULT, MAX_NEW_DEFAULT = 32, 8, 48
 # ---------------------------------------------------------------------------------------
 # The work: the prompts of every step, exactly as train.py draws them
 # ---------------------------------------------------------------------------------------
+
+def train_seconds(step: dict) -> float:
+    """Seconds of one measured step's training: the advantages, the split and the update."""
+    return sum(step["split"][stage] for stage in ("advantages", "split", "update"))
+
 
 def work_rows(n_steps: int, seed: int, task: str = "addition") -> list[list[dict]]:
     """[step][prompt] rows ({prompt, answer}): train.py's stream, replayed.
@@ -154,8 +160,8 @@ def measure_ours(warmup: int, steps: int, G: int, max_new_tokens: int, seed: int
     out = {"peak_rss_mb": peak_rss_mb(), "prompts": [r["prompts"] for r in recs], "steps": []}
     for k in range(warmup, warmup + steps):
         m, rec, nxt = history[k], recs[k], recs[k + 1]
-        split = {"generate": m["time/generate"], "score": m["time/score"], "old log-probs": m["time/old_logp"],
-                 "train": m["time/train"], "diagnostics": m["time/diagnostics"]}
+        split = {stage: m[f"time/{stage}"] for stage in ("sample", "score", "schedule", "advantages", "split",
+                                                         "update", "log")}
         wall, cpu = nxt["wall"] - rec["wall"], nxt["cpu"] - rec["cpu"]
         split["other"] = wall - sum(split.values())
         out["steps"].append({"wall": wall, "cpu": cpu, "reward": m["reward"], "tokens": rec["tokens"],
@@ -258,13 +264,13 @@ def print_ours(steps: list[dict], peak: float) -> None:
           f"mean reward {mean(steps, 'reward'):.3f}; peak RSS {peak:.0f} MB")
     print("  split (median s/step):  " + "  ".join(
         f"{key} {statistics.median(s['split'][key] for s in steps):.3f}" for key in steps[0]["split"]))
-    train_s = statistics.median(s["split"]["train"] for s in steps)
+    train_s = statistics.median(train_seconds(s) for s in steps)
     print(f"  tokens/s: generation {med(steps, 'tokens') / med(steps, 'sample'):.0f} (response tokens per second "
           f"of sampling), training {med(steps, 'tokens') / train_s:.0f} (the batch's response tokens per second "
           f"of the update)")
-    print(f"  rollouts the update skipped (advantage exactly 0, update.carries_gradient): "
+    print(f"  rollouts the update skipped (advantage exactly 0, forward.carries_gradient): "
           f"{100 * mean(steps, 'skipped'):.0f}% on average; merged into an identical rollout "
-          f"(update.duplicate_share): {100 * mean(steps, 'duplicate'):.0f}%")
+          f"(forward.duplicate_share): {100 * mean(steps, 'duplicate'):.0f}%")
 
 
 def compare(ours: dict, trl: dict) -> None:
@@ -281,14 +287,14 @@ def compare(ours: dict, trl: dict) -> None:
 def scaling(args) -> None:
     """Our median step time (and its two big parts) against G and max new tokens."""
     print("\nscaling of our step (median over the measured steps; wall s, CPU s in brackets):")
-    print(f"  {'G':>3} {'max_new':>7} {'step':>14} {'generate':>9} {'train':>7} {'resp len':>8} {'gen tok/s':>9}")
+    print(f"  {'G':>3} {'max_new':>7} {'step':>14} {'sample':>9} {'train':>7} {'resp len':>8} {'gen tok/s':>9}")
     for G, max_new in [(4, 48), (8, 48), (16, 48), (8, 24), (8, 96)]:
         r = measure_ours(args.warmup, args.scaling_steps, G, max_new, args.seed, args.threads,
                          min(args.micro_batch, N_PROMPTS * G), args.compile, args.data)
         s = r["steps"]
         print(f"  {G:>3} {max_new:>7} {med(s, 'wall'):>7.3f} ({med(s, 'cpu'):.3f}) "
-              f"{statistics.median(x['split']['generate'] for x in s):>9.3f} "
-              f"{statistics.median(x['split']['train'] for x in s):>7.3f} "
+              f"{statistics.median(x['split']['sample'] for x in s):>9.3f} "
+              f"{statistics.median(train_seconds(x) for x in s):>7.3f} "
               f"{med(s, 'tokens') / (N_PROMPTS * G):>8.1f} {med(s, 'tokens') / med(s, 'sample'):>9.0f}")
 
 

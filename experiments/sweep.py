@@ -53,7 +53,7 @@ One sweep per --out at a time: the sweep locks --out (door.lock_dir; a second sw
 is refused in one line naming the first one's PID), and each train.py locks its own run
 directory. A train.py dies with the sweep that started it, however the sweep dies
 (kill -9 included): the sweep passes its PID in TOKENCREDIT_PARENT_PID, and train.py asks
-the kernel for a signal when its parent exits (train.exit_with_parent). So a killed
+the kernel for a signal when its parent exits (door.exit_with_parent). So a killed
 sweep leaves no run writing behind it, and its rerun resumes each one once.
 
 For tests: everything after `--` goes to every train.py run, after the sweep's own flags

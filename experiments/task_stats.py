@@ -34,6 +34,7 @@ import torch
 import advantages
 import train
 import tasks
+from machinery import metrics
 from tasks import countdown
 
 
@@ -46,7 +47,7 @@ def task_stats(task: str, n_prompts: int, samples: int, seed: int = 0) -> dict:
     rows = run.eval_rows
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        ro = train.sample_rollouts(run, [r["prompt"] for r in rows], samples, cfg)
+        ro = train.sample_rollouts(run, [r["prompt"] for r in rows], samples)
     answers = [r["answer"] for r in rows for _ in range(samples)]
     prompts = [r["prompt"] for r in rows for _ in range(samples)]
     correct = [s["correct"] for s in train.verify.score(ro.texts, answers, run.task, prompts)]
@@ -57,11 +58,11 @@ def task_stats(task: str, n_prompts: int, samples: int, seed: int = 0) -> dict:
     out = {"task": task, "prompts": len(rows), "samples": samples,
            "pass@1": sum(advantages.pass_at_k(samples, c, 1) for c in counts) / len(rows),
            f"pass@{samples}": sum(advantages.pass_at_k(samples, c, samples) for c in counts) / len(rows),
-           "entropy": train.masked_mean(entropy, mask),
+           "entropy": metrics.masked_mean(entropy, mask),
            "resp_len_mean": float(mask.sum(1).mean())}
     if template is not None:
-        out["entropy/template"] = train.masked_mean(entropy, template.float())
-        out["entropy/reasoning"] = train.masked_mean(entropy, mask * ~template)
+        out["entropy/template"] = metrics.masked_mean(entropy, template.float())
+        out["entropy/reasoning"] = metrics.masked_mean(entropy, mask * ~template)
     if run.task.solution_of is not None:          # countdown: several solutions per prompt
         numbers = [[int(x) for x in r["prompt"].split("->")[0].split()] for r in rows]
         out["share with >= 2 valid solutions"] = sum(

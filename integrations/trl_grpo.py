@@ -107,7 +107,7 @@ class TokencreditGRPOTrainer(GRPOTrainer):
             if self.tc_advantage != "fade":
                 raise ValueError(f"a schedule drives the 'fade' advantage's alpha and delta; "
                                  f"got advantage={self.tc_advantage!r}")
-            given = {"alpha", "delta"} & set(self.tc_advantage_kwargs)
+            given = set(adv_lib.SCHEDULED) & set(self.tc_advantage_kwargs)
             if given and self.tc_scheduler.config.schedule != "constant":
                 raise ValueError(f"with a schedule, {sorted(given)} come from the scheduler; "
                                  "drop them from advantage_kwargs")
@@ -167,11 +167,9 @@ class TokencreditGRPOTrainer(GRPOTrainer):
         rewards = (per_func * self.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
         rewards = rewards.view(-1, G).cpu()
 
-        hyper = dict(self.tc_advantage_kwargs)
-        if self.tc_scheduler is not None:
-            if training:
-                self.tc_knobs = self._tc_schedule_step(rewards, out)
-            hyper.update({k: self.tc_knobs[k] for k in ("alpha", "delta") if k in self.tc_knobs})
+        if self.tc_scheduler is not None and training:
+            self.tc_knobs = self._tc_schedule_step(rewards, out)
+        hyper = adv_lib.step_hyper(self.tc_advantage_kwargs, self.tc_knobs)     # the same rule as train.py's
         adv_all = adv_lib.compute_advantages(self.tc_advantage, rewards, **hyper).reshape(-1)
 
         local = out["advantages"]

@@ -39,7 +39,6 @@ The layout, per checkpoint (out_dir/checkpoints/step_000040/):
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -54,10 +53,11 @@ MANIFEST = "manifest.json"
 STEP_DIR = re.compile(r"step_(\d+)")          # a checkpoint directory's name: step_000040
 
 
-def save_checkpoint(run, out_dir: str, step: int, config: dict, keep: int = 2) -> str:
+def save_checkpoint(out_dir: str, step: int, config: dict, model, tokenizer, state: dict, keep: int = 2) -> str:
     """Write out_dir/checkpoints/step_XXXXXX atomically, then point `latest` at it.
 
-    run: train.Run. config: the run's config as a JSON-able dict (dataclasses.asdict),
+    model, tokenizer: saved as a model directory; state: training_state(...), the
+    optimizer, schedule and random streams. config: the run's config as a JSON-able dict (dataclasses.asdict),
     stored beside the weights so a resume can tell whether it continues the same run.
     Written into a temporary directory (manifest last, every file fsync'ed) and renamed
     into place, and `latest` is replaced with os.replace, so a run killed at any moment
@@ -76,9 +76,9 @@ def save_checkpoint(run, out_dir: str, step: int, config: dict, keep: int = 2) -
     final = os.path.join(root, f"step_{step:06d}")
     tmp = final + ".tmp"
     _remove(tmp)
-    run.model.save_pretrained(os.path.join(tmp, "model"))
-    run.tokenizer.save_pretrained(os.path.join(tmp, "model"))
-    torch.save(training_state(run, step), os.path.join(tmp, "state.pt"))
+    model.save_pretrained(os.path.join(tmp, "model"))
+    tokenizer.save_pretrained(os.path.join(tmp, "model"))
+    torch.save(state, os.path.join(tmp, "state.pt"))
     with open(os.path.join(tmp, "config.json"), "w") as f:
         json.dump(config, f, indent=1, allow_nan=False)      # strict JSON: no NaN or Infinity
     write_manifest(tmp, step)
@@ -200,8 +200,8 @@ def checkpoint_step(path: str) -> int:
         return int(json.load(f)["step"])
 
 
-def load_checkpoint(run, path: str) -> int:
-    """Restore the checkpoint directory `path` (check it first) into `run`; returns its step.
+def load_checkpoint(path: str, model, optimizer, scheduler, py_rng, mb_generator) -> int:
+    """Restore the checkpoint directory `path` (check it first) into these objects; returns its step.
 
     Everything is read before anything is applied, so a file that fails to load leaves
     the run as it was (ValueError naming the checkpoint).
@@ -211,18 +211,18 @@ def load_checkpoint(run, path: str) -> int:
         # Copy the saved weights INTO the existing model, so the optimizer built for its
         # parameters stays attached to them and can take its saved state as is.
         saved = AutoModelForCausalLM.from_pretrained(os.path.join(path, "model"),
-                                                     dtype=next(run.model.parameters()).dtype)
+                                                     dtype=next(model.parameters()).dtype)
     except Exception as e:                      # version skew, a file changed after the check
         raise ValueError(f"checkpoint {path} cannot be loaded: {type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else ''}") from None
-    run.model.load_state_dict(saved.state_dict())
-    run.optimizer.load_state_dict(ck["optimizer"])
-    run.scheduler.load_state_dict(ck["scheduler"])
-    restore_rng(run, ck)
+    model.load_state_dict(saved.state_dict())
+    optimizer.load_state_dict(ck["optimizer"])
+    scheduler.load_state_dict(ck["scheduler"])
+    restore_rng(ck, py_rng, mb_generator)
     return int(ck["step"])
 
 
-def training_state(run, step: int) -> dict:
+def training_state(step: int, optimizer, scheduler, py_rng, mb_generator) -> dict:
     """What state.pt holds: tensors, numbers, strings, lists and dicts only.
 
     torch.load(weights_only=True) refuses anything else (it unpickles no classes and
@@ -232,32 +232,32 @@ def training_state(run, step: int) -> dict:
                        -> the key as an int64 tensor and the rest as numbers
       torch, CUDA and the mini-batch Generator: already uint8 tensors.
     """
-    version, internal, gauss_next = run.py_rng.getstate()
+    version, internal, gauss_next = py_rng.getstate()
     kind, key, pos, has_gauss, cached = np.random.get_state()
     return {
         "step": step,
-        "optimizer": run.optimizer.state_dict(),
-        "scheduler": run.scheduler.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
         "py_rng": [version, list(internal), gauss_next],
         "torch_rng": torch.get_rng_state(),
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         "numpy_rng": {"kind": kind, "key": torch.from_numpy(key.astype(np.int64)), "pos": int(pos),
                       "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
-        "mb_generator": run.mb_generator.get_state(),
+        "mb_generator": mb_generator.get_state(),
     }
 
 
-def restore_rng(run, ck: dict) -> None:
-    """Put every random stream back as training_state took it."""
+def restore_rng(ck: dict, py_rng, mb_generator) -> None:
+    """Put every random stream back as training_state took it (the global ones, and these two)."""
     version, internal, gauss_next = ck["py_rng"]
-    run.py_rng.setstate((version, tuple(internal), gauss_next))
+    py_rng.setstate((version, tuple(internal), gauss_next))
     torch.set_rng_state(ck["torch_rng"])
     if ck["cuda_rng"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(ck["cuda_rng"])
     np_state = ck["numpy_rng"]
     np.random.set_state((np_state["kind"], np_state["key"].numpy().astype(np.uint32), np_state["pos"],
                          np_state["has_gauss"], np_state["cached_gaussian"]))
-    run.mb_generator.set_state(ck["mb_generator"])
+    mb_generator.set_state(ck["mb_generator"])
 
 
 # ---------------------------------------------------------------------------------------
@@ -302,11 +302,31 @@ def truncate_metrics(path: str, last_step: int) -> None:
         atomic_write(path, "".join(metrics_to_keep(path, last_step)[0]))
 
 
+def keep_samples_until(path: str, step: int) -> None:
+    """Drop the lines of samples.jsonl written after `step` (a resumed run writes them again).
+
+    Like truncate_metrics for metrics.jsonl; a line that does not parse (a write torn
+    by a kill) is dropped too. Rewritten atomically.
+    """
+    if not os.path.exists(path):
+        return
+    kept = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                if json.loads(line)["step"] <= step:
+                    kept.append(line)
+            except (ValueError, KeyError, TypeError):
+                continue
+    atomic_write(path, "".join(kept))
+
+
 # ---------------------------------------------------------------------------------------
 # What a run directory holds, and what this invocation may do with it (--resume)
 # ---------------------------------------------------------------------------------------
 
-def resume_point(cfg, may_change: set, not_compared: tuple, warn) -> str | None:
+def resume_point(out_dir: str, config: dict, resume: bool, overwrite: bool, steps: int, may_change: set,
+                 not_compared: tuple, warn) -> str | None:
     """What out_dir holds, and what this invocation may do with it (train.check_inputs).
 
     Fresh run: out_dir must not hold a run (a non-empty metrics.jsonl or checkpoints/)
@@ -320,14 +340,14 @@ def resume_point(cfg, may_change: set, not_compared: tuple, warn) -> str | None:
     with each (the missing steps, say). Then its config must equal this one outside
     may_change (train.py's RESUME_SAFE), --steps must reach its step, and metrics.jsonl
     must be readable up to it (a torn last line is dropped with a warning).
-    cfg: train.Config (out_dir, resume, overwrite, steps; the rest is compared); warn:
+    config: the run's config (dataclasses.asdict; compared with the checkpoint's); warn:
     prints one warning line. Raises ValueError (one line) for a refusal; returns the
     checkpoint to continue from, or None to start at step 0.
     """
-    out = cfg.out_dir
+    out = out_dir
     used = [name for name in ("metrics.jsonl", "checkpoints") if non_empty(os.path.join(out, name))]
-    if not cfg.resume:
-        if used and not cfg.overwrite:
+    if not resume:
+        if used and not overwrite:
             raise ValueError(f"--out_dir {out!r} already holds a run ({' and '.join(used)}): continue it with "
                              "--resume, start it over with --overwrite, or choose another --out_dir")
         return None
@@ -348,12 +368,12 @@ def resume_point(cfg, may_change: set, not_compared: tuple, warn) -> str | None:
     for problem in problems:
         warn(f"checkpoint skipped: {problem}; resuming from {os.path.basename(path)}")
     step = checkpoint_step(path)
-    changed = config_changes(read_config(path), dataclasses.asdict(cfg), set(may_change) | set(not_compared))
+    changed = config_changes(read_config(path), config, set(may_change) | set(not_compared))
     if changed:
         raise ValueError(f"--resume would change the run saved at step {step}: {'; '.join(changed)} (only "
                          f"{', '.join(sorted(may_change))} may change; start a new run in another --out_dir)")
-    if cfg.steps <= step:
-        raise ValueError(f"--steps {cfg.steps}: the checkpoint is already at step {step}, so there is nothing to "
+    if steps <= step:
+        raise ValueError(f"--steps {steps}: the checkpoint is already at step {step}, so there is nothing to "
                          f"do (a resume continues: --steps > {step})")
     torn = metrics_to_keep(os.path.join(out, "metrics.jsonl"), step)[1]
     if torn:
@@ -364,7 +384,7 @@ def resume_point(cfg, may_change: set, not_compared: tuple, warn) -> str | None:
 def config_changes(saved: dict, config: dict, skip: set) -> list[str]:
     """'--name old -> new' for every field that differs from a checkpoint's config.
 
-    Both sides flattened to flag names (config.py keeps them unique) and compared as
+    Both sides flattened to flag names (flags.py keeps them unique) and compared as
     JSON values, so 4e-4 equals the 0.0004 read back from the checkpoint. The fields in
     `skip` are not compared; a field only one side has counts as changed.
     """

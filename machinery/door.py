@@ -14,7 +14,11 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import signal
+import sys
 import tempfile
+
+from machinery import sandbox
 
 
 def writable_dir_problem(path: str) -> str | None:
@@ -89,6 +93,33 @@ def lock_dir(path: str, what: str):
     return f
 
 
+def claim_run_dir(out_dir: str):
+    """Check that a run can live in out_dir and take its lock (lock_dir); returns the lock.
+
+    out_dir must be writable; each file and directory a run keeps there must be of its
+    kind where it exists (a directory named metrics.jsonl is one line here, not a crash
+    at the first log); checkpoints/ must be writable. ValueError (one line) otherwise,
+    with the lock released.
+    """
+    if problem := writable_dir_problem(out_dir):
+        raise ValueError(f"--out_dir {out_dir!r}: {problem}")
+    lock = lock_dir(out_dir, "--out_dir")
+    try:
+        for name, kind, is_kind in (("metrics.jsonl", "file", os.path.isfile), ("config.json", "file", os.path.isfile),
+                                    ("checkpoints", "directory", os.path.isdir),
+                                    (os.path.join("checkpoints", "latest"), "file", os.path.isfile)):
+            path = os.path.join(out_dir, name)
+            if os.path.lexists(path) and not is_kind(path):
+                raise ValueError(f"{path} is not a {kind}; a run keeps its {name} there (move it away)")
+        ckpt_root = os.path.join(out_dir, "checkpoints")
+        if os.path.isdir(ckpt_root) and (problem := writable_dir_problem(ckpt_root)):
+            raise ValueError(f"{ckpt_root}: {problem}; a run must be able to write its checkpoints")
+    except BaseException:
+        lock.close()
+        raise
+    return lock
+
+
 def hub_problem(repo_id: str, repo_type: str = "model") -> str | None:
     """None if the Hugging Face hub can plausibly provide repo_id, else why not.
 
@@ -148,3 +179,21 @@ def check_model(model: str) -> None:
         raise ValueError(f"--model {model!r}: no such directory, and not a hub id (name or owner/name)")
     if problem := hub_problem(model, "model"):
         raise ValueError(f"--model {model!r} is no local directory, and {problem}")
+
+
+def exit_with_parent() -> None:
+    """Under a sweep: die when the sweep dies, however it dies (experiments/sweep.py's header).
+
+    The sweep puts its PID in TOKENCREDIT_PARENT_PID. PR_SET_PDEATHSIG (Linux) has the
+    kernel send this process SIGTERM when its parent exits, kill -9 included, so no run
+    goes on writing with nobody to wait for it; a parent that exited before the prctl is
+    caught by comparing getppid() with that PID. Without the variable (an ordinary run)
+    this does nothing; outside Linux only the start-up check holds.
+    """
+    parent = os.environ.pop("TOKENCREDIT_PARENT_PID", None)      # not passed on to our own children
+    if not parent:
+        return
+    sandbox.prctl(sandbox.PR_SET_PDEATHSIG, signal.SIGTERM)
+    if str(os.getppid()) != parent:
+        print(f"train.py: error: the sweep that started this run (PID {parent}) has exited", file=sys.stderr)
+        sys.exit(2)

@@ -1,6 +1,6 @@
 """flags.py: a dataclass config as command-line flags, with its docstrings as help.
 
-train.py's hyper-parameters are one dataclass (`train.Config`) that nests the objective's
+train.py's hyper-parameters are one dataclass (train.py's `Config`) that nests the objective's
 (`loss.LossConfig`) and the schedule's (`scheduler.SchedulerConfig`). Each module owns
 its fields, their defaults and their checks; this file only turns such a tree into
 argparse flags and back, so there is one source of truth and no adapter in between:
@@ -9,7 +9,7 @@ argparse flags and back, so there is one source of truth and no adapter in betwe
 
 - every field that is not itself a dataclass is a flag under its own name; two fields
   with the same name anywhere in the tree are a programming error (asserted);
-- the default is the field's value in the default instance (so `train.Config`'s
+- the default is the field's value in the default instance (so train.py's Config's
   `sched=SchedulerConfig(schedule="constant")` shows "constant", not the class default);
 - the help text is the one-line docstring under the field (read from the source, the
   convention cleanrl's configs use);
@@ -151,6 +151,20 @@ def file_value(name: str, value, annotation: str):
     return float(value) if base == "float" else value
 
 
+def nonfinite_floats(config) -> list[tuple[str, float]]:
+    """(name, value) of every float field of `config` and its nested configs that is NaN or inf.
+
+    "nan" and "inf" parse as floats, NaN fails every range check silently (kl_coef < 0 is
+    False, so NaN would pass and switch the term off), and inf passes them (an infinite
+    coefficient, a clip that never clips). parse_flags refuses them on the command line;
+    a config's own validation asks this for a --config file and the Python API.
+    """
+    nested = [getattr(config, f.name) for f in dataclasses.fields(config)
+              if dataclasses.is_dataclass(getattr(config, f.name))]
+    return [(f.name, getattr(part, f.name)) for part in (config, *nested) for f in dataclasses.fields(part)
+            if isinstance(getattr(part, f.name), float) and not math.isfinite(getattr(part, f.name))]
+
+
 def flag_type(annotation: str):
     """argparse type for a field annotation: 'int', 'float' (finite only), 'str', or 'X | None'."""
     base = {"int": int, "float": finite_float, "str": str}[annotation.replace(" | None", "")]
@@ -176,3 +190,29 @@ def field_docs(cls) -> dict:
     body = ast.parse(inspect.getsource(cls)).body[0].body
     return {a.target.id: b.value.value for a, b in zip(body, body[1:])
             if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)}
+
+
+# Names a TRL or verl user will type, and what they are here: the hint an unknown flag
+# (or a config file's key) gets, and a flag of ours the chosen advantage does not read.
+OTHER_NAMES = {
+    "beta": "TRL's KL coefficient `beta` is --kl_coef here (FADE's EMA rate is --ema_beta)",
+    "kl_loss_coef": "verl's kl_loss_coef is --kl_coef here",
+    "learning_rate": "TRL's learning_rate is --lr here",
+    "num_generations": "TRL's num_generations (verl's rollout.n) is --group_size here",
+    "max_completion_length": "TRL's max_completion_length is --max_new_tokens here",
+    "response_length": "verl's response_length is --max_new_tokens here",
+    "epsilon": "TRL's epsilon (verl's clip_ratio_low) is --eps_low here, and epsilon_high --eps_high",
+    "epsilon_high": "TRL's epsilon_high (verl's clip_ratio_high) is --eps_high here",
+    "delta": "TRL's delta (the upper clip of two-sided GRPO) is --dual_clip here",
+    "num_iterations": "TRL's num_iterations (verl's ppo_epochs) is --epochs here",
+    "loss_agg_mode": "verl's loss_agg_mode is --agg here",
+    "entropy_coeff": "verl's entropy_coeff is --entropy_coef here",
+    "max_grad_norm": "TRL's max_grad_norm (verl's grad_clip) is --grad_clip here",
+    "warmup_steps": "the learning-rate warm-up is --lr_warmup_steps here (a number of steps)",
+    "warmup_ratio": "the learning-rate warm-up is --lr_warmup_steps here (a number of steps)",
+    "use_vllm": "TRL's use_vllm is --backend vllm here",
+    "output_dir": "TRL's output_dir is --out_dir here",
+    "max_steps": "TRL's max_steps is --steps here",
+    "gamma": "verl's gamma is GAE's discount; critic-free RL has no value function to discount",
+    "lam": "verl's lam is GAE's lambda; critic-free RL has no value function",
+}

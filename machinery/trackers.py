@@ -12,7 +12,7 @@ same with `--report_to`, TRL's name and values:
 
 metrics.jsonl stays the source of truth: it is written first, and the tracker receives
 the same dict, every key but "step", which is the tracker's x-axis. One call per
-training step, from train.log_metrics, the loop's one logging point. A resumed run
+training step, from metrics.log_metrics, the loop's one logging point. A resumed run
 opens a new tracker run and repeats the steps after its checkpoint there;
 metrics.jsonl is truncated to the checkpoint, so it has each step once.
 
@@ -41,7 +41,7 @@ def missing_package(name: str) -> str | None:
 def open_tracker(name: str, out_dir: str, project: str, run_name: str, config: dict):
     """A tracker for one run: an object with log(metrics, step) and close(), or None for "none".
 
-    config: the run's config (dataclasses.asdict of train.Config), stored with the run
+    config: the run's config (dataclasses.asdict of train.py's Config), stored with the run
     by trackio and wandb. Each log call sends one step's metrics dict; values that are
     not numbers (there are none today) would be the tracker's problem, so they are left
     out here rather than crash a training run.

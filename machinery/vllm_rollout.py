@@ -91,7 +91,9 @@ import json
 import math
 import os
 import shutil
+import sys
 import tempfile
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -689,6 +691,29 @@ def canary_bound(first_gap: float) -> float:
     if not first_gap >= 0:
         raise ValueError(f"first_gap must be a gap >= 0, got {first_gap}")
     return max(CANARY_RATIO * first_gap, CANARY_FLOOR_NATS)
+
+
+@dataclass
+class Canary:
+    """The staleness canary of one run: the first batch's gap (the reference) and the last metrics."""
+
+    first: float | None = None
+    """canary_gap of the run's first rollout batch (engine and trainer hold the same checkpoint)."""
+    last: dict = field(default_factory=dict)
+    """This step's metrics: vllm/canary_gap and vllm/canary_bound."""
+
+    def measure(self, engine_logp: Tensor, trainer_logp: Tensor, mask: Tensor) -> dict:
+        """Record this batch's gap against the bound; warn on stderr when it is above it."""
+        gap = canary_gap(engine_logp, trainer_logp, mask)
+        if self.first is None:
+            self.first = gap
+        bound = canary_bound(self.first)
+        self.last = {"vllm/canary_gap": gap, "vllm/canary_bound": bound}
+        if gap > bound:
+            print(f"warning: vLLM and trainer log-probs differ by {gap:.2e} nats on average, above {bound:.2e} "
+                  f"(3 x the first step's {self.first:.2e}); the engine may be sampling from stale weights",
+                  file=sys.stderr)
+        return self.last
 
 
 # ---------------------------------------------------------------------------------------

@@ -225,7 +225,8 @@ def test_state_is_loaded_with_weights_only(tiny_dir, tmp_path, capsys):
     assert checkpoint.check_checkpoint(ckpt(tmp_path, 2)) is None
     run = train.setup(train.parse_args(args(tiny_dir, tmp_path, "--steps", "4", "--resume")))
     with pytest.raises(ValueError, match="cannot be loaded: UnpicklingError"):
-        checkpoint.load_checkpoint(run, ckpt(tmp_path, 2))
+        checkpoint.load_checkpoint(ckpt(tmp_path, 2), run.model, run.optimizer, run.scheduler, run.py_rng,
+                                   run.mb_generator)
 
 
 # --- one writer per run directory ----------------------------------------------------------

@@ -12,6 +12,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 import loss as L
 from advantages import compute_advantages
 from loss import LossConfig, policy_loss, step_normaliser
+from machinery import metrics
 
 V = 12           # vocabulary of the tiny model
 TEMPLATE = 3     # the shared template token id
@@ -620,8 +621,8 @@ def test_train_tallies_dfpo_counts_over_micro_batches_into_fractions():
     cfg = LossConfig(loss_type="gspo", weight_transform="orth", eps_low=0.2, eps_high=0.2)
     norm, tally = step_normaliser(mask), {}
     for idx in (torch.arange(4), torch.arange(4, 8)):
-        train.add_stats(tally, policy_loss(logp[idx], old[idx], adv[idx], mask[idx], cfg, norm, gi[idx])[1])
-    means = train.stat_means(tally)
+        metrics.add_stats(tally, policy_loss(logp[idx], old[idx], adv[idx], mask[idx], cfg, norm, gi[idx])[1])
+    means = metrics.stat_means(tally)
     assert means["dfpo_one_sided"] == 0.5 and means["dfpo_dropped"] == 0.25
     assert means["clip_frac_high"] == pytest.approx(5 / 23)         # 3 + 2 tokens of 23
     assert not [key for key in means if key.startswith("n_")]

@@ -15,7 +15,8 @@ import torch
 
 from machinery import tinymodel
 import train
-from machinery import update
+import loss
+from machinery import forward
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -50,7 +51,7 @@ def test_smoke_full_loop_writes_metrics_and_checkpoint(tiny_dir, tmp_path):
     rows = read_metrics(tmp_path)
     assert rows == json.loads(json.dumps(history))
     for key in ("reward", "entropy", "m_S", "m_F", "clip_frac_low", "clip_frac_high", "grad_norm",
-                "sched/alpha", "sched/p_hat", "mb/split_groups", "time/generate", "eval/pass@1", "eval/pass@2",
+                "sched/alpha", "sched/p_hat", "mb/split_groups", "time/sample", "eval/pass@1", "eval/pass@2",
                 "cancellation_residual", "cancellation_residual_first"):
         assert key in rows[-1], key
     assert 0 < rows[0]["entropy"] < math.log(len(tinymodel.build_char_tokenizer()))        # below uniform
@@ -209,11 +210,11 @@ def test_fp32_master_weights_keep_rl_sized_updates_that_bf16_rounds_away(tiny_di
     assert torch.equal((w.bfloat16() - 1e-6).float(), w)        # bf16: the update vanishes
     assert not torch.equal(w - 1e-6, w)                         # fp32: it survives
     cfg = train.parse_args(["--model", tiny_dir, "--device", "cpu"])
-    _, model, _ = train.load_model(cfg, torch.device("cpu"))
+    _, model, _ = train.load_model(cfg.model, train.embedded_warmup(cfg), torch.device("cpu"))
     assert {p.dtype for p in model.parameters()} == {torch.float32}
 
 
-# --- skipping rollouts whose advantage is exactly 0 (update.carries_gradient) ---
+# --- skipping rollouts whose advantage is exactly 0 (forward.carries_gradient) ---
 
 def scripted_advantages(monkeypatch, script):
     """Replace the advantage by a script: step k's advantage is script[k - 1](N, G), so the
@@ -269,13 +270,13 @@ def test_skipping_zero_advantage_rollouts_leaves_the_update_unchanged(tiny_dir, 
 def test_skipping_a_rollout_with_nonzero_advantage_would_be_caught(tiny_dir, tmp_path, monkeypatch):
     # Negative control for the test above: also skip one group whose advantage is NOT 0.
     _, before, full_p = run_params(tiny_dir, tmp_path / "full", monkeypatch, [half_zero] * 3, "--steps", "3", "--no-skip_zero_adv")
-    real = update.carries_gradient
+    real = forward.carries_gradient
 
-    def skip_too_much(adv, cfg, diagnose):
-        keep = real(adv, cfg, diagnose)
+    def skip_too_much(adv, may_skip):
+        keep = real(adv, may_skip)
         keep[4:8] = False                                        # group 1: nonzero advantages
         return keep
-    monkeypatch.setattr(update, "carries_gradient", skip_too_much)
+    monkeypatch.setattr(forward, "carries_gradient", skip_too_much)
     _, _, wrong_p = run_params(tiny_dir, tmp_path / "wrong", monkeypatch, [half_zero] * 3, "--steps", "3")
     # measured: ~2x the whole update, against the 2e-3 the test above allows
     assert (wrong_p - full_p).abs().max() > 1e-2 * (full_p - before).abs().max()
@@ -289,7 +290,7 @@ def test_an_all_zero_step_still_moves_adam_like_the_full_update(tiny_dir, tmp_pa
     # and AdamW skips the parameters, which the comparison catches.
     full_h, _, full_p = run_params(tiny_dir, tmp_path / "full", monkeypatch, [gaussian, all_zero, all_zero], "--steps", "3", "--no-skip_zero_adv")
     if not zero_grads:
-        monkeypatch.setattr(update, "zero_gradients", lambda model: None)
+        monkeypatch.setattr(forward, "zero_gradients", lambda model: None)
     skip_h, _, skip_p = run_params(tiny_dir, tmp_path / "skip", monkeypatch, [gaussian, all_zero, all_zero], "--steps", "3")
     assert [m["frac_skipped"] for m in skip_h] == [0.0, 1.0, 1.0]
     assert [set(m) for m in skip_h] == [set(m) for m in full_h]    # a fully skipped step logs every key
@@ -305,12 +306,12 @@ def test_an_all_zero_step_still_moves_adam_like_the_full_update(tiny_dir, tmp_pa
 def test_nothing_is_skipped_where_a_zero_advantage_rollout_still_matters(tiny_dir):
     adv = torch.tensor([0.0, 1.0, -1.0, 0.0])
     base = small_args(tiny_dir, "unused")
-    assert update.carries_gradient(adv, train.parse_args(base), diagnose=False).tolist() == [False, True, True, False]
-    for extra in (["--kl_coef", "0.1"], ["--entropy_coef", "0.01"], ["--no-skip_zero_adv"], ["--minibatches", "2"],
-                  ["--epochs", "2"],
+    assert forward.carries_gradient(adv, may_skip=True).tolist() == [False, True, True, False]
+    assert forward.carries_gradient(adv, may_skip=False).all()
+    assert loss.zero_advantage_adds_nothing(train.parse_args(base).loss)
+    for extra in (["--kl_coef", "0.1"], ["--entropy_coef", "0.01"],
                   ["--loss_type", "gspo", "--weight_transform", "min", "--agg", "seq-mean-token-sum-norm"]):
-        assert update.carries_gradient(adv, train.parse_args(base + extra), diagnose=False).all(), extra
-    assert update.carries_gradient(adv, train.parse_args(base), diagnose=True).all()
+        assert not loss.zero_advantage_adds_nothing(train.parse_args(base + extra).loss), extra
 
 
 def test_update_index_tensors_follow_their_inputs_device(tiny_dir, default_device):
@@ -319,12 +320,12 @@ def test_update_index_tensors_follow_their_inputs_device(tiny_dir, default_devic
     # device (conftest), so one made with a bare torch.tensor / torch.ones lands on "meta".
     adv = torch.tensor([0.0, 1.0, -1.0, 0.0, 0.5, -0.5])
     step_idx, group_index, lengths = torch.arange(6), torch.arange(6) // 2, torch.tensor([3, 1, 2, 5, 4, 4])
-    plain = train.parse_args(small_args(tiny_dir, "unused"))
     dfpo = train.parse_args(small_args(tiny_dir, "unused", "--loss_type", "gspo", "--weight_transform", "min",
                                        "--micro_batch", "3"))
     with default_device("meta"):
-        run_all, skip_zero = update.carries_gradient(adv, plain, diagnose=True), update.carries_gradient(adv, plain, False)
-        chunks = update.micro_batches(step_idx, torch.ones(6, dtype=torch.bool, device="cpu"), group_index, lengths, dfpo)
+        run_all, skip_zero = forward.carries_gradient(adv, False), forward.carries_gradient(adv, True)
+        chunks = forward.micro_batches(step_idx, torch.ones(6, dtype=torch.bool, device="cpu"), group_index, lengths,
+                                       dfpo.micro_batch, loss.needs_whole_groups(dfpo.loss))
     assert run_all.device.type == skip_zero.device.type == "cpu"
     assert run_all.tolist() == [True] * 6 and skip_zero.tolist() == [False, True, True, False, True, True]
     assert [c.device.type for c in chunks] == ["cpu", "cpu", "cpu"]
@@ -339,8 +340,8 @@ def with_copies(monkeypatch):
     the two copies different weights, which the merged update must add up."""
     real = train.sample_rollouts
 
-    def sample_rollouts(run, prompts, G, cfg, seed=None):
-        ro = real(run, prompts, G, cfg, seed=seed)
+    def sample_rollouts(run, prompts, G, seed=None):
+        ro = real(run, prompts, G, seed=seed)
         src = torch.arange(len(ro.texts))
         src[1::2] = src[0::2]
         for name in ("response_ids", "response_mask", "truncated", "engine_logp", "engine_entropy"):
@@ -385,7 +386,7 @@ def test_merging_is_turned_off_for_a_model_with_active_dropout(tiny_dir, tmp_pat
     model.config.attention_dropout = 0.1
     model.save_pretrained(tmp_path / "dropout")
     tok.save_pretrained(tmp_path / "dropout")
-    assert update.active_dropout(model) == ["attention_dropout=0.1"]
+    assert forward.active_dropout(model) == ["attention_dropout=0.1"]
     cfg = train.parse_args(small_args(str(tmp_path / "dropout"), tmp_path / "run"))
     train.setup(cfg)
     assert not cfg.merge_duplicates

@@ -19,7 +19,7 @@ import torch
 
 import advantages
 import train
-from machinery import tinymodel
+from machinery import checkpoint, tinymodel
 from machinery import trackers
 from scheduler import AdvantageScheduler
 
@@ -323,7 +323,7 @@ def test_samples_jsonl_after_each_evaluation_and_a_resume_keeps_them_once(tiny_d
     for x in lines:
         assert rows[x["prompt"]] == x["answer"] and isinstance(x["completion"], str)
         assert x["reward"] in (0.0, 1.0) and "correct" in x
-    train.keep_samples_until(str(tmp_path / "samples.jsonl"), 2)       # what --resume from step 2 does
+    checkpoint.keep_samples_until(str(tmp_path / "samples.jsonl"), 2)       # what --resume from step 2 does
     assert [x["step"] for x in read_jsonl(tmp_path / "samples.jsonl")] == [0] * 4 + [2] * 4
 
 

@@ -1,5 +1,5 @@
-"""update.py: the update's work, not its math. Which rollouts go through the forward
-and backward, and in which chunks.
+"""forward.py: the update's forward and backward passes. Which rollouts go through the
+model, and in which chunks (the update's math is loss.py's).
 
 The update of one optimizer step computes one fixed quantity: the gradient of the step's
 loss (loss.py) over the step's rollouts. How much work that takes is a separate question,
@@ -18,8 +18,6 @@ rounding, and each is tested against the plain computation (tests/test_train.py)
     measures it, and active_dropout says when it must be off.
   - compile_for_update: torch.compile for the update's forward and backward (opt-in).
 
-`cfg` below is train.py's Config (named in annotations only: train.py imports this file).
-
 TRL's GRPOTrainer and verl run every rollout through the update, copies and
 zero-advantage groups included. Over this project's default run the skip and the merge
 together leave ~80% of the rollouts out of the forward (frac_skipped ~0.38 plus
@@ -28,13 +26,27 @@ frac_duplicate ~0.42, mean over three seeds' 300 steps; README).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from machinery import rollout
 
 
+@dataclass(frozen=True)
+class Passes:
+    """How every forward pass over rollouts runs: the same for the update and the no-grad passes."""
+
+    temperature: float = 1.0
+    """The sampling temperature: log-probs are taken under the distribution that sampled."""
+    micro_batch: int = 32
+    """Rollouts per forward (memory and speed only)."""
+    merge_duplicates: bool = True
+    """Run identical rollouts once and copy the result (rollout.token_logprobs)."""
+
+
 def micro_batches(step_idx: torch.Tensor, has_grad: torch.Tensor, group_index: torch.Tensor,
-                  lengths: torch.Tensor, cfg: train.Config) -> list[torch.Tensor]:
+                  lengths: torch.Tensor, micro_batch: int, whole_groups: bool) -> list[torch.Tensor]:
     """Split one optimizer step's rollouts into forward/backward chunks of <= micro_batch.
 
     step_idx: [S] the step's rollout indices (from batching); has_grad: [B] bool, the
@@ -42,21 +54,21 @@ def micro_batches(step_idx: torch.Tensor, has_grad: torch.Tensor, group_index: t
     out here, so the loop never sees them. An empty list when the step has none left.
     Rollouts are ordered by response length first (lengths: [B]), so each chunk holds
     similar lengths and token_logprobs cuts more padding columns: the same sum of
-    per-rollout losses, less work (the bench measures the saving). With a DFPO
-    transform the chunks are cut at group boundaries instead (a transform only sees the
-    rollouts of a group that are in its call), so a group larger than micro_batch stays
-    whole in one chunk.
+    per-rollout losses, less work (the bench measures the saving). whole_groups
+    (loss.needs_whole_groups: a DFPO transform only sees the rollouts of a group that
+    are in its call): the chunks are cut at group boundaries instead, so a group larger
+    than micro_batch stays whole in one chunk.
     """
     step_idx = step_idx[has_grad[step_idx]]
     if len(step_idx) == 0:                     # every rollout of the step skipped (carries_gradient)
         return []
-    if cfg.loss.weight_transform is None:
-        return list(step_idx[lengths[step_idx].argsort(stable=True)].split(cfg.micro_batch))
+    if not whole_groups:
+        return list(step_idx[lengths[step_idx].argsort(stable=True)].split(micro_batch))
     chunks, current = [], []
     chunk = lambda rows: torch.tensor(rows, dtype=torch.long, device=step_idx.device)   # where step_idx is
     for g in torch.unique_consecutive(group_index[step_idx]).tolist():
         members = step_idx[group_index[step_idx] == g].tolist()
-        if current and len(current) + len(members) > cfg.micro_batch:
+        if current and len(current) + len(members) > micro_batch:
             chunks.append(chunk(current))
             current = []
         current += members
@@ -65,33 +77,20 @@ def micro_batches(step_idx: torch.Tensor, has_grad: torch.Tensor, group_index: t
     return chunks
 
 
-def carries_gradient(adv: torch.Tensor, cfg: train.Config, diagnose: bool) -> torch.Tensor:
+def carries_gradient(adv: torch.Tensor, may_skip: bool) -> torch.Tensor:
     """[B] bool: the rollouts whose forward and backward the update must run.
 
-    Every surrogate in loss.py multiplies a rollout's tokens by its advantage (PPO's
-    min(rho A, clip(rho) A), CISPO's sg(clip(rho)) A log pi, GSPO's s_i A_i), and every
-    aggregation is linear in those per-token terms with a normaliser fixed for the whole
-    optimizer step (loss.step_normaliser). So a rollout with A_i = 0 exactly adds exactly
-    0 to the loss and to the gradient, whatever its log-probs: its forward and backward
-    are wasted work. In GRPO these are the groups that all succeeded or all failed
-    (std-normalised advantage 0/0 -> 0): ~20% of the rollouts at the start of the default
-    run, more as the solve rate climbs. Skipping them changes the update only by float
-    rounding (other rollouts share a forward; tested) and is NOT DAPO's dynamic sampling,
-    which drops such groups from the normaliser too and so changes the objective.
-    Skipped only with ONE optimizer step per batch (epochs = minibatches = 1, the
-    default): there the policy trained is the policy that sampled, so the clip fractions
-    and approx_kl are 0 for every rollout and the logged statistics cannot change. With
-    several steps per batch they are averages over all rollouts (as TRL and verl log
-    them), and leaving some out would change what the sweeps compare.
-    Not skipped either, because there the rollout still matters:
-      - a KL penalty or entropy bonus: those terms do not vanish with A_i;
-      - a DFPO weight transform: it mixes the weights of a group;
-      - diagnostic steps: the token diagnostics need every rollout's log-probs;
-      - cfg.skip_zero_adv off.
-    adv: [B] float. Returns [B] bool (all True when nothing may be skipped).
+    A rollout with A_i = 0 exactly adds exactly 0 to the loss and to its gradient when
+    loss.zero_advantage_adds_nothing says so: its forward and backward are wasted work.
+    In GRPO these are the groups that all succeeded or all failed: ~20% of the rollouts
+    at the start of the default run, more as the solve rate climbs. Skipping them
+    changes the update only by float rounding (tested), and is NOT DAPO's dynamic
+    sampling, which drops such groups from the normaliser too. The trainer allows it
+    (may_skip) only with ONE optimizer step per batch, where the logged clip fractions
+    and approx_kl are 0 for every rollout anyway, and not on diagnostic steps, which
+    need every rollout's log-probs. adv: [B]. Returns [B] bool (all True: no skip).
     """
-    if (not cfg.skip_zero_adv or diagnose or cfg.epochs > 1 or cfg.minibatches > 1 or cfg.loss.kl_coef > 0
-            or cfg.loss.entropy_coef > 0 or cfg.loss.weight_transform is not None):
+    if not may_skip:
         return torch.ones_like(adv, dtype=torch.bool)      # on adv's device, like `adv != 0` below
     return adv != 0
 
@@ -168,7 +167,8 @@ def autocast(model):
     mantissa) and is rounded away. Forwards run in bf16 under autocast; the weights pushed
     to a vLLM engine are cast to its dtype there. Not run on a GPU here.
     """
-    return torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=model.device.type == "cuda")
+    device = _device(model)
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
 
 def batch_inputs(ro: rollout.Rollouts, idx: torch.Tensor, device) -> tuple:
@@ -176,32 +176,36 @@ def batch_inputs(ro: rollout.Rollouts, idx: torch.Tensor, device) -> tuple:
     return tuple(t[idx].to(device) for t in (ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask))
 
 
-def forward(run: train.Run, ro: rollout.Rollouts, idx: torch.Tensor, cfg: train.Config):
+def forward(model, ro: rollout.Rollouts, idx: torch.Tensor, passes: Passes, with_entropy: bool = False):
     """(logp [b, T], entropy [b, T] or None) of rollouts idx under the policy, WITH grad.
 
-    The update's forward: the (possibly compiled) training model, the run's sampling
-    temperature, identical rollouts run once (merge_duplicates), and the full-vocabulary
-    entropy only when the loss has an entropy bonus.
+    The update's forward: `model` is the (possibly compiled) training model, on the
+    device of its parameters; the full-vocabulary entropy only when the loss has an
+    entropy bonus (with_entropy).
     """
-    with autocast(run.model):
-        return rollout.token_logprobs(run.train_model, *batch_inputs(ro, idx, run.model.device),
-                                      temperature=cfg.temperature, with_entropy=cfg.loss.entropy_coef > 0,
-                                      merge_duplicates=cfg.merge_duplicates)
+    with autocast(model):
+        return rollout.token_logprobs(model, *batch_inputs(ro, idx, _device(model)), temperature=passes.temperature,
+                                      with_entropy=with_entropy, merge_duplicates=passes.merge_duplicates)
 
 
-def no_grad_pass(model, ro: rollout.Rollouts, cfg: train.Config, with_entropy: bool = False):
+def no_grad_pass(model, ro: rollout.Rollouts, passes: Passes, with_entropy: bool = False):
     """(logp [B, T], entropy [B, T] or None) of every rollout under `model`, no grad, on the CPU.
 
     For the sampling policy's log-probs (off-policy steps), the reference model's (KL),
-    and the updated policy's (diagnostics). Chunks of cfg.micro_batch rollouts.
+    and the updated policy's (diagnostics). Chunks of passes.micro_batch rollouts.
     """
     B = ro.response_ids.shape[0]
     logps, ents = [], []
     with torch.no_grad(), autocast(model):
-        for idx in torch.arange(B).split(cfg.micro_batch):
-            lp, ent = rollout.token_logprobs(model, *batch_inputs(ro, idx, model.device),
-                                             temperature=cfg.temperature, with_entropy=with_entropy,
-                                             merge_duplicates=cfg.merge_duplicates)
+        for idx in torch.arange(B).split(passes.micro_batch):
+            lp, ent = rollout.token_logprobs(model, *batch_inputs(ro, idx, _device(model)),
+                                             temperature=passes.temperature, with_entropy=with_entropy,
+                                             merge_duplicates=passes.merge_duplicates)
             logps.append(lp.float().cpu())
             ents.append(ent.float().cpu() if ent is not None else None)
     return torch.cat(logps), (torch.cat(ents) if with_entropy else None)
+
+
+def _device(model) -> torch.device:
+    """The device of a model's parameters (a compiled wrapper has no .device of its own)."""
+    return next(model.parameters()).device

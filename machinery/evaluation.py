@@ -1,0 +1,103 @@
+"""evaluation.py: held-out pass@k of the policy being trained, and what the run started from.
+
+evaluate samples n responses per held-out prompt through the run's own sampler (our
+loop, or the vLLM engine) and reports the unbiased pass@k (advantages.pass_at_k) for
+k = 1, 2, 4, ... n. It runs in a forked RNG seeded by (seed, step), and the engine gets
+its own seed range, so evaluating more or less often never changes training.
+
+Temperature: by default the training temperature, so pass@1 is the held-out solve rate
+of the very policy being trained, on the scale of the training reward (TRL evaluates at
+its training temperature too). verl validates greedily by default (one deterministic
+answer per prompt, no pass@k); the samplers here go down to T = 0.01 (vLLM's floor).
+Hub models are usually reported at 0.6-0.7 (recipes/ use 0.6); the embedded model's
+curves in docs/ are all at T = 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import torch
+
+import advantages
+import tasks
+import verify
+from machinery import checkpoint
+from machinery import rollout
+from machinery import tinymodel
+from machinery import vllm_rollout
+from machinery.run import Run, format_prompts, sample_rollouts
+
+
+def evaluate(run: Run, step: int, samples: int, temperature: float, seed: int, log_completions: int,
+             out_dir: str) -> dict:
+    """{"eval/pass@k": ...} for k = 1, 2, 4, ... samples, on run.eval_rows.
+
+    Scored by the evaluation task's checker; a task with several solutions per prompt
+    (Task.solution_of) also gets its solution diversity (tasks.solution_diversity).
+    samples.jsonl: the first log_completions held-out prompts' first samples, one JSON
+    line each, {"step", "prompt", "answer", "completion", and the checker's score dict},
+    appended after every evaluation: what the model wrote, to read when a curve looks wrong.
+    """
+    n, rows, s = samples, run.eval_rows, run.sampling
+    if run.llm is not None:          # the engine batches internally: one call, one seed range
+        per_call = len(rows)
+        sample_texts = lambda prompts, k: vllm_rollout.sample_texts_vllm(
+            run.llm, run.tokenizer, format_prompts(prompts, run.tokenizer, s.chat_template), k, s.max_new_tokens,
+            temperature=temperature, top_p=s.top_p, chat_template=s.chat_template,
+            seed=vllm_rollout.batch_seed(seed, step, 1))
+    else:
+        per_call = max(1, 256 // n)
+        sample_texts = lambda prompts, k: sample_rollouts(run, prompts, k, temperature=temperature).texts
+    solution_of = run.eval_task.solution_of
+    solutions = {}                   # tasks with several solutions: prompt -> the solution of each correct sample
+    kept = []                        # samples.jsonl's lines of this evaluation
+
+    def check(texts, rs):
+        scores = verify.score(texts, [r["answer"] for r in rs], run.eval_task, [r["prompt"] for r in rs])
+        if solution_of is not None:
+            for text, r, sc in zip(texts, rs, scores):
+                if sc["correct"]:
+                    solutions.setdefault(r["prompt"], []).append(solution_of(text))
+        for i in range(0, len(texts), n):        # the first sample of each prompt
+            if len(kept) < log_completions:
+                kept.append({"step": step, "prompt": rs[i]["prompt"], "answer": rs[i]["answer"],
+                             "completion": texts[i], **scores[i]})
+        return [sc["correct"] for sc in scores]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed * 100003 + step)
+        correct = rollout.sample_eval(sample_texts, rows, n, check, prompts_per_batch=per_call)
+    if kept:
+        os.makedirs(out_dir, exist_ok=True)          # evaluate may run before train()
+        with open(os.path.join(out_dir, "samples.jsonl"), "a", encoding="utf-8") as f:
+            f.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in kept)
+    out, k = {}, 1
+    while k <= n:                    # k: the k of pass@k, not a loop index
+        out[f"eval/pass@{k}"] = float(np.mean([advantages.pass_at_k(n, c, k) for c in correct]))
+        k *= 2
+    if solution_of is not None:
+        out.update(tasks.solution_diversity(solutions))
+    return out
+
+
+def record_start(run: Run, out_dir: str, model: str, start_eval) -> dict:
+    """Write out_dir/start.json: what this run started from, and how good it was.
+
+    weights_sha256 names the starting bytes (tinymodel.weights_sha256): two runs with the
+    same hash started from the same model on whatever machine. "shipped" says whether
+    they came from the repository's weights/. start_eval: None, or a function of no
+    arguments that evaluates the starting model (evaluate at step 0, verl's
+    val_before_train): it draws nothing from the training streams, so the run is the
+    same with or without it.
+    """
+    record = {"model": model, "model_path": run.model_path,
+              "weights_sha256": tinymodel.weights_sha256(run.model_path),
+              "shipped": os.path.dirname(os.path.abspath(run.model_path)) == tinymodel.SHIPPED_DIR}
+    print(f"train.py: starting from {run.model_path} ({'shipped, ' if record['shipped'] else ''}"
+          f"sha256 {str(record['weights_sha256'])[:12]})")
+    if start_eval is not None:
+        record["eval"] = start_eval()
+    checkpoint.atomic_write(os.path.join(out_dir, "start.json"), json.dumps(record, indent=1))
+    return record

@@ -1,0 +1,128 @@
+"""metrics.py: the numbers a training step logs, and where they go.
+
+Every key is listed, with its meaning and its source, in docs/metrics.md. A step's line
+of metrics.jsonl is built from three calls in train.py's stage 7: step_metrics (rewards,
+masses, entropy, lengths, schedule), update_metrics (mini-batches, the loss's statistics,
+the work left out, gradient norms) and the diagnostics' probe; `timed` adds one
+"time/<stage>" per stage of the loop. The helpers take keywords, so a call names what
+it hands over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+
+import numpy as np
+import torch
+
+import advantages
+import batching
+
+
+@contextlib.contextmanager
+def timed(stage: str, times: dict):
+    """Add the wall time of the `with` block to times["time/<stage>"] (as verl's _timer).
+
+    One stopwatch per stage of the loop, named like the stage, keeps timing out of the
+    loop's lines. A stage timed twice in a step adds up.
+    """
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        times[f"time/{stage}"] = times.get(f"time/{stage}", 0.0) + time.perf_counter() - t0
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    """sum(values * mask) / sum(mask): the mean over response tokens (0 for an empty mask)."""
+    return float((values * mask).sum() / mask.sum().clamp(min=1))
+
+
+def add_stats(tally: dict, stats: dict) -> None:
+    """Running sums of policy_loss's per-micro-batch stats: the "n_*" counts (n_tokens,
+    DFPO's rollout and group counts) add up; every other stat is a token-mean of its
+    micro-batch and is summed weighted by the micro-batch's n_tokens."""
+    w = stats["n_tokens"]
+    for key, value in stats.items():
+        tally[key] = tally.get(key, 0.0) + (value if key.startswith("n_") else value * w)
+
+
+def stat_means(tally: dict, skipped_all: bool = False) -> dict:
+    """The step's token-weighted means, from add_stats' sums, and DFPO's two fractions.
+
+    With a DFPO transform, from loss.dfpo_group_counts over the whole step:
+      dfpo_dropped    rollouts GSPO's clip dropped / rollouts
+      dfpo_one_sided  groups with both signs whose kept rollouts were left with one /
+                      groups with both signs (NaN when no group had both signs)
+    skipped_all: forward.carries_gradient left out every rollout (all advantages 0, one
+    optimizer step per batch), so nothing was tallied; the clip fractions and approx_kl
+    the full update would have logged are then exactly 0 (rho = 1), and are logged as such.
+    """
+    if skipped_all:
+        return {"clip_frac_low": 0.0, "clip_frac_high": 0.0, "clip_frac_dual": 0.0, "approx_kl": 0.0}
+    out = {key: value / tally["n_tokens"] for key, value in tally.items() if not key.startswith("n_")}
+    if "n_groups_mixed" in tally:
+        out["dfpo_dropped"] = tally["n_dropped"] / tally["n_rollouts"]
+        out["dfpo_one_sided"] = tally["n_groups_one_sided"] / tally["n_groups_mixed"] if tally["n_groups_mixed"] \
+            else math.nan
+    return out
+
+
+def step_metrics(*, rewards, scores, adv, entropy, mask, truncated, template, sched, hyper) -> dict:
+    """The per-step numbers of docs/math.md §7: rewards, masses, entropy, lengths, schedule.
+
+    rewards: [N, G]; scores: the checker's dicts, one per rollout; adv: [N, G]; entropy,
+    mask: [B, T]; truncated: [B] bool; template: [B, T] bool (tasks.template_token_mask)
+    or None for a task without one; sched: this step's scheduler output; hyper: the
+    advantage's keyword arguments this step. sched/alpha and sched/delta are the alpha
+    and delta the advantage used, and 1, Dr. GRPO's point, for an advantage that takes
+    neither. With a template the mean entropy is also split into template tokens (the
+    wording, shared by right and wrong rollouts) and reasoning tokens.
+    """
+    G = rewards.shape[1]
+    lengths = mask.sum(1)
+    split = {} if template is None else {"entropy/template": masked_mean(entropy, template.float()),
+                                         "entropy/reasoning": masked_mean(entropy, mask * ~template)}
+    m_S, m_F = advantages.gradient_mass(adv)
+    const = (rewards.max(1).values == rewards.min(1).values).float()
+    return {
+        "reward": float(rewards.mean()),
+        **{f"reward/{key}": float(np.mean([s[key] for s in scores])) for key in scores[0] if key != "reward"},
+        "solve_rate": float(rewards.mean()), "frac_all_equal": float(const.mean()),
+        "adv_mean": float(adv.mean()), "adv_abs_mean": float(adv.abs().mean()),
+        "m_S": float(m_S.mean() / G), "m_F": float(m_F.mean() / G),
+        "entropy": masked_mean(entropy, mask), **split,
+        "resp_len_mean": float(lengths.mean()), "resp_len_max": float(lengths.max()),
+        "truncation_rate": float(truncated.float().mean()),
+        "sched/alpha": float(hyper.get("alpha", 1.0)), "sched/delta": float(hyper.get("delta", 1.0)),
+        **{f"sched/{key}": float(value) for key, value in sched.items() if key not in ("alpha", "delta")},
+    }
+
+
+def update_metrics(*, opt_steps, adv, lengths, tally, has_grad, grad_norms, duplicate_share, lr, canary) -> dict:
+    """What the update did: mini-batch composition, the loss's statistics, the work left
+    out (frac_skipped: advantage exactly 0; frac_duplicate: run once as a copy), the
+    gradient norm (mean over optimizer steps), the learning rate, and the vLLM canary."""
+    comps = batching.minibatch_stats(opt_steps, adv, lengths)
+    return {"mb/max_pos_neg_gap": float(max(abs(c["n_pos"] - c["n_neg"]) for c in comps)),
+            # groups only partly inside an optimizer step (their updates cannot cancel there), mean over steps
+            "mb/split_groups": float(np.mean([c["n_groups"] - c["n_whole_groups"] for c in comps])),
+            **stat_means(tally, skipped_all=not has_grad.any()),
+            "frac_skipped": 1.0 - float(has_grad.float().mean()),
+            "frac_duplicate": duplicate_share,
+            "grad_norm": float(np.mean(grad_norms)), "lr": lr, **canary}
+
+
+def log_metrics(out_dir: str, tracker, metrics: dict, bar) -> None:
+    """Append one line to metrics.jsonl, send the same numbers to the tracker (--report_to),
+    and show the headline numbers on the progress bar."""
+    with open(os.path.join(out_dir, "metrics.jsonl"), "a") as f:
+        f.write(json.dumps(metrics) + "\n")
+    if tracker is not None:
+        tracker.log(metrics, step=metrics["step"])
+    bar.set_postfix(reward=f"{metrics['reward']:.2f}", H=f"{metrics['entropy']:.2f}",
+                    **({"pass@1": f"{metrics['eval/pass@1']:.2f}"} if "eval/pass@1" in metrics else {}))

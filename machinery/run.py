@@ -1,0 +1,255 @@
+"""run.py: what a training run holds between steps, and the plumbing train.py's loop calls.
+
+train.py reads as the algorithm; this file holds what makes it run and is the same for
+every algorithm: the Run record (the model, its optimizer and schedule, the data, the
+random streams, the engines), the model load, the run directory (fresh, --overwrite or
+--resume), checkpoints, sampling from the run's engine (transformers' generate or vLLM),
+the sampling policy's log-prob pass, and one optimizer step. Each function takes the Run
+and explicit values, never train.py's Config: what a function reads is in its signature.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import tasks
+from machinery import checkpoint
+from machinery import forward
+from machinery import rollout
+from machinery import tinymodel
+from machinery import trackers
+from machinery import vllm_rollout
+from scheduler import AdvantageScheduler
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How rollouts are sampled (train.py's flags of the same names)."""
+
+    max_new_tokens: int = 48
+    """Generation budget per rollout."""
+    temperature: float = 1.0
+    """Sampling temperature of the training rollouts (evaluation may pass its own)."""
+    top_p: float = 1.0
+    """Nucleus sampling (1 = off)."""
+    chat_template: bool = False
+    """Wrap prompts in the tokenizer's chat template (instruct hub models)."""
+
+
+@dataclass
+class Run:
+    """What a run holds between steps: what a checkpoint saves, plus the data and engines."""
+
+    model: torch.nn.Module
+    train_model: torch.nn.Module
+    """What the update's forward calls: `model` itself, or its compiled wrapper (--compile)."""
+    tokenizer: object
+    optimizer: torch.optim.Optimizer
+    scheduler: AdvantageScheduler
+    train_rows: list[dict]
+    eval_rows: list[dict]
+    task: tasks.Task
+    """The training rows' task: their checker (verify.score) and template (tasks.template_token_mask)."""
+    eval_task: tasks.Task
+    """The evaluation rows' task (--eval_data's, or the training task)."""
+    py_rng: random.Random
+    """Prompt sampling stream."""
+    mb_generator: torch.Generator
+    """Mini-batch shuffling stream."""
+    model_path: str
+    sampling: Sampling
+    passes: forward.Passes
+    """How every forward pass over rollouts runs (temperature, micro-batch, merged copies)."""
+    ref_model: torch.nn.Module | None = None
+    """Frozen copy of the initial policy, only when loss.kl_coef > 0."""
+    llm: object | None = None
+    """The in-process vLLM engine (backend 'vllm')."""
+    canary: vllm_rollout.Canary = field(default_factory=vllm_rollout.Canary)
+    """The vLLM staleness canary (its metrics stay empty on the transformers backend)."""
+    resume_from: str | None = None
+    """The checkpoint --resume continues from (chosen and checked at the door)."""
+    lock: object | None = None
+    """out_dir's lock file (door.lock_dir): this process is its only writer until train() returns."""
+    tracker: object | None = None
+    """--report_to's tracker (machinery/trackers.py), opened by open_run_dir; None for 'none'."""
+
+
+# ---------------------------------------------------------------------------------------
+# Set-up: the device, the model, the run directory
+# ---------------------------------------------------------------------------------------
+
+def pick_device(device: str) -> torch.device:
+    """'auto' (cuda if available), 'cpu' or 'cuda' (ValueError without a CUDA device)."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda but no CUDA device is available")
+    return torch.device(device)
+
+
+def load_model(model: str, warmup: tinymodel.WarmupConfig | None, device: torch.device):
+    """(model path, policy, tokenizer). 'tiny' runs (or reuses) the embedded model's warm-up first.
+
+    Everything loads through AutoModelForCausalLM / AutoTokenizer, exactly as a hub model
+    would: the embedded model is an ordinary model directory on disk. fp32 master
+    weights; bf16 autocast on CUDA (forward.autocast).
+    """
+    path = tinymodel.load_or_warmup(warmup) if model == "tiny" else os.path.expanduser(model)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        policy = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    except Exception as e:                # what door.check_model could not see: missing or damaged weights, the hub
+        where = (f"the embedded model's warm-up {path} is damaged (delete that directory to rebuild it)"
+                 if model == "tiny" else "it could not be loaded")
+        raise ValueError(f"--model {model!r}: {where}: {type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return str(path), policy.to(device), tokenizer
+
+
+def open_run_dir(run: Run, out_dir: str, config: dict, resume: bool, overwrite: bool, report_to: str,
+                 project: str, run_name: str | None) -> int:
+    """Load the checkpoint the door chose (--resume) or start a clean run; returns the step.
+
+    A fresh run reaches this only in an unused out_dir, or with --overwrite, which is
+    where the old run's files are deleted: as late as possible, after every check and
+    load has passed, so a refused or failed start destroys nothing. Then config.json
+    (strict JSON) is written and the tracker opened.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    metrics_path = os.path.join(out_dir, "metrics.jsonl")
+    samples_path = os.path.join(out_dir, "samples.jsonl")
+    start = 0
+    if resume:
+        if run.resume_from is not None:
+            start = checkpoint.load_checkpoint(run.resume_from, run.model, run.optimizer, run.scheduler,
+                                               run.py_rng, run.mb_generator)
+        checkpoint.truncate_metrics(metrics_path, start)
+        checkpoint.keep_samples_until(samples_path, start)
+        if start and run.llm is not None:
+            # The engine was built from the base model: give it the checkpoint's weights,
+            # or the first resumed step samples from the wrong policy.
+            vllm_rollout.push_weights(run.llm, run.model)
+    elif overwrite:
+        for old in (metrics_path, samples_path):
+            if os.path.exists(old):
+                os.remove(old)
+        for old in ("checkpoints", "tensorboard"):
+            shutil.rmtree(os.path.join(out_dir, old), ignore_errors=True)
+    checkpoint.atomic_write(os.path.join(out_dir, "config.json"), json.dumps(config, indent=1, allow_nan=False))
+    run.tracker = trackers.open_tracker(report_to, out_dir, project,
+                                        run_name or os.path.basename(os.path.abspath(out_dir)), config)
+    return start
+
+
+def save_checkpoint(run: Run, out_dir: str, step: int, config: dict) -> str:
+    """checkpoint.save_checkpoint of everything a resume needs: weights, optimizer, schedule, streams."""
+    state = checkpoint.training_state(step, run.optimizer, run.scheduler, run.py_rng, run.mb_generator)
+    return checkpoint.save_checkpoint(out_dir, step, config, run.model, run.tokenizer, state)
+
+
+def close(run: Run) -> None:
+    """Close the tracker and release out_dir's lock (another process may write there now)."""
+    if run.tracker is not None:
+        run.tracker.close()
+    if run.lock is not None:
+        run.lock.close()
+
+
+# ---------------------------------------------------------------------------------------
+# Sampling, and the sampling policy's log-probs
+# ---------------------------------------------------------------------------------------
+
+def format_prompts(prompts: list[str], tokenizer, chat_template: bool) -> list[str]:
+    """Optionally wrap each prompt as a user turn of the tokenizer's chat template."""
+    if not chat_template:
+        return prompts
+    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                          add_generation_prompt=True) for p in prompts]
+
+
+def sample_rollouts(run: Run, prompts: list[str], G: int, seed: int | None = None,
+                    temperature: float | None = None) -> rollout.Rollouts:
+    """G rollouts per prompt from transformers' generate (CPU, tested) or the vLLM engine.
+
+    temperature: None = the training temperature (run.sampling); evaluation passes its own.
+    seed: the vLLM engine's per-batch seed (vllm_rollout.batch_seed); our sampler draws
+    from torch's global stream instead.
+    """
+    s = run.sampling
+    prompts = format_prompts(prompts, run.tokenizer, s.chat_template)
+    temperature = s.temperature if temperature is None else temperature
+    if run.llm is not None:
+        return vllm_rollout.generate_rollouts_vllm(run.llm, run.tokenizer, prompts, G, s.max_new_tokens,
+                                                   temperature=temperature, top_p=s.top_p, seed=seed,
+                                                   chat_template=s.chat_template)
+    with forward.autocast(run.model):
+        return rollout.generate_rollouts(run.model, run.tokenizer, prompts, G, s.max_new_tokens,
+                                         temperature=temperature, top_p=s.top_p, chat_template=s.chat_template)
+
+
+def old_policy_pass(run: Run, ro: rollout.Rollouts, on_policy: bool):
+    """logp_old [B, T] (or None) and the entropy [B, T] of the policy that sampled.
+
+    On-policy (one optimizer step per batch, our own sampler) there is nothing to
+    compute: the update's own forward, detached, is logp_old (ratio exactly 1 by
+    construction, as TRL), and the sampler's entropy is the entropy (equal to a
+    teacher-forced pass's to ~1e-6, tested). Otherwise this is the "old policy" pass
+    (verl's recompute_log_prob): teacher-forced, under the weights that sampled. For
+    vLLM rollouts the gap to the engine's own log-probs is the staleness canary.
+    """
+    if on_policy and run.llm is None:
+        return None, ro.engine_entropy
+    old_logp, entropy = forward.no_grad_pass(run.model, ro, run.passes, with_entropy=True)
+    if run.llm is not None:
+        run.canary.measure(ro.engine_logp, old_logp, ro.response_mask.float())
+    return old_logp, entropy
+
+
+# ---------------------------------------------------------------------------------------
+# The optimizer step
+# ---------------------------------------------------------------------------------------
+
+def optimizer_step(run: Run, grad_clip: float, ran_backward: bool) -> float:
+    """Clip the global gradient norm (0: no clipping), take one AdamW step, zero the gradients; the norm.
+
+    ran_backward False: forward.carries_gradient left out every rollout of this optimizer
+    step, so no backward ran and the gradients are None; they are set to zeros first,
+    because AdamW skips a None gradient but still moves a parameter with a zero one
+    (its momentum keeps going): what the full update would have done.
+    """
+    if not ran_backward:
+        forward.zero_gradients(run.model)
+    norm = float(torch.nn.utils.clip_grad_norm_(run.model.parameters(), grad_clip or math.inf))
+    run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    return norm
+
+
+# ---------------------------------------------------------------------------------------
+# Small helpers of the loop
+# ---------------------------------------------------------------------------------------
+
+def on_device(device, **tensors) -> SimpleNamespace:
+    """The step's per-rollout tensors, moved to the model's device once (None stays None)."""
+    return SimpleNamespace(**{name: None if t is None else t.to(device) for name, t in tensors.items()})
+
+
+def take(t, idx):
+    """t[idx], or None for an absent tensor (no reference model, say)."""
+    return None if t is None else t[idx]
+
+
+def repeat(items: list, G: int) -> list:
+    """Each item G times in a row: one per rollout of its group ([a, b] -> [a, a, b, b] for G = 2)."""
+    return [x for x in items for _ in range(G)]
