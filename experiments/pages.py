@@ -292,13 +292,22 @@ def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_p
 
 def run_command(sweep: Sweep, task: str, runs: list[RunData], recorded: bool) -> str:
     """train.py's command of every run, the per-run flags as placeholders: the runs' own
-    recorded flags (their design), or today's plan when they were not recorded."""
+    recorded flags (their design); for runs without recorded flags, only the budget their
+    metrics show (today's plan may differ, so it is not printed as theirs)."""
     own = ["--out_dir", "OUT/TASK/NAME/ARM/warmup_W/seed_S", "--seed", "S", "--warmup_seed", "W"]
     if recorded and runs:
         return f"`python train.py {shlex.join([*own, *design(runs[0], sweep)])} ARM-FLAGS`"
-    s = settings(task, sweep.name)
-    planned = [*own, "--steps", str(s["steps"]), *eval_flags(task, sweep.name), "--threads", "1", *sweep.flags]
-    return f"`python train.py {shlex.join(planned)} ARM-FLAGS` (as planned today; these runs' flags were not recorded)"
+    if not runs:
+        s = settings(task, sweep.name)
+        planned = [*own, "--steps", str(s["steps"]), *eval_flags(task, sweep.name), "--threads", "1", *sweep.flags]
+        return f"`python train.py {shlex.join(planned)} ARM-FLAGS` (as planned; no run yet)"
+    # Flags not recorded: today's plan may have another budget, so say only what the runs'
+    # own metrics show (their last step and evaluation spacing), never today's flags.
+    last = sorted({max(int(row["step"]) for row in r.rows) for r in runs})
+    evals = sorted({int(row["step"]) for r in runs for row in r.rows if "eval/pass@1" in row})
+    spacing = sorted({b - a for a, b in zip(evals, evals[1:])})
+    return (f"flags not recorded; read from the runs' metrics: {_list(last)} steps, held-out evaluation every "
+            f"{_list(spacing) or '?'} steps (today's plan: `python -m experiments.sweep plan`)")
 
 
 def start_hashes(runs: list[RunData]) -> str:

@@ -41,7 +41,9 @@ Tasks. Countdown (tasks/countdown.py, the default) starts at held-out pass@1 ~0.
 with pass@16 ~0.83, its tokens have entropy, and most prompts have several correct
 answers, so claims about pass@k, entropy and diversity can show. Addition, the default
 of train.py, has a near-certain template and one answer per prompt: its solution-entropy
-claim is not testable (its own testability check says so).
+claim is not testable (its own testability check says so). Its warm-up converges on a
+noisy teacher, and GRPO lifts held-out pass@1 from ~0.5 to ~0.9 within 25-75 steps, so its
+sweeps are short and evaluate often.
 
 Evaluation noise. Held-out pass@1 averages n_eval prompts x eval_samples samples; for a
 fixed held-out set its sampling SE is at most sqrt(p(1-p) / (n_eval eval_samples)):
@@ -72,11 +74,11 @@ runs/:
     fade        countdown     6    60    600      5.9       176      5        35
     dfpo        countdown     6    60    150      2.2        65      2        33
     credit      countdown     2    20    120      1.1        11      1        11
-    batching    addition      5    50    200      4.0       100      3        33
-    advantages  addition      6    60    200      2.4        72      2        36
-    fade        addition      6    60    400      5.4       163      5        33
-    dfpo        addition      6    60    150      2.6        79      2        39
-    credit      addition      2    20    120      1.2        12      1        12
+    batching    addition      5    50    100      2.1        52      2        26
+    advantages  addition      6    60    120      1.5        46      2        23
+    fade        addition      6    60    300      4.1       124      4        31
+    dfpo        addition      6    60    100      1.9        58      2        29
+    credit      addition      2    20    100      1.0        10      1        10
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ SEEDS = (0, 1, 2, 3, 4)      # RL seeds per warm-up seed: 2 x 5 = 10 pairs per c
 # and the number of parts it runs in.
 TASKS = {
     "countdown": {
-        "flags": ["--data", "countdown"], "threshold": 0.35,
+        "flags": ["--data", "countdown"], "threshold": 0.40,
         "cost": {"start_s": 8.3, "sample_s": 0.00068},
         "sweeps": {
             "batching": {"steps": 150, "eval_every": 25, "n_eval": 100, "eval_samples": 16, "step_s": 0.57, "parts": 2},
@@ -119,15 +121,15 @@ TASKS = {
             "credit": {"steps": 120, "eval_every": 30, "n_eval": 100, "eval_samples": 16, "step_s": 0.45, "parts": 1},
         }},
     "addition": {
-        "flags": [], "threshold": 0.65,
+        "flags": [], "threshold": 0.75,
         "cost": {"start_s": 10.7, "sample_s": 0.00099},
         "sweeps": {
-            "batching": {"steps": 200, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 1.07, "parts": 3},
-            "advantages": {"steps": 200, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 0.59,
+            "batching": {"steps": 100, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 1.07, "parts": 2},
+            "advantages": {"steps": 120, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 0.59,
                            "parts": 2},
-            "fade": {"steps": 400, "eval_every": 20, "n_eval": 200, "eval_samples": 16, "step_s": 0.63, "parts": 5},
-            "dfpo": {"steps": 150, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 0.90, "parts": 2},
-            "credit": {"steps": 120, "eval_every": 20, "n_eval": 200, "eval_samples": 4, "step_s": 0.46, "parts": 1},
+            "fade": {"steps": 300, "eval_every": 20, "n_eval": 200, "eval_samples": 16, "step_s": 0.63, "parts": 4},
+            "dfpo": {"steps": 100, "eval_every": 5, "n_eval": 200, "eval_samples": 4, "step_s": 0.90, "parts": 2},
+            "credit": {"steps": 100, "eval_every": 20, "n_eval": 200, "eval_samples": 4, "step_s": 0.46, "parts": 1},
         }},
 }
 

@@ -129,13 +129,13 @@ def test_template_drift_key_by_hand():
 # ---------------------------------------------------------------------------------------
 
 def hand_made_credit_runs():
-    """grpo and psr, warm-up seeds 0 and 1, RL seed 0: two value steps each, b+ values [0.2, 0.4]
-    then [0.6], s+ [0.0, 0.1] then [0.1, 0.2], shifted by the arm and the run."""
+    """grpo and psr, the design's two warm-up seeds, RL seed 0: two value steps each, b+ values
+    [0.2, 0.4] then [0.6], s+ [0.0, 0.1] then [0.1, 0.2], shifted by the arm and the block."""
     runs, pooled = [], {}
     for arm, shift in (("grpo", 0.0), ("psr", 0.1)):
-        for w in (0, 1):
-            b1, b2 = np.array([0.2, 0.4]) + shift + 2 * w, np.array([0.6]) + shift + 2 * w
-            s1, s2 = np.array([0.0, 0.1]) + w, np.array([0.1, 0.2]) + w
+        for i, w in enumerate(sweeps.WARMUP_SEEDS):
+            b1, b2 = np.array([0.2, 0.4]) + shift + 2 * i, np.array([0.6]) + shift + 2 * i
+            s1, s2 = np.array([0.0, 0.1]) + i, np.array([0.1, 0.2]) + i
             rows = [{"step": 1, "reward": 0.5, "where/template_share": 0.3 + shift},
                     {"step": 10, "reward": 0.5, "value/boosted_pos": b1.mean(), "value/n_boosted_pos": 2,
                      "value/se_boosted_pos": b1.std(ddof=1) / math.sqrt(2), "value/suppressed_pos": s1.mean(),
@@ -147,7 +147,7 @@ def hand_made_credit_runs():
                      "value/n_boosted_neg": 0, "value/n_suppressed_neg": 0, "eval/pass@1": 0.5}]
             record = {"args": ["--out_dir", "x", "--seed", "0", "--warmup_seed", str(w), "--steps", "20",
                                *sweeps.credit("addition").arms[arm]], "start": {"sha256": f"{w}" * 64, "model_path": "m"},
-                      "seconds": 60.0, "finished": f"2026-01-0{w + 1}T00:00:00+00:00", "machine": "test box"}
+                      "seconds": 60.0, "finished": f"2026-01-0{i + 1}T00:00:00+00:00", "machine": "test box"}
             runs.append(pages.RunData(arm, w, 0, json.loads(json.dumps(rows)), record))
             pooled[arm, w] = (np.concatenate([b1, b2]).mean(), np.concatenate([s1, s2]).mean())
     return runs, pooled
@@ -159,8 +159,8 @@ def test_credit_page_pools_value_cells_over_steps(tmp_path):
                             {"command": "python -m experiments.sweep credit", "note": [], "recorded": True})
     text = (tmp_path / "p.md").read_text()
     for k, arm in enumerate(("grpo", "psr")):
-        b = [pooled[arm, w][0] for w in (0, 1)]
-        s_ = [pooled[arm, w][1] for w in (0, 1)]
+        b = [pooled[arm, w][0] for w in sweeps.WARMUP_SEEDS]
+        s_ = [pooled[arm, w][1] for w in sweeps.WARMUP_SEEDS]
         assert table_row(text, "value b+")[k] == pages.cell(b)
         assert table_row(text, "value s+")[k] == pages.cell(s_)
         assert table_row(text, "value b+ - s+")[k] == pages.cell([x - y for x, y in zip(b, s_)])
@@ -175,8 +175,9 @@ def test_credit_page_pools_value_cells_over_steps(tmp_path):
     assert b_minus_s["verdict"] == "no difference detected" and "no effect detectable" in b_minus_s["detail"]
     assert verdicts["boosted tokens of negative rollouts: higher value than suppressed"]["verdict"] == "not testable"
     assert "## Implementation checks" in text and "## Findings" in text and "Sources, verbatim:" in text
-    assert "- Starting weights (sha256 of each warm-up seed's, train.py's start.json): warm-up 0: 000000000000 " \
-           "(2 runs); warm-up 1: 111111111111 (2 runs)" in text
+    w0, w1 = sweeps.WARMUP_SEEDS
+    assert "- Starting weights (sha256 of each warm-up seed's, train.py's start.json): " \
+           f"warm-up {w0}: {str(w0) * 12} (2 runs); warm-up {w1}: {str(w1) * 12} (2 runs)" in text
     assert "- Finished: 2026-01-01T00:00:00+00:00 to 2026-01-02T00:00:00+00:00" in text
     assert "- Run time: 4.0 process-minutes over 4 runs" in text and "- Machine: test box" in text
     assert "![curves](p.png)" in text and os.path.getsize(tmp_path / "p.png") > 1000
@@ -207,7 +208,8 @@ def test_merge_prefers_the_run_directory_and_keeps_one_design():
     local = [pages.RunData("grpo", 0, 0, [{"step": 1, "reward": 1.0}], dict(committed[0].record, finished="2026-02"))]
     merged = pages.merge(committed, local, spec)
     assert len(merged) == 4 and merged[0].rows == [{"step": 1, "reward": 1.0}]      # the run directory's
-    assert [(r.arm, r.key) for r in merged] == [("grpo", (0, 0)), ("grpo", (1, 0)), ("psr", (0, 0)), ("psr", (1, 0))]
+    w0, w1 = sweeps.WARMUP_SEEDS
+    assert [(r.arm, r.key) for r in merged] == [("grpo", (w0, 0)), ("grpo", (w1, 0)), ("psr", (w0, 0)), ("psr", (w1, 0))]
     kept, aside, recorded = pages.one_design(merged, spec)
     assert recorded and len(kept) == 4 and not aside                 # seeds and arm flags are the run's own
     # a run with another --steps is another design: the newest run's design wins
@@ -242,8 +244,9 @@ def test_report_merges_committed_data_with_new_runs_and_never_says_not_run(tmp_p
     monkeypatch.setattr(pages, "SEEDS", (0,))
     pages.report(str(out), str(docs), str(readme))
     merged = pages.read_run_data(str(docs / "sweep_addition_credit.jsonl.gz"))
-    assert [(r.arm, r.key) for r in merged] == [("grpo", (0, 0)), ("grpo", (1, 0)), ("psr", (0, 0)), ("psr", (1, 0))]
-    assert merged[3].record["start"]["sha256"] == "1" * 64
+    w0, w1 = sweeps.WARMUP_SEEDS
+    assert [(r.arm, r.key) for r in merged] == [("grpo", (w0, 0)), ("grpo", (w1, 0)), ("psr", (w0, 0)), ("psr", (w1, 0))]
+    assert merged[3].record["start"]["sha256"] == str(w1) * 64
     text = readme.read_text()
     row = next(line for line in text.splitlines() if "less of the update on template tokens" in line)
     assert row.split("|")[-2].strip() == "[no difference detected][a-credit]"      # 4 of 4 runs: a verdict
