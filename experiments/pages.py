@@ -1,6 +1,6 @@
-"""pages.py: a sweep's page and the README's tables, from the runs on disk and the committed data.
+"""pages.py: a sweep's page, the claims page and the README's summary, from the runs on disk and the committed data.
 
-    python -m experiments.sweep report      # rebuild docs/sweep_TASK_NAME.{md,png,jsonl.gz} and the README's tables
+    python -m experiments.sweep report      # rebuild docs/sweep_TASK_NAME.{md,png,jsonl.gz}, docs/claims.md, the README's summary
 
 Where the numbers come from. A run's metrics live in its run directory
 (OUT/TASK/NAME/ARM/warmup_W/seed_S, machine-local, not committed) and, once `report` has
@@ -9,8 +9,8 @@ train.py flags it ran with, the hash of the weights it started from, its wall ti
 when and where it finished), then its metrics lines (timings left out but the elapsed
 time). `report` merges the two, run by run (the run directory wins for a run found in
 both), so a sweep can be run in parts on different machines: each part's runs are
-committed in the data file, and a fresh clone with an empty runs/ rebuilds every page
-and the README byte for byte.
+committed in the data file, and a fresh clone with an empty runs/ rebuilds every page,
+docs/claims.md and the README byte for byte.
 
 Which runs count. All the runs of a page must come from one design: the same train.py
 flags but the run's own (directory, seeds) and its arm's. Runs whose flags differ from
@@ -426,12 +426,13 @@ def verdict_record(r: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------
-# 3. report: every page, the data files, the README's tables
+# 3. report: every page, the data files, the claims page, the README's summary
 # ---------------------------------------------------------------------------------------
 
 def report(out: str, docs: str, readme: str) -> list[str]:
     """Rebuild every sweep's page from its runs (committed data merged with OUT's finished
-    runs), rewrite its data file, and replace the README's tables. Returns the paths written.
+    runs), rewrite its data file, write docs/claims.md and replace the README's summary. Returns
+    the paths written.
 
     A sweep with neither committed data nor finished runs is skipped (its README cells
     read "not run"). Pages are dated by their runs, not by the rebuild, so a rebuild with
@@ -455,72 +456,128 @@ def report(out: str, docs: str, readme: str) -> list[str]:
                 "command": f"python -m experiments.sweep {name} --task {task}" + (f" --part K/{parts}" if parts > 1 else ""),
                 "parts": parts, "note": note, "recorded": recorded})
             written += [md, png, write_run_data(runs, data_path)]
+    written.append(write_claims_page(os.path.join(docs, CLAIMS_PAGE), results))
     if os.path.isfile(readme):
         written.append(write_readme_tables(readme, results))
     return written
 
 
 TABLES_BEGIN, TABLES_END = "<!-- claims:begin -->", "<!-- claims:end -->"
+VERDICT_ORDER = ("agrees", "opposite", "no difference detected", "no equivalence shown", "not testable")
+"""The README's summary counts the verdicts in this order (experiments/claims.py's verdicts)."""
+CLAIMS_PAGE = "claims.md"
+"""docs/claims.md: every claim on one line, its verdict per task (written by report)."""
+
+
+def verdict_cells(results: dict) -> dict:
+    """{(task, sweep): ...} what the tables show of one sweep on one task.
+
+    "status": why no verdict is shown ("not run", "k of n runs": a sweep not fully run,
+    "earlier design": data without recorded flags), or None when the verdicts count;
+    "verdicts": {claim text: verdict}; "checks": {result: how many}.
+    """
+    cells = {}
+    for task in TASKS:
+        for name in SWEEPS:
+            res = results.get((task, name))
+            if res is None:
+                cells[task, name] = {"status": "not run", "verdicts": {}, "checks": {}}
+                continue
+            status = ("earlier design" if not res["recorded"] else
+                      f"{res['done']} of {res['planned']} runs" if res["done"] < res["planned"] else None)
+            cells[task, name] = {"status": status,
+                                 "verdicts": {v["claim"].text: v["verdict"] for v in res["verdicts"]},
+                                 "checks": {r: n for r in ("pass", "FAIL", "not measured")
+                                            if (n := sum(c["result"] == r for c in res["checks"]))}}
+    return cells
+
+
+def _shown(verdict: str) -> str:
+    """A verdict as a table shows it: agrees and opposite in bold (they are the news)."""
+    return f"**{verdict}**" if verdict in ("agrees", "opposite") else verdict
+
+
+def _checks_text(checks: dict) -> str:
+    return ", ".join(f"{n} {'**FAIL**' if r == 'FAIL' else r}" for r, n in checks.items()) or "none measured"
 
 
 def write_readme_tables(readme: str, results: dict) -> str:
-    """Replace the README's text between the markers with two short tables.
+    """Replace the README's text between the markers with one short line per sweep.
 
-    Findings: one line per claim, one cell per task, the verdict linked to its page. A
-    sweep not fully run shows "k of n runs"; data of an earlier design "earlier design";
-    no data "not run". Checks: one line per sweep, how many of its checks pass.
+    Per task: how the sweep's findings came out (verdict counts; or "k of n runs", "earlier
+    design", "not run", which give no verdict) and its implementation checks, linked to
+    the sweep's page. Every claim, one line each: docs/claims.md (write_claims_page).
     """
-    tasks = list(TASKS)
+    tasks, cells = list(TASKS), verdict_cells(results)
     links = {(t, n): f"{t[0]}-{n}" for t in tasks for n in SWEEPS}
 
-    def status(task: str, name: str) -> str | None:
-        res = results.get((task, name))
-        if res is None:
+    def summary(task: str, name: str) -> str:
+        c = cells[task, name]
+        if c["status"] == "not run":
             return "not run"
-        if not res["recorded"]:
-            return f"[earlier design][{links[task, name]}]"
-        if res["done"] < res["planned"]:
-            return f"[{res['done']} of {res['planned']} runs][{links[task, name]}]"
-        return None
+        verdicts = list(c["verdicts"].values())
+        counts = {v: verdicts.count(v) for v in VERDICT_ORDER if v in verdicts}
+        findings = c["status"] or ", ".join(f"{n} {_shown(v)}" for v, n in counts.items()) or "no findings"
+        return f"[{findings}][{links[task, name]}]; checks: {_checks_text(c['checks'])}"
 
     lines = [TABLES_BEGIN, "",
+             f"One line per sweep; every claim on its own line, with its verdict per task: "
+             f"[docs/{CLAIMS_PAGE}](docs/{CLAIMS_PAGE}).", "",
+             "| sweep | findings | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
+    for name, make in SWEEPS.items():
+        lines.append(f"| {name} | {len(make(tasks[0]).claims)} | "
+                     + " | ".join(summary(t, name) for t in tasks) + " |")
+    lines += [""] + [f"[{links[t, n]}]: docs/sweep_{t}_{n}.md" for t in tasks for n in SWEEPS
+                     if (t, n) in results] + ["", TABLES_END]
+    text = open(readme).read()
+    if TABLES_BEGIN in text and TABLES_END in text:
+        head, rest = text.split(TABLES_BEGIN, 1)
+        _write(readme, head + "\n".join(lines) + rest.split(TABLES_END, 1)[1])
+    return readme
+
+
+def write_claims_page(path: str, results: dict) -> str:
+    """docs/claims.md: the findings, one line per claim and one verdict cell per task,
+    each linked to its sweep's page; then the implementation checks, one line per sweep.
+
+    A sweep not fully run shows "k of n runs"; data of an earlier design "earlier design";
+    no data "not run": none of them is a verdict.
+    """
+    tasks, cells = list(TASKS), verdict_cells(results)
+    lines = ["# The papers' claims on real training, one line each", "",
+             "Written by `python -m experiments.sweep report` from the committed per-run data "
+             "(`docs/sweep_TASK_NAME.jsonl.gz`) and any finished runs; do not edit by hand. How the sweeps are "
+             "designed and what we read in them: [results.md](results.md#the-papers-claims-on-real-training).", "",
              "**Findings** (claims that could have failed; each page quotes the sentence tested and gives the "
              "effect, its paired SE and p). Exact paired tests over (warm-up seed, RL seed) pairs, Holm's "
              "correction per sweep per task.", "",
              "| sweep | claim | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
     for name, make in SWEEPS.items():
         for claim in make(tasks[0]).claims:
-            cells = []
+            row = []
             for task in tasks:
-                rec = None if status(task, name) else next(
-                    (v for v in results[task, name]["verdicts"] if v["claim"].text == claim.text), None)
-                verdict = rec["verdict"] if rec else "not run"
-                shown = f"**{verdict}**" if verdict in ("agrees", "opposite") else verdict
-                cells.append(status(task, name) or f"[{shown}][{links[task, name]}]")
-            lines.append(f"| {name} | {claim.text} | " + " | ".join(cells) + " |")
+                c, page = cells[task, name], f"sweep_{task}_{name}.md"
+                shown = c["status"] or _shown(c["verdicts"].get(claim.text, "not run"))
+                row.append(shown if c["status"] == "not run" else f"[{shown}]({page})")
+            lines.append(f"| {name} | {claim.text} | " + " | ".join(row) + " |")
     lines += ["", "**Implementation checks** (identities the code must satisfy, measured on every run):", "",
               "| sweep | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
     for name in SWEEPS:
-        cells = []
+        row = []
         for task in tasks:
-            res = results.get((task, name))
-            if res is None or not res["checks"]:
-                cells.append("not run" if res is None else f"[none measured][{links[task, name]}]")
-                continue
-            count = {r: sum(c["result"] == r for c in res["checks"]) for r in ("pass", "FAIL", "not measured")}
-            text = ", ".join(f"{n} {'**FAIL**' if r == 'FAIL' else r}" for r, n in count.items() if n)
-            cells.append(f"[{text}][{links[task, name]}]")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += [""] + [f"[{links[t, n]}]: docs/sweep_{t}_{n}.md" for t in tasks for n in SWEEPS
-                     if (t, n) in results] + ["", TABLES_END]
-    text = open(readme).read()
-    if TABLES_BEGIN in text and TABLES_END in text:
-        head, rest = text.split(TABLES_BEGIN, 1)
-        text = head + "\n".join(lines) + rest.split(TABLES_END, 1)[1]
-        with open(readme + ".tmp", "w") as f:
-            f.write(text)
-        os.replace(readme + ".tmp", readme)
-    return readme
+            c = cells[task, name]
+            row.append("not run" if c["status"] == "not run"
+                       else f"[{_checks_text(c['checks'])}](sweep_{task}_{name}.md)")
+        lines.append(f"| {name} | " + " | ".join(row) + " |")
+    _write(path, "\n".join(lines) + "\n")
+    return path
+
+
+def _write(path: str, text: str) -> None:
+    """Write a file atomically (a temporary file renamed into place)."""
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
 
 
 # ---------------------------------------------------------------------------------------

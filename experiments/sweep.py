@@ -4,7 +4,7 @@
     python -m experiments.sweep advantages --task addition       # one sweep, all its runs (2 at a time)
     python -m experiments.sweep fade --task countdown --part 2/6 # one part of a long sweep
     python -m experiments.sweep advantages --arms grpo,psr --warmup_seeds 0 --seeds 0,1 --steps 60
-    python -m experiments.sweep report                           # docs/sweep_*.{md,png,jsonl.gz}, the README's tables
+    python -m experiments.sweep report                           # docs/sweep_*.{md,png,jsonl.gz}, docs/claims.md, the README's summary
     python -m experiments.sweep pilot --task countdown           # time one short run per sweep: the costs of TASKS
 
 The sweeps themselves (arms, table rows, curves, and the checks and claims written
@@ -348,10 +348,10 @@ def main(argv: list[str] | None = None) -> None:
                                      epilog="Anything after -- is passed to every train.py run (tests: a tiny model).")
     parser.error = lambda message: parser.exit(2, f"sweep.py: error: {message}\n")
     parser.add_argument("name", choices=[*SWEEPS, "all", "report", "plan", "pilot"],
-                        help="which sweep ('all': every sweep, one pool; 'report': rebuild every page and the "
-                             "README's tables from the committed data and the finished runs; 'plan': print the "
-                             "budget and the command of every part; 'pilot': time one short run per sweep of "
-                             "--task here and print the costs for sweeps.TASKS)")
+                        help="which sweep ('all': every sweep, one pool; 'report': rebuild every page, the "
+                             "claims page and the README's summary from the committed data and the finished "
+                             "runs; 'plan': print the budget and the command of every part; 'pilot': time one "
+                             "short run per sweep of --task here and print the costs for sweeps.TASKS)")
     parser.add_argument("--task", default=TASK, choices=list(TASKS), help="the task every run trains on")
     parser.add_argument("--part", help="K-th of N slices of the plan, as K/N (one sweep; sweeps.TASKS declares N)")
     parser.add_argument("--warmup_seeds", help=f"comma-separated warm-up seeds (default: {_join(WARMUP_SEEDS)})")

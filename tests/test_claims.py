@@ -279,12 +279,17 @@ def test_sweep_end_to_end_detects_the_planted_difference_and_not_the_null(tiny_d
     readme.write_text("intro\n<!-- claims:begin -->\nold table\n<!-- claims:end -->\nrest\n")
     written = pages.report(str(tmp_path), str(tmp_path / "docs"), str(readme))
     assert {os.path.basename(p) for p in written} >= {"sweep_addition_planted.md", "sweep_addition_planted.png",
-                                                     "sweep_addition_planted.jsonl.gz", "README.md"}
+                                                     "sweep_addition_planted.jsonl.gz", "claims.md", "README.md"}
     page = (tmp_path / "docs" / "sweep_addition_planted.md").read_text()
     assert "![curves](sweep_addition_planted.png)" in page
     assert "- Command: `python -m experiments.sweep planted --task addition`; this page:" in page
     text = readme.read_text()
     assert text.startswith("intro\n<!-- claims:begin -->") and text.endswith("<!-- claims:end -->\nrest\n")
-    row = next(line for line in text.splitlines() if "longer budget, longer responses" in line)
     # the plan is 3 arms x 2 warm-up seeds x 5 RL seeds: warm-up seed 0 alone is not the declared test
-    assert row.split("|")[-2].strip() == "[15 of 30 runs][a-planted]" and row.split("|")[-3].strip() == "not run"
+    summary = next(line for line in text.splitlines() if line.startswith("| planted |"))       # one line per sweep
+    assert summary.split("|")[-2].strip().startswith("[15 of 30 runs][a-planted]; checks: ")
+    assert summary.split("|")[-3].strip() == "not run"
+    claims_page = (tmp_path / "docs" / "claims.md").read_text()                                # one line per claim
+    row = next(line for line in claims_page.splitlines() if "longer budget, longer responses" in line)
+    assert row.split("|")[-2].strip() == "[15 of 30 runs](sweep_addition_planted.md)"
+    assert row.split("|")[-3].strip() == "not run"

@@ -247,10 +247,18 @@ def test_report_merges_committed_data_with_new_runs_and_never_says_not_run(tmp_p
     w0, w1 = sweeps.WARMUP_SEEDS
     assert [(r.arm, r.key) for r in merged] == [("grpo", (w0, 0)), ("grpo", (w1, 0)), ("psr", (w0, 0)), ("psr", (w1, 0))]
     assert merged[3].record["start"]["sha256"] == str(w1) * 64
+    claims_page = (docs / "claims.md").read_text()
+    row = next(line for line in claims_page.splitlines() if "less of the update on template tokens" in line)
+    assert row.split("|")[-2].strip() == "[no difference detected](sweep_addition_credit.md)"   # 4 of 4 runs: a verdict
+    assert row.split("|")[-3].strip() == "not run"                                               # countdown: no data at all
     text = readme.read_text()
-    row = next(line for line in text.splitlines() if "less of the update on template tokens" in line)
-    assert row.split("|")[-2].strip() == "[no difference detected][a-credit]"      # 4 of 4 runs: a verdict
-    assert row.split("|")[-3].strip() == "not run"                                  # countdown: no data at all
+    summary = next(line for line in text.splitlines() if line.startswith("| credit |"))
+    cells = [line.split("|")[-2].strip() for line in claims_page.splitlines() if line.startswith("| credit |")]
+    assert (cells.count("[no difference detected](sweep_addition_credit.md)"),
+            cells.count("[not testable](sweep_addition_credit.md)")) == (2, 5)
+    assert summary.split("|")[-2].strip() == \
+        "[2 no difference detected, 5 not testable][a-credit]; checks: 4 not measured"    # the same verdicts, counted
+    assert summary.split("|")[-3].strip() == "not run"
     # a fresh machine: no runs/, the same page from the committed data alone
     before = {f: (docs / f).read_bytes() for f in os.listdir(docs)}
     shutil.rmtree(out)

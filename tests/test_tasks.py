@@ -9,6 +9,7 @@ import sys
 import pytest
 
 import tasks
+from machinery import tinymodel
 from tasks import addition
 from tasks.addition import addition_response, addition_split_rows, make_addition_rows
 from tasks.math_datasets import format_prompt, gsm8k_rows, load_gsm8k, load_jsonl, load_math, math_rows, save_jsonl
@@ -31,6 +32,34 @@ def parse_scratchpad(target: str):
 def write_lines(path, lines):
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+# --------------------------------------------------------------------- every registered task
+
+@pytest.mark.parametrize("name", sorted(tasks.TASKS))
+def test_every_registered_task_keeps_the_task_contract(name):
+    """What the trainer asks of a task (tasks/task.py), for each name in tasks.TASKS; the
+    README's recipe "Add a task" points here."""
+    task = tasks.get(name)
+    train, test = (task.rows(60, split, seed=0, digits=3) for split in ("train", "test"))
+    assert len(train) == len(test) == 60
+    assert task.rows(60, "train", seed=0, digits=3) == train                # deterministic
+    assert task.rows(60, "train", seed=1, digits=3) != train                # and seeded
+    assert not {r["prompt"] for r in train} & {r["prompt"] for r in test}   # the held-out split
+    for r in train[:10] + test[:10]:
+        assert isinstance(r["prompt"], str) and isinstance(r["answer"], str)
+        if "target" in r:                         # a generated task's reference response scores 1
+            right = task.check(r["target"], r["answer"], r["prompt"])
+            assert right["reward"] == right["correct"] == 1.0, (r, right)
+        for wrong in ("", "no answer here", "\x00" * 5, r["prompt"]):            # 0, and never raises
+            score = task.check(wrong, r["answer"], r["prompt"])
+            assert score["reward"] == score["correct"] == 0.0, (wrong, score)
+    assert task.eval_prompts >= 1 and task.eval_samples >= 1
+    if task.warmup is not None:                   # the embedded model's warm-up is a valid config
+        assert tinymodel.warmup_config(task.name, 3, seed=0).task == task.name
+        assert task.max_response_tokens(3) >= 1
+    if task.is_reasoning_text is not None:        # the answer's digits are reasoning, a newline template
+        assert task.is_reasoning_text(train[0]["answer"][0]) and not task.is_reasoning_text("\n")
 
 
 # --------------------------------------------------------------------- synthetic task
