@@ -17,7 +17,7 @@ import torch
 import advantages as adv_lib
 import loss as loss_lib
 from toy import bandit as B
-from toy import breakers, cancellation, fade, report
+from toy import answers, breakers, cancellation, fade, report
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -432,13 +432,13 @@ def test_first_order_entropy_cost_is_one_number_for_every_sign_axis_probe():
     """Spec section 2 (corrected): in expectation, under SGD on logits, the mass imbalance
     has no first-order effect on entropy; psr, nsr, mean, asym all spend the same."""
     for p in (0.2, 0.7):
-        costs = [fade.first_order_cost(p, name, **hyper) for _, name, hyper in fade.METHODS]
-        costs.append(fade.first_order_cost(p, "grpo"))
+        costs = [answers.first_order_cost(p, name, **hyper) for _, name, hyper in fade.METHODS]
+        costs.append(answers.first_order_cost(p, "grpo"))
         assert max(costs) - min(costs) < 1e-12 * max(abs(c) for c in costs)
         assert abs(costs[0]) > 1e-3
     # the limit is a derivative: one tiny step reproduces it (psr at p = 0.7)
-    small = fade.one_step(0.7, "psr", lr=1e-5)
-    assert small["dH"] / small["dp"] == pytest.approx(fade.first_order_cost(0.7, "psr"), rel=1e-3)
+    small = answers.one_step(0.7, "psr", lr=1e-5)
+    assert small["dH"] / small["dp"] == pytest.approx(answers.first_order_cost(0.7, "psr"), rel=1e-3)
 
 
 def test_exp6_adam_vs_sgd_verdicts_pinned(exp6):
@@ -492,18 +492,18 @@ def test_rollout_gap_is_exact_and_only_asym_depends_on_p():
     ps = torch.tensor([0.05, 0.3, 0.5, 0.8, 0.97], dtype=torch.float64)
     for name, hyper, speed in (("psr", {}, 1.0), ("nsr", {}, 1.0), ("w_reinforce", {"lam": 0.1}, 1.1),
                                ("mean", {}, 0.75)):
-        assert torch.allclose(fade.rollout_gap(name, ps, **hyper), torch.full_like(ps, speed), atol=1e-15, rtol=0)
+        assert torch.allclose(answers.rollout_gap(name, ps, **hyper), torch.full_like(ps, speed), atol=1e-15, rtol=0)
     for delta in (2.0, 0.5):                                   # (G-1)/G (1 - p + p/delta)
-        assert torch.allclose(fade.rollout_gap("asym", ps, delta=delta), 0.75 * (1 - ps + ps / delta),
+        assert torch.allclose(answers.rollout_gap("asym", ps, delta=delta), 0.75 * (1 - ps + ps / delta),
                               atol=1e-15, rtol=0)
     # it is the speed of the exact expected update (all 330 groups), here for asym, whose speed varies
-    z, correct = fade.prompt_logits(0.3, n_correct=2)
-    combos, log_coef = fade.answer_groups()
+    z, correct = answers.prompt_logits(0.3, n_correct=2)
+    combos, log_coef = answers.answer_groups()
     prob = (log_coef + torch.log_softmax(z, 0)[combos].sum(1)).exp()
     adv = adv_lib.compute_advantages("asym", correct[combos].double(), delta=2.0)
-    expected = (prob.unsqueeze(1) * fade.group_logit_updates(z, combos, adv)).sum(0)
+    expected = (prob.unsqueeze(1) * answers.group_logit_updates(z, combos, adv)).sum(0)
     grad_p = torch.softmax(z, 0) * (correct.double() - 0.3)
-    speed = fade.rollout_gap("asym", torch.tensor(0.3, dtype=torch.float64), delta=2.0)
+    speed = answers.rollout_gap("asym", torch.tensor(0.3, dtype=torch.float64), delta=2.0)
     assert torch.allclose(expected, speed * grad_p, atol=1e-15, rtol=0)
 
 
@@ -527,25 +527,25 @@ def test_exp6_sgd_control_separates_asym_difficulty_effect(exp6):
 
 def test_simulate_draws_the_same_numbers_whatever_else_is_in_the_batch():
     configs = fade.sign_configs()
-    alone = fade.simulate(configs[2:3], "adam", 0.05, 6, seeds=2, M=8)
-    together = fade.simulate(configs[:3], "adam", 0.05, 6, seeds=2, M=8)
+    alone = answers.simulate(configs[2:3], "adam", 0.05, 6, seeds=2, M=8)
+    together = answers.simulate(configs[:3], "adam", 0.05, 6, seeds=2, M=8)
     assert torch.equal(alone["hist"][:, 0], together["hist"][:, 2])         # common random numbers
     assert not torch.equal(together["hist"][:, 0], together["hist"][:, 2])
     # one lr per config: the same run as that config alone at its lr
-    mixed = fade.simulate(configs[:3], "adam", (0.1, 0.02, 0.05), 6, seeds=2, M=8)
+    mixed = answers.simulate(configs[:3], "adam", (0.1, 0.02, 0.05), 6, seeds=2, M=8)
     assert torch.equal(alone["hist"][:, 0], mixed["hist"][:, 2])
-    assert torch.equal(fade.simulate(configs[:1], "adam", 0.1, 6, seeds=2, M=8)["hist"][:, 0], mixed["hist"][:, 0])
+    assert torch.equal(answers.simulate(configs[:1], "adam", 0.1, 6, seeds=2, M=8)["hist"][:, 0], mixed["hist"][:, 0])
 
 
 def test_step_advantages_scale_and_shape_controls():
-    sched = fade.sched_lib.SchedulerConfig(ema_beta=0.1, h_target=0.8)
+    sched = answers.sched_lib.SchedulerConfig(ema_beta=0.1, h_target=0.8)
     configs = (("F", "FADE", sched), ("scale", "FADE scale", "F"), ("shape", "FADE shape", "F"),
                ("m", "mean", ()))
-    rewards = (torch.rand(4, 2, 6, fade.G, generator=torch.Generator().manual_seed(3)) < 0.5).double()
+    rewards = (torch.rand(4, 2, 6, answers.G, generator=torch.Generator().manual_seed(3)) < 0.5).double()
     knobs = {0: [{"alpha": 1.5, "delta": 0.7}, {"alpha": 1.2, "delta": 1.0}]}
-    A = fade.step_advantages(configs, rewards, knobs)
+    A = answers.step_advantages(configs, rewards, knobs)
     batch_abs = lambda x: x.abs().sum((-2, -1))
-    mean = lambda r: adv_lib.compute_advantages("mean", r.reshape(-1, fade.G)).view(r.shape)
+    mean = lambda r: adv_lib.compute_advantages("mean", r.reshape(-1, answers.G)).view(r.shape)
     for s, k in enumerate(knobs[0]):
         f = adv_lib.compute_advantages("fade", rewards[0, s], **k)
         assert torch.allclose(A[0, s], f, atol=1e-15, rtol=0)                       # FADE: its knobs
@@ -572,7 +572,7 @@ def test_exp7_fade_vs_static_pinned(exp7):
 
 
 def test_exp7_fade_is_faster_through_its_step_size_not_its_schedule(exp7):
-    t = lambda runs, label: fade.steps_to(runs[label]["hist"][:fade.ADAM_STEPS + 1], fade.MATCH_P)
+    t = lambda runs, label: fade.steps_to(runs[label]["hist"][:fade.ADAM_STEPS + 1], answers.MATCH_P)
     adam, sgd = exp7["runs"], exp7["sgd"]
     mean, fade_t = t(adam, "mean (balanced)"), t(adam, fade.FADE_RUN)
     scale, shape = t(adam, fade.SCALE_CONTROL), t(adam, fade.SHAPE_CONTROL)
@@ -597,7 +597,7 @@ def test_fade_speed_label_rule():
 
 
 def test_static_baselines_are_the_shared_runs_exactly():
-    rewards = (torch.rand(50, fade.G, generator=torch.Generator().manual_seed(0)) < 0.4).double()
+    rewards = (torch.rand(50, answers.G, generator=torch.Generator().manual_seed(0)) < 0.4).double()
     assert torch.equal(adv_lib.compute_advantages("fade", rewards, alpha=1.0, delta=1.0),
                        adv_lib.compute_advantages("mean", rewards))
     assert torch.equal(adv_lib.compute_advantages("fade", rewards, alpha=1.0, delta=0.5),
@@ -607,11 +607,11 @@ def test_static_baselines_are_the_shared_runs_exactly():
 
 def test_max_entropy_is_attained_and_not_exceeded():
     n_correct = torch.tensor([1, 2, 3, 4])
-    z, correct = fade.population_logits(torch.full((4,), 0.9, dtype=torch.float64), n_correct)
+    z, correct = answers.population_logits(torch.full((4,), 0.9, dtype=torch.float64), n_correct)
     n = n_correct.unsqueeze(1).double()
-    uniform = torch.where(correct, math.log(0.9) - n.log(), math.log(0.1) - (fade.K_ANS - n).log())
-    assert float(fade.entropy(uniform).mean()) == pytest.approx(fade.max_entropy(0.9, n_correct), abs=1e-14)
-    assert float(fade.entropy(z).mean()) < fade.max_entropy(0.9, n_correct)
+    uniform = torch.where(correct, math.log(0.9) - n.log(), math.log(0.1) - (answers.K_ANS - n).log())
+    assert float(answers.entropy(uniform).mean()) == pytest.approx(answers.max_entropy(0.9, n_correct), abs=1e-14)
+    assert float(answers.entropy(z).mean()) < answers.max_entropy(0.9, n_correct)
 
 
 def test_interpolation_to_equal_solve_rate_and_never_reached():
@@ -628,29 +628,29 @@ def test_interpolation_to_equal_solve_rate_and_never_reached():
 
 def test_psr_and_nsr_have_identical_expected_updates_exactly():
     """Module header fact 1: E[Delta z] = (a_1 - a_0) grad p for every advantage."""
-    z, correct = fade.prompt_logits(0.3)
-    combos, log_coef = fade.answer_groups()
+    z, correct = answers.prompt_logits(0.3)
+    combos, log_coef = answers.answer_groups()
     prob = (log_coef + torch.log_softmax(z, 0)[combos].sum(1)).exp()
     rewards = correct[combos].to(torch.float64)
-    expected = {name: (prob.unsqueeze(1) * fade.group_logit_updates(
+    expected = {name: (prob.unsqueeze(1) * answers.group_logit_updates(
         z, combos, adv_lib.compute_advantages(name, rewards))).sum(0) for name in ("psr", "nsr", "mean")}
     assert torch.allclose(expected["psr"], expected["nsr"], atol=1e-15, rtol=0)
     pi = torch.softmax(z, 0)
     grad_p = pi * (correct.double() - 0.3)                                  # d p / d z
     assert torch.allclose(expected["psr"], grad_p, atol=1e-15, rtol=0)    # psr: a_1 - a_0 = 1
-    assert torch.allclose(expected["mean"], grad_p * (fade.G - 1) / fade.G, atol=1e-15, rtol=0)
+    assert torch.allclose(expected["mean"], grad_p * (answers.G - 1) / answers.G, atol=1e-15, rtol=0)
 
 
 def test_simulation_update_is_the_loss_gradient():
-    z, correct = fade.prompt_logits(0.4)
-    combos, _ = fade.answer_groups()
+    z, correct = answers.prompt_logits(0.4)
+    combos, _ = answers.answer_groups()
     adv = adv_lib.compute_advantages("grpo", correct[combos].double())
     pi = torch.softmax(z, 0)
-    closed = fade.logit_update(adv, combos, pi.expand(len(combos), fade.K_ANS))
-    assert torch.allclose(fade.group_logit_updates(z, combos, adv), closed, atol=1e-15, rtol=0)
-    assert torch.allclose(fade._log_softmax(z), torch.log_softmax(z, 0), atol=1e-15, rtol=0)
+    closed = answers.logit_update(adv, combos, pi.expand(len(combos), answers.K_ANS))
+    assert torch.allclose(answers.group_logit_updates(z, combos, adv), closed, atol=1e-15, rtol=0)
+    assert torch.allclose(answers._log_softmax(z), torch.log_softmax(z, 0), atol=1e-15, rtol=0)
     with pytest.raises(ValueError, match="1.2"):
-        fade.prompt_logits(1.2)
+        answers.prompt_logits(1.2)
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""toy: a bandit analog of an LLM in which token gradient cancellation is computed exactly.
+"""toy: two small analogs of an LLM, in which token gradient cancellation and the FADE
+mechanisms are computed exactly.
 
 `python -m toy [--out DIR] [--only N ...]` runs seven experiments in seconds and writes one
 PNG each and a summary.md. Read the modules in this order:
@@ -12,6 +13,8 @@ PNG each and a summary.md. Read the modules in this order:
                      step vs one step over many groups) and coupling
     breakers.py      3. what breaks exchangeability (1/|o_i|, GSPO, clipping) and what
                      restores it (token sums, DFPO min/orth); 4. mini-batch splits + Adam
+    answers.py       the second analog: a prompt as one softmax over 8 final answers (no
+                     tokens, but entropy to lose), exact per prompt, simulated over many
     fade.py          6. the sign and difficulty axes of an advantage and entropy, with Adam
                      at three step sizes and with SGD; 7. FADE's schedule against static
                      (alpha, delta), and against its own step size

@@ -13,8 +13,9 @@ This file only runs them. The method is in the chapters, to be read in this orde
 toy/bandit.py (the analog: a three-token "LM" whose only trainable weights are a
 shared output layer, and the exact sum over all 5985 groups of G = 4), toy/cancellation.py (experiments 1, 2, 5: the
 cancellation identity, where updates go, token flips), toy/breakers.py (3, 4: what
-breaks exchangeability, and mini-batching), toy/fade.py (6, 7: the sign and difficulty
-axes, and FADE's schedule), toy/report.py (verdicts and the summary).
+breaks exchangeability, and mini-batching), toy/answers.py (the second analog: one
+softmax over final answers), toy/fade.py (6, 7 on it: the sign and difficulty axes, and
+FADE's schedule), toy/report.py (verdicts and the summary).
 """
 
 from __future__ import annotations

@@ -54,6 +54,10 @@ and its `responses`, `mask` and `reward` are None.
 
 Conventions: float64 everywhere (identities then hold to ~1e-16); natural log; G = 4.
 Functions over classes: a `Bandit` is a frozen description, `W` a plain tensor.
+
+The toy's two analogs: this one (tokens and a shared output layer: cancellation,
+coupling, flips; experiments 1-5), and toy/answers.py (a prompt as one softmax over its
+final answers: no tokens, but entropy to lose; FADE's experiments 6 and 7).
 """
 
 from __future__ import annotations
