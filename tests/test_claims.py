@@ -14,7 +14,6 @@ from scipy.stats import norm
 
 from experiments import claims, pages, sweep, sweeps
 from experiments.claims import Check, Claim
-from machinery import tinymodel
 
 
 def brute(d, keep):
@@ -228,15 +227,6 @@ def test_the_budget_in_the_header_is_the_one_the_cost_model_gives():
 
 
 # --- end to end: a planted difference is found, a planted null is not --------------------
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny")
-    tok = tinymodel.build_char_tokenizer()
-    tinymodel.build_tiny_model(tok, seed=0).save_pretrained(d)
-    tok.save_pretrained(d)
-    return str(d)
-
 
 def planted(task):
     """Three arms of an untrained model: 'long' samples 16 tokens where 'short' samples 8

@@ -22,16 +22,6 @@ from tasks import reasoning_gym
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    """An untrained tiny model directory (loads through AutoModelForCausalLM)."""
-    d = tmp_path_factory.mktemp("tiny")
-    tok = tinymodel.build_char_tokenizer()
-    tinymodel.build_tiny_model(tok, seed=0).save_pretrained(d)
-    tok.save_pretrained(d)
-    return str(d)
-
-
 def args(model_dir, out_dir, *extra):
     """A run of a few seconds: 1-digit addition, 4 prompts x 4 rollouts, no evaluation."""
     return ["--model", model_dir, "--out_dir", str(out_dir), "--digits", "1", "--prompts_per_step", "4",

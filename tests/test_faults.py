@@ -17,20 +17,9 @@ import pytest
 import torch
 
 from machinery import checkpoint
-from machinery import tinymodel
 import train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    """An untrained tiny model directory (loads through AutoModelForCausalLM)."""
-    d = tmp_path_factory.mktemp("tiny")
-    tok = tinymodel.build_char_tokenizer()
-    tinymodel.build_tiny_model(tok, seed=0).save_pretrained(d)
-    tok.save_pretrained(d)
-    return str(d)
 
 
 def args(model_dir, out_dir, *extra):

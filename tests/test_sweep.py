@@ -20,20 +20,8 @@ import torch
 
 import diagnostics
 from experiments import pages, quantities, sweep, sweeps
-from machinery import tinymodel
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    """An untrained tiny model directory (as tests/test_train.py's): no warm-up needed."""
-    d = tmp_path_factory.mktemp("tiny")
-    tok = tinymodel.build_char_tokenizer()
-    model = tinymodel.build_tiny_model(tok, seed=0)
-    model.save_pretrained(d)
-    tok.save_pretrained(d)
-    return str(d)
 
 
 def train_extra(model_dir):

@@ -27,17 +27,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPES = sorted(glob.glob(os.path.join(REPO, "recipes", "*.yaml")))
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    """An untrained tiny model directory (loads through AutoModelForCausalLM)."""
-    d = tmp_path_factory.mktemp("tiny")
-    tok = tinymodel.build_char_tokenizer()
-    model = tinymodel.build_tiny_model(tok, seed=0)
-    model.save_pretrained(d)
-    tok.save_pretrained(d)
-    return str(d)
-
-
 def small_args(model_dir, out_dir, *extra):
     return ["--model", model_dir, "--out_dir", str(out_dir), "--digits", "1", "--prompts_per_step", "4",
             "--group_size", "4", "--max_new_tokens", "16", "--n_eval", "6", "--eval_samples", "2",
