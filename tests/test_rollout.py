@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from machinery import data
+from machinery import decoding
 from machinery import rollout
 from machinery import tinymodel
 from machinery.rollout import (cut_at_eos, generate_rollouts, pad_rows, sample, sample_eval, special_ids, token_logprobs,
@@ -388,7 +389,7 @@ def test_sampler_refuses_cache_layers_it_cannot_reindex(model, tok, monkeypatch)
     # Cache layers with state beyond keys and values (linear attention, compressed or
     # quantized caches) would be re-indexed wrongly by batch_select_indices: refused. Here
     # the plain layer is struck from the allowed list to see the door close.
-    monkeypatch.setattr(rollout, "DynamicLayer", type("NotTheLayer", (), {}))
+    monkeypatch.setattr(decoding, "DynamicLayer", type("NotTheLayer", (), {}))
     with pytest.raises(ValueError, match="DynamicLayer cache layers"):
         generate_rollouts(model, tok, PROMPTS, G=2, max_new_tokens=4)
 
