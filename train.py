@@ -29,8 +29,9 @@ The default run differs from textbook GRPO (Shao et al. 2024) in five ways, each
      estimator, --kl_estimator k3);
   3. one optimizer step per rollout batch (--epochs 1 --minibatches 1), so the ratio is 1
      and the clip is inert (below); GRPO took several;
-  4. rollouts whose advantage is exactly 0, and word-for-word copies, skip the forward
-     (--skip_zero_adv, --merge_duplicates): the same gradient, less work (machinery/update.py);
+  4. rollouts whose advantage is exactly 0, and word-for-word copies, skip the forward,
+     and a group's prompt runs once (--skip_zero_adv, --merge_duplicates,
+     --share_prompts): the same gradient, less work (machinery/update.py);
   5. a tiny model trained from scratch on synthetic addition on a CPU, not a 7B model on
      math: the defaults (lr 4e-4, 32 prompts x 8 rollouts) suit that model.
 
@@ -181,6 +182,8 @@ class Config:
     """Skip the forward/backward of rollouts whose advantage is exactly 0 (their gradient is exactly 0; speed only, see update.carries_gradient)."""
     merge_duplicates: bool = True
     """Run the forward/backward of identical rollouts (same prompt, same response) once and copy the result (exact; speed only, see rollout.token_logprobs)."""
+    share_prompts: bool = True
+    """Run each prompt of an optimizer step through the update's forward/backward once, not once per rollout (exact to float rounding; speed only, see update.share_prompts)."""
 
     # --- evaluation, diagnostics, checkpoints ---
     eval_every: int = 25
@@ -216,7 +219,7 @@ RESUME_SAFE = {
     # same update up to float rounding (tested in tests/test_train.py); the diagnostics
     # draw from their own seeded streams, and on a diagnostic step no zero-advantage
     # rollout is skipped, which again changes only rounding.
-    "micro_batch", "compile", "skip_zero_adv", "merge_duplicates", "threads", "gpu_memory_utilization",
+    "micro_batch", "compile", "skip_zero_adv", "merge_duplicates", "share_prompts", "threads", "gpu_memory_utilization",
     "flip_every", "coupling_pairs", "value_every", "value_samples", "value_k",
 }
 # Everything else is the run's math and refused: the seed, model, data and task (a new
@@ -282,14 +285,16 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
             run.model.train()
             for k, step_idx in enumerate(opt_steps):
                 micro = update.micro_batches(step_idx, has_grad, group_index, lengths.reshape(-1), cfg)
+                prompts = update.share_prompts(run, ro, micro, cfg)    # each prompt's forward once (None: off)
                 for idx in micro:
-                    logp, ent = update.forward(run, ro, idx, cfg)
+                    logp, ent = update.forward(run, ro, idx, cfg, prompts)
                     old = logp.detach() if b.old is None else b.old[idx]    # on-policy: the ratio is exactly 1
                     l, stats = loss.policy_loss(logp, old, b.adv[idx], b.mask[idx], cfg=cfg.loss, norm=norms[k],
                                                 group_index=b.group[idx], ref_logp=take(b.ref, idx), entropy=ent)
                     l.backward()
                     add_stats(tally, stats)
                     probe.micro_batch(idx, logp, old, b, cfg.loss, norms[k])    # the residual's m_i
+                update.backward_prompts(prompts)                                # ... and its backward once
                 probe.optimizer_step(step_idx, group_index)                     # the residual of whole groups
                 grad_norms.append(optimizer_step(run, cfg, ran_backward=bool(micro)))
             run.model.eval()
