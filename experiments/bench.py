@@ -4,6 +4,7 @@
     python -m experiments.bench --skip_trl          # ours only (TRL not installed)
     python -m experiments.bench --scaling           # + how our step time grows with G and max new tokens
     python -m experiments.bench --data countdown    # the same comparison on the countdown task
+    python -m experiments.bench --skip_trl --profile   # + where our step's time goes (torch.profiler)
     pip install -r requirements/bench.txt     # TRL 1.16.0 and what it needs, for the comparison
 
 The work: the warmed embedded model (tinymodel.py), the synthetic addition task
@@ -101,8 +102,8 @@ def work_rows(n_steps: int, seed: int, task: str = "addition") -> list[list[dict
 # ---------------------------------------------------------------------------------------
 
 def run_ours(n_steps: int, G: int, max_new_tokens: int, seed: int, threads: int, micro_batch: int,
-             compiled: bool = False, task: str = "addition") -> list[dict]:
-    """train.py on the benchmark work; returns its per-step metrics.
+             compiled: bool = False, task: str = "addition") -> tuple[list[dict], object]:
+    """train.py on the benchmark work; returns its per-step metrics and its model.
 
     The ONE place that knows train.py's API: if it changes, fix this function only.
     """
@@ -114,7 +115,8 @@ def run_ours(n_steps: int, G: int, max_new_tokens: int, seed: int, threads: int,
                             "--micro_batch", str(micro_batch), "--data", task,
                             "--lr", "4e-4", "--temperature", "1.0", "--eval_every", "0", "--save_every", "0",
                             "--flip_every", "0", "--out_dir", out_dir] + (["--compile"] if compiled else []))
-    return train.train(cfg)
+    run = train.setup(cfg)
+    return train.train(cfg, run), run.model
 
 
 @contextlib.contextmanager
@@ -135,6 +137,7 @@ def timed_rollout():
         ro = saved(model, tokenizer, prompts, *args, **kwargs)
         rec["sample"] = time.perf_counter() - rec["wall"]
         rec["tokens"] = float(ro.response_mask.sum())
+        rec["ro"] = ro
         records.append(rec)
         return ro
 
@@ -150,8 +153,9 @@ def measure_ours(warmup: int, steps: int, G: int, max_new_tokens: int, seed: int
     """Run warmup + steps + 1 steps of ours; per-step numbers of the `steps` measured ones."""
     reset_peak_rss()
     with timed_rollout() as recs:
-        history = run_ours(warmup + steps + 1, G, max_new_tokens, seed, threads, micro_batch, compiled, task)
+        history, model = run_ours(warmup + steps + 1, G, max_new_tokens, seed, threads, micro_batch, compiled, task)
     out = {"peak_rss_mb": peak_rss_mb(), "prompts": [r["prompts"] for r in recs], "steps": []}
+    work = work_rows(warmup + steps + 1, seed, task)
     for k in range(warmup, warmup + steps):
         m, rec, nxt = history[k], recs[k], recs[k + 1]
         split = {"generate": m["time/generate"], "score": m["time/score"], "old log-probs": m["time/old_logp"],
@@ -160,8 +164,46 @@ def measure_ours(warmup: int, steps: int, G: int, max_new_tokens: int, seed: int
         split["other"] = wall - sum(split.values())
         out["steps"].append({"wall": wall, "cpu": cpu, "reward": m["reward"], "tokens": rec["tokens"],
                              "sample": rec["sample"], "split": split, "skipped": m["frac_skipped"],
-                             "duplicate": m["frac_duplicate"]})
+                             "duplicate": m["frac_duplicate"],
+                             "bound": lower_bound(model, rec["ro"], work[k], task, micro_batch)})
     return out
+
+
+def lower_bound(model, ro, rows: list[dict], task: str, micro_batch: int) -> dict:
+    """The cost of a step's minimum work, timed on that step's own rollouts (wall and CPU s).
+
+    The minimum work of an on-policy step: one no-grad forward over every sampled token
+    (rollout.token_logprobs over all B rollouts, prompt and response, teacher-forced), plus
+    one forward and backward over the rollouts that carry gradient (GRPO advantage not 0),
+    each distinct rollout once; both in length-sorted chunks of micro_batch rollouts. A
+    sampler cannot draw the tokens with less than the first (it must compute every
+    token's distribution), an update cannot do with less than the second if every
+    rollout runs its own forward. (Ours can go below it only by computing less than a
+    forward per rollout: share_prompts.) Returns {"wall", "cpu", "forward", "update"}.
+    """
+    from advantages import compute_advantages
+    from machinery import update
+
+    scores = verify.score(ro.texts, [r["answer"] for r in rows for _ in range(ro.G)], task,
+                          [r["prompt"] for r in rows for _ in range(ro.G)])
+    adv = compute_advantages("grpo", verify.reward_tensor(scores).view(len(rows), ro.G)).reshape(-1)
+    lengths = ro.response_mask.sum(1)
+    carry = (adv != 0).nonzero().squeeze(1)
+    was_training = model.training
+    t0, c0 = time.perf_counter(), time.process_time()
+    model.eval()
+    with torch.no_grad():
+        for idx in lengths.argsort(stable=True).split(micro_batch):
+            rollout.token_logprobs(model, *update.batch_inputs(ro, idx, model.device))
+    t1, c1 = time.perf_counter(), time.process_time()
+    model.train()
+    for idx in carry[lengths[carry].argsort(stable=True)].split(micro_batch):
+        logp, _ = rollout.token_logprobs(model, *update.batch_inputs(ro, idx, model.device), merge_duplicates=True)
+        (logp * adv[idx].unsqueeze(1)).sum().backward()
+    t2, c2 = time.perf_counter(), time.process_time()
+    model.zero_grad(set_to_none=True)
+    model.train(was_training)
+    return {"wall": t2 - t0, "cpu": c2 - c0, "forward": t1 - t0, "update": t2 - t1}
 
 
 # ---------------------------------------------------------------------------------------
@@ -265,6 +307,11 @@ def print_ours(steps: list[dict], peak: float) -> None:
     print(f"  rollouts the update skipped (advantage exactly 0, update.carries_gradient): "
           f"{100 * mean(steps, 'skipped'):.0f}% on average; merged into an identical rollout "
           f"(update.duplicate_share): {100 * mean(steps, 'duplicate'):.0f}%")
+    bound = [s["bound"] for s in steps]
+    print(f"  lower bound (lower_bound: a no-grad forward over all tokens + a forward/backward over the rollouts "
+          f"with gradient): median {med(bound, 'wall'):.3f} s/step wall ({med(bound, 'forward'):.3f} + "
+          f"{med(bound, 'update'):.3f}), {med(bound, 'cpu'):.3f} s CPU")
+    print(f"ratio ours/lower bound: {wall / med(bound, 'wall'):.2f} (wall), {med(steps, 'cpu') / med(bound, 'cpu'):.2f} (CPU)")
 
 
 def compare(ours: dict, trl: dict) -> None:
@@ -276,6 +323,73 @@ def compare(ours: dict, trl: dict) -> None:
           f"{mean(t, 'reward'):.3f}; peak RSS {trl['peak_rss_mb']:.0f} MB; generate() {med(t, 'sample'):.3f} s/step, "
           f"{med(t, 'tokens') / med(t, 'sample'):.0f} tokens/s; torch threads {trl['threads']}")
     print(f"ratio ours/TRL: {med(o, 'wall') / med(t, 'wall'):.2f} (wall), {med(o, 'cpu') / med(t, 'cpu'):.2f} (CPU)")
+
+
+# ---------------------------------------------------------------------------------------
+# Profile: where our step's time goes, stage by stage and kernel by kernel
+# ---------------------------------------------------------------------------------------
+
+KERNELS = {   # aten op name -> what it is (anything else: "element-wise and other ops")
+    "matrix products": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"),
+    "attention": ("aten::_scaled_dot_product_flash_attention_for_cpu",
+                  "aten::_scaled_dot_product_flash_attention_for_cpu_backward"),
+    "copies (cache, gathers)": ("aten::cat", "aten::index", "aten::index_put_", "aten::_index_put_impl_",
+                                "aten::copy_", "aten::index_select", "aten::clone", "aten::embedding_dense_backward",
+                                "aten::index_add_"),
+}
+
+
+def profile(args) -> None:
+    """Our step under torch.profiler: for each of train.py's stages, its share of the time
+    and how that splits into kernels (KERNELS) and the rest (Python, dispatch, bookkeeping).
+
+    Each stage's wall time comes from train.py's own timer (train.timed, wrapped here so
+    that it also opens a profiler range); an op's self time counts toward the stage whose
+    range encloses it. The profiler adds a few microseconds per op, so the "Python and
+    dispatch" share is an upper bound. Steps: args.warmup + args.steps of ours, the
+    warm-up steps left out.
+    """
+    import train
+    from torch.profiler import ProfilerActivity, profile as torch_profile, record_function
+
+    saved = train.timed
+
+    @contextlib.contextmanager
+    def timed(stage, times):
+        with record_function(f"stage/{stage}"), saved(stage, times):
+            yield
+    train.timed = timed
+    try:
+        with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+            history, _ = run_ours(args.warmup + args.steps, G_DEFAULT, MAX_NEW_DEFAULT, args.seed, args.threads,
+                                  args.micro_batch, args.compile, args.data)
+    finally:
+        train.timed = saved
+    per_stage = {}                                  # stage -> {kind: self seconds}
+    for event in prof.events():
+        stage, up = None, event
+        while up is not None and stage is None:
+            stage = up.name[len("stage/"):] if up.name.startswith("stage/") else None
+            up = up.cpu_parent
+        if stage is None or event.name.startswith("stage/"):
+            continue
+        kind = next((k for k, names in KERNELS.items() if event.name in names), "element-wise and other ops")
+        per_stage.setdefault(stage, {}).setdefault(kind, 0.0)
+        per_stage[stage][kind] += event.self_cpu_time_total / 1e6
+    measured = history[args.warmup:]
+    step = sum(sum(m[f"time/{s}"] for s in per_stage) for m in measured) / len(measured)
+    print(f"\nprofile of our step ({args.data}; {len(measured)} steps under torch.profiler, means; "
+          f"the profiler itself slows small ops): {step:.3f} s/step in train.py's stages")
+    n_all = len(history)
+    for stage in per_stage:
+        wall = sum(m[f"time/{stage}"] for m in measured) / len(measured)
+        kinds = per_stage[stage]
+        total = sum(m[f"time/{stage}"] for m in history)
+        rest = max(0.0, total - sum(kinds.values()))
+        parts = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])
+                          if v / total >= 0.005)
+        print(f"  {stage:<12} {wall:.3f} s ({100 * wall / step:4.1f}%): {parts}, Python and dispatch "
+              f"{100 * rest / total:.0f}%  [{n_all} steps' ops]")
 
 
 def scaling(args) -> None:
@@ -337,6 +451,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile both trainers' update (ours: train.py --compile; TRL: torch_compile=True); "
                              "the compile falls in the warm-up steps")
+    parser.add_argument("--profile", action="store_true",
+                        help="also run ours under torch.profiler and print each stage's time by kind of kernel")
     parser.add_argument("--seed", type=int, default=0, help="seed of the prompts, the sampling and both trainers")
     parser.add_argument("--data", default="addition", choices=("addition", "countdown"), help="the task")
     args = parser.parse_args(argv)
@@ -390,6 +506,8 @@ def main(argv: list[str] | None = None) -> None:
         compare(ours, pool(runs["trl"]))
     if args.scaling:
         scaling(args)
+    if args.profile:
+        profile(args)
 
 
 if __name__ == "__main__":
