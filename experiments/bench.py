@@ -35,16 +35,29 @@ How TRL is configured, and why (read from TRL 1.16.0's GRPOConfig / GRPOTrainer)
   costs time that our loop does not spend.
 - use_cpu, report_to="none", logging_strategy="no", save_strategy="no", no tqdm.
 
-Two differences in work that are not differences in the update, both exact (tested)
-and both printed:
+Three differences in work that are not differences in the update, all exact (tested)
+and all printed or counted:
 - our update skips the forward and backward of rollouts whose advantage is exactly 0
   (groups that all passed or all failed: their gradient is exactly 0,
-  update.carries_gradient), which TRL runs: ~20% of the rollouts on this work, more as
-  the solve rate climbs;
+  update.carries_gradient), which TRL runs: ~20-30% of the rollouts on this work, more
+  as the solve rate climbs;
 - it runs identical rollouts (same prompt, same response, word for word) once and
   copies the result (rollout.token_logprobs' merge_duplicates; autograd sums the
-  copies' gradients), where TRL computes every copy: ~45% of the rollouts on this work,
-  whose policy has a low entropy.
+  copies' gradients), where TRL computes every copy: ~40% of the rollouts on the
+  addition work, whose policy has a low entropy, none on countdown;
+- it runs each prompt of an optimizer step once, and the responses on top of its keys
+  and values (update.share_prompts), where TRL runs the prompt with every rollout.
+And one in how the tokens are drawn, which changes no bit of them: our sampler shares
+a forward among rollouts that drew the same tokens so far and drops finished rows
+(rollout.sample, machinery/decoding.py); TRL calls model.generate.
+
+The lower bound. Beside our step the bench times the minimum work of the same step on
+its own rollouts (lower_bound): one teacher-forced no-grad forward over every rollout
+(what drawing the tokens costs at least: every token's distribution must be computed)
+plus one forward and backward over the rollouts that carry gradient, each distinct one
+once. "ours / lower bound" above 1 is what sampling token by token, scoring, the
+optimizer and bookkeeping add; below 1 is possible only by doing less than a forward
+per rollout (shared prompts).
 
 What is timed. A step is the wall time of one loop iteration, from one step's start to
 the next (ours: consecutive calls of rollout.generate_rollouts, so the run takes one

@@ -16,14 +16,19 @@ rounding, and each is tested against the plain computation (tests/test_train.py)
   - identical rollouts (the same prompt and, word for word, the same response) are run
     once: rollout.token_logprobs(merge_duplicates=True) does it, duplicate_share
     measures it, and active_dropout says when it must be off.
+  - shared prompts: each prompt of an optimizer step runs through the forward once, and
+    its rollouts' responses run on its keys and values (share_prompts, backward_prompts);
+    the prompt's backward runs once too, with the gradient of all its rollouts.
   - compile_for_update: torch.compile for the update's forward and backward (opt-in).
 
 `cfg` below is train.py's Config (named in annotations only: train.py imports this file).
 
 TRL's GRPOTrainer and verl run every rollout through the update, copies and
-zero-advantage groups included. Over this project's default run the skip and the merge
-together leave ~80% of the rollouts out of the forward (frac_skipped ~0.38 plus
-frac_duplicate ~0.42, mean over three seeds' 300 steps; README).
+zero-advantage groups included, each with its prompt. Over this project's default run
+the skip and the merge together leave ~80% of the rollouts out of the forward
+(frac_skipped ~0.38 plus frac_duplicate ~0.42, mean over three seeds' 300 steps;
+README); on countdown nothing is merged, and sharing the prompts takes a quarter off
+the token positions the update runs (docs/results.md).
 """
 
 from __future__ import annotations
