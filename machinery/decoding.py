@@ -25,15 +25,19 @@ different tokens), the transformers path re-indexes the whole cache (every key a
 of every live row, in every layer); here each node keeps a *slot* (its row in the cache)
 and only the rows that must change place are copied: a new child takes a free slot and
 copies its parent's keys and values, and a slot above the new count moves into a hole
-(`assign_slots`). On the bench's countdown batches this takes about a sixth off the
-sampler's time (docs/results.md has the measurement).
+(`assign_slots`); and it grows the cache a few columns at a time, not one (LlamaDecoder).
+On the bench's batches the sampler takes about a fifth less time on countdown and a
+quarter less on addition (docs/results.md has the measurements).
 
-Exactness. LlamaDecoder runs the same rows (one per live node) through the same
-operations, on the same values, in the same order as the model's own forward; only the
-order of the rows in the batch differs, and every kernel here computes a row from that
-row alone. So the two decoders return identical bits (tested on the embedded Llama and
-on a Qwen2 with biases and grouped-query attention: the same tokens, log-probs and
-entropies, with negative controls). A model outside what LlamaDecoder checks for
+Exactness. LlamaDecoder runs the same rows (one per live node) through the model's
+arithmetic. Three things differ from the model's own forward, none of them in a bit:
+the order of the rows in the batch, q, k and v (and gate and up) computed as one matrix
+product of stacked weights, and the cache read as a view of a wider buffer. Each
+kernel computes every output element from the same inputs in the same order either way
+(a row of a matrix product from that row and the weight column; attention per row and
+head, whatever the memory layout). So the two decoders return identical bits (tested on
+the embedded Llama and on a Qwen2 with biases and grouped-query attention: the same
+tokens, log-probs and entropies, with negative controls). A model outside what LlamaDecoder checks for
 (`lean_unsupported`: another architecture, eager attention, sliding windows, query/key
 norms, a cache layer with state beyond keys and values) gets TransformersDecoder.
 """
@@ -177,8 +181,9 @@ class LlamaDecoder:
     sampler's time on countdown. Why not every column at once: the attention kernel
     reads a row's keys more slowly the more unused columns separate them from the next
     row's (a full-width buffer made it about twice as slow). Measured on the bench's
-    countdown batches: 4 columns at a time took ~10% off the sampler against one at a
-    time; 2-4 were alike, 16 and more were slower.
+    batches against one column at a time: 4 at a time took 5% off the sampler on
+    countdown (median of 30 paired batches) and changed nothing measurable on addition;
+    2-6 were alike, 16 and more were slower.
     """
 
     def __init__(self, model, prompt_ids: Tensor, prompt_mask: Tensor, rows: int, width: int):
