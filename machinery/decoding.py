@@ -33,9 +33,12 @@ Exactness. LlamaDecoder runs the same rows (one per live node) through the model
 arithmetic. Three things differ from the model's own forward, none of them in a bit:
 the order of the rows in the batch, q, k and v (and gate and up) computed as one matrix
 product of stacked weights, and the cache read as a view of a wider buffer. Each
-kernel computes every output element from the same inputs in the same order either way
-(a row of a matrix product from that row and the weight column; attention per row and
-head, whatever the memory layout). So the two decoders return identical bits (tested on
+kernel gives every output element the same value either way: a matrix product computes
+a row from that row and the weight's columns, attention works per row and head whatever
+the memory layout. (One caveat, measured with MKL: a product of fewer than four rows
+takes another path with other rounding; both decoders run exactly one row per live
+node, so their products always have the same number of rows.) So the two decoders
+return identical bits (tested on
 the embedded Llama and on a Qwen2 with biases and grouped-query attention: the same
 tokens, log-probs and entropies, with negative controls). A model outside what LlamaDecoder checks for
 (`lean_unsupported`: another architecture, eager attention, sliding windows, query/key
