@@ -53,9 +53,11 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
 import math
 import numbers
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -486,6 +488,83 @@ def _require_rewards(ok: Tensor, rewards: Tensor, name: str, what: str) -> None:
 def _real(v) -> bool:
     """A finite real number, not a bool: the base of every float range in HYPER_RANGES."""
     return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# ---------------------------------------------------------------------------------------
+# The hyper-parameters as flags: read by the advantages whose function takes them
+# ---------------------------------------------------------------------------------------
+
+# The signatures above are the one declaration of every advantage's hyper-parameters and
+# their defaults. train.py makes each parameter name a flag (AdvantageConfig) and hands an
+# advantage the flags named like its parameters. Two parameters get another flag name,
+# because their own means something else to a TRL or verl user: risk's `beta` (TRL's
+# `beta` is the KL coefficient) and the denominator guard `eps` (TRL's `epsilon` is
+# PPO's clip range).
+FLAG_OF_PARAM = {"beta": "risk_beta", "eps": "adv_eps"}
+
+
+@dataclass
+class AdvantageConfig:
+    """The advantages' hyper-parameters as train.py's flags. None: not given, so the chosen
+    advantage uses its function's own default (train.py records that value in config.json).
+    A flag the chosen advantage does not take stays None: train.py refuses it, because a
+    flag that changes nothing misleads whoever typed it."""
+
+    alpha: float | None = None
+    """power, fade: difficulty exponent, A = (1-p)^(alpha-1) (r - p); default power 2, fade 1 (--schedule fade moves it)."""
+    delta: float | None = None
+    """asym, fade: a failure's advantage is divided by delta; default asym 0.5, fade 1 (--schedule fade moves it)."""
+    k: int | None = None
+    """passk, pkpo: the k of pass@k (default 4, at most --group_size)."""
+    lam: float | None = None
+    """w_reinforce: the advantage of a success, failures get -1 (default 0.1)."""
+    gamma: float | None = None
+    """focal: the exponent of (1 - p) on GRPO's advantage (default 1)."""
+    dV: float | None = None
+    """asymre: the shift of the baseline, A = r - (mean r + dV) (default -0.1)."""
+    risk_beta: float | None = None
+    """risk: the exponential utility's beta, > 0 risk-seeking (default 2)."""
+    adv_eps: float | None = None
+    """grpo, focal, maxrl, reinforce_pp: the guard eps added to a denominator (default 1e-6)."""
+
+
+def hyper_defaults(name: str) -> dict:
+    """{flag: default} of advantage `name`'s hyper-parameters, from its function's signature.
+
+    hyper_defaults("power") == {"alpha": 2.0}; hyper_defaults("risk") == {"risk_beta": 2.0};
+    hyper_defaults("mean") == {}.
+    """
+    params = list(inspect.signature(ADVANTAGES[name]).parameters.values())[1:]
+    return {FLAG_OF_PARAM.get(p.name, p.name): p.default for p in params}
+
+
+def hyper_from_flags(name: str, flags: AdvantageConfig) -> dict:
+    """The keyword arguments of ADVANTAGES[name] that `flags` sets: {parameter: value}.
+
+    Flags left None are left out, so the function's own default applies. Example: with
+    flags.risk_beta = 1.0, hyper_from_flags("risk", flags) == {"beta": 1.0}.
+    """
+    params = list(inspect.signature(ADVANTAGES[name]).parameters)[1:]
+    values = {p: getattr(flags, FLAG_OF_PARAM.get(p, p)) for p in params}
+    return {p: v for p, v in values.items() if v is not None}
+
+
+def unread_flags(name: str, flags: AdvantageConfig) -> list[str]:
+    """The flags `flags` sets (not None) that advantage `name` does not take, in field order."""
+    taken = hyper_defaults(name)
+    return [f.name for f in dataclasses.fields(flags) if getattr(flags, f.name) is not None and f.name not in taken]
+
+
+def with_defaults(name: str, flags: AdvantageConfig, keep_none: tuple = ()) -> AdvantageConfig:
+    """`flags` with every hyper-parameter of `name` that is still None set to its default.
+
+    What a run records in config.json: `--advantage power` alone says alpha 2.0, the
+    value used. keep_none: flags to leave None (train.py: alpha and delta when a
+    schedule sets them every step).
+    """
+    filled = {flag: default for flag, default in hyper_defaults(name).items()
+              if getattr(flags, flag) is None and flag not in keep_none}
+    return dataclasses.replace(flags, **filled)
 
 
 # ---------------------------------------------------------------------------------------

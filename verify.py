@@ -668,12 +668,14 @@ def check_countdown(response, answer: str, prompt: str) -> dict:
       format   the response is exactly NUMBERS-1 step lines, then the answer line
                (machinery/countdown.py's format, any of its phrasings); logged, not rewarded.
       reward   = correct.
-    prompt: "13 14 2 -> 29\\n" (the numbers and target are read from it); answer: the target
-    as a string, which must agree with the prompt (ValueError otherwise: a data bug).
+    prompt: "13 14 2 -> 29\\n", or any text whose last line is that (the numbers and target
+    are read from the last line: --data countdown_instruct words the task for a chat model
+    above it); answer: the target as a string, which must agree with the prompt
+    (ValueError otherwise: a data bug).
     Any response (None, 1 MB of text, deep nesting, huge numbers) gets a score, never an
     exception: parse_expression is bounded and raises only MalformedExpression.
     """
-    m = _COUNTDOWN_PROMPT_RE.fullmatch(prompt) if isinstance(prompt, str) else None
+    m = _COUNTDOWN_PROMPT_RE.fullmatch(prompt.rstrip("\n").rsplit("\n", 1)[-1]) if isinstance(prompt, str) else None
     if m is None:
         raise ValueError(f"check_countdown: prompt must look like '13 14 2 -> 29\\n', got {prompt!r}")
     numbers, target = [int(x) for x in m.group(1).split()], int(m.group(2))

@@ -1,6 +1,6 @@
 """plot_runs.py: one or several run directories into one PNG of panels and a summary table.
 
-    python -m experiments.plot_runs runs/default                        # -> runs/default/plots.png
+    python -m experiments.plot_runs runs/addition_s0                    # -> runs/addition_s0/plots.png
     python -m experiments.plot_runs runs/grpo runs/fade --out compare.png --smooth 5
 
 What a run leaves behind. train.py appends one JSON object per training step to

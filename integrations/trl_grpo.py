@@ -20,11 +20,11 @@ GRPOTrainer, and this module swaps each for ours without copying a TRL method bo
    except once, on the very first batch, when nothing has been trained yet.
    It is one generation batch late: the advantages of batch k use the entropy
    measured while training on batch k-1. For the EMA this does not matter: with
-   beta = 0.02, H_hat moves by beta * (H - H_hat) per step, so reading H_{k-1} instead
-   of H_k changes H_hat by beta * (H_{k-1} - H_k), 2% of one step's entropy change,
-   while the EMA itself averages over ~1/beta = 50 steps. (With a large beta, or
-   the "source" EMA convention that keeps only beta of the old value, the lag would be
-   felt; train.py, which measures the batch itself, has no lag.)
+   ema_beta = 0.02, H_hat moves by ema_beta * (H - H_hat) per step, so reading H_{k-1}
+   instead of H_k changes H_hat by ema_beta * (H_{k-1} - H_k), 2% of one step's entropy
+   change, while the EMA itself averages over ~1/ema_beta = 50 steps. (With a large
+   ema_beta, or the "source" EMA convention that keeps only ema_beta of the old value,
+   the lag would be felt; train.py, which measures the batch itself, has no lag.)
 3. Mini-batches. With steps_per_generation > gradient_accumulation_steps, one
    generation batch feeds several optimizer steps. TRL's `_prepare_inputs` shuffles
    the individual rollouts and cuts them into steps_per_generation chunks, which
@@ -68,8 +68,10 @@ class TokencreditGRPOTrainer(GRPOTrainer):
 
     Extra keyword arguments (everything else goes to GRPOTrainer unchanged):
       advantage: a name in advantages.ADVANTAGES ("grpo", "mean", "rloo", "fade", ...).
-      advantage_kwargs: its hyper-parameters, e.g. {"k": 4} for passk. For "fade" with a
-        schedule, alpha and delta come from the schedule and may not be given here.
+      advantage_kwargs: its hyper-parameters by the function's parameter names
+        (advantages.py declares them; e.g. {"k": 4} for passk, {"beta": 1.0} for risk);
+        the function's defaults otherwise. For "fade" with a schedule that moves them
+        ("fade", "decay"), alpha and delta come from the schedule and may not be given.
       schedule: a scheduler.SchedulerConfig (needs advantage="fade"); None = no schedule.
       minibatch_mode: None (TRL's own shuffle-and-split) or one of batching.MODES.
 
@@ -106,7 +108,7 @@ class TokencreditGRPOTrainer(GRPOTrainer):
                 raise ValueError(f"a schedule drives the 'fade' advantage's alpha and delta; "
                                  f"got advantage={self.tc_advantage!r}")
             given = {"alpha", "delta"} & set(self.tc_advantage_kwargs)
-            if given:
+            if given and self.tc_scheduler.config.schedule != "constant":
                 raise ValueError(f"with a schedule, {sorted(given)} come from the scheduler; "
                                  "drop them from advantage_kwargs")
         # One trial call on a mixed binary group of this G: unknown hyper-parameters and

@@ -14,6 +14,13 @@ argparse flags and back, so there is one source of truth and no adapter in betwe
 - the help text is the one-line docstring under the field (read from the source, the
   convention cleanrl's configs use);
 - a field typed `X | None` takes the word "none" for None; a bool is --flag / --no-flag;
+- `--config PATH` reads the same fields from a file: a run's config.json (nested as
+  dataclasses.asdict writes it) or a YAML file (flat or nested). The file replaces the
+  defaults, and every flag on the command line wins over the file (TRL's TrlParser does
+  the same with its --config);
+- flags are matched whole (no argparse abbreviations: `--temp` would silently mean
+  --temperature today and fail once another flag starts with it); an unknown flag a
+  user of another framework types gets a hint naming ours (`hints`);
 - any parse error is ONE line on stderr and exit code 2, not argparse's usage dump.
 
 The end of the file holds the checks at the door that every entry point shares (train.py,
@@ -30,39 +37,120 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import json
 import os
 import re
 import tempfile
 
 
-def parse_flags(root, argv: list[str] | None, description: str, prog: str) -> dict:
+def parse_flags(root, argv: list[str] | None, description: str, prog: str, hints: dict | None = None,
+                not_from_file: tuple = ()) -> dict:
     """Parse argv against the fields of the dataclass instance `root` and its nested ones.
 
     Returns {"": {field: value} of root, "<name>": {field: value} of root.<name>, ...} for
     one level of nesting, so the caller builds the nested configs first (their own
     __post_init__ checks run) and then the root. Exits 2 with one line on a bad flag.
+    hints: {name: one line} for flags another framework has and this one calls otherwise
+    (an unknown --name, or key in a --config file, gets its line). not_from_file: fields
+    a --config file may hold but does not set (train.py: resume and overwrite say what
+    one invocation does with its directory, not what the run is).
     """
-    parser = argparse.ArgumentParser(prog=prog, description=description,
+    parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False,
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.error = lambda message: parser.exit(2, f"{prog}: error: {message}\n")
+    parser.add_argument("--config", metavar="PATH", default=None,
+                        help="start from a run's config.json or a YAML file of the same fields; flags win over it")
     groups = {"": root, **{f.name: getattr(root, f.name) for f in dataclasses.fields(root)
                            if dataclasses.is_dataclass(getattr(root, f.name))}}
-    owner = {}
+    owner, types = {}, {}
     for group, obj in groups.items():
         docs = field_docs(type(obj))
         for f in dataclasses.fields(obj):
             if dataclasses.is_dataclass(getattr(obj, f.name)):
                 continue
             assert f.name not in owner, f"flag --{f.name} is declared twice"
-            owner[f.name] = group
+            owner[f.name], types[f.name] = group, f.type
             default, help_text = getattr(obj, f.name), docs.get(f.name, "")
             if f.type == "bool":
                 parser.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=default,
                                     help=help_text)
             else:
                 parser.add_argument(f"--{f.name}", type=flag_type(f.type), default=default, help=help_text)
-    args = vars(parser.parse_args(argv))
+    hints = hints or {}
+    path = parser.parse_known_args(argv)[0].config
+    if path is not None:
+        try:
+            values = read_config_file(path, types, set(groups) - {""}, hints)
+        except ValueError as e:
+            parser.error(f"--config {path}: {e}")
+        parser.set_defaults(**{k: v for k, v in values.items() if k not in not_from_file})
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        name = unknown[0].split("=")[0].lstrip("-")
+        parser.error(f"unrecognized argument {unknown[0]}" + (f": {hints[name]}" if name in hints else ""))
+    args = vars(args)
+    del args["config"]
     return {group: {k: v for k, v in args.items() if owner[k] == group} for group in groups}
+
+
+def read_config_file(path: str, types: dict, nested: set, hints: dict) -> dict:
+    """{flag: value} from a .json or .yaml/.yml file; ValueError (one line) naming what is wrong.
+
+    The file holds the flags' fields, flat (`lr: 1.0e-6`) or nested under the nested
+    configs' names as a run's config.json has them ({"loss": {"kl_coef": 0.0}, ...}).
+    Every value is checked against its field's type here, once: YAML reads `1e-6`
+    (no dot) as a string, which becomes the float 1e-06; a number where a string belongs,
+    or a string that is no number where one belongs, is refused naming the key.
+    """
+    if not os.path.isfile(path):
+        raise ValueError("no such file")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if path.endswith(".json"):
+        try:
+            tree = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"invalid JSON ({e.msg}, line {e.lineno})") from None
+    elif path.endswith((".yaml", ".yml")):
+        import yaml                              # PyYAML, a dependency of transformers
+
+        try:
+            tree = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ValueError(f"invalid YAML ({str(e).splitlines()[0]})") from None
+    else:
+        raise ValueError("expected a .json, .yaml or .yml file")
+    if not isinstance(tree, dict):
+        raise ValueError(f"expected a mapping of field names to values, got {type(tree).__name__}")
+    flat = {}
+    for key, value in tree.items():
+        items = value.items() if key in nested and isinstance(value, dict) else [(key, value)]
+        for name, v in items:
+            if name not in types:
+                raise ValueError(f"unknown field {name!r}" + (f" ({hints[name]})" if name in hints else ""))
+            flat[name] = file_value(name, v, types[name])
+    return flat
+
+
+def file_value(name: str, value, annotation: str):
+    """A config file's value for a field of this annotation ('int', 'float | None', ...), checked."""
+    base = annotation.replace(" | None", "")
+    if value is None:
+        if "None" not in annotation:
+            raise ValueError(f"{name!r} may not be null")
+        return None
+    ok = {"bool": isinstance(value, bool),
+          "int": isinstance(value, int) and not isinstance(value, bool),
+          "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+          "str": isinstance(value, str)}[base]
+    if not ok and base == "float" and isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if not ok:
+        raise ValueError(f"{name!r} must be {'an' if base == 'int' else 'a'} {base}, got {value!r}")
+    return float(value) if base == "float" else value
 
 
 def flag_type(annotation: str):

@@ -156,6 +156,31 @@ def response_text(tree, rng: random.Random) -> str:
     return first + second + rng.choice(ANSWER_PREFIXES) + verify.render(tree) + "\n"
 
 
+def instruct_prompt(bare: str) -> str:
+    """A countdown prompt worded for a chat model (--data countdown_instruct): the rules,
+    the answer line the checker reads, and the bare problem as the last line.
+
+    The embedded model learns the bare "13 14 2 -> 29" format in its warm-up; a hub
+    model has never seen it, and its answer is credited only on a line that starts with
+    "answer: " (verify.countdown_answer; "Answer:" or "**answer:**" is not), so the
+    prompt says so. The checker reads the numbers and the target from the prompt's last
+    line, which is the bare problem, unchanged. reasoning-gym's countdown
+    (--data reasoning_gym:countdown) is the alternative with its own wording (an answer
+    in <answer></answer> tags) and its own scorer, and five numbers instead of three.
+
+    "13 14 2 -> 29\n" ->
+        "Use the numbers 13, 14, 2, each exactly once, with + - * / and parentheses, to
+         make 29. Think step by step. Then write the expression alone on the last line,
+         after "answer: ", for example:\nanswer: (1 + 2) * 3\n\nThe numbers, then the
+         target:\n13 14 2 -> 29\n"   (the first sentence is one line)
+    """
+    numbers, target = bare.strip().split(" -> ")
+    return (f"Use the numbers {', '.join(numbers.split())}, each exactly once, with + - * / and parentheses, "
+            f"to make {target}. Think step by step. Then write the expression alone on the last line, after "
+            '"answer: ", for example:\nanswer: (1 + 2) * 3\n\n'
+            f"The numbers, then the target:\n{bare.strip()}\n")
+
+
 def make_rows(n: int, split: str, seed: int = 0) -> list[dict]:
     """n problems of one split: {"prompt", "answer": target, "target": a reference response}.
 

@@ -48,26 +48,39 @@ from machinery import countdown
 # SECTION 1. The synthetic addition task (exact format; verify.check_addition parses it)
 # ---------------------------------------------------------------------------------------
 
-def addition_response(a: int, b: int) -> str:
+def addition_response(a: int, b: int, digit_noise: float = 0.0, rng: random.Random | None = None) -> str:
     """The reference response (scratchpad + answer line) for a + b.
 
     Example: addition_response(347, 85) ==
         "7+5+0=12\\n4+8+1=13\\n3+0+1=04\\nA:432\\n"
     The number of columns is the digit count of the longer operand; the final carry, if
     any, shows only in the last column's "d" and in the answer.
+
+    digit_noise > 0 gives a NOISY TEACHER, for the embedded model's warm-up only: each
+    column's result digit s is, with that probability (draws from rng), replaced by one
+    of the 9 other digits, uniformly. The carry d stays right (the next column's c is
+    computed from the true sum), and the answer line is read off the written digits, as
+    a model that copies its scratchpad would: 347+85 with the middle digit replaced by 7
+    gives "...4+8+1=17\\n...A:472". A model trained on such targets to convergence is
+    unsure at exactly the tokens that decide the reward (tinymodel.py says why).
     """
     if a < 0 or b < 0:
         raise ValueError(f"addition operands must be non-negative, got a={a}, b={b}")
     sa, sb = str(a), str(b)
     n = max(len(sa), len(sb))
     sa, sb = sa.zfill(n), sb.zfill(n)
-    lines, carry = [], 0
+    lines, written, carry = [], [], 0
     for k in range(n - 1, -1, -1):          # least significant column first
         x, y = int(sa[k]), int(sb[k])
         s = x + y + carry
-        lines.append(f"{x}+{y}+{carry}={s:02d}\n")
+        digit = s % 10
+        if digit_noise and rng.random() < digit_noise:
+            digit = (digit + rng.randint(1, 9)) % 10
+        lines.append(f"{x}+{y}+{carry}={s // 10}{digit}\n")
+        written.append(digit)
         carry = s // 10
-    return "".join(lines) + f"A:{a + b}\n"
+    answer = carry * 10 ** n + sum(d * 10 ** k for k, d in enumerate(written))   # == a + b without noise
+    return "".join(lines) + f"A:{answer}\n"
 
 
 def addition_prompt(a: int, b: int) -> str:
@@ -252,6 +265,10 @@ def _read_json_lines(path) -> list[tuple[int, dict]]:
 PROMPT_TEMPLATE = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
 
 GSM8K_HUB = "openai/gsm8k"                      # config "main"
+# Where `datasets` comes from: the CPU environment gets it with TRL's file; gpu.txt has it too
+# (but also vLLM, which a CPU user does not want for this).
+DATASETS_INSTALL = ("pip install datasets==5.2.0 (it is in requirements/trl.txt; on a GPU machine "
+                    "requirements/gpu.txt has it)")
 MATH_HUB = "DigitalLearningGmbH/MATH-lighteval"  # one public mirror of Hendrycks MATH
                                                  # (7500 train / 5000 test); not tested
 
@@ -341,9 +358,8 @@ def _hub_records(name: str, split: str, config: str | None):
     try:
         import datasets
     except ImportError:
-        raise ImportError(f"loading {name!r} from the Hugging Face hub needs the `datasets` "
-                          "package: pip install -r requirements/gpu.txt (or pass a local "
-                          ".jsonl file in the hub's format)") from None
+        raise ImportError(f"loading {name!r} from the Hugging Face hub needs the `datasets` package: "
+                          f"{DATASETS_INSTALL} (or pass a local .jsonl file in the hub's format)") from None
     try:
         return datasets.load_dataset(name, config, split=split)
     except (OSError, ValueError) as e:         # ConnectionError is an OSError; a missing split a ValueError
@@ -361,6 +377,9 @@ EVAL_SEED_OFFSET = 1_000_003   # the test split draws from a different random st
 DEFAULT_ADDITION_N = {"train": 2000, "test": 200}
 DEFAULT_COUNTDOWN_N = {"train": 20000, "test": 100}   # also reasoning-gym's: generated, so cheap
 REASONING_GYM = "reasoning_gym:"                       # --data reasoning_gym:NAME
+COUNTDOWN_INSTRUCT = "countdown_instruct"              # countdown's problems, worded for a chat model
+SOURCES = ("'addition', 'countdown', 'countdown_instruct', 'gsm8k', 'math', 'gsm8k:FILE.jsonl', 'math:FILE.jsonl', "
+           "'reasoning_gym:NAME'")
 
 
 def load_task(name_or_path: str, split: str = "train", n: int | None = None,
@@ -371,8 +390,16 @@ def load_task(name_or_path: str, split: str = "train", n: int | None = None,
       "addition"     synthetic rows (SECTION 1), task "addition"; n defaults to
                      DEFAULT_ADDITION_N[split]; see addition_split_rows for how train
                      and test are kept apart.
+      "countdown"    machinery/countdown.py's rows, task "countdown": the bare prompt
+                     "13 14 2 -> 29" the embedded model is warmed up on.
+      "countdown_instruct"  the same problems, each prompt worded for a chat model
+                     (countdown.instruct_prompt: the rules and the answer line the
+                     checker reads), task "countdown".
       "gsm8k"        load_gsm8k(GSM8K_HUB, split), task "math" (scored by math_equal).
       "math"         load_math(MATH_HUB, split), task "math".
+      "gsm8k:FILE.jsonl", "math:FILE.jsonl"   a local copy in the hub's format (records
+                     {"question", "answer": "...#### 42"}, or MATH's), the same rows as
+                     from the hub without it; split is ignored, the file is the split.
       "<file>.jsonl" load_jsonl(file) ({prompt, answer} rows), task "math"; split is
                      ignored, the file is the split.
     For the non-synthetic sources, n=None keeps every row in file order; n=k keeps a
@@ -387,21 +414,26 @@ def load_task(name_or_path: str, split: str = "train", n: int | None = None,
     if name_or_path == "addition":
         count = DEFAULT_ADDITION_N[split] if n is None else n
         return addition_split_rows(count, split, digits=digits, seed=seed), "addition"
-    if name_or_path == "countdown":
+    if name_or_path in ("countdown", COUNTDOWN_INSTRUCT):
         count = DEFAULT_COUNTDOWN_N[split] if n is None else n
-        return countdown.make_rows(count, split, seed=seed), "countdown"
+        rows = countdown.make_rows(count, split, seed=seed)
+        if name_or_path == COUNTDOWN_INSTRUCT:
+            rows = [{**r, "prompt": countdown.instruct_prompt(r["prompt"])} for r in rows]
+        return rows, "countdown"
     if str(name_or_path).startswith(REASONING_GYM):
         name = name_or_path[len(REASONING_GYM):]
         return reasoning_gym_rows(name, split, DEFAULT_COUNTDOWN_N[split] if n is None else n, seed), name_or_path
+    kind, _, local = str(name_or_path).partition(":")
     if name_or_path == "gsm8k":
         rows = load_gsm8k(GSM8K_HUB, split)
     elif name_or_path == "math":
         rows = load_math(MATH_HUB, split)
+    elif kind in ("gsm8k", "math") and local.endswith(".jsonl"):
+        rows = (load_gsm8k if kind == "gsm8k" else load_math)(local, split)
     elif str(name_or_path).endswith(".jsonl"):
         rows = load_jsonl(name_or_path)
     else:
-        raise ValueError(f"unknown task {name_or_path!r}; expected 'addition', 'countdown', 'gsm8k', "
-                         "'math', 'reasoning_gym:NAME' or a path ending in .jsonl")
+        raise ValueError(f"unknown task {name_or_path!r}; expected {SOURCES} or a path ending in .jsonl")
     if n is not None:
         if n > len(rows):
             raise ValueError(f"asked for n={n} rows but {name_or_path!r} ({split}) has {len(rows)}")
@@ -427,25 +459,26 @@ def reasoning_gym_rows(name: str, split: str, n: int, seed: int = 0) -> list[dic
     return [{"prompt": entry["question"] + "\n", "answer": json.dumps(entry, default=str)} for entry in dataset]
 
 
-def check_source(name_or_path: str) -> None:
+def check_source(name_or_path: str, flag: str = "--data") -> None:
     """load_task's source at the door, before anything is loaded (ValueError, one line).
 
     A .jsonl path must be a file (not a directory, not missing); "gsm8k" and "math" need
     the `datasets` package and a hub that answers (config.hub_problem: one quick request
     instead of datasets' minute of retries when there is no network). Reading the rows
-    is still load_task's job, and its errors name file and line.
+    is still load_task's job, and its errors name file and line. flag: the option the
+    source came from (--data, --eval_data), for the message.
     """
-    if name_or_path in ("addition", "countdown"):
+    if name_or_path in ("addition", "countdown", COUNTDOWN_INSTRUCT):
         return
     if str(name_or_path).startswith(REASONING_GYM):
         name = name_or_path[len(REASONING_GYM):]
         try:
             import reasoning_gym
         except ImportError:
-            raise ValueError(f"--data {name_or_path} needs reasoning-gym: pip install -r "
+            raise ValueError(f"{flag} {name_or_path} needs reasoning-gym: pip install -r "
                              "requirements/reasoning-gym.txt") from None
         if name not in reasoning_gym.factory.DATASETS:
-            raise ValueError(f"--data {name_or_path}: reasoning-gym has no dataset {name!r} (e.g. countdown, "
+            raise ValueError(f"{flag} {name_or_path}: reasoning-gym has no dataset {name!r} (e.g. countdown, "
                              "basic_arithmetic, chain_sum)")
         return
     if name_or_path in ("gsm8k", "math"):
@@ -453,20 +486,24 @@ def check_source(name_or_path: str) -> None:
 
         from machinery import config
         if importlib.util.find_spec("datasets") is None:
-            raise ValueError(f"--data {name_or_path} needs the `datasets` package: pip install -r "
-                             "requirements/gpu.txt (or pass a local .jsonl file in the hub's format)")
+            raise ValueError(f"{flag} {name_or_path} needs the `datasets` package: {DATASETS_INSTALL} "
+                             "(or pass a local .jsonl file in the hub's format)")
         hub = GSM8K_HUB if name_or_path == "gsm8k" else MATH_HUB
         if problem := config.hub_problem(hub, "dataset"):
-            raise ValueError(f"--data {name_or_path} ({hub}): {problem}")
+            raise ValueError(f"{flag} {name_or_path} ({hub}): {problem}")
+        return
+    kind, _, local = str(name_or_path).partition(":")
+    if kind in ("gsm8k", "math"):
+        if not (local.endswith(".jsonl") and os.path.isfile(local)):
+            raise ValueError(f"{flag} {name_or_path!r}: expected {kind}:FILE.jsonl with an existing file in the "
+                             "hub's format")
         return
     if os.path.isdir(name_or_path):
-        raise ValueError(f"--data {name_or_path!r} is a directory; expected 'addition', 'countdown', 'gsm8k', "
-                         "'math', 'reasoning_gym:NAME' or a .jsonl file")
+        raise ValueError(f"{flag} {name_or_path!r} is a directory; expected {SOURCES} or a .jsonl file")
     if not str(name_or_path).endswith(".jsonl"):
-        raise ValueError(f"unknown task {name_or_path!r}; expected 'addition', 'countdown', 'gsm8k', "
-                         "'math', 'reasoning_gym:NAME' or a path ending in .jsonl")
+        raise ValueError(f"unknown task {name_or_path!r}; expected {SOURCES} or a path ending in .jsonl")
     if not os.path.isfile(name_or_path):
-        raise ValueError(f"--data {name_or_path!r}: no such file")
+        raise ValueError(f"{flag} {name_or_path!r}: no such file")
 
 
 def addition_split_rows(n: int, split: str, digits: int = 3, seed: int = 0) -> list[dict]:

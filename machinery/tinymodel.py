@@ -15,25 +15,39 @@ one and silently drops "\n" from every prompt. The model then sees "347+85" with
 its newline and its accuracy collapses with no error anywhere (this happened while
 building this file; tests/test_tinymodel.py pins the behaviour).
 
-Why warm up at all, and why a fixed number of steps. RL with a binary reward only
-learns from groups that contain both a success and a failure: a randomly initialised
-model never succeeds (reward 0 everywhere, every advantage 0) and a fully trained one
-always does. The warm-up therefore runs supervised training (cross-entropy on the
-response tokens of data.py's reference scratchpads) for a FIXED number of steps
-(WarmupConfig.max_steps: 650 for addition), which lands the model at held-out pass@1
-~0.4 (temperature 1; the measured curve is in docs/results.md). Stopping at the first
-evaluation above a threshold instead (target_pass1, still an option) made the start
-depend on evaluation noise: the curve is steep there, so a 128-prompt estimate crosses
-a threshold anywhere within a hundred steps, and the RL results downstream moved with
-it. A fixed step count makes the start depend only on the config and float arithmetic. At
-that point the model has the format and the column layout but still gets single-digit
-sums wrong: most first errors are the sum digit s of a column line "x+y+c=ds". That is
-the regime the papers study: mixed groups, template tokens shared by right and wrong
-rollouts, and a few reasoning tokens that decide the reward.
+Why warm up at all, and why with a noisy teacher. RL with a binary reward only learns
+from groups that contain both a success and a failure: a randomly initialised model never
+succeeds (reward 0 everywhere, every advantage 0) and a fully trained one always does.
+The warm-up is supervised training (cross-entropy on the response tokens of data.py's
+scratchpads) that must stop somewhere in between, and WHERE matters more than how far.
+Stopped mid-way on clean targets (the earlier rule: 650 steps at a constant learning
+rate), the model sat on the steep part of its learning curve, and its state there
+depended on the seed: held-out pass@1 0.26 to 0.88 over warm-up seeds 0-4, with whole
+skills missing in some (a carry pattern it always gets wrong: groups that are all wrong,
+which RL cannot learn from), and RL after it ended anywhere from 0.30 to 0.97
+(docs/results.md). So the addition warm-up now trains to convergence (1500 steps,
+cosine learning rate to 0) on targets from a NOISY TEACHER: each column's result digit
+is wrong with probability 0.25 (data.addition_response). The converged model has every
+skill and is unsure exactly where the teacher was: about one result digit in four is
+sampled wrong, at random, on every prompt. That is the regime the papers study, and a
+stable one: groups are mixed, the template tokens ("+", "=", "A:") are shared by right
+and wrong rollouts, and a few digit tokens decide the reward. Countdown keeps its clean
+targets and a fixed 3000 steps (its uncertainty is the task's own: several answers and
+wordings). The measured starts, per task and warm-up seed, are in docs/results.md.
 
-Caching. The warm-up result is a model directory under <repo>/.cache/tinymodel/, named
-by a hash of the WarmupConfig, written atomically (a temporary directory renamed into
-place), so a second run reuses it and a crash never leaves a half-written model.
+Shipped weights and caching. The warm-up is deterministic on one machine but not
+bit-identical across CPUs: its float sums round differently under another instruction
+set, and over 650 steps the difference grows into a different model (held-out pass@1
+0.426 on one machine, 0.453 on another, and RL from them ended 0.1 apart). So the
+repository SHIPS the warmed-up weights (weights/<key>/, a model directory of about
+0.5 MB) for the warm-up seeds in SHIPPED_SEEDS, and a run starts from those bytes on
+every machine. Anything else (another seed, a changed WarmupConfig) warms up locally and
+is cached under <repo>/.cache/tinymodel/. Both are named by cache_key, a hash of the
+WarmupConfig: a shipped directory whose key the code no longer produces is stale, and a
+run says so in one line and warms up instead (tests/test_tinymodel.py fails on a stale
+shipped directory). `python -m machinery.tinymodel` rebuilds the shipped set. Cache
+entries are written atomically (a temporary directory renamed into place), so a crash
+never leaves a half-written model.
 
 Sizes. The warm-up is a fixed number of steps chosen so that RL starts from a model that
 is right about half the time (held-out pass@1 well below 1, so groups are mixed), and it
@@ -49,7 +63,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
+import random
 import re
 import shutil
 import string
@@ -65,8 +81,11 @@ from machinery import rollout
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository root
 DEFAULT_CACHE_DIR = os.path.join(REPO_DIR, ".cache", "tinymodel")
-CACHE_FORMAT = 3          # bump when the warm-up code changes in a way the config cannot see
-                          # (3: the tokenizer's phrase tokens and the countdown task)
+SHIPPED_DIR = os.path.join(REPO_DIR, "weights")  # committed warm-ups: the same start on every machine
+SHIPPED_SEEDS = (0, 5)    # per task: the default run's start (0) and the sweeps' second block (5);
+                          # any other warm-up seed (1-4 in docs/results.md) warms up locally
+CACHE_FORMAT = 4          # bump when the warm-up code changes in a way the config cannot see
+                          # (4: the noisy teacher's draws and the seed in the key's name)
 
 
 # ---------------------------------------------------------------------------------------
@@ -202,9 +221,13 @@ class WarmupConfig:
     intermediate_size: int = 256
     """SwiGLU hidden width."""
     lr: float = 3e-3
-    """AdamW peak learning rate (linear warm-up, then constant: the run stops early anyway)."""
+    """AdamW peak learning rate (linear warm-up, then constant, or cosine to 0 with lr_decay)."""
     lr_warmup_steps: int = 50
     """Steps of linear learning-rate warm-up from 0."""
+    lr_decay: bool = False
+    """Cosine decay of the learning rate to 0 at max_steps: the warm-up ends at rest, not mid-stride."""
+    digit_noise: float = 0.0
+    """Addition: probability that a training target's column result digit is replaced (a noisy teacher; data.addition_response)."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     batch_size: int = 64
@@ -233,6 +256,8 @@ class WarmupConfig:
         if self.lr_warmup_steps < 0 or self.weight_decay < 0:
             raise ValueError(f"WarmupConfig.lr_warmup_steps and weight_decay must be >= 0, got "
                              f"{self.lr_warmup_steps}, {self.weight_decay}")
+        if not 0 <= self.digit_noise < 1:
+            raise ValueError(f"WarmupConfig.digit_noise must be in [0, 1), got {self.digit_noise}")
         if self.target_pass1 is not None and not 0 < self.target_pass1 <= 1:
             raise ValueError(f"WarmupConfig.target_pass1 must be in (0, 1], got {self.target_pass1}")
 
@@ -241,16 +266,21 @@ TASKS = ("addition", "countdown")
 
 
 def warmup_config(task: str = "addition", digits: int = 3, seed: int = 0) -> WarmupConfig:
-    """The warm-up train.py uses for the embedded model on `task` (a fixed number of steps).
+    """The warm-up train.py uses for the embedded model on `task`, from warm-up seed `seed`.
 
-    addition: 650 steps. countdown: 3000 steps (~3 minutes on two cores): the task is
-    harder (find the operations, not carry digits) and the warm-up is meant to leave the
-    model uncertain among several right answers and wordings, not to solve it; the
-    measured start of RL is in docs/results.md.
+    addition: width 128 with 4 heads of 32, 1500 steps with the learning rate decayed to
+    0, on the noisy teacher's targets (digit_noise 0.25): it converges to a model that
+    gets about half the held-out problems right from any seed (the header says why). At
+    width 64 with 2 heads the same warm-up failed to learn the carries from some seeds.
+    countdown: width 64 with 2 heads, 3000 steps on clean targets: the task is harder
+    (find the operations, not carry digits) and the warm-up is meant to leave the model
+    uncertain among several right answers and wordings, not to solve it.
+    The measured starts of RL, per task and seed, are in docs/results.md.
     """
     if task == "countdown":
         return WarmupConfig(task="countdown", max_steps=3000, eval_every=500, seed=seed)
-    return WarmupConfig(task=task, digits=digits, seed=seed)
+    return WarmupConfig(task=task, digits=digits, seed=seed, hidden_size=128, num_heads=4,
+                        max_steps=1500, lr_decay=True, digit_noise=0.25, eval_every=100)
 
 
 def max_response_tokens(cfg: WarmupConfig) -> int:
@@ -276,25 +306,76 @@ def addition_correct(text: str, answer: str) -> bool:
 
 
 def cache_key(cfg: WarmupConfig) -> str:
-    """Directory name of cfg's warm-up: "d<digits>-<hash>" (addition) or "countdown-<hash>",
-    hash = 12 hex of sha256(config json)."""
+    """Directory name of cfg's warm-up: "<task>-s<seed>-<hash>", task "d<digits>" for
+    addition; hash = 12 hex of sha256(config json). Example: "d3-s0-3f2a9c81b0d4"."""
     blob = json.dumps({"format": CACHE_FORMAT, **dataclasses.asdict(cfg)}, sort_keys=True)
     name = f"d{cfg.digits}" if cfg.task == "addition" else cfg.task
-    return f"{name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+    return f"{name}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
-def load_or_warmup(cfg: WarmupConfig | None = None, cache_dir: str | None = None) -> str:
-    """Path of cfg's warmed-up model directory, training it first if it is not cached.
+def load_or_warmup(cfg: WarmupConfig | None = None, cache_dir: str | None = None,
+                   shipped_dir: str | None = SHIPPED_DIR, say=print) -> str:
+    """Path of cfg's warmed-up model directory: shipped, else cached, else trained now.
 
-    A cache entry counts only if it is complete (it holds warmup.json, written last
-    inside the temporary directory before the atomic rename).
+    1. shipped_dir/<key>: the committed weights (None skips them);
+    2. cache_dir/<key>: an earlier local warm-up;
+    3. a new warm-up, cached. If cfg is one the repository should ship (shipped_configs)
+       but shipped_dir lacks it, the
+       shipped weights are stale (the warm-up code changed since they were built): `say`
+       reports it in one line first, because the run will not start from shipped bytes.
+    An entry counts only if it is complete (it holds warmup.json, written last).
     """
     cfg = cfg or WarmupConfig()
-    cache_dir = cache_dir or DEFAULT_CACHE_DIR
-    path = os.path.join(cache_dir, cache_key(cfg))
-    if os.path.isfile(os.path.join(path, "warmup.json")):
-        return path
+    key = cache_key(cfg)
+    for root in (shipped_dir, cache_dir or DEFAULT_CACHE_DIR):
+        if root and os.path.isfile(os.path.join(root, key, "warmup.json")):
+            return os.path.join(root, key)
+    if shipped_dir and cfg in shipped_configs():
+        say(f"{os.path.relpath(shipped_dir, REPO_DIR)}/ has no {key} (the shipped warm-ups are stale; "
+            "python -m machinery.tinymodel rebuilds them): warming up locally")
     return warmup(cfg, cache_dir)
+
+
+def weights_sha256(path: str) -> str | None:
+    """SHA-256 of a model directory's weights: of its one weight file, or of the sorted
+    "name sha256" lines of several (sharded checkpoints). None if it has none (a hub id).
+
+    This names the start of a run: two runs with the same hash started from the same
+    bytes, whatever machine they ran on."""
+    if not os.path.isdir(path):
+        return None
+    files = sorted(n for n in os.listdir(path) if n.endswith((".safetensors", ".bin")))
+    digests = [(n, _file_sha256(os.path.join(path, n))) for n in files]
+    if len(digests) == 1:
+        return digests[0][1]
+    return hashlib.sha256("".join(f"{n} {d}\n" for n, d in digests).encode()).hexdigest() if digests else None
+
+
+def shipped_configs() -> list[WarmupConfig]:
+    """The warm-ups the repository ships: each task's own (warmup_config) for each seed in
+    SHIPPED_SEEDS. tests/test_tinymodel.py checks that weights/ holds exactly these."""
+    return [warmup_config(task, seed=seed) for task in TASKS for seed in SHIPPED_SEEDS]
+
+
+def ship(shipped_dir: str = SHIPPED_DIR, cache_dir: str | None = None) -> list[str]:
+    """Rebuild the shipped warm-ups: for each of shipped_configs(), warm up (or take the
+    cache entry of the same key, which this machine built from the same config) and copy
+    the model directory into shipped_dir/<key>; then delete every other entry of
+    shipped_dir. Returns the shipped paths. `python -m machinery.tinymodel`, then commit
+    weights/."""
+    keep = []
+    for cfg in shipped_configs():
+        source = load_or_warmup(cfg, cache_dir, shipped_dir=None)
+        target = os.path.join(shipped_dir, cache_key(cfg))
+        if not os.path.isdir(target):
+            tmp = tempfile.mkdtemp(dir=_made(shipped_dir), prefix=".tmp-")
+            shutil.copytree(source, tmp, dirs_exist_ok=True)
+            os.rename(tmp, target)
+        keep.append(target)
+    for name in os.listdir(shipped_dir):
+        if os.path.join(shipped_dir, name) not in keep:
+            shutil.rmtree(os.path.join(shipped_dir, name))
+    return keep
 
 
 def warmup(cfg: WarmupConfig, cache_dir: str | None = None) -> str:
@@ -331,8 +412,7 @@ def warmup(cfg: WarmupConfig, cache_dir: str | None = None) -> str:
     train_rows, eval_rows = _task_rows(cfg)
     inputs, labels = _encode_rows(tokenizer, train_rows)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / cfg.lr_warmup_steps) if cfg.lr_warmup_steps else 1.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(cfg, s))
     gen = torch.Generator().manual_seed(cfg.seed)
 
     history, step, reached = [], 0, False
@@ -369,6 +449,14 @@ def warmup(cfg: WarmupConfig, cache_dir: str | None = None) -> str:
 # ---------------------------------------------------------------------------------------
 # Helpers of SECTION 3
 # ---------------------------------------------------------------------------------------
+
+def lr_factor(cfg: WarmupConfig, step: int) -> float:
+    """The warm-up's learning rate at optimizer step `step` (0-based), as a share of cfg.lr:
+    min(1, (step + 1) / lr_warmup_steps), times (1 + cos(pi * step / max_steps)) / 2 with
+    lr_decay (1 at the start, 0 at max_steps)."""
+    ramp = min(1.0, (step + 1) / cfg.lr_warmup_steps) if cfg.lr_warmup_steps else 1.0
+    return ramp * (0.5 * (1 + math.cos(math.pi * min(step, cfg.max_steps) / cfg.max_steps)) if cfg.lr_decay else 1.0)
+
 
 def _encode_rows(tokenizer, rows: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
     """(inputs [n, L], labels [n, L]) for prompt + target + EOS, right-padded.
@@ -427,8 +515,26 @@ def _task_rows(cfg: WarmupConfig) -> tuple[list[dict], list[dict]]:
     if cfg.task == "countdown":
         return (countdown.make_rows(cfg.n_train, "train", seed=cfg.seed),
                 countdown.make_rows(cfg.eval_prompts, "test", seed=cfg.seed + 7919))
-    return (data.addition_split_rows(cfg.n_train, "train", digits=cfg.digits, seed=cfg.seed),
-            data.addition_split_rows(cfg.eval_prompts, "test", digits=cfg.digits, seed=cfg.seed + 7919))
+    train_rows = data.addition_split_rows(cfg.n_train, "train", digits=cfg.digits, seed=cfg.seed)
+    if cfg.digit_noise:      # the noisy teacher: targets only; "answer" stays the true sum
+        rng = random.Random(cfg.seed)
+        train_rows = [{**r, "target": data.addition_response(*map(int, r["prompt"].split("+")),
+                                                             digit_noise=cfg.digit_noise, rng=rng)}
+                      for r in train_rows]
+    return train_rows, data.addition_split_rows(cfg.eval_prompts, "test", digits=cfg.digits, seed=cfg.seed + 7919)
+
+
+def _file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _made(path: str) -> str:
+    os.makedirs(path, exist_ok=True)
+    return path
 
 
 def _save_atomic(model, tokenizer, summary: dict, final: str) -> str:
@@ -459,3 +565,9 @@ def _save_atomic(model, tokenizer, summary: dict, final: str) -> str:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+if __name__ == "__main__":
+    # python -m machinery.tinymodel: rebuild weights/ (every task x SHIPPED_SEEDS), then commit it.
+    for shipped in ship():
+        print(f"{shipped}  sha256 {weights_sha256(shipped)}")

@@ -268,7 +268,7 @@ def prompt_sharing_off(run: train.Run, cfg: train.Config) -> str | None:
         return "--no-share_prompts"
     if cfg.compile:
         return "--compile"
-    if getattr(run.model, "is_gradient_checkpointing", False):
+    if getattr(cfg, "gradient_checkpointing", False) or getattr(run.model, "is_gradient_checkpointing", False):
         return "gradient checkpointing"
     return None
 

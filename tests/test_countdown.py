@@ -221,3 +221,22 @@ def test_reasoning_gym_known_differences():
     for text, (theirs, ours) in {**differ, **same}.items():
         assert score_answer(answer=text, entry=entry) == theirs, text
         assert verify.countdown_correct(text, [2, 3, 5], 13) is ours, text
+
+
+def test_countdown_instruct_words_the_same_problems_for_a_chat_model():
+    """--data countdown_instruct: the bare problem is the prompt's last line, the rules and
+    the answer line are stated above it, and the checker scores exactly as on the bare prompt."""
+    rows, task = data.load_task("countdown_instruct", "test", n=30)
+    bare, _ = data.load_task("countdown", "test", n=30)
+    assert task == "countdown" and [r["answer"] for r in rows] == [b["answer"] for b in bare]
+    for r, b in zip(rows, bare):
+        assert r["prompt"].endswith("\n" + b["prompt"]) and 'after "answer: "' in r["prompt"]
+        numbers = b["prompt"].split(" -> ")[0].split()
+        assert f"Use the numbers {', '.join(numbers)}, each exactly once" in r["prompt"]
+        expression = verify.countdown_answer(b["target"])
+        chat = f"Let me try.\n{numbers[0]} first...\nanswer: {expression}"
+        assert verify.check_countdown(chat, r["answer"], r["prompt"])["correct"] == 1.0
+        assert verify.check_countdown(chat, b["answer"], b["prompt"])["correct"] == 1.0
+        wrong = f"answer: {expression}+1"                                     # negative control
+        assert verify.check_countdown(wrong, r["answer"], r["prompt"])["correct"] == 0.0
+        assert verify.check_countdown(chat.replace("answer:", "Answer:"), r["answer"], r["prompt"])["correct"] == 0.0

@@ -1,5 +1,6 @@
 """Tests for data.py: the addition task's exact format, splits, JSONL rows, GSM8K/MATH."""
 
+import importlib.util
 import json
 import os
 import re
@@ -233,8 +234,26 @@ def test_math_bad_record_names_file_and_line(tmp_path):
 
 
 def test_hub_path_without_datasets_says_how_to_install(monkeypatch):
+    """A CPU user is told to install datasets (it is in trl.txt), not sent to gpu.txt's vLLM."""
     monkeypatch.setitem(sys.modules, "datasets", None)      # makes `import datasets` fail
-    with pytest.raises(ImportError, match="requirements/gpu.txt"):
+    cpu_first = re.escape("pip install datasets==5.2.0 (it is in requirements/trl.txt")
+    with pytest.raises(ImportError, match=cpu_first):
         load_gsm8k("openai/gsm8k")
-    with pytest.raises(ImportError, match="requirements/gpu.txt"):
+    with pytest.raises(ImportError, match=cpu_first):
         load_task("math", "train")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)     # no datasets at the door
+    with pytest.raises(ValueError, match="^--eval_data gsm8k needs the `datasets` package: " + cpu_first):
+        data.check_source("gsm8k", flag="--eval_data")
+
+
+def test_a_local_copy_in_the_hub_format_loads_through_load_task(tmp_path):
+    gsm = write_lines(tmp_path / "gsm8k_test.jsonl", [json.dumps(r) for r in GSM8K_RECORDS])
+    assert load_task(f"gsm8k:{gsm}", "test") == (gsm8k_rows(GSM8K_RECORDS), "math")
+    rows, _ = load_task(f"gsm8k:{gsm}", "train", n=1, seed=0)
+    assert rows[0] in gsm8k_rows(GSM8K_RECORDS)
+    math_file = write_lines(tmp_path / "math.jsonl", [json.dumps(r) for r in MATH_RECORDS])
+    assert load_task(f"math:{math_file}", "test") == (math_rows(MATH_RECORDS), "math")
+    data.check_source(f"gsm8k:{gsm}")
+    for bad in (f"gsm8k:{tmp_path}/none.jsonl", f"math:{tmp_path}", "gsm8k:"):
+        with pytest.raises(ValueError, match="expected (gsm8k|math):FILE.jsonl with an existing file"):
+            data.check_source(bad)

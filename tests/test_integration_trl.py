@@ -154,7 +154,7 @@ def fade_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fade")
     # h_target above the random model's entropy (~4.57 nats) puts delta inside (0.3, 1),
     # and beta = 0.5 makes two steps visibly move the EMAs.
-    schedule = SchedulerConfig(h_target=5.0, beta=0.5)
+    schedule = SchedulerConfig(h_target=5.0, ema_beta=0.5)
     return run(tmp, advantage="fade", schedule=schedule, minibatch_mode="query") + (schedule,)
 
 

@@ -36,7 +36,7 @@ def test_delta_closed_form_and_clips():
 
 def test_ema_closed_form_after_k_steps():
     beta, k, x = 0.02, 37, 0.9
-    s = AdvantageScheduler(SchedulerConfig(beta=beta))
+    s = AdvantageScheduler(SchedulerConfig(ema_beta=beta))
     for _ in range(k):
         out = s.step(solve_rate=x, entropy=1.0)
     mix = 1 - (1 - beta) ** k
@@ -45,7 +45,7 @@ def test_ema_closed_form_after_k_steps():
 
 
 def test_entropy_ema_starts_at_first_measurement():
-    s = AdvantageScheduler(SchedulerConfig(beta=0.02))
+    s = AdvantageScheduler(SchedulerConfig(ema_beta=0.02))
     first = s.step(0.5, entropy=2.0)
     assert first["H_hat"] == 2.0                           # H_hat = H0 on step one
     second = s.step(0.5, entropy=1.0)
@@ -108,13 +108,13 @@ def test_state_dict_round_trip_resumes_exactly():
         AdvantageScheduler().load_state_dict({"p_hat": 0.5, "H_hat": 1.0, "t": 0})
 
 
-def test_constant_schedule_never_changes():
-    s = AdvantageScheduler(SchedulerConfig(schedule="constant", alpha=2.0, delta=0.7))
+def test_constant_schedule_sets_no_knobs_and_still_tracks_the_emas():
+    s = AdvantageScheduler(SchedulerConfig(schedule="constant"))
     outs = [s.step(sr, h) for sr, h in [(0.0, 3.0), (1.0, 0.0), (0.3, 1.0)] * 10]
-    assert {(o["alpha"], o["delta"]) for o in outs} == {(2.0, 0.7)}
+    assert all(set(o) == {"p_hat", "H_hat", "H_target"} for o in outs)   # the advantage keeps its own
     assert outs[0]["p_hat"] != outs[-1]["p_hat"]           # EMAs still tracked for logs
-    grpo = AdvantageScheduler(SchedulerConfig(schedule="constant"))
-    assert (grpo.step(0.2, 1.0)["alpha"], grpo.step(0.2, 1.0)["delta"]) == (1.0, 1.0)
+    with pytest.raises(TypeError, match="alpha"):           # no fixed knobs here: they are advantage flags
+        SchedulerConfig(schedule="constant", alpha=2.0)
 
 
 def test_decay_endpoints_and_midpoint():
@@ -152,13 +152,13 @@ def test_bad_step_inputs_raise(sr, h, match):
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    ({"schedule": "cosine"}, "cosine"), ({"ema": "old"}, "old"), ({"beta": 0.0}, "0.0"),
-    ({"beta": 1.5}, "1.5"), ({"schedule": "decay"}, "None"),
-    ({"schedule": "decay", "total_steps": 1}, "1"), ({"alpha": 0.5}, "0.5"),
-    ({"delta": 0.0}, "0.0"), ({"p_init": 0.0}, "0.0"), ({"target_rel": -1.0}, "-1.0"),
+    ({"schedule": "cosine"}, "cosine"), ({"ema": "old"}, "old"), ({"ema_beta": 0.0}, "0.0"),
+    ({"ema_beta": 1.5}, "1.5"), ({"schedule": "decay"}, "None"),
+    ({"schedule": "decay", "total_steps": 1}, "1"),
+    ({"p_init": 0.0}, "0.0"), ({"target_rel": -1.0}, "-1.0"),
     ({"h_target": math.nan}, "nan"), ({"h_target": -0.5}, "-0.5"), ({"alpha_start": 0.9}, "0.9"),
-    ({"alpha_end": math.inf}, "inf"), ({"delta_end": 0.0}, "0.0"), ({"delta": math.inf}, "inf"),
-    ({"beta": "0.1"}, "'0.1'"), ({"p_init": True}, "True"), ({"target_rel": math.inf}, "inf"),
+    ({"alpha_end": math.inf}, "inf"), ({"delta_end": 0.0}, "0.0"),
+    ({"ema_beta": "0.1"}, "'0.1'"), ({"p_init": True}, "True"), ({"target_rel": math.inf}, "inf"),
     ({"schedule": "decay", "total_steps": 10.0}, "10.0"), ({"schedule": "decay", "total_steps": True}, "True")])
 def test_bad_config_raises(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -187,12 +187,14 @@ def test_a_rejected_step_changes_no_state():
 
 # The issue-8 refactor (checks moved to the door, clips written as clip()) changed no bit:
 # sha256 of the repr of 120 steps' outputs, computed with scheduler.py as it was before it
-# (git 848a306). Plain Python floats, so the pins hold on any IEEE-754 machine.
+# (git 848a306). Plain Python floats, so the pins hold on any IEEE-754 machine. The
+# constant schedule's pin is that of the same code's outputs without alpha and delta,
+# which "constant" no longer returns (the rename of beta to ema_beta changed no bit).
 SCHEDULE_PINS = [
     ({}, "f6bf193f8c66c7e8"),
     ({"ema": "source"}, "4f6f38f9d9934262"),
-    ({"h_target": 1.2, "beta": 0.1}, "3830e0ee379ef412"),
-    ({"schedule": "constant", "alpha": 2.0, "delta": 0.7}, "4f6a46e006842db7"),
+    ({"h_target": 1.2, "ema_beta": 0.1}, "3830e0ee379ef412"),
+    ({"schedule": "constant"}, "07903dd7d3285b69"),
     ({"schedule": "decay", "total_steps": 50}, "654c2b9268184147"),
 ]
 

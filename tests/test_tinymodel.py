@@ -7,6 +7,7 @@ a scripted evaluation.
 
 import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -260,3 +261,65 @@ def test_incomplete_entry_is_replaced(tmp_path):
     assert sorted(os.listdir(path)) == ["config.json", "generation_config.json", "model.safetensors",
                                         "tokenizer.json", "tokenizer_config.json", "warmup.json"]
     assert sorted(os.listdir(tmp_path)) == [tinymodel.cache_key(cfg)]
+
+
+# ---------------------------------------------------------------------------------------
+# Shipped warm-ups: the same starting bytes on every machine
+# ---------------------------------------------------------------------------------------
+
+def test_shipped_weights_are_exactly_the_codes_warmups():
+    """weights/ holds one complete model directory per shipped_configs() entry, under the
+    key this code computes, built from that config, and nothing else. Fails when the
+    warm-up code or config changes without `python -m machinery.tinymodel` (stale weights)."""
+    expected = {tinymodel.cache_key(cfg): cfg for cfg in tinymodel.shipped_configs()}
+    assert sorted(os.listdir(tinymodel.SHIPPED_DIR)) == sorted(expected)
+    for key, cfg in expected.items():
+        path = os.path.join(tinymodel.SHIPPED_DIR, key)
+        summary = json.load(open(os.path.join(path, "warmup.json")))
+        assert summary["config"] == cfg.__dict__ and summary["cache_format"] == tinymodel.CACHE_FORMAT, key
+        assert summary["steps"] == cfg.max_steps
+        assert len(tinymodel.weights_sha256(path)) == 64
+
+
+def test_default_embedded_runs_start_from_shipped_weights(monkeypatch, tmp_path):
+    """Seed 0 of each task loads from weights/ and trains nothing, whatever the cache holds."""
+    monkeypatch.setattr(tinymodel, "warmup", lambda *a, **k: pytest.fail("warm-up of a shipped config"))
+    for task in tinymodel.TASKS:
+        cfg = tinymodel.warmup_config(task, seed=0)
+        path = tinymodel.load_or_warmup(cfg, str(tmp_path))
+        assert path == os.path.join(tinymodel.SHIPPED_DIR, tinymodel.cache_key(cfg))
+
+
+def test_shipped_then_cache_then_warmup_and_stale_shipped_weights_are_said(tmp_path, monkeypatch):
+    cfg = WarmupConfig(**TINY)
+    shipped, cache = tmp_path / "shipped", tmp_path / "cache"
+    built = tinymodel.load_or_warmup(cfg, str(cache), shipped_dir=None)         # trains into the cache
+    trained = []
+    monkeypatch.setattr(tinymodel, "warmup", lambda *a, **k: trained.append(1) or built)
+    # 1. a shipped copy wins over the cache
+    shutil.copytree(built, shipped / tinymodel.cache_key(cfg))
+    assert tinymodel.load_or_warmup(cfg, str(cache), shipped_dir=str(shipped)) == str(shipped / tinymodel.cache_key(cfg))
+    # 2. no shipped copy: the cache
+    shutil.rmtree(shipped / tinymodel.cache_key(cfg))
+    said = []
+    assert tinymodel.load_or_warmup(cfg, str(cache), shipped_dir=str(shipped), say=said.append) == built
+    assert trained == [] and said == []
+    # 3. a config the repository ships, missing from shipped_dir: stale, said in one line, then warmed up
+    monkeypatch.setattr(tinymodel, "shipped_configs", lambda: [cfg])
+    shutil.rmtree(built)
+    tinymodel.load_or_warmup(cfg, str(cache), shipped_dir=str(shipped), say=said.append)
+    assert trained == [1] and len(said) == 1 and "stale" in said[0] and tinymodel.cache_key(cfg) in said[0]
+    # a config nobody ships is warmed up without a word (a custom width is not a stale checkpoint)
+    monkeypatch.setattr(tinymodel, "shipped_configs", lambda: [])
+    tinymodel.load_or_warmup(cfg, str(cache), shipped_dir=str(shipped), say=said.append)
+    assert trained == [1, 1] and len(said) == 1
+
+
+def test_weights_hash_names_the_bytes(tmp_path):
+    tok = build_char_tokenizer()
+    for seed in (0, 0, 1):
+        d = tmp_path / f"m{seed}"
+        if not d.exists():
+            tinymodel.build_tiny_model(tok, seed=seed).save_pretrained(d)
+    assert tinymodel.weights_sha256(str(tmp_path / "m0")) != tinymodel.weights_sha256(str(tmp_path / "m1"))
+    assert tinymodel.weights_sha256(str(tmp_path / "nothing")) is None

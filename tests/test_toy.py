@@ -538,7 +538,7 @@ def test_simulate_draws_the_same_numbers_whatever_else_is_in_the_batch():
 
 
 def test_step_advantages_scale_and_shape_controls():
-    sched = fade.sched_lib.SchedulerConfig(beta=0.1, h_target=0.8)
+    sched = fade.sched_lib.SchedulerConfig(ema_beta=0.1, h_target=0.8)
     configs = (("F", "FADE", sched), ("scale", "FADE scale", "F"), ("shape", "FADE shape", "F"),
                ("m", "mean", ()))
     rewards = (torch.rand(4, 2, 6, fade.G, generator=torch.Generator().manual_seed(3)) < 0.5).double()

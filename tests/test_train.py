@@ -55,6 +55,43 @@ def test_smoke_full_loop_writes_metrics_and_checkpoint(tiny_dir, tmp_path):
     assert 0 < rows[0]["entropy"] < math.log(len(tinymodel.build_char_tokenizer()))        # below uniform
     assert open(tmp_path / "checkpoints" / "latest").read() == "step_000003"
     assert json.load(open(tmp_path / "config.json"))["steps"] == 3
+    # what the run started from: the weights' hash names the start on any machine
+    start = json.load(open(tmp_path / "start.json"))
+    assert start["weights_sha256"] == tinymodel.weights_sha256(tiny_dir) and not start["shipped"]
+    assert len(start["weights_sha256"]) == 64
+
+
+def test_evaluating_the_start_changes_nothing_in_training(tiny_dir, tmp_path):
+    """eval_before_train samples in evaluate's forked RNG: the metrics are the same with or
+    without it, and start.json holds the starting model's pass@k; negative control: an
+    evaluation that drew from the training stream would change the step-1 rollouts."""
+    runs = {}
+    for flag in ("--eval_before_train", "--no-eval_before_train"):
+        out = tmp_path / flag.strip("-")
+        train.train(train.parse_args(small_args(tiny_dir, out, "--steps", "2", flag)))
+        runs[flag] = [{k: v for k, v in m.items() if not k.startswith("time/")} for m in read_metrics(out)]
+        start = json.load(open(out / "start.json"))
+        assert ("eval" in start) == (flag == "--eval_before_train")
+    assert runs["--eval_before_train"] == runs["--no-eval_before_train"]
+    start = json.load(open(tmp_path / "eval_before_train" / "start.json"))
+    assert set(start["eval"]) == {"eval/pass@1", "eval/pass@2"} and 0 <= start["eval"]["eval/pass@1"] <= 1
+    out = tmp_path / "control"
+    cfg = train.parse_args(small_args(tiny_dir, out, "--steps", "2", "--no-eval_before_train"))
+    run = train.setup(cfg)
+    torch.rand(1)                           # one draw from the training stream before step 1
+    train.train(cfg, run)
+    control = [{k: v for k, v in m.items() if not k.startswith("time/")} for m in read_metrics(out)]
+    assert control != runs["--no-eval_before_train"]
+
+
+def test_default_run_directory_is_one_per_task_and_seed():
+    """The Quickstart runs `python train.py` then `python train.py --data countdown`: they
+    must not share a directory (the second would be refused as a used one)."""
+    assert train.parse_args([]).out_dir == os.path.join("runs", "addition_s0")
+    assert train.parse_args(["--data", "countdown", "--seed", "3"]).out_dir == os.path.join("runs", "countdown_s3")
+    assert train.parse_args(["--warmup_seed", "2"]).out_dir == os.path.join("runs", "addition_s0_w2")
+    assert train.parse_args(["--data", "reasoning_gym:countdown"]).out_dir.endswith("reasoning_gym-countdown_s0")
+    assert train.parse_args(["--out_dir", "elsewhere"]).out_dir == "elsewhere"
 
 
 def test_every_parameter_changes_after_one_step(tiny_dir, tmp_path):

@@ -424,7 +424,7 @@ SHAPE_CONTROL = "FADE's shape at mean's scale"  # simulate's "FADE shape": FADE'
 
 def fade_configs() -> tuple:
     """Experiment 7's FADE run and its two controls, in simulate's format."""
-    return ((FADE_RUN, "FADE", sched_lib.SchedulerConfig(beta=FADE_BETA, h_target=FADE_TARGET)),
+    return ((FADE_RUN, "FADE", sched_lib.SchedulerConfig(ema_beta=FADE_BETA, h_target=FADE_TARGET)),
             (SCALE_CONTROL, "FADE scale", FADE_RUN), (SHAPE_CONTROL, "FADE shape", FADE_RUN))
 
 
@@ -819,7 +819,7 @@ def exp7_fade_schedule(out_dir: str) -> dict:
     the best static baseline, and a better accuracy-diversity trade-off (pass@k). It is
     not "entropy is held at the target". Same model and populations as 6c (96 prompts,
     5 seeds, Adam lr 0.05, 150 steps). FADE: the `fade` advantage with knobs from
-    scheduler.AdvantageScheduler, beta 0.1 and an absolute target of 0.8 nats (the
+    scheduler.AdvantageScheduler, ema_beta 0.1 and an absolute target of 0.8 nats (the
     constants FADE_BETA, FADE_TARGET say why). Static baselines fade(alpha, delta) with
     (alpha, delta) in (1, 1) (= Dr. GRPO's mean), (2, 1) (`power`) and (1, 0.5).
     Speed: the (interpolated) step at which the mean solve rate reaches 0.9; this

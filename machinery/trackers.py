@@ -1,0 +1,75 @@
+"""trackers.py: each line of metrics.jsonl, mirrored to an experiment tracker (--report_to).
+
+TRL (`report_to`), verl (`trainer.logger`), OpenRLHF and nanochat send their metrics to a
+tracker: curves in a browser while a run trains, runs side by side. train.py does the
+same with `--report_to`, TRL's name and values:
+
+    none         nothing (the default): metrics.jsonl only
+    tensorboard  event files under RUN/tensorboard/ (`tensorboard --logdir RUN`)
+    trackio      Hugging Face's local-first tracker; its store is $TRACKIO_DIR
+                 (default ~/.cache/huggingface/trackio), `trackio show` draws it
+    wandb        Weights & Biases, files under RUN/wandb/ (WANDB_MODE=offline: no network)
+
+metrics.jsonl stays the source of truth: it is written first, and the tracker receives
+the same dict, every key but "step", which is the tracker's x-axis. One call per
+training step, from train.log_metrics, the loop's one logging point. A resumed run
+opens a new tracker run and repeats the steps after its checkpoint there;
+metrics.jsonl is truncated to the checkpoint, so it has each step once.
+
+The packages are optional (requirements/trackers.txt). A tracker that is not installed
+is one line at the door (missing_package, called by train.check_inputs), before any
+data, download or warm-up.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from types import SimpleNamespace
+
+TRACKERS = ("none", "tensorboard", "trackio", "wandb")
+"""The values of --report_to."""
+
+
+def missing_package(name: str) -> str | None:
+    """None if tracker `name` can be used, else a phrase saying which package to install."""
+    if name == "none" or importlib.util.find_spec(name) is not None:
+        return None
+    return f"needs the {name} package, which is not installed (pip install -r requirements/trackers.txt)"
+
+
+def open_tracker(name: str, out_dir: str, project: str, run_name: str, config: dict):
+    """A tracker for one run: an object with log(metrics, step) and close(), or None for "none".
+
+    config: the run's config (dataclasses.asdict of train.Config), stored with the run
+    by trackio and wandb. Each log call sends one step's metrics dict; values that are
+    not numbers (there are none today) would be the tracker's problem, so they are left
+    out here rather than crash a training run.
+    """
+    if name == "none":
+        return None
+    if name == "tensorboard":
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(log_dir=os.path.join(out_dir, "tensorboard"))
+
+        def log(metrics: dict, step: int) -> None:
+            for key, value in scalars(metrics).items():
+                writer.add_scalar(key, value, global_step=step)
+            writer.flush()        # a killed run keeps every step it finished, like metrics.jsonl
+        return SimpleNamespace(log=log, close=writer.close)
+    if name == "trackio":
+        import trackio
+
+        run = trackio.init(project=project, name=run_name, config=config, embed=False)
+        return SimpleNamespace(log=lambda metrics, step: run.log(scalars(metrics), step=step), close=run.finish)
+    import wandb
+
+    run = wandb.init(project=project, name=run_name, dir=out_dir, config=config)
+    return SimpleNamespace(log=lambda metrics, step: run.log(scalars(metrics), step=step), close=run.finish)
+
+
+def scalars(metrics: dict) -> dict:
+    """The numbers of one metrics line, without "step" (the x-axis): {key: float}."""
+    return {key: float(value) for key, value in metrics.items()
+            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)}

@@ -1,0 +1,385 @@
+"""train.py as a TRL or verl user meets it: flags that do what they say, --config, trackers,
+samples.jsonl, the evaluation settings, the learning-rate warm-up, gradient checkpointing
+and the recipes.
+
+Runs use an untrained tiny model with tiny budgets (a few seconds each). Trackers that are
+not installed are skipped here by name; CI installs tensorboard (requirements/trackers.txt).
+"""
+
+import dataclasses
+import glob
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import advantages
+import train
+from machinery import tinymodel
+from machinery import trackers
+from scheduler import AdvantageScheduler
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECIPES = sorted(glob.glob(os.path.join(REPO, "recipes", "*.yaml")))
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    """An untrained tiny model directory (loads through AutoModelForCausalLM)."""
+    d = tmp_path_factory.mktemp("tiny")
+    tok = tinymodel.build_char_tokenizer()
+    model = tinymodel.build_tiny_model(tok, seed=0)
+    model.save_pretrained(d)
+    tok.save_pretrained(d)
+    return str(d)
+
+
+def small_args(model_dir, out_dir, *extra):
+    return ["--model", model_dir, "--out_dir", str(out_dir), "--digits", "1", "--prompts_per_step", "4",
+            "--group_size", "4", "--max_new_tokens", "16", "--n_eval", "6", "--eval_samples", "2",
+            "--eval_every", "2", "--flip_every", "0", "--save_every", "0", "--threads", "1", *extra]
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def without_times(rows):
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+
+def cli_error(argv, capsys) -> str:
+    """train.parse_args(argv) must exit 2 with one line on stderr; that line."""
+    with pytest.raises(SystemExit) as e:
+        train.parse_args(argv)
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.count("\n") == 0, err
+    return err
+
+
+# ---------------------------------------------------------------------------------------
+# Honest flags: every advantage with its own defaults; a flag that changes nothing is refused
+# ---------------------------------------------------------------------------------------
+
+# Groups of 8 with 0..8 successes, and one with partial rewards for the advantages that take them.
+REWARDS = torch.stack([(torch.arange(8) < c).double() for c in range(9)])
+
+
+@pytest.mark.parametrize("name", list(advantages.ADVANTAGES))
+def test_every_advantage_from_the_command_line_weighs_as_its_function_with_its_defaults(name):
+    """`--advantage NAME` alone computes ADVANTAGES[NAME](rewards) with the function's own
+    defaults, exactly (the old CLI passed alpha = delta = 1 to power and asym: mean)."""
+    cfg = train.parse_args(["--advantage", name, "--group_size", "8"])
+    knobs = AdvantageScheduler(cfg.sched).step(0.5, 1.0)          # what the loop's step 3 returns
+    hyper = train.advantage_hyper(cfg, knobs)
+    ours = advantages.compute_advantages(name, REWARDS, **hyper)
+    assert torch.equal(ours, advantages.ADVANTAGES[name](REWARDS))
+    recorded = {flag: getattr(cfg.adv, flag) for flag in advantages.hyper_defaults(name)}
+    assert recorded == advantages.hyper_defaults(name)             # config.json says what was used
+    assert advantages.unread_flags(name, cfg.adv) == []
+
+
+def test_power_and_asym_are_not_mean_any_more():
+    """Negative control of the test above: at the old CLI values they collapse to `mean`."""
+    mean = advantages.ADVANTAGES["mean"](REWARDS)
+    assert torch.equal(advantages.power(REWARDS, alpha=1.0), mean) and torch.equal(advantages.asym(REWARDS, 1.0), mean)
+    assert not torch.equal(advantages.power(REWARDS), mean) and not torch.equal(advantages.asym(REWARDS), mean)
+
+
+def test_every_hyper_parameter_is_a_flag_and_every_flag_a_hyper_parameter():
+    flags = {f.name for f in dataclasses.fields(advantages.AdvantageConfig)}
+    taken = {flag for name in advantages.ADVANTAGES for flag in advantages.hyper_defaults(name)}
+    assert flags == taken
+    cfg = train.parse_args(["--advantage", "risk", "--risk_beta", "0.5"])
+    assert train.advantage_hyper(cfg, {}) == {"beta": 0.5}
+
+
+def test_power_records_alpha_2_in_config_json_and_in_the_metrics(tiny_dir, tmp_path):
+    cfg = train.parse_args(small_args(tiny_dir, tmp_path, "--steps", "1", "--advantage", "power", "--eval_every", "0"))
+    rows = train.train(cfg)
+    saved = json.load(open(tmp_path / "config.json"))
+    assert saved["advantage"] == "power" and saved["adv"]["alpha"] == 2.0 and saved["adv"]["delta"] is None
+    assert rows[0]["sched/alpha"] == 2.0 and rows[0]["sched/delta"] == 1.0
+
+
+def test_beta_exits_2_naming_kl_coef(tmp_path):
+    proc = subprocess.run([sys.executable, "train.py", "--beta", "0.04", "--steps", "1", "--out_dir", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "--kl_coef" in proc.stderr and "--ema_beta" in proc.stderr
+    assert not os.listdir(tmp_path)                                  # refused before anything was written
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--delta", "4"], "--delta 4.0 is read only by --advantage asym, fade, not grpo; TRL's delta"),
+    (["--advantage", "power", "--delta", "0.5"], "read only by --advantage asym, fade, not power"),
+    (["--alpha", "2"], "--alpha 2.0 is read only by --advantage power, fade, not grpo"),
+    (["--k", "2"], "--k 2 is read only by --advantage passk, pkpo"),
+    (["--gamma", "0.99"], "verl's gamma is GAE's discount"),
+    (["--risk_beta", "1"], "--risk_beta 1.0 is read only by --advantage risk"),
+    (["--advantage", "fade", "--schedule", "fade", "--delta", "0.5"], "--schedule fade sets delta every step"),
+    (["--alpha_start", "2"], "--alpha_start 2.0 is read only by --schedule decay, not constant"),
+    (["--advantage", "fade", "--schedule", "fade", "--delta_end", "0.5"], "read only by --schedule decay, not fade"),
+    (["--num_generations", "4"], "TRL's num_generations (verl's rollout.n) is --group_size here"),
+    (["--learning_rate=1e-6"], "unrecognized argument --learning_rate=1e-6: TRL's learning_rate is --lr here"),
+    (["--max_completion_length", "512"], "--max_new_tokens"),
+    (["--temp", "0.5"], "unrecognized argument --temp"),        # no abbreviations
+    (["--top_p", "0"], "--top_p must be in (0, 1], got 0.0"),
+    (["--eval_temperature", "0"], "--eval_temperature must be in [0.01, 2.0]"),
+    (["--report_to", "mlflow"], "--report_to must be one of none, tensorboard, trackio, wandb, got 'mlflow'"),
+    (["--lr_warmup_steps", "-1"], "--lr_warmup_steps must be >= 0"),
+    (["--data", "countdown_instruct"], "worded for chat models; the embedded model reads --data countdown"),
+])
+def test_flags_that_would_change_nothing_or_mean_something_else_exit_2(argv, needle, capsys):
+    assert needle in cli_error(argv, capsys)
+
+
+@pytest.mark.parametrize("argv,expect", [
+    (["--advantage", "power", "--alpha", "2"], {"alpha": 2.0}),                # the sweeps' arms
+    (["--advantage", "asym", "--delta", "0.5"], {"delta": 0.5}),
+    (["--advantage", "fade", "--alpha", "3", "--delta", "0.7"], {"alpha": 3.0, "delta": 0.7}),
+    (["--advantage", "passk", "--k", "2"], {"k": 2}),
+    (["--advantage", "focal", "--gamma", "2", "--adv_eps", "1e-4"], {"gamma": 2.0, "eps": 1e-4}),
+    (["--advantage", "w_reinforce", "--lam", "0.2"], {"lam": 0.2}),
+    (["--advantage", "asymre", "--dV", "0.1"], {"dV": 0.1}),
+])
+def test_each_advantage_takes_its_own_flags(argv, expect):
+    assert train.advantage_hyper(train.parse_args(argv), {}) == expect
+
+
+def test_a_moving_schedule_sets_alpha_and_delta_and_ema_beta_is_its_rate():
+    cfg = train.parse_args(["--advantage", "fade", "--schedule", "fade", "--ema_beta", "0.1"])
+    assert cfg.sched.ema_beta == 0.1 and cfg.adv.alpha is None and cfg.adv.delta is None
+    knobs = AdvantageScheduler(cfg.sched).step(0.2, 1.0)
+    assert train.advantage_hyper(cfg, knobs) == {"alpha": knobs["alpha"], "delta": knobs["delta"]}
+    p_hat = 0.9 * 0.5 + 0.1 * 0.2                                     # the EMA at rate 0.1 (0.02: 0.494)
+    assert knobs["alpha"] == pytest.approx(3 * (1 - p_hat) / (2 * p_hat))
+    assert train.parse_args(["--ema_beta", "0.1"]).sched.ema_beta == 0.1    # logged EMAs under every schedule
+
+
+# ---------------------------------------------------------------------------------------
+# --config: a run's config.json reproduces the run; YAML; flags win
+# ---------------------------------------------------------------------------------------
+
+def test_config_json_reproduces_the_run_and_flags_after_it_win(tiny_dir, tmp_path):
+    first = tmp_path / "first"
+    train.train(train.parse_args(small_args(tiny_dir, first, "--steps", "3", "--advantage", "nsr", "--lr", "1e-3",
+                                            "--lr_warmup_steps", "2", "--minibatches", "2")))
+    again = tmp_path / "again"
+    cfg = train.parse_args(["--config", str(first / "config.json"), "--out_dir", str(again)])
+    assert cfg.advantage == "nsr" and cfg.lr == 1e-3 and cfg.minibatches == 2
+    train.train(cfg)
+    assert without_times(read_jsonl(again / "metrics.jsonl")) == without_times(read_jsonl(first / "metrics.jsonl"))
+    # A flag after --config wins over the file, and here changes the run (negative control).
+    other = train.parse_args(["--config", str(first / "config.json"), "--out_dir", str(tmp_path / "o"), "--seed", "1"])
+    assert other.seed == 1 and other.lr == 1e-3
+    train.train(other)
+    assert [r["entropy"] for r in read_jsonl(tmp_path / "o" / "metrics.jsonl")] != \
+        [r["entropy"] for r in read_jsonl(first / "metrics.jsonl")]
+
+
+def test_config_json_of_a_used_directory_is_refused_without_a_new_out_dir(tiny_dir, tmp_path):
+    train.train(train.parse_args(small_args(tiny_dir, tmp_path, "--steps", "1", "--eval_every", "0")))
+    cfg = train.parse_args(["--config", str(tmp_path / "config.json")])
+    with pytest.raises(ValueError, match="already holds a run"):
+        train.setup(cfg)
+
+
+def test_yaml_config_flat_or_nested_with_yaml_number_quirks(tmp_path, capsys):
+    path = tmp_path / "r.yaml"
+    path.write_text("advantage: power\nlr: 1e-6\nloss:\n  kl_coef: 0.01\nschedule: constant\n"
+                    "chat_template: true\neval_temperature: 0.6\nresume: true\n")
+    cfg = train.parse_args(["--config", str(path), "--lr", "2e-6"])
+    assert (cfg.advantage, cfg.lr, cfg.loss.kl_coef, cfg.chat_template, cfg.eval_temperature) == \
+        ("power", 2e-6, 0.01, True, 0.6)
+    assert cfg.resume is False                      # resume/overwrite describe an invocation, not a run
+    assert train.parse_args(["--config", str(path)]).lr == 1e-6       # YAML reads 1e-6 as a string
+    bad = tmp_path / "bad.yaml"
+    for text, needle in [("beta: 0.04\n", "unknown field 'beta' (TRL's KL coefficient `beta` is --kl_coef here"),
+                         ("steps: ten\n", "'steps' must be an int, got 'ten'"),
+                         ("lr: fast\n", "'lr' must be a float, got 'fast'"),
+                         ("model: null\n", "'model' may not be null"),
+                         ("- 1\n", "expected a mapping"),
+                         ("a: [\n", "invalid YAML")]:
+        bad.write_text(text)
+        assert needle in cli_error(["--config", str(bad)], capsys)
+    assert "no such file" in cli_error(["--config", str(tmp_path / "none.yaml")], capsys)
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=os.path.basename)
+def test_recipes_parse_and_set_what_a_real_model_needs(path):
+    cfg = train.parse_args(["--config", path])
+    assert cfg.model == "Qwen/Qwen2.5-0.5B-Instruct" and cfg.backend == "vllm" and cfg.chat_template
+    assert cfg.lr <= 1e-5 and cfg.max_new_tokens >= 512 and cfg.gradient_checkpointing
+    assert cfg.eval_temperature is not None and cfg.top_p == 1.0 and cfg.data in ("gsm8k", "countdown_instruct")
+
+
+def test_there_are_two_recipes():
+    assert [os.path.basename(p) for p in RECIPES] == ["qwen2.5-0.5b-countdown.yaml", "qwen2.5-0.5b-gsm8k.yaml"]
+
+
+# ---------------------------------------------------------------------------------------
+# Trackers: the same numbers as metrics.jsonl, read back from each tracker's own store
+# ---------------------------------------------------------------------------------------
+
+def test_tensorboard_event_file_holds_metrics_jsonl_series(tiny_dir, tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    train.train(train.parse_args(small_args(tiny_dir, tmp_path, "--steps", "3", "--report_to", "tensorboard")))
+    rows = read_jsonl(tmp_path / "metrics.jsonl")
+    events = EventAccumulator(str(tmp_path / "tensorboard")).Reload()
+    assert set(events.Tags()["scalars"]) == {k for r in rows for k in r} - {"step"}
+    for key in ("reward", "entropy", "grad_norm", "eval/pass@1"):
+        logged = [(e.step, e.value) for e in events.Scalars(key)]
+        expected = [(r["step"], r[key]) for r in rows if key in r]
+        assert [s for s, _ in logged] == [s for s, _ in expected]
+        assert [v for _, v in logged] == pytest.approx([v for _, v in expected], rel=1e-6)   # float32 in the file
+
+
+def test_trackio_local_store_holds_metrics_jsonl_series(tiny_dir, tmp_path):
+    if importlib.util.find_spec("trackio") is None:
+        pytest.skip("trackio is not installed (pip install -r requirements/trackers.txt)")
+    env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "store"), "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "train.py", *small_args(tiny_dir, out, "--steps", "3", "--report_to",
+                                                                   "trackio", "--project", "tc-test")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    read = subprocess.run([sys.executable, "-c", "import json, sys; from trackio.sqlite_storage import SQLiteStorage; "
+                           "print(json.dumps(SQLiteStorage.get_logs('tc-test', 'run'), default=str))"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    logs = json.loads(read.stdout)
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [log["step"] for log in logs] == [r["step"] for r in rows]
+    assert [log["reward"] for log in logs] == [r["reward"] for r in rows]
+    assert [log.get("eval/pass@1") for log in logs] == [r.get("eval/pass@1") for r in rows]
+
+
+def wandb_history(run_file: str) -> list[dict]:
+    """The history records of an offline .wandb file: LevelDB-log blocks of protobuf Records
+    (header ":W&B" + 3 bytes; each chunk: crc32 (4), length (2, little-endian), type (1:
+    full, 2: first, 3: middle, 4: last); blocks of 32 KiB, a tail under 7 bytes is padding)."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, pos, chunk, out = open(run_file, "rb").read(), 7, b"", []
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        if 32768 - pos % 32768 < 7:
+            pos += 32768 - pos % 32768
+            continue
+        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        chunk += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(chunk)
+            if record.WhichOneof("record_type") == "history":
+                out.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                            for item in record.history.item})
+            chunk = b""
+    return out
+
+
+def test_wandb_offline_run_holds_metrics_jsonl_series(tiny_dir, tmp_path):
+    pytest.importorskip("wandb")
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "train.py", *small_args(tiny_dir, tmp_path, "--steps", "3",
+                                                                   "--report_to", "wandb")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    [run_file] = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "run-*.wandb"))
+    history = wandb_history(run_file)
+    rows = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [h["_step"] for h in history] == [r["step"] for r in rows]
+    for key in ("reward", "entropy", "eval/pass@1"):
+        assert [h.get(key) for h in history] == [r.get(key) for r in rows]
+
+
+def test_a_tracker_that_is_not_installed_is_one_line_before_any_warm_up(monkeypatch):
+    monkeypatch.setattr(trackers.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(tinymodel, "load_or_warmup", lambda *a, **k: pytest.fail("warm-up started"))
+    cfg = train.parse_args(["--report_to", "wandb", "--out_dir", "/tmp/never-written"])
+    with pytest.raises(ValueError, match=r"^--report_to wandb needs the wandb package, which is not installed "
+                                         r"\(pip install -r requirements/trackers.txt\)$"):
+        train.setup(cfg)
+
+
+# ---------------------------------------------------------------------------------------
+# Evaluation: samples.jsonl, --eval_temperature, --eval_data, --top_p
+# ---------------------------------------------------------------------------------------
+
+def test_samples_jsonl_after_each_evaluation_and_a_resume_keeps_them_once(tiny_dir, tmp_path):
+    train.train(train.parse_args(small_args(tiny_dir, tmp_path, "--steps", "4", "--save_every", "2",
+                                            "--log_eval_completions", "4")))
+    lines = read_jsonl(tmp_path / "samples.jsonl")
+    assert [x["step"] for x in lines] == [2] * 4 + [4] * 4
+    rows = {r["prompt"]: r["answer"] for r in train.data.load_task("addition", "test", n=6, digits=1)[0]}
+    for x in lines:
+        assert rows[x["prompt"]] == x["answer"] and isinstance(x["completion"], str)
+        assert x["reward"] in (0.0, 1.0) and "correct" in x
+    train.keep_samples_until(str(tmp_path / "samples.jsonl"), 2)       # what --resume from step 2 does
+    assert [x["step"] for x in read_jsonl(tmp_path / "samples.jsonl")] == [2] * 4
+
+
+def test_eval_temperature_defaults_to_the_training_one_and_changes_evaluation_only(tiny_dir, tmp_path):
+    runs = {}
+    for name, extra in [("default", []), ("same", ["--eval_temperature", "1.0"]), ("cold", ["--eval_temperature", "0.05"])]:
+        train.train(train.parse_args(small_args(tiny_dir, tmp_path / name, "--steps", "2", *extra)))
+        runs[name] = (without_times(read_jsonl(tmp_path / name / "metrics.jsonl")),
+                      [x["completion"] for x in read_jsonl(tmp_path / name / "samples.jsonl")])
+    assert runs["same"] == runs["default"]
+    assert runs["cold"][1] != runs["default"][1]                       # evaluation sampled otherwise
+    drop_eval = lambda rows: [{k: v for k, v in r.items() if not k.startswith("eval/")} for r in rows]
+    assert drop_eval(runs["cold"][0]) == drop_eval(runs["default"][0])   # training did not move
+
+
+def test_eval_data_evaluates_on_another_source(tiny_dir, tmp_path):
+    rows = tmp_path / "held_out.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": f"{a}+{a}\n", "answer": str(2 * a)}) + "\n" for a in range(3)))
+    cfg = train.parse_args(small_args(tiny_dir, tmp_path / "run", "--steps", "2", "--eval_data", str(rows),
+                                      "--n_eval", "3"))
+    run = train.setup(cfg)
+    assert (run.task, run.eval_task) == ("addition", "math") and sorted(r["answer"] for r in run.eval_rows) == ["0", "2", "4"]
+    train.train(cfg, run)
+    assert {x["prompt"] for x in read_jsonl(tmp_path / "run" / "samples.jsonl")} == {"0+0\n", "1+1\n", "2+2\n"}
+
+
+def test_top_p_reaches_the_sampler_for_rollouts_and_evaluation(tiny_dir, tmp_path, monkeypatch):
+    seen = []
+    generate = train.rollout.generate_rollouts
+    monkeypatch.setattr(train.rollout, "generate_rollouts",
+                        lambda *a, **k: seen.append((k["top_p"], k["temperature"])) or generate(*a, **k))
+    train.train(train.parse_args(small_args(tiny_dir, tmp_path, "--steps", "2", "--top_p", "0.9",
+                                            "--eval_temperature", "0.5")))
+    assert set(seen) == {(0.9, 1.0), (0.9, 0.5)}
+
+
+# ---------------------------------------------------------------------------------------
+# Optimisation: learning-rate warm-up, gradient checkpointing
+# ---------------------------------------------------------------------------------------
+
+def test_lr_warmup_is_linear_in_the_step_then_constant(tiny_dir, tmp_path):
+    rows = train.train(train.parse_args(small_args(tiny_dir, tmp_path / "w", "--steps", "5", "--lr", "1e-3",
+                                                   "--lr_warmup_steps", "4", "--eval_every", "0")))
+    assert [r["lr"] for r in rows] == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3], rel=1e-12)
+    flat = train.train(train.parse_args(small_args(tiny_dir, tmp_path / "f", "--steps", "2", "--lr", "1e-3",
+                                                   "--eval_every", "0")))
+    assert [r["lr"] for r in flat] == [1e-3, 1e-3]
+
+
+def test_gradient_checkpointing_changes_memory_not_the_update(tiny_dir, tmp_path):
+    common = ["--steps", "2", "--advantage", "nsr", "--eval_every", "0"]
+    plain = train.train(train.parse_args(small_args(tiny_dir, tmp_path / "p", *common)))
+    cfg = train.parse_args(small_args(tiny_dir, tmp_path / "c", *common, "--gradient_checkpointing"))
+    run = train.setup(cfg)
+    assert run.model.is_gradient_checkpointing
+    checkpointed = train.train(cfg, run)
+    for a, b in zip(without_times(plain), without_times(checkpointed)):
+        assert a.keys() == b.keys()
+        assert [b[k] for k in a] == pytest.approx([a[k] for k in a], rel=1e-5, abs=1e-7)
