@@ -266,9 +266,8 @@ class LlamaDecoder:
         for i, layer in enumerate(m.layers):
             a, mlp = layer.self_attn, layer.mlp
             n1 = _rms_norm(layer.input_layernorm, x)
-            weight, bias, sizes = self.qkv[i]
             q, k, v = (t.view(U, 1, -1, a.head_dim).transpose(1, 2)                  # [U, H or H_kv, 1, D]
-                       for t in torch.nn.functional.linear(n1, weight, bias).split(sizes, dim=-1))
+                       for t in _projections(self.qkv[i], (a.q_proj, a.k_proj, a.v_proj), n1))
             q, k = self.rotate(q, k, cos, sin)
             self.keys[i][:U, :, L] = k[:, :, 0]
             self.values[i][:U, :, L] = v[:, :, 0]
@@ -276,8 +275,7 @@ class LlamaDecoder:
                                     dropout=0.0, scaling=a.scaling)
             h = x + _linear(a.o_proj, out.reshape(U, 1, -1).contiguous())
             n2 = _rms_norm(layer.post_attention_layernorm, h)
-            weight, bias, sizes = self.gate_up[i]
-            gate, up = torch.nn.functional.linear(n2, weight, bias).split(sizes, dim=-1)
+            gate, up = _projections(self.gate_up[i], (mlp.gate_proj, mlp.up_proj), n2)
             x = h + _linear(mlp.down_proj, mlp.act_fn(gate) * up)
         return _linear(self.model.lm_head, _rms_norm(m.norm, x))[:, -1]
 
@@ -334,6 +332,20 @@ def _stacked(*layers: torch.nn.Linear) -> tuple[Tensor, Tensor | None, list[int]
     F.linear(x, weight, bias).split(sizes, -1) gives each layer(x)."""
     bias = None if layers[0].bias is None else torch.cat([l.bias for l in layers])
     return torch.cat([l.weight for l in layers]), bias, [l.weight.shape[0] for l in layers]
+
+
+def _projections(stacked: tuple, layers: tuple, x: Tensor) -> tuple[Tensor, ...]:
+    """(layer(x) for each layer), as one product with the stacked weights (`_stacked`).
+
+    Below four rows the layers' own weights are used, one product each: a product of one
+    row (a matrix-vector product) rounds differently depending on where in memory the
+    weight lies (measured with MKL: the loaded weights and their stacked copy gave
+    other bits for one row, the same for two and more), and only the model's own weight
+    gives the model's own bits there."""
+    if x.shape[0] < 4:
+        return tuple(_linear(layer, x) for layer in layers)
+    weight, bias, sizes = stacked
+    return torch.nn.functional.linear(x, weight, bias).split(sizes, dim=-1)
 
 
 def _rms_norm(norm, x: Tensor) -> Tensor:

@@ -7,7 +7,7 @@ slot assignment in closed form, and which models it refuses.
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from machinery import data
 from machinery import decoding
@@ -16,10 +16,11 @@ from machinery.rollout import cut_at_eos, pad_rows, sample
 
 
 @pytest.fixture(scope="module")
-def llama():
+def llama(tmp_path_factory):
     """The embedded tiny Llama (d=32, 2 layers) after 30 supervised steps on 1-digit
-    addition, so that it emits EOS at varied positions (as in test_rollout.py), with
-    SDPA attention, as from_pretrained loads it (build_tiny_model says eager)."""
+    addition, so that it emits EOS at varied positions (as in test_rollout.py), saved and
+    loaded back as train.py loads it: SDPA attention, and weights where safetensors puts
+    them (not 64-byte aligned, which changes how a one-row product rounds)."""
     tok = tinymodel.build_char_tokenizer()
     m = tinymodel.build_tiny_model(tok, seed=0, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
     rows = data.make_addition_rows(256, digits=1, seed=0)
@@ -34,8 +35,11 @@ def llama():
         opt.step()
     ids, mask = pad_rows([tok(p)["input_ids"] for p in ["3+4\n", "12+7\n", "5+55\n", "8+1\n"]], tok.pad_token_id,
                          left=True)
-    m.set_attn_implementation("sdpa")
-    return m.eval(), ids, mask, tok.pad_token_id, [tok.eos_token_id]
+    path = tmp_path_factory.mktemp("llama")
+    m.save_pretrained(path)
+    loaded = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    assert loaded.config._attn_implementation == "sdpa"
+    return loaded, ids, mask, tok.pad_token_id, [tok.eos_token_id]
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +115,19 @@ def test_a_row_left_in_the_wrong_slot_would_be_caught(llama, monkeypatch, break_
     lean, _ = sample_with(model, ids, mask, pad, eos, 0, True)
     assert sum(moved) > 0                                       # rows did move
     assert not all(torch.equal(a, b) for a, b in zip(lean, plain))
+
+
+def test_stacked_weights_in_a_one_row_product_would_be_caught(llama, monkeypatch):
+    # Negative control for _projections' rule: with the loaded (unaligned) weights, the
+    # stacked copy gives other bits in a product of one row; the comparison must see it.
+    # One prompt, one rollout: every decoding step is a product of one row.
+    model, ids, mask, pad, eos = llama
+    assert any(p.data_ptr() % 16 for p in model.parameters())       # the condition the rule is for
+    one_row = lambda lean, seed: sample_with(model, ids[:1], mask[:1], pad, eos, seed, lean, G=1)[0]
+    assert all(torch.equal(a, b) for seed in range(3) for a, b in zip(one_row(True, seed), one_row(False, seed)))
+    monkeypatch.setattr(decoding, "_projections", lambda stacked, layers, x: torch.nn.functional.linear(
+        x, stacked[0], stacked[1]).split(stacked[2], dim=-1))
+    assert not all(torch.equal(a, b) for seed in range(3) for a, b in zip(one_row(True, seed), one_row(False, seed)))
 
 
 def test_one_forward_row_per_live_node(llama, monkeypatch):
