@@ -5,6 +5,7 @@
     python -m experiments.bench --scaling           # + how our step time grows with G and max new tokens
     python -m experiments.bench --data countdown    # the same comparison on the countdown task
     python -m experiments.bench --skip_trl --profile   # + where our step's time goes (torch.profiler)
+    python -m experiments.bench --ablate            # + ours without the Llama decoder and shared prompts
     pip install -r requirements/bench.txt     # TRL 1.16.0 and what it needs, for the comparison
 
 The work: the warmed embedded model (tinymodel.py), the synthetic addition task
@@ -115,21 +116,33 @@ def work_rows(n_steps: int, seed: int, task: str = "addition") -> list[list[dict
 # ---------------------------------------------------------------------------------------
 
 def run_ours(n_steps: int, G: int, max_new_tokens: int, seed: int, threads: int, micro_batch: int,
-             compiled: bool = False, task: str = "addition") -> tuple[list[dict], object]:
+             compiled: bool = False, task: str = "addition", ablated: bool = False) -> tuple[list[dict], object]:
     """train.py on the benchmark work; returns its per-step metrics and its model.
 
+    ablated: without the sampler's Llama decoder and the update's shared prompts (every
+    model through decoding.TransformersDecoder, and --no-share_prompts): the step these
+    two speed-ups replace, which computes the same tokens and the same update to float
+    rounding.
     The ONE place that knows train.py's API: if it changes, fix this function only.
     """
     import train
+    from machinery import decoding
 
     out_dir = tempfile.mkdtemp(prefix="bench-ours-")
     cfg = train.parse_args(["--steps", str(n_steps), "--group_size", str(G), "--max_new_tokens", str(max_new_tokens),
                             "--prompts_per_step", str(N_PROMPTS), "--seed", str(seed), "--threads", str(threads),
                             "--micro_batch", str(micro_batch), "--data", task,
                             "--lr", "4e-4", "--temperature", "1.0", "--eval_every", "0", "--save_every", "0",
-                            "--flip_every", "0", "--out_dir", out_dir] + (["--compile"] if compiled else []))
+                            "--flip_every", "0", "--out_dir", out_dir] + (["--compile"] if compiled else [])
+                           + (["--no-share_prompts"] if ablated else []))
     run = train.setup(cfg)
-    return train.train(cfg, run), run.model
+    saved = decoding.make_decoder
+    if ablated:
+        decoding.make_decoder = lambda model, ids, mask, *rest: decoding.TransformersDecoder(model, ids, mask)
+    try:
+        return train.train(cfg, run), run.model
+    finally:
+        decoding.make_decoder = saved
 
 
 @contextlib.contextmanager
@@ -162,11 +175,12 @@ def timed_rollout():
 
 
 def measure_ours(warmup: int, steps: int, G: int, max_new_tokens: int, seed: int, threads: int,
-                 micro_batch: int, compiled: bool = False, task: str = "addition") -> dict:
+                 micro_batch: int, compiled: bool = False, task: str = "addition", ablated: bool = False) -> dict:
     """Run warmup + steps + 1 steps of ours; per-step numbers of the `steps` measured ones."""
     reset_peak_rss()
     with timed_rollout() as recs:
-        history, model = run_ours(warmup + steps + 1, G, max_new_tokens, seed, threads, micro_batch, compiled, task)
+        history, model = run_ours(warmup + steps + 1, G, max_new_tokens, seed, threads, micro_batch, compiled, task,
+                                  ablated)
     out = {"peak_rss_mb": peak_rss_mb(), "prompts": [r["prompts"] for r in recs], "steps": []}
     work = work_rows(warmup + steps + 1, seed, task)
     for k in range(warmup, warmup + steps):
@@ -178,7 +192,7 @@ def measure_ours(warmup: int, steps: int, G: int, max_new_tokens: int, seed: int
         out["steps"].append({"wall": wall, "cpu": cpu, "reward": m["reward"], "tokens": rec["tokens"],
                              "sample": rec["sample"], "split": split, "skipped": m["frac_skipped"],
                              "duplicate": m["frac_duplicate"],
-                             "bound": lower_bound(model, rec["ro"], work[k], task, micro_batch)})
+                             "bound": None if ablated else lower_bound(model, rec["ro"], work[k], task, micro_batch)})
     return out
 
 
@@ -455,7 +469,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="also print our step time for G = 4, 8, 16 and max new tokens = 24, 48, 96")
     parser.add_argument("--scaling_steps", type=int, default=4, help="measured steps per row of the scaling table")
     parser.add_argument("--rounds", type=int, default=2,
-                        help="repeat the pair of runs this many times, alternating which goes first, and pool "
+                        help="repeat the runs this many times, rotating which goes first, and pool "
                              "the measured steps (a shared machine's load drifts)")
     parser.add_argument("--micro_batch", type=int, default=32,
                         help="rollouts per forward/backward, for both trainers (TRL: per_device_train_batch_size, "
@@ -464,6 +478,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile both trainers' update (ours: train.py --compile; TRL: torch_compile=True); "
                              "the compile falls in the warm-up steps")
+    parser.add_argument("--ablate", action="store_true",
+                        help="also time our step without the Llama decoder and shared prompts, in the same rounds "
+                             "(what those two speed-ups buy)")
     parser.add_argument("--profile", action="store_true",
                         help="also run ours under torch.profiler and print each stage's time by kind of kernel")
     parser.add_argument("--seed", type=int, default=0, help="seed of the prompts, the sampling and both trainers")
@@ -501,22 +518,33 @@ def main(argv: list[str] | None = None) -> None:
           f"torch {torch.__version__}, {args.threads} thread(s), load average {load:.2f} on {os.cpu_count()} CPUs"
           + (", torch.compile on (both trainers)" if args.compile else ""))
     if trl is not None:
-        print(f"TRL {trl.__version__}, {args.rounds} round(s) of both trainers, alternating which runs first")
-    runs = {"ours": [], "trl": []}
+        print(f"TRL {trl.__version__}, {args.rounds} round(s) of both trainers, rotating which runs first")
+    runs = {"ours": [], "trl": [], "ablated": []}
+    who_runs = ["ours"] + ([] if args.skip_trl else ["trl"]) + (["ablated"] if args.ablate else [])
     for r in range(args.rounds):
-        order = ["ours", "trl"] if r % 2 == 0 else ["trl", "ours"]
-        for who in order:
-            if who == "ours":
-                runs["ours"].append(measure_ours(args.warmup, args.steps, G_DEFAULT, MAX_NEW_DEFAULT, args.seed,
-                                                 args.threads, args.micro_batch, args.compile, args.data))
-            elif not args.skip_trl:
+        for who in who_runs[r % len(who_runs):] + who_runs[:r % len(who_runs)]:     # rotate who goes first
+            if who == "trl":
                 runs["trl"].append(measure_trl(model_dir, work_rows(args.warmup + args.steps, args.seed, args.data),
                                                args.warmup, args.steps, args.seed, args.micro_batch, args.compile,
                                                args.data))
+            else:
+                runs[who].append(measure_ours(args.warmup, args.steps, G_DEFAULT, MAX_NEW_DEFAULT, args.seed,
+                                              args.threads, args.micro_batch, args.compile, args.data,
+                                              ablated=who == "ablated"))
     ours = pool(runs["ours"])
     print_ours(ours["steps"], ours["peak_rss_mb"])
     if runs["trl"]:
         compare(ours, pool(runs["trl"]))
+    if runs["ablated"]:
+        ablated = pool(runs["ablated"])
+        a = ablated["steps"]
+        print(f"ablated (transformers decoder, --no-share_prompts): median {med(a, 'wall'):.3f} s/step wall, "
+              f"{med(a, 'cpu'):.3f} s CPU; split (median s/step): " + "  ".join(
+                  f"{key} {statistics.median(s['split'][key] for s in a):.3f}" for key in a[0]["split"]))
+        print(f"ratio ours/ablated: {med(ours['steps'], 'wall') / med(a, 'wall'):.2f} (wall), "
+              f"{med(ours['steps'], 'cpu') / med(a, 'cpu'):.2f} (CPU)"
+              + (f"; ablated/TRL: {med(a, 'wall') / med(pool(runs['trl'])['steps'], 'wall'):.2f} (wall), "
+                 f"{med(a, 'cpu') / med(pool(runs['trl'])['steps'], 'cpu'):.2f} (CPU)" if runs["trl"] else ""))
     if args.scaling:
         scaling(args)
     if args.profile:
