@@ -5,7 +5,7 @@
     python -m experiments.bench --scaling           # + how our step time grows with G and max new tokens
     python -m experiments.bench --data countdown    # the same comparison on the countdown task
     python -m experiments.bench --skip_trl --profile   # + where our step's time goes (torch.profiler)
-    python -m experiments.bench --ablate            # + ours without the Llama decoder and shared prompts
+    python -m experiments.bench --ablate            # + each step replayed without the decoder / shared prompts
     pip install -r requirements/bench.txt     # TRL 1.16.0 and what it needs, for the comparison
 
 The work: the warmed embedded model (tinymodel.py), the synthetic addition task
@@ -116,33 +116,21 @@ def work_rows(n_steps: int, seed: int, task: str = "addition") -> list[list[dict
 # ---------------------------------------------------------------------------------------
 
 def run_ours(n_steps: int, G: int, max_new_tokens: int, seed: int, threads: int, micro_batch: int,
-             compiled: bool = False, task: str = "addition", ablated: bool = False) -> tuple[list[dict], object]:
-    """train.py on the benchmark work; returns its per-step metrics and its model.
+             compiled: bool = False, task: str = "addition") -> tuple[list[dict], object, object]:
+    """train.py on the benchmark work; returns its per-step metrics, its Run and its Config.
 
-    ablated: without the sampler's Llama decoder and the update's shared prompts (every
-    model through decoding.TransformersDecoder, and --no-share_prompts): the step these
-    two speed-ups replace, which computes the same tokens and the same update to float
-    rounding.
     The ONE place that knows train.py's API: if it changes, fix this function only.
     """
     import train
-    from machinery import decoding
 
     out_dir = tempfile.mkdtemp(prefix="bench-ours-")
     cfg = train.parse_args(["--steps", str(n_steps), "--group_size", str(G), "--max_new_tokens", str(max_new_tokens),
                             "--prompts_per_step", str(N_PROMPTS), "--seed", str(seed), "--threads", str(threads),
                             "--micro_batch", str(micro_batch), "--data", task,
                             "--lr", "4e-4", "--temperature", "1.0", "--eval_every", "0", "--save_every", "0",
-                            "--flip_every", "0", "--out_dir", out_dir] + (["--compile"] if compiled else [])
-                           + (["--no-share_prompts"] if ablated else []))
+                            "--flip_every", "0", "--out_dir", out_dir] + (["--compile"] if compiled else []))
     run = train.setup(cfg)
-    saved = decoding.make_decoder
-    if ablated:
-        decoding.make_decoder = lambda model, ids, mask, *rest: decoding.TransformersDecoder(model, ids, mask)
-    try:
-        return train.train(cfg, run), run.model
-    finally:
-        decoding.make_decoder = saved
+    return train.train(cfg, run), run, cfg
 
 
 @contextlib.contextmanager
@@ -175,12 +163,14 @@ def timed_rollout():
 
 
 def measure_ours(warmup: int, steps: int, G: int, max_new_tokens: int, seed: int, threads: int,
-                 micro_batch: int, compiled: bool = False, task: str = "addition", ablated: bool = False) -> dict:
-    """Run warmup + steps + 1 steps of ours; per-step numbers of the `steps` measured ones."""
+                 micro_batch: int, compiled: bool = False, task: str = "addition", ablate: bool = False) -> dict:
+    """Run warmup + steps + 1 steps of ours; per-step numbers of the `steps` measured ones
+    (with `ablate`, each also replayed with and without our two newest speed-ups: ablation)."""
     reset_peak_rss()
     with timed_rollout() as recs:
-        history, model = run_ours(warmup + steps + 1, G, max_new_tokens, seed, threads, micro_batch, compiled, task,
-                                  ablated)
+        history, run, cfg = run_ours(warmup + steps + 1, G, max_new_tokens, seed, threads, micro_batch, compiled,
+                                     task)
+    model = run.model
     out = {"peak_rss_mb": peak_rss_mb(), "prompts": [r["prompts"] for r in recs], "steps": []}
     work = work_rows(warmup + steps + 1, seed, task)
     for k in range(warmup, warmup + steps):
@@ -192,7 +182,8 @@ def measure_ours(warmup: int, steps: int, G: int, max_new_tokens: int, seed: int
         out["steps"].append({"wall": wall, "cpu": cpu, "reward": m["reward"], "tokens": rec["tokens"],
                              "sample": rec["sample"], "split": split, "skipped": m["frac_skipped"],
                              "duplicate": m["frac_duplicate"],
-                             "bound": None if ablated else lower_bound(model, rec["ro"], work[k], task, micro_batch)})
+                             "bound": lower_bound(model, rec["ro"], work[k], task, micro_batch),
+                             "ablation": ablation(run, cfg, rec["ro"], work[k], task, seed + k) if ablate else None})
     return out
 
 
@@ -231,6 +222,53 @@ def lower_bound(model, ro, rows: list[dict], task: str, micro_batch: int) -> dic
     model.zero_grad(set_to_none=True)
     model.train(was_training)
     return {"wall": t2 - t0, "cpu": c2 - c0, "forward": t1 - t0, "update": t2 - t1}
+
+
+def ablation(run, cfg, ro, rows: list[dict], task: str, seed: int) -> dict:
+    """CPU seconds of this step's sampling and update, each done both ways, paired.
+
+    The sampler: the step's prompts sampled again from the same seed with the Llama
+    decoder and with the transformers one (machinery/decoding.py; the same tokens, checked
+    here). The update: its forward and backward over the rollouts with gradient, with
+    shared prompts and with each rollout's own prompt (update.share_prompts), gradients
+    discarded. The two ways alternate which goes first from one step to the next, so a
+    neighbour's load hits both alike. Returns {"llama", "transformers", "shared", "plain"}.
+    """
+    from advantages import compute_advantages
+    from machinery import decoding, update
+
+    out, first = {}, seed % 2
+    plain_decoder = lambda model, ids, mask, *rest: decoding.TransformersDecoder(model, ids, mask)
+    tokens = {}
+    for name in (("llama", "transformers") if first else ("transformers", "llama")):
+        saved = decoding.make_decoder
+        decoding.make_decoder = saved if name == "llama" else plain_decoder
+        try:
+            torch.manual_seed(seed)
+            c = time.process_time()
+            tokens[name] = rollout.generate_rollouts(run.model, run.tokenizer, ro.prompts, ro.G, MAX_NEW_DEFAULT).response_ids
+            out[name] = time.process_time() - c
+        finally:
+            decoding.make_decoder = saved
+    if not torch.equal(tokens["llama"], tokens["transformers"]):
+        raise RuntimeError("the two decoders drew different tokens: the ablation compares different work")
+    scores = verify.score(ro.texts, [r["answer"] for r in rows for _ in range(ro.G)], task,
+                          [r["prompt"] for r in rows for _ in range(ro.G)])
+    adv = compute_advantages("grpo", verify.reward_tensor(scores).view(len(rows), ro.G)).reshape(-1)
+    B = len(adv)
+    micro = update.micro_batches(torch.arange(B), adv != 0, torch.arange(B) // ro.G, ro.response_mask.sum(1), cfg)
+    run.model.train()
+    for name in (("shared", "plain") if first else ("plain", "shared")):
+        c = time.process_time()
+        prompts = update.share_prompts(run, ro, micro, cfg) if name == "shared" else None
+        for idx in micro:
+            logp, _ = update.forward(run, ro, idx, cfg, prompts)
+            (logp * adv[idx].unsqueeze(1)).sum().backward()
+        update.backward_prompts(prompts)
+        out[name] = time.process_time() - c
+        run.model.zero_grad(set_to_none=True)
+    run.model.eval()
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -341,6 +379,18 @@ def print_ours(steps: list[dict], peak: float) -> None:
     print(f"ratio ours/lower bound: {wall / med(bound, 'wall'):.2f} (wall), {med(steps, 'cpu') / med(bound, 'cpu'):.2f} (CPU)")
 
 
+def print_ablation(ablations: list[dict]) -> None:
+    """Median and quartiles of the paired ratios, over the measured steps."""
+    def ratio(new, old):
+        r = [a[new] / a[old] for a in ablations]
+        q = statistics.quantiles(r, n=4) if len(r) > 1 else [r[0]] * 3
+        return f"{statistics.median(r):.2f} (quartiles {q[0]:.2f}-{q[2]:.2f})"
+    print(f"ablation, each measured step replayed both ways (CPU s, paired, {len(ablations)} steps): sampler with the "
+          f"Llama decoder / with the transformers decoder {ratio('llama', 'transformers')}; update with shared "
+          f"prompts / with each rollout's own {ratio('shared', 'plain')}; median seconds "
+          + ", ".join(f"{k} {statistics.median(a[k] for a in ablations):.3f}" for k in ablations[0]))
+
+
 def compare(ours: dict, trl: dict) -> None:
     """Ratio, rewards, memory, and the identical-work check."""
     same = ours["prompts"][:len(trl["prompts"])] == trl["prompts"]
@@ -388,7 +438,7 @@ def profile(args) -> None:
     train.timed = timed
     try:
         with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
-            history, _ = run_ours(args.warmup + args.steps, G_DEFAULT, MAX_NEW_DEFAULT, args.seed, args.threads,
+            history, _, _ = run_ours(args.warmup + args.steps, G_DEFAULT, MAX_NEW_DEFAULT, args.seed, args.threads,
                                   args.micro_batch, args.compile, args.data)
     finally:
         train.timed = saved
@@ -469,7 +519,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="also print our step time for G = 4, 8, 16 and max new tokens = 24, 48, 96")
     parser.add_argument("--scaling_steps", type=int, default=4, help="measured steps per row of the scaling table")
     parser.add_argument("--rounds", type=int, default=2,
-                        help="repeat the runs this many times, rotating which goes first, and pool "
+                        help="repeat the pair of runs this many times, alternating which goes first, and pool "
                              "the measured steps (a shared machine's load drifts)")
     parser.add_argument("--micro_batch", type=int, default=32,
                         help="rollouts per forward/backward, for both trainers (TRL: per_device_train_batch_size, "
@@ -479,8 +529,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="torch.compile both trainers' update (ours: train.py --compile; TRL: torch_compile=True); "
                              "the compile falls in the warm-up steps")
     parser.add_argument("--ablate", action="store_true",
-                        help="also time our step without the Llama decoder and shared prompts, in the same rounds "
-                             "(what those two speed-ups buy)")
+                        help="replay each of our measured steps with and without the Llama decoder and shared "
+                             "prompts, paired (what those two speed-ups buy)")
     parser.add_argument("--profile", action="store_true",
                         help="also run ours under torch.profiler and print each stage's time by kind of kernel")
     parser.add_argument("--seed", type=int, default=0, help="seed of the prompts, the sampling and both trainers")
@@ -518,33 +568,24 @@ def main(argv: list[str] | None = None) -> None:
           f"torch {torch.__version__}, {args.threads} thread(s), load average {load:.2f} on {os.cpu_count()} CPUs"
           + (", torch.compile on (both trainers)" if args.compile else ""))
     if trl is not None:
-        print(f"TRL {trl.__version__}, {args.rounds} round(s) of both trainers, rotating which runs first")
-    runs = {"ours": [], "trl": [], "ablated": []}
-    who_runs = ["ours"] + ([] if args.skip_trl else ["trl"]) + (["ablated"] if args.ablate else [])
+        print(f"TRL {trl.__version__}, {args.rounds} round(s) of both trainers, alternating which runs first")
+    runs = {"ours": [], "trl": []}
     for r in range(args.rounds):
-        for who in who_runs[r % len(who_runs):] + who_runs[:r % len(who_runs)]:     # rotate who goes first
-            if who == "trl":
+        order = ["ours", "trl"] if r % 2 == 0 else ["trl", "ours"]
+        for who in order:
+            if who == "ours":
+                runs["ours"].append(measure_ours(args.warmup, args.steps, G_DEFAULT, MAX_NEW_DEFAULT, args.seed,
+                                                 args.threads, args.micro_batch, args.compile, args.data, args.ablate))
+            elif not args.skip_trl:
                 runs["trl"].append(measure_trl(model_dir, work_rows(args.warmup + args.steps, args.seed, args.data),
                                                args.warmup, args.steps, args.seed, args.micro_batch, args.compile,
                                                args.data))
-            else:
-                runs[who].append(measure_ours(args.warmup, args.steps, G_DEFAULT, MAX_NEW_DEFAULT, args.seed,
-                                              args.threads, args.micro_batch, args.compile, args.data,
-                                              ablated=who == "ablated"))
     ours = pool(runs["ours"])
     print_ours(ours["steps"], ours["peak_rss_mb"])
     if runs["trl"]:
         compare(ours, pool(runs["trl"]))
-    if runs["ablated"]:
-        ablated = pool(runs["ablated"])
-        a = ablated["steps"]
-        print(f"ablated (transformers decoder, --no-share_prompts): median {med(a, 'wall'):.3f} s/step wall, "
-              f"{med(a, 'cpu'):.3f} s CPU; split (median s/step): " + "  ".join(
-                  f"{key} {statistics.median(s['split'][key] for s in a):.3f}" for key in a[0]["split"]))
-        print(f"ratio ours/ablated: {med(ours['steps'], 'wall') / med(a, 'wall'):.2f} (wall), "
-              f"{med(ours['steps'], 'cpu') / med(a, 'cpu'):.2f} (CPU)"
-              + (f"; ablated/TRL: {med(a, 'wall') / med(pool(runs['trl'])['steps'], 'wall'):.2f} (wall), "
-                 f"{med(a, 'cpu') / med(pool(runs['trl'])['steps'], 'cpu'):.2f} (CPU)" if runs["trl"] else ""))
+    if args.ablate:
+        print_ablation([s["ablation"] for s in ours["steps"]])
     if args.scaling:
         scaling(args)
     if args.profile:
