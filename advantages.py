@@ -707,6 +707,9 @@ def plot_masses(path: str, G: int = 64) -> None:
     plt.close(fig)
 
 
+MAX_CLI_G = 1024       # a larger --G builds a table no one reads; at 10**8 it runs out of memory
+
+
 def main(argv: list[str] | None = None) -> None:
     from machinery import config              # the shared check of an output path
 
@@ -717,8 +720,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="group size, for both the table and the curves (default: 8 for the table, 64 for the curves)")
     parser.add_argument("--table", action="store_true", help="print the closed-form table (the default without --plot)")
     args = parser.parse_args(argv)
-    if args.G is not None and args.G < 2:
-        parser.error(f"--G must be >= 2, got {args.G}")
+    if args.G is not None and not 2 <= args.G <= MAX_CLI_G:     # the table is a [G-1, G] matrix
+        parser.error(f"--G must be in [2, {MAX_CLI_G}], got {args.G}")
     if args.plot and (problem := config.writable_file_problem(args.plot)):     # before the work, not after
         parser.error(f"--plot {args.plot!r}: {problem}")
     if not args.plot and not args.table:

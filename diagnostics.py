@@ -186,8 +186,12 @@ class StepProbe:
       (micro-batches cut groups; an optimizer step holds them whole or not, as batching
       decided);
     report: after the update, one no-grad pass under the updated weights, then
-      after_update (flips, where updates go, coupling, token values) and the step's mean
-      residual, as metrics; rows are the step's N data rows (prompt and answer: the token
+      after_update (flips, where updates go, coupling, token values), the step's mean
+      residual and the residual of its first optimizer step alone, as metrics (in the
+      first optimizer step the sampling policy is the current one, ratio 1, so only the
+      batching, the advantages and the aggregation decide that residual: with whole
+      groups and a zero-sum advantage it is 0 to float rounding, an identity the sweeps
+      check; later optimizer steps add the importance ratios' own spread); rows are the step's N data rows (prompt and answer: the token
       values rescore continuations with the task's verifier, which may read the prompt).
     """
 
@@ -215,8 +219,19 @@ class StepProbe:
                            value_samples=cfg.value_samples if self.value_step else 0, value_k=cfg.value_k,
                            coupling_pairs=cfg.coupling_pairs, seed=cfg.seed, step=self.step,
                            max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
-        out["cancellation_residual"] = _nanmean(self.residuals)
+        out.update(residual_metrics(self.residuals))
         return out
+
+
+def residual_metrics(residuals: list[float]) -> dict:
+    """The step's residual keys from the R_g means of its optimizer steps, in order.
+
+    "cancellation_residual": their mean (NaN steps, with no group to cancel, skipped);
+    "cancellation_residual_first": the first optimizer step's alone (ratio 1 there).
+    Example: [1e-9, 0.3, NaN] -> 0.15, 1e-9.
+    """
+    return {"cancellation_residual": _nanmean(residuals),
+            "cancellation_residual_first": residuals[0] if residuals else math.nan}
 
 
 def _nanmean(values: list[float]) -> float:

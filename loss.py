@@ -28,8 +28,10 @@ entropy. Everything above it is one of those pieces.
        (seq-mean-token-mean, the original GRPO, and GSPO's own aggregation).
    The paper's two fixes act on detached per-rollout weights w before the gradient:
      min:  w~_i = min_j w_j over the group;   orth:  w~ = w - (A.w / A.A) A.
-   Both make sum_i w~_i A_i = 0 again. `cancellation_residual_of_loss` measures the
-   breakage of any configuration, read off the loss's own gradient.
+   Both make sum_i w~_i A_i = 0 again. Two controls on the same path take GSPO apart,
+   one mechanism at a time: `keep` (w~ = w: GSPO's sequence weights, untransformed) and
+   `equal` (w~ = 1: only GSPO's clip, which drops rollouts). `cancellation_residual_of_loss`
+   measures the breakage of any configuration, read off the loss's own gradient.
 
 Also here: KL to a reference policy (k1, k2, k3), full-vocabulary entropy, and
 negative-token filtering for single-rollout training.
@@ -60,7 +62,7 @@ from torch import Tensor
 
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 LOSS_TYPES = ("ppo", "cispo", "gspo")
-WEIGHT_TRANSFORMS = (None, "min", "orth")
+WEIGHT_TRANSFORMS = (None, "min", "orth", "keep", "equal")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 # The aggregation each surrogate runs with when none is asked for. GSPO's is the only one
@@ -89,7 +91,7 @@ class LossConfig:
     agg: str | None = None
     """Aggregation (token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm); None = the surrogate's own."""
     weight_transform: str | None = None
-    """DFPO transform of GSPO's detached sequence weights: 'min' | 'orth' (loss_type gspo); None = off."""
+    """DFPO transform of GSPO's detached sequence weights: 'min' | 'orth', or the controls 'keep' (untransformed) | 'equal' (all 1); loss_type gspo; None = off."""
     kl_coef: float = 0.0
     """Coefficient of the KL penalty to the reference policy (0 = off, no reference needed)."""
     kl_estimator: str = "k3"
@@ -341,14 +343,22 @@ def dfpo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, group_index:
 
 
 def dfpo_transform(w: Tensor, adv: Tensor, group_index: Tensor, mode: str, kept: Tensor | None = None) -> Tensor:
-    """The DFPO weight transforms (arXiv 2604.13088) that restore exchangeability.
+    """The DFPO weight transforms (arXiv 2604.13088) that restore exchangeability, and two controls.
 
     w: [B] detached per-rollout weights; adv: [B]; group_index: [B]; kept: [B] bool
     (default all). Per group g, over its kept rollouts K, and M = those of K with A != 0
     (the ones that move anything):
         min:   w~_i = min_{j in M} w_j                  every kept rollout the same weight
         orth:  w~_K = w_K - (A_K.w_K / A_K.A_K) A_K     remove w's component along A
-    and w~_i = 0 for the rollouts not kept. After orth, sum_{i in K} w~_i A_i = 0 always;
+        keep:  w~_i = w_i                               control: GSPO's sequence weights as they are
+        equal: w~_i = 1                                 control: GSPO's clip alone
+    and w~_i = 0 for the rollouts not kept. The controls take GSPO's two breaks of
+    exchangeability apart on one path (the same token-sum aggregation and group-constant
+    length normaliser as min and orth): `keep` with a clip range the sequence ratios
+    never reach (e.g. --eps_low 0.5 --eps_high 1; clip_frac_low/high then read 0) leaves
+    only the unequal weights, `equal` with GSPO's clip range leaves only the dropped
+    rollouts. A shared token then gets sum_K w_i A_i (keep: 0 only if the weights are
+    equal; equal: sum_K A_i, 0 only if the clip dropped nothing from a zero-sum group). After orth, sum_{i in K} w~_i A_i = 0 always;
     after min, whenever sum_{i in K} A_i = 0. min is conservative (the whole group moves
     at its most pessimistic weight); orth keeps w's spread where it is orthogonal to the
     advantages. A group with no kept rollout gets zeros; one whose kept rollouts all have
@@ -390,7 +400,11 @@ def dfpo_transform(w: Tensor, adv: Tensor, group_index: Tensor, mode: str, kept:
             continue
         wg, ag = w[idx], adv[idx]
         moving = ag != 0
-        if not bool(moving.any()):
+        if mode == "keep":
+            out[idx] = wg
+        elif mode == "equal":
+            out[idx] = 1.0
+        elif not bool(moving.any()):
             out[idx] = wg
         elif mode == "min":
             out[idx] = wg[moving].min()

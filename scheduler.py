@@ -43,6 +43,17 @@ coefficient, and a TRL user who typed --beta would believe a KL penalty was on.
 
 Units, candidly: delta compares entropies in nats with an offset of 1, so the same rule
 bites at different relative drops for a model whose entropy is 0.3 nats versus 3 nats.
+A model whose entropy fell to 0.03 nats under a target of 0.04 is 25% below target, yet
+gets delta = 1 + 0.03 - 0.04 = 0.99: the rule barely moves. So a second rule,
+"fade_rel" [recon], measures the gap in units of the target:
+
+    delta = clip(1 + (H_hat - H_target) / H_target, 0.3, 1) = clip(H_hat / H_target, 0.3, 1)
+
+delta is then the entropy's ratio to its target: 1 at the target, 0.5 at half of it, the
+floor 0.3 at 30% of it, whatever the entropy scale of the model. The two rules coincide
+exactly when H_target = 1 nat (1 + H - 1 = H / 1), the scale at which the paper's offset
+of 1 is a relative gap; for the small entropies of the embedded model (0.03-0.3 nats) the
+paper's rule barely leaves 1 (docs/math.md §4).
 
 Also here: "constant", no schedule at all (the advantage keeps the alpha and delta it is
 given: train.py's --alpha and --delta, or its function's defaults; the static baselines,
@@ -62,7 +73,7 @@ import math
 import numbers
 from dataclasses import dataclass
 
-SCHEDULES = ("fade", "constant", "decay")
+SCHEDULES = ("fade", "fade_rel", "constant", "decay")
 EMA_CONVENTIONS = ("new", "source")
 
 # The FADE clip ranges (from the paper's formulas).
@@ -105,6 +116,20 @@ def fade_delta(h_hat: float, h_target: float) -> float:
     return _clip(1.0 + h_hat - h_target, DELTA_MIN, DELTA_MAX)
 
 
+def fade_delta_relative(h_hat: float, h_target: float) -> float:
+    """[recon] Sign balance on the entropy's own scale: delta = clip(H_hat / H_target, 0.3, 1).
+
+    The paper's gap 1 + H_hat - H_target, with the gap H_hat - H_target divided by
+    H_target (the "fade_rel" schedule; module header). Examples: H_target = 0.04,
+    H_hat = 0.03 -> 0.75 (fade_delta gives 0.99); H_hat = 0.01 -> the floor 0.3; H_hat >=
+    H_target -> 1. A zero target (H0 = 0: the first batch had no entropy at all) can
+    never be undershot: delta = 1, instead of a division by zero.
+    """
+    if h_target <= 0.0:
+        return DELTA_MAX
+    return _clip(h_hat / h_target, DELTA_MIN, DELTA_MAX)
+
+
 def _ema(old: float, x: float, beta: float, convention: str) -> float:
     """One EMA update. "new": (1-beta) old + beta x.  "source" [recon]: beta old + (1-beta) x.
 
@@ -127,7 +152,7 @@ class SchedulerConfig:
     """Hyper-parameters of the advantage schedule (defaults: the FADE paper's)."""
 
     schedule: str = "fade"
-    """One of SCHEDULES: "fade" (reads p_hat, H_hat), "constant" (none: the advantage's own alpha, delta), or "decay" (step count)."""
+    """One of SCHEDULES: "fade" (reads p_hat, H_hat), "fade_rel" (the same with delta = clip(H_hat / H_target)), "constant" (none: the advantage's own alpha, delta), or "decay" (step count)."""
     ema_beta: float = 0.02
     """FADE's EMA rate in (0, 1): weight of the NEW value under ema="new", of the OLD under "source" (not TRL's beta: that is --kl_coef)."""
     ema: str = "new"
@@ -220,6 +245,8 @@ class AdvantageScheduler:
             return state
         if cfg.schedule == "fade":
             alpha, delta = fade_alpha(self.p_hat), fade_delta(self.h_hat, h_target)
+        elif cfg.schedule == "fade_rel":   # [recon] the gap in units of the target (module header)
+            alpha, delta = fade_alpha(self.p_hat), fade_delta_relative(self.h_hat, h_target)
         else:  # decay [recon]: a straight line in the step count, then held
             f = min(t / (cfg.total_steps - 1), 1.0)
             alpha = cfg.alpha_start + f * (cfg.alpha_end - cfg.alpha_start)

@@ -70,6 +70,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -90,6 +91,7 @@ from machinery import data
 import diagnostics
 import loss
 from machinery import rollout
+from machinery import sandbox
 from machinery import tinymodel
 from machinery import trackers
 from machinery import update
@@ -267,6 +269,7 @@ RESUME_SAFE = {
 # pass@k curve out of two estimators.
 # Not compared at all: where and how this invocation runs (the directory may be moved).
 NOT_COMPARED = ("out_dir", "resume", "overwrite")
+MAX_LR = 1.0             # --lr above this is refused (validate)
 
 
 # ---------------------------------------------------------------------------------------
@@ -359,6 +362,8 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
             break
     if run.tracker is not None:
         run.tracker.close()
+    if run.lock is not None:
+        run.lock.close()                                    # another process may write here now
     return history
 
 
@@ -397,6 +402,8 @@ class Run:
     """This step's canary metrics (vLLM backend)."""
     resume_from: str | None = None
     """The checkpoint --resume continues from (chosen and checked at the door, check_inputs)."""
+    lock: object | None = None
+    """out_dir's lock file (config.lock_dir): this process is its only writer until train() returns."""
     tracker: object | None = None
     """--report_to's tracker (machinery/trackers.py), opened by resume_or_start; None for 'none'."""
 
@@ -408,7 +415,7 @@ def setup(cfg: Config) -> Run:
     a bad path, a missing package or a run directory that must not be touched is one
     line before any download, warm-up or model load.
     """
-    resume_from = check_inputs(cfg)
+    resume_from, lock = check_inputs(cfg)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     hf_logging.disable_progress_bar()         # one progress bar (ours), not one per save
@@ -447,7 +454,7 @@ def setup(cfg: Config) -> Run:
                scheduler=AdvantageScheduler(cfg.sched), train_rows=train_rows, eval_rows=eval_rows, task=task,
                eval_task=eval_task,
                py_rng=random.Random(cfg.seed), mb_generator=torch.Generator().manual_seed(cfg.seed),
-               model_path=path, resume_from=resume_from)
+               model_path=path, resume_from=resume_from, lock=lock)
 
 
 def resume_or_start(run: Run, cfg: Config) -> int:
@@ -476,7 +483,8 @@ def resume_or_start(run: Run, cfg: Config) -> int:
                 os.remove(old)
         for old in ("checkpoints", "tensorboard"):
             shutil.rmtree(os.path.join(cfg.out_dir, old), ignore_errors=True)
-    checkpoint.atomic_write(os.path.join(cfg.out_dir, "config.json"), json.dumps(dataclasses.asdict(cfg), indent=1))
+    checkpoint.atomic_write(os.path.join(cfg.out_dir, "config.json"),
+                            json.dumps(dataclasses.asdict(cfg), indent=1, allow_nan=False))     # strict JSON
     run.tracker = trackers.open_tracker(cfg.report_to, cfg.out_dir, cfg.project,
                                         cfg.run_name or os.path.basename(os.path.abspath(cfg.out_dir)),
                                         dataclasses.asdict(cfg))
@@ -543,8 +551,11 @@ def load_model(cfg: Config, device: torch.device):
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    except OSError as e:                  # what config.check_model could not see: missing weights, the hub
-        raise ValueError(f"--model {cfg.model!r} could not be loaded: {str(e).splitlines()[0]}") from None
+    except Exception as e:                # what config.check_model could not see: missing or damaged weights, the hub
+        where = (f"the embedded model's warm-up {path} is damaged (delete that directory to rebuild it)"
+                 if cfg.model == "tiny" else "it could not be loaded")
+        raise ValueError(f"--model {cfg.model!r}: {where}: {type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''}") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return str(path), model.to(device), tokenizer
@@ -863,6 +874,17 @@ def validate(cfg: Config) -> None:
     def need(cond, msg):
         if not cond:
             raise ValueError(msg)
+    # Every float of the config and its nested configs is finite: "nan" and "inf" parse as
+    # floats, NaN fails every comparison below silently (kl_coef < 0 is False, so NaN would
+    # pass and switch the term off), and inf passes them (an infinite coefficient, a clip
+    # that never clips). config.parse_flags refuses them on the command line already; this
+    # catches a --config file and the Python API.
+    nested = [getattr(cfg, f.name) for f in dataclasses.fields(cfg) if dataclasses.is_dataclass(getattr(cfg, f.name))]
+    for part in (cfg, *nested):
+        for f in dataclasses.fields(part):
+            value = getattr(part, f.name)
+            need(not isinstance(value, float) or math.isfinite(value), f"--{f.name} must be a finite number, got {value}")
+    need(bool(cfg.out_dir.strip()), "--out_dir must not be empty")
     for name in ("steps", "prompts_per_step", "group_size", "max_new_tokens", "epochs", "minibatches",
                  "micro_batch", "digits", "value_samples", "value_k"):
         need(getattr(cfg, name) >= 1, f"--{name} must be >= 1, got {getattr(cfg, name)}")
@@ -870,10 +892,17 @@ def validate(cfg: Config) -> None:
                  "weight_decay", "value_every", "coupling_pairs", "n_eval", "eval_samples", "warmup_seed",
                  "lr_warmup_steps", "log_eval_completions"):
         need(getattr(cfg, name) >= 0, f"--{name} must be >= 0, got {getattr(cfg, name)}")
-    # "inf" and "nan" parse as floats; nan fails every comparison above (so it is caught
-    # there), inf passes them and would train with an infinite step or never stop.
-    for name in ("lr", "weight_decay", "grad_clip", "max_minutes", "temperature"):
-        need(math.isfinite(getattr(cfg, name)), f"--{name} must be finite, got {getattr(cfg, name)}")
+    # The ranges the random streams can take, checked here and not at step 1 after the
+    # data, the model and the warm-up. Every rollout's sampling seed comes from
+    # vllm_rollout.batch_seed (both backends), which keeps seeds distinct for run seeds
+    # below 2**17, steps below 2**20 and batches of at most 2**22 rollouts (and numpy's
+    # seed must be in [0, 2**32)); the warm-up seed is a 32-bit seed like numpy's.
+    need(0 <= cfg.seed < 2 ** 17, f"--seed must be in [0, {2 ** 17 - 1}], got {cfg.seed}")
+    need(0 <= cfg.warmup_seed < 2 ** 32, f"--warmup_seed must be in [0, {2 ** 32 - 1}], got {cfg.warmup_seed}")
+    need(cfg.steps < 2 ** 20, f"--steps must be below {2 ** 20}, got {cfg.steps}")
+    need(cfg.prompts_per_step * cfg.group_size <= 2 ** 22,
+         f"--prompts_per_step x --group_size must be at most {2 ** 22} rollouts per step, got "
+         f"{cfg.prompts_per_step} x {cfg.group_size}")
     # One range for both backends: vLLM's (it refuses T > 2 and silently raises T < 0.01 to
     # 0.01). The same flags then mean the same sampling distribution on either engine, and
     # T = 1e-40 (logits / T overflow to inf, softmax to nan) never reaches the sampler.
@@ -883,7 +912,9 @@ def validate(cfg: Config) -> None:
              f"--{name} must be in [{vllm_rollout.MIN_TEMPERATURE}, {vllm_rollout.MAX_TEMPERATURE}] "
              f"(vLLM's limits, used for both backends), got {value}")
     need(0 < cfg.top_p <= 1, f"--top_p must be in (0, 1], got {cfg.top_p}")
-    need(cfg.lr > 0, f"--lr must be > 0, got {cfg.lr}")
+    # Adam moves each parameter by about lr per step whatever the gradient's scale, so an
+    # lr above 1 wrecks any model in its first step, and the run would still exit 0.
+    need(0 < cfg.lr <= MAX_LR, f"--lr must be in (0, {MAX_LR}], got {cfg.lr}")
     need(cfg.model == "tiny" or cfg.warmup_seed == 0,
          f"--warmup_seed {cfg.warmup_seed} seeds the embedded model's warm-up; --model {cfg.model!r} has none")
     need(0 < cfg.gpu_memory_utilization <= 1, f"--gpu_memory_utilization must be in (0, 1], got {cfg.gpu_memory_utilization}")
@@ -931,12 +962,14 @@ def validate(cfg: Config) -> None:
     advantages.compute_advantages(cfg.advantage, example, **advantage_hyper(cfg, {}))
 
 
-def check_inputs(cfg: Config) -> str | None:
+def check_inputs(cfg: Config):
     """The checks at the door that look outside the config: packages, paths, the hub, out_dir.
 
     Runs once, first in setup, before any data, download or warm-up; raises ValueError
-    (one line, naming the value). Returns the checkpoint --resume continues from (None:
-    start at step 0). validate() checked the values themselves when the Config was built.
+    (one line, naming the value). Takes out_dir's lock (config.lock_dir: one writer per
+    run directory) before anything is written there. Returns (the checkpoint --resume
+    continues from, None to start at step 0; the lock, held until train() returns).
+    validate() checked the values themselves when the Config was built.
     """
     if cfg.backend == "vllm" and importlib.util.find_spec("vllm") is None:
         raise ValueError("--backend vllm needs vLLM, which is not installed "
@@ -949,10 +982,21 @@ def check_inputs(cfg: Config) -> str | None:
     config.check_model(cfg.model)
     if problem := config.writable_dir_problem(cfg.out_dir):
         raise ValueError(f"--out_dir {cfg.out_dir!r}: {problem}")
-    ckpt_root = os.path.join(cfg.out_dir, "checkpoints")
-    if os.path.isdir(ckpt_root) and (problem := config.writable_dir_problem(ckpt_root)):
-        raise ValueError(f"{ckpt_root}: {problem}; a run must be able to write its checkpoints")
-    return checkpoint.resume_point(cfg, RESUME_SAFE, NOT_COMPARED, warn)
+    lock = config.lock_dir(cfg.out_dir, "--out_dir")
+    try:
+        for name, kind, is_kind in (("metrics.jsonl", "file", os.path.isfile), ("config.json", "file", os.path.isfile),
+                                    ("checkpoints", "directory", os.path.isdir),
+                                    (os.path.join("checkpoints", "latest"), "file", os.path.isfile)):
+            path = os.path.join(cfg.out_dir, name)
+            if os.path.lexists(path) and not is_kind(path):
+                raise ValueError(f"{path} is not a {kind}; a run keeps its {name} there (move it away)")
+        ckpt_root = os.path.join(cfg.out_dir, "checkpoints")
+        if os.path.isdir(ckpt_root) and (problem := config.writable_dir_problem(ckpt_root)):
+            raise ValueError(f"{ckpt_root}: {problem}; a run must be able to write its checkpoints")
+        return checkpoint.resume_point(cfg, RESUME_SAFE, NOT_COMPARED, warn), lock
+    except BaseException:
+        lock.close()
+        raise
 
 
 def warn(message: str) -> None:
@@ -1012,7 +1056,26 @@ def parse_args(argv: list[str] | None = None) -> Config:
         sys.exit(2)
 
 
+def exit_with_parent() -> None:
+    """Under a sweep: die when the sweep dies, however it dies (experiments/sweep.py's header).
+
+    The sweep puts its PID in TOKENCREDIT_PARENT_PID. PR_SET_PDEATHSIG (Linux) has the
+    kernel send this process SIGTERM when its parent exits, kill -9 included, so no run
+    goes on writing with nobody to wait for it; a parent that exited before the prctl is
+    caught by comparing getppid() with that PID. Without the variable (an ordinary run)
+    this does nothing; outside Linux only the start-up check holds.
+    """
+    parent = os.environ.pop("TOKENCREDIT_PARENT_PID", None)      # not passed on to our own children
+    if not parent:
+        return
+    sandbox.prctl(sandbox.PR_SET_PDEATHSIG, signal.SIGTERM)
+    if str(os.getppid()) != parent:
+        print(f"train.py: error: the sweep that started this run (PID {parent}) has exited", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv: list[str] | None = None) -> None:
+    exit_with_parent()
     cfg = parse_args(argv)
     try:
         train(cfg)

@@ -29,22 +29,26 @@ advantages any extra reward term changes which rollouts are pushed up, and this 
 studies the correctness signal alone. Callers that want shaping can combine components
 themselves.
 
-Safety. Model output is never passed to eval/exec/sympify. The only parser that touches
-it is math-verify's (a LaTeX grammar + sympy), and that runs in a separate worker
-process with a wall-clock timeout, because sympy can take unbounded time or memory on
-tiny inputs (2^2^2^...^99, deeply nested braces). See SECTION 2 for why a process and
-not math-verify's own signal-based timeout.
+Safety. No model text is ever evaluated in the trainer's process. Our own checkers
+(addition, countdown) parse text with grammars that have nothing to execute. The scorers
+that can evaluate text (math-verify, which hands parts of an answer to sympy, and
+reasoning-gym's dataset scorers, some of which call eval) run only in
+machinery/sandbox.py: a locked-down child process per answer, killed at its timeout,
+which can neither write files, nor signal the trainer, nor keep running; its header says
+exactly what holds and what does not. reasoning-gym's countdown data is scored by our
+own checker (SECTION 5).
 """
 
 from __future__ import annotations
 
+import json
 import logging
-import multiprocessing
-import queue
+import math
 import re
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
+
+from machinery import sandbox
 
 
 # ---------------------------------------------------------------------------------------
@@ -130,7 +134,7 @@ def last_boxed(text: str) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------
-# SECTION 2. Symbolic equivalence with a hard wall-clock bound
+# SECTION 2. Symbolic equivalence, sandboxed, with a hard wall-clock bound
 # ---------------------------------------------------------------------------------------
 #
 # math-verify bounds its own work with signal.alarm. That has two problems for an RL
@@ -138,33 +142,19 @@ def last_boxed(text: str) -> str | None:
 # timeout disabled, may hang) when scoring runs in a worker thread; (b) an alarm cannot
 # interrupt a long computation inside C code (a huge integer power), so the "timeout"
 # may never fire. The only bound that always works is to run the check in another
-# process and kill it. Starting a process per call costs ~1 s (importing sympy), so we
-# keep a small pool of persistent worker processes, each fed through a pipe, and
-# replace a worker only when it times out or dies.
-#
-# Two ways a pool can lie, and what we do about them:
-# - a worker that died between calls (the OOM killer picks the biggest process, or
-#   someone kills it) answers the next request with a broken pipe. That is not the
-#   answer's fault, so the worker is restarted and the comparison asked again, once;
-#   a worker that dies on the retry too is taken to have been killed by this input
-#   (say, sympy exhausting memory) and the answer scores False, like a hang.
-# - a script without an `if __name__ == "__main__":` guard: "spawn" starts a worker by
-#   re-running the main module, which calls math_equal again, inside the child, before
-#   it is ready, and the child dies during start-up. Every comparison would be False.
-#   A worker that dies before saying "ready" raises RuntimeError instead, naming the fix.
+# process and kill it. And math-verify hands parts of the answer to sympy, whose parser
+# can evaluate Python: model text must not reach it with the trainer's rights. So the
+# comparison runs in machinery/sandbox.py: a warm worker process per core imports
+# math-verify once, and forks a locked-down child per comparison, which it kills at the
+# timeout (the sandbox's header lists what that child can and cannot do).
 
 MAX_ANSWER_CHARS = 1000      # longer answers are never credited (see math_equal)
 MAX_BRACE_DEPTH = 32         # deeper {...} nesting is never credited (no real answer has it)
-POOL_SIZE = 2                # worker processes; the machine this was written on has 2 cores
-STARTUP_TIMEOUT = 120.0      # seconds a new worker may take to import math-verify
 
 _INT_RE = re.compile(r"-?[0-9]+")
 # Full-width forms U+FF01..U+FF5E ("４２", "＋") -> ASCII. Not NFKC: NFKC also maps
 # "x²" to "x2" and "½" to "1⁄2", which changes what the answer means.
 _FULLWIDTH = {cp: cp - 0xFEE0 for cp in range(0xFF01, 0xFF5F)}
-
-_pool: queue.Queue | None = None           # holds (process, connection) or None slots
-_pool_guard = threading.Lock()
 
 
 def math_equal(pred, ref, timeout: float = 2.0) -> bool:
@@ -178,10 +168,9 @@ def math_equal(pred, ref, timeout: float = 2.0) -> bool:
          not credited even if it happened to parse.
       4. both plain integers ("-?[0-9]+") -> integer comparison ("0432" == "432" here;
          the addition task is stricter, see check_addition), done on canonical strings.
-      5. otherwise math-verify, in a worker process, with at most `timeout` seconds of
-         wall time (not counting a worker's one-time start-up). A timeout or a parse
-         failure -> False; a timed-out worker is killed and replaced. A worker found
-         dead is restarted and the comparison asked again, once (SECTION 2's comment).
+      5. otherwise math-verify, in a sandboxed child process (machinery/sandbox.py),
+         with at most `timeout` seconds of wall time (not counting a worker's one-time
+         start-up). A timeout, a crash or a parse failure -> False.
     Both strings are wrapped as "$...$" before math-verify's parse, which makes it read
     them as LaTeX; ref is passed as the gold (math-verify's verify is not symmetric:
     it simplifies assignments like "x=3" on the prediction side).
@@ -191,19 +180,15 @@ def math_equal(pred, ref, timeout: float = 2.0) -> bool:
     "−3" (U+2212) == "-3"; "π" == "\\pi"; "10\\%" == "0.1"; "2,3" == "3,2" (read as a
     set of solutions).
 
-    Thread-safe: callable from any thread; calls beyond POOL_SIZE concurrent ones wait
-    for a free worker. Scripts that call it must guard their entry point with
-    `if __name__ == "__main__":` because workers are started with "spawn" (without
-    the guard a worker dies starting up, and this raises RuntimeError saying so).
-    Measured cost (shared 2-core CPU): ~5 us for the integer fast path; ~30 ms per
-    math-verify call on distinct LaTeX fractions (~9 ms when math-verify's parse cache
-    already holds both strings); 1-3 s once per worker start-up (importing sympy); a
-    hang costs `timeout` plus one worker restart.
+    Thread-safe: callable from any thread; calls beyond sandbox.POOL_SIZE concurrent
+    ones wait for a free worker. Measured cost: ~5 us for the integer fast path; tens of
+    ms per math-verify call, most of it the fork (docs/LOG.md); a few seconds once per
+    worker start-up (importing sympy, scoring MATH_WARMUP); a hang costs `timeout`.
     """
     if not (isinstance(pred, str) and isinstance(ref, str)):
         return False
-    if not (isinstance(timeout, (int, float)) and timeout > 0):
-        raise ValueError(f"math_equal needs timeout > 0 seconds, got {timeout!r}")
+    if not (isinstance(timeout, (int, float)) and 0 < timeout < math.inf):
+        raise ValueError(f"math_equal needs a finite timeout > 0 seconds, got {timeout!r}")
     pred = pred.translate(_FULLWIDTH).strip()
     ref = ref.translate(_FULLWIDTH).strip()
     if not pred or not ref:
@@ -215,22 +200,74 @@ def math_equal(pred, ref, timeout: float = 2.0) -> bool:
             return False
     if _INT_RE.fullmatch(pred) and _INT_RE.fullmatch(ref):
         return _canonical_int(pred) == _canonical_int(ref)
-    return bool(_ask_worker(("math", pred, ref), timeout, default=False))
+    return sandbox.run_scorer("math", [pred, ref], timeout) is True
 
 
 def shutdown_math_workers() -> None:
-    """Kill the worker processes (they are daemons, so exit kills them anyway).
+    """Stop the sandbox's workers (math-verify's and reasoning-gym's); the next call starts fresh ones."""
+    sandbox.shutdown()
 
-    Waits for busy workers to be handed back (each is bounded by its call's timeout).
-    The next math_equal call starts fresh workers.
+
+# One answer of each kind math-verify treats differently (numbers, fractions, roots,
+# sets, intervals, matrices, calculus, units, degrees, ...). A sandbox worker scores them
+# once BEFORE it gives up the trainer's rights: sympy imports many of its modules only
+# when an answer first needs them, and a worker that has switched to `nobody` may be
+# unable to read them (Python installed under /root, say). What it loads here, every
+# child inherits.
+MATH_WARMUP = [
+    ("\\frac{1}{2}", "0.5"), ("2\\sqrt{2}", "\\sqrt{8}"), ("1,234", "1234"), ("10\\%", "0.1"), ("2,3", "3,2"),
+    ("x=3", "3"), ("\\{1,2\\}", "\\{2,1\\}"), ("[1,2)", "(0,1]"), ("x \\in (0,1]", "(0,1]"),
+    ("\\begin{pmatrix}1\\\\2\\end{pmatrix}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}"), ("\\sin x", "\\sin(x)"),
+    ("e^{i\\pi}", "-1"), ("\\int_0^1 x dx", "0.5"), ("\\log_2 8", "3"), ("3 \\text{ cm}", "3"), ("a<b", "b>a"),
+    ("\\infty", "\\infty"), ("\\binom{5}{2}", "10"), ("5!", "120"), ("\\sum_{i=1}^3 i", "6"),
+    ("\\lim_{x\\to 0} x", "0"), ("\\frac{d}{dx} x^2", "2x"), ("|x|", "\\left|x\\right|"), ("\\emptyset", "\\{\\}"),
+    ("\\sqrt[3]{8}", "2"), ("0.\\overline{3}", "1/3"), ("\\gcd(4,6)", "2"), ("x^2+2x+1", "(x+1)^2"),
+    ("90^\\circ", "\\frac{\\pi}{2}"), ("π", "\\pi"), ("−3", "-3"),
+    ("\\sum_{n=1}^\\infty \\frac{1}{n^2}", "\\frac{\\pi^2}{6}"), ("\\prod_{i=1}^{3} i", "6"),
+]
+
+
+def prepare_scorer(library: str, warmup: list):
+    """In a sandbox worker, with the trainer's rights still: import `library`, score the
+    warm-up once, and return the function its children call with a request's arguments.
+
+    "math": math-verify; the function (pred, ref) -> bool, after MATH_WARMUP.
+    "reasoning_gym:NAME": reasoning-gym's scorer of dataset NAME; the function
+    (answer text, entry JSON) -> float in [0, 1] (0.0 on any failure), after scoring
+    each warm-up argument pair (the dataset's own reference answers, never model text).
     """
-    global _pool
-    with _pool_guard:
-        pool, _pool = _pool, None
-    if pool is None:
-        return
-    for _ in range(POOL_SIZE):
-        _stop_worker(pool.get())
+    if library == "math":
+        from math_verify import parse, verify
+
+        # The sandbox enforces the time limit, so math-verify's signal timeouts are off
+        # (None); silence the warning it logs about that, and its per-failure logging.
+        logging.getLogger("math_verify").setLevel(logging.CRITICAL)
+
+        def equal(pred: str, ref: str) -> bool:
+            try:
+                gold = parse(f"${ref}$", parsing_timeout=None)
+                guess = parse(f"${pred}$", parsing_timeout=None)
+                return bool(gold) and bool(guess) and bool(verify(gold, guess, timeout_seconds=None))
+            except Exception:                 # any parser/sympy failure is "not equal"
+                return False
+        for args in MATH_WARMUP:
+            equal(*args)
+        return equal
+    if library.startswith(REASONING_GYM):
+        import reasoning_gym
+
+        score_answer = reasoning_gym.get_score_answer_fn(library[len(REASONING_GYM):])
+
+        def rg_score(text: str, entry_json: str) -> float:
+            try:
+                value = float(score_answer(answer=text, entry=json.loads(entry_json)))
+                return value if 0.0 <= value <= 1.0 else 0.0
+            except Exception:
+                return 0.0
+        for args in warmup:
+            rg_score(*args)
+        return rg_score
+    raise ValueError(f"prepare_scorer: unknown library {library!r}")
 
 
 # --- helpers of SECTION 2 --------------------------------------------------------------
@@ -255,111 +292,6 @@ def _canonical_int(s: str) -> tuple[bool, str]:
     """
     digits = s.lstrip("-").lstrip("0") or "0"
     return s.startswith("-") and digits != "0", digits
-
-
-def _ask_worker(request: tuple, timeout: float, default):
-    """Send `request` to a pooled worker; its reply, or `default` after `timeout` s.
-
-    request: ("math", pred, ref) -> bool, or ("reasoning_gym", name, answer, entry JSON)
-    -> float (SECTION 5). A worker found dead is restarted and asked again, once (the
-    section's comment). The first request of a kind that needs a library the worker has
-    not imported yet (reasoning-gym) gets STARTUP_TIMEOUT more seconds for the import.
-    """
-    global _pool
-    with _pool_guard:
-        if _pool is None:
-            _pool = queue.Queue()
-            for _ in range(POOL_SIZE):
-                _pool.put(None)              # empty slot: a worker is started on demand
-        pool = _pool
-    worker = pool.get()                       # blocks while all workers are busy
-    result = default
-    try:
-        for attempt in range(2):
-            if worker is None:
-                worker = _start_worker()     # RuntimeError if it cannot start at all
-            proc, conn, kinds = worker
-            try:
-                conn.send(request)
-                if conn.poll(timeout + (0 if request[0] in kinds else STARTUP_TIMEOUT)):
-                    result = conn.recv()
-                    kinds.add(request[0])
-                else:                         # hung: the only cure is to kill it
-                    _stop_worker(worker)
-                    worker = None
-                break
-            except (EOFError, OSError):       # dead: killed, or out of memory
-                _stop_worker(worker)
-                worker = None
-    finally:
-        pool.put(worker)
-    return result
-
-
-def _start_worker():
-    """Start one worker process and wait until it has imported math-verify."""
-    # "spawn", not "fork": forking a process that already runs torch / tokenizer
-    # threads can deadlock the child on a lock some thread held at fork time.
-    ctx = multiprocessing.get_context("spawn")
-    parent_conn, child_conn = ctx.Pipe()
-    proc = ctx.Process(target=_worker_loop, args=(child_conn,), daemon=True,
-                       name="math-verify-worker")
-    proc.start()
-    child_conn.close()
-    try:
-        ready = parent_conn.poll(STARTUP_TIMEOUT) and parent_conn.recv() == "ready"
-    except (EOFError, OSError):               # the child closed the pipe: it died starting up
-        proc.join(5)
-        _stop_worker((proc, parent_conn, None))
-        raise RuntimeError(
-            f"math-verify worker exited during start-up (exit code {proc.exitcode}). Workers start with "
-            "'spawn', which re-runs the main module: a script that scores math answers must guard its "
-            "entry point with `if __name__ == \"__main__\":` (and math-verify must be installed)") from None
-    if not ready:
-        _stop_worker((proc, parent_conn, None))
-        raise RuntimeError(f"math-verify worker did not start within {STARTUP_TIMEOUT} s")
-    return proc, parent_conn, {"math"}      # the request kinds whose library is imported
-
-
-def _stop_worker(worker) -> None:
-    if worker is None:
-        return
-    proc, conn, _ = worker
-    if proc.is_alive():
-        proc.kill()
-    proc.join()
-    conn.close()
-
-
-def _worker_loop(conn) -> None:
-    """Body of a worker process: answer requests until the pipe closes.
-
-    ("math", pred, ref) -> math-verify's equivalence (bool); ("reasoning_gym", name,
-    answer, entry JSON) -> reasoning-gym's score (float, SECTION 5). Any exception while
-    answering is a False / 0.0 answer: the input's fault, not the worker's.
-    """
-    from math_verify import parse, verify
-
-    # The parent enforces the time limit, so math-verify's signal timeouts are off
-    # (None); silence the warning it logs about that, and its per-failure logging.
-    logging.getLogger("math_verify").setLevel(logging.CRITICAL)
-    conn.send("ready")
-    while True:
-        try:
-            request = conn.recv()
-        except (EOFError, OSError):
-            return
-        if request[0] == "reasoning_gym":
-            conn.send(_reasoning_gym_score(*request[1:]))
-            continue
-        _, pred, ref = request
-        try:
-            gold = parse(f"${ref}$", parsing_timeout=None)
-            guess = parse(f"${pred}$", parsing_timeout=None)
-            ok = bool(gold) and bool(guess) and verify(gold, guess, timeout_seconds=None)
-        except Exception:                     # any parser/sympy failure is "not equal"
-            ok = False
-        conn.send(bool(ok))
 
 
 # ---------------------------------------------------------------------------------------
@@ -447,11 +379,11 @@ def score(responses: list, answers: list[str], task: str,
     task: "addition", "countdown" or "math" (ValueError naming anything else). responses, answers
     and prompts (if given) must have equal lengths (ValueError with both lengths).
     prompts are used by the addition checker's scratchpad test, ignored for math.
-    For "math" the comparisons run on POOL_SIZE threads, each talking to its own
+    For "math" the comparisons run on sandbox.POOL_SIZE threads, each talking to its own
     worker process, so the pool is used in parallel; the order of results is the
     order of the inputs.
     """
-    if task not in ("addition", "countdown", "math") and not task.startswith("reasoning_gym:"):
+    if task not in ("addition", "countdown", "math") and not task.startswith(REASONING_GYM):
         raise ValueError(f"unknown task {task!r}; expected 'addition', 'countdown', 'math' or 'reasoning_gym:NAME'")
     if len(responses) != len(answers):
         raise ValueError(f"score: {len(responses)} responses but {len(answers)} answers")
@@ -460,9 +392,9 @@ def score(responses: list, answers: list[str], task: str,
     if task == "addition":
         ps = prompts if prompts is not None else [None] * len(responses)
         return [check_addition(r, a, p) for r, a, p in zip(responses, answers, ps)]
-    if task.startswith("reasoning_gym:"):     # the scorer runs in the worker processes
-        name = task[len("reasoning_gym:"):]
-        with ThreadPoolExecutor(max_workers=POOL_SIZE) as ex:
+    if task.startswith(REASONING_GYM):        # countdown: SECTION 4's checker; others: the sandbox
+        name = task[len(REASONING_GYM):]
+        with ThreadPoolExecutor(max_workers=sandbox.POOL_SIZE) as ex:
             return list(ex.map(lambda ra: score_reasoning_gym(ra[0], ra[1], name, timeout), zip(responses, answers)))
     if task == "countdown":                   # the numbers are in the prompt
         if prompts is None:
@@ -473,7 +405,7 @@ def score(responses: list, answers: list[str], task: str,
             raise ValueError(f"score: answers must be str, got {a!r}")
     if len(responses) <= 1:
         return [score_math(r, a, timeout) for r, a in zip(responses, answers)]
-    with ThreadPoolExecutor(max_workers=POOL_SIZE) as ex:
+    with ThreadPoolExecutor(max_workers=sandbox.POOL_SIZE) as ex:
         return list(ex.map(lambda ra: score_math(ra[0], ra[1], timeout),
                            zip(responses, answers)))
 
@@ -540,8 +472,10 @@ def _scratchpad_consistent(response: str, operands: tuple[str, str] | None) -> b
 #     atom   := NUMBER | "(" expr ")"          NUMBER: 1 to MAX_NUMBER_DIGITS digits
 #
 # and evaluates it in exact rational arithmetic (fractions.Fraction), so 6/4*2 == 3
-# exactly and no float rounding decides a reward. Spaces are ignored. No unary minus, no
-# powers, no decimals (the game has none). Every input costs time linear in its length:
+# exactly and no float rounding decides a reward. Spaces are ignored. No powers, no
+# decimals (the game has none), and no unary minus in our game; reasoning-gym's countdown
+# writes answers like "-5 + 65*44/5", so its data is checked with one more rule,
+# atom := "-" atom (unary_minus=True). Every input costs time linear in its length:
 # the answer is cut to MAX_EXPR_CHARS, parenthesis depth is counted before any recursion,
 # and numbers are at most MAX_NUMBER_DIGITS long, so the largest value any accepted
 # input can build has a few hundred digits.
@@ -563,10 +497,12 @@ class MalformedExpression(ValueError):
     """The text is not an expression of the countdown grammar (or exceeds its bounds)."""
 
 
-def parse_expression(text: str):
+def parse_expression(text: str, unary_minus: bool = False):
     """Parse an arithmetic expression into a tree: an int, or (op, left, right).
 
     Left-associative, * and / bind tighter than + and -: "8-3-1" is ("-", ("-", 8, 3), 1).
+    unary_minus: also accept "-" before an atom, as ("neg", atom): "-2*3" is
+    ("*", ("neg", 2), 3) (its value is -(2*3) all the same).
     Raises MalformedExpression (one line saying why) for anything outside the grammar or
     its bounds. Never evaluates anything.
     Example: parse_expression("2+(14+13)") == ("+", 2, ("+", 14, 13)).
@@ -586,7 +522,7 @@ def parse_expression(text: str):
             raise MalformedExpression(f"parentheses unbalanced or nested deeper than {MAX_EXPR_DEPTH}")
     if depth:
         raise MalformedExpression("unbalanced parentheses")
-    tree, pos = _parse_sum(tokens, 0)
+    tree, pos = _parse_sum(tokens, 0, unary_minus)
     if pos != len(tokens):
         raise MalformedExpression(f"unexpected {tokens[pos]!r} at token {pos}")
     return tree
@@ -596,6 +532,9 @@ def evaluate(tree):
     """The exact value of a tree (Fraction), or None if it divides by zero."""
     if isinstance(tree, int):
         return Fraction(tree)
+    if tree[0] == "neg":
+        value = evaluate(tree[1])
+        return None if value is None else -value
     op, left, right = tree
     a, b = evaluate(left), evaluate(right)
     if a is None or b is None:
@@ -611,7 +550,7 @@ def evaluate(tree):
 
 def leaves(tree) -> list[int]:
     """The numbers a tree uses, left to right."""
-    return [tree] if isinstance(tree, int) else leaves(tree[1]) + leaves(tree[2])
+    return [tree] if isinstance(tree, int) else [n for sub in tree[1:] for n in leaves(sub)]
 
 
 def solution_key(tree):
@@ -623,6 +562,8 @@ def solution_key(tree):
     """
     if isinstance(tree, int):
         return tree
+    if tree[0] == "neg":
+        return ("neg", solution_key(tree[1]))
     op, left, right = tree
     left, right = solution_key(left), solution_key(right)
     if op in "+*" and _key_order(right) < _key_order(left):
@@ -634,15 +575,20 @@ def render(tree) -> str:
     """A tree as text, every inner operation in parentheses: ("+", 2, ("+", 14, 13)) -> "2+(14+13)"."""
     if isinstance(tree, int):
         return str(tree)
+    if tree[0] == "neg":
+        return f"-{render(tree[1])}" if isinstance(tree[1], int) else f"-({render(tree[1])})"
     op, left, right = tree
     wrap = lambda t: render(t) if isinstance(t, int) else f"({render(t)})"
     return f"{wrap(left)}{op}{wrap(right)}"
 
 
-def countdown_correct(expression: str, numbers: list[int], target: int) -> bool:
-    """True iff the expression uses exactly the multiset `numbers` and equals `target` exactly."""
+def countdown_correct(expression: str, numbers: list[int], target: int, unary_minus: bool = False) -> bool:
+    """True iff the expression uses exactly the multiset `numbers` and equals `target` exactly.
+
+    unary_minus: reasoning-gym's rules (parse_expression); off for our own game.
+    """
     try:
-        tree = parse_expression(expression)
+        tree = parse_expression(expression, unary_minus)
     except MalformedExpression:
         return False
     return sorted(leaves(tree)) == sorted(numbers) and evaluate(tree) == target
@@ -689,30 +635,33 @@ def check_countdown(response, answer: str, prompt: str) -> dict:
 
 # --- helpers of SECTION 4 --------------------------------------------------------------
 
-def _parse_sum(tokens, pos):
-    tree, pos = _parse_product(tokens, pos)
+def _parse_sum(tokens, pos, unary):
+    tree, pos = _parse_product(tokens, pos, unary)
     while pos < len(tokens) and tokens[pos] in "+-":
         op = tokens[pos]
-        right, pos = _parse_product(tokens, pos + 1)
+        right, pos = _parse_product(tokens, pos + 1, unary)
         tree = (op, tree, right)
     return tree, pos
 
 
-def _parse_product(tokens, pos):
-    tree, pos = _parse_atom(tokens, pos)
+def _parse_product(tokens, pos, unary):
+    tree, pos = _parse_atom(tokens, pos, unary)
     while pos < len(tokens) and tokens[pos] in "*/":
         op = tokens[pos]
-        right, pos = _parse_atom(tokens, pos + 1)
+        right, pos = _parse_atom(tokens, pos + 1, unary)
         tree = (op, tree, right)
     return tree, pos
 
 
-def _parse_atom(tokens, pos):
+def _parse_atom(tokens, pos, unary):
     if pos >= len(tokens):
         raise MalformedExpression("the expression ends where a number or '(' belongs")
     tok = tokens[pos]
+    if tok == "-" and unary:                # at most MAX_EXPR_CHARS deep: well inside Python's stack
+        tree, pos = _parse_atom(tokens, pos + 1, unary)
+        return ("neg", tree), pos
     if tok == "(":
-        tree, pos = _parse_sum(tokens, pos + 1)
+        tree, pos = _parse_sum(tokens, pos + 1, unary)
         if pos >= len(tokens) or tokens[pos] != ")":
             raise MalformedExpression("missing ')'")
         return tree, pos + 1
@@ -743,23 +692,34 @@ def _countdown_format_re(n_numbers: int):
 
 
 # ---------------------------------------------------------------------------------------
-# SECTION 5. reasoning-gym's own scorers, only inside the worker processes
+# SECTION 5. reasoning-gym's datasets: our checker where we have one, else theirs, sandboxed
 # ---------------------------------------------------------------------------------------
 #
 # `--data reasoning_gym:NAME` trains on any dataset of reasoning-gym and scores with the
 # dataset's own score_answer(answer, entry). Some of those scorers evaluate the model's
-# text (countdown's calls sympy's parse_expr, which calls eval), so they run where
-# math-verify runs: in SECTION 2's worker processes, with the same wall-clock bound, and
-# never in the trainer's process. The trainer never imports reasoning_gym at all.
+# text as Python: countdown's and puzzle24's call sympy's parse_expr (which calls eval),
+# n_queens' and spiral_matrix's call eval on an answer that is not an exact match. So:
+# - countdown is scored by SECTION 4's checker, which evaluates nothing (the numbers and
+#   target come from the entry's metadata); tests/test_countdown.py checks that the two
+#   agree on the dataset's own answers;
+# - every other dataset is scored by its own scorer in machinery/sandbox.py, never in the
+#   trainer's process (the trainer never imports reasoning_gym at all). Code an answer
+#   runs there cannot hurt the trainer, but it can set its own score: the sandbox's
+#   header says what holds.
+
+REASONING_GYM = "reasoning_gym:"          # task names: "reasoning_gym:NAME"
+OUR_CHECKERS = ("countdown",)             # reasoning-gym datasets scored by our own checker
+
 
 def score_reasoning_gym(response, answer: str, name: str, timeout: float = 2.0) -> dict:
-    """{"format", "correct", "rg_score", "reward"} of one response, by reasoning-gym's scorer.
+    """{"format", "correct", "rg_score", "reward"} of one response to a reasoning-gym entry.
 
     answer: the row's entry as JSON (data.reasoning_gym_rows). The answer is the text in
     the response's last <answer>...</answer> tags if it has them (reasoning-gym's
     convention; "format" 1.0), else the whole response stripped ("format" 0.0).
-    rg_score: the scorer's value in [0, 1] (countdown's gives 1.0 right, 0.05 a wrong
-    value or wrong numbers, 0.01 unparseable); 0.0 after a timeout or a crash.
+    rg_score: for countdown, our checker's verdict (1.0 or 0.0; it gives no partial
+    credit); otherwise the dataset scorer's value in [0, 1] (e.g. n_queens gives 0.5 for
+    a board written as a Python list), 0.0 after a timeout or a crash.
     correct = reward = 1.0 iff rg_score >= 1.0: the project rewards correctness alone
     (the module header), so a scorer's partial credit is logged, not rewarded.
     """
@@ -767,24 +727,21 @@ def score_reasoning_gym(response, answer: str, name: str, timeout: float = 2.0) 
         return {"format": 0.0, "correct": 0.0, "rg_score": 0.0, "reward": 0.0}
     tagged = _RG_ANSWER_RE.findall(response[-100_000:])
     text = tagged[-1].strip() if tagged else response.strip()
-    value = float(_ask_worker(("reasoning_gym", name, text, answer), timeout, default=0.0))
+    if name == "countdown":
+        meta = json.loads(answer)["metadata"]
+        numbers, target = [int(x) for x in meta["numbers"]], int(meta["target"])
+        value = 1.0 if countdown_correct(text, numbers, target, unary_minus=True) else 0.0
+    else:
+        reply = sandbox.run_scorer(REASONING_GYM + name, [text, answer], timeout, warmup=_rg_warmup(answer))
+        value = float(reply) if isinstance(reply, (int, float)) and 0.0 <= reply <= 1.0 else 0.0
     correct = 1.0 if value >= 1.0 else 0.0
     return {"format": 1.0 if tagged else 0.0, "correct": correct, "rg_score": value, "reward": correct}
 
 
 _RG_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_RG_SCORERS = {}          # in a worker: dataset name -> score_answer
 
 
-def _reasoning_gym_score(name: str, text: str, entry_json: str) -> float:
-    """In a worker: reasoning-gym's score of `text` for the entry (0.0 on any failure)."""
-    import json
-
-    try:
-        if name not in _RG_SCORERS:
-            import reasoning_gym
-            _RG_SCORERS[name] = reasoning_gym.get_score_answer_fn(name)
-        value = float(_RG_SCORERS[name](answer=text, entry=json.loads(entry_json)))
-        return value if 0.0 <= value <= 1.0 else 0.0
-    except Exception:
-        return 0.0
+def _rg_warmup(entry_json: str) -> list:
+    """A sandbox worker's warm-up for a dataset: the entry's OWN reference answer (trusted text)."""
+    reference = json.loads(entry_json).get("answer")
+    return [[reference, entry_json]] if isinstance(reference, str) else []

@@ -510,8 +510,9 @@ def peak_rss_mb() -> float:
 # ---------------------------------------------------------------------------------------
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+    parser = argparse.ArgumentParser(prog="bench.py", description=__doc__.split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.error = lambda message: parser.exit(2, f"{parser.prog}: error: {message}\n")   # one line, exit 2
     parser.add_argument("--steps", type=int, default=10, help="measured steps of each trainer (K)")
     parser.add_argument("--warmup", type=int, default=2, help="steps run first and not measured")
     parser.add_argument("--skip_trl", action="store_true", help="measure ours only (TRL not needed)")

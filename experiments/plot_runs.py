@@ -65,8 +65,8 @@ PANELS = [
     # by right and wrong rollouts and worth nothing, against the arithmetic that decides.
     ("entropy by token kind", [("entropy/template", "template tokens"), ("entropy/reasoning", "reasoning tokens")]),
     # Countdown: how many distinct right answers the model's correct samples give per
-    # prompt, and the entropy of their distribution (Cor. 3.2 of the design-conditions
-    # paper: unequal sequence weights drive it to 0).
+    # prompt, and the entropy of their distribution (our reading [recon] of the
+    # design-conditions paper's "solution probability drift": unequal sequence weights drive it to 0).
     ("solutions among correct samples", [("eval/distinct_solutions", "distinct per solved prompt"),
                                          ("eval/solution_entropy", "entropy (nats)")]),
     # Per-rollout success and failure mass (FADE paper, docs/math.md §2). mean A is exactly
@@ -156,20 +156,33 @@ def load_metrics(run_dir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     path = os.path.join(run_dir, "metrics.jsonl")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no metrics.jsonl in {run_dir!r}")
-    by_key: dict[str, dict[int, float]] = {}
+    rows = []
     with open(path) as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
-                step = int(row["step"])
+                int(row["step"])
             except (ValueError, KeyError, TypeError, IndexError) as e:
                 raise ValueError(f"{path}:{lineno}: not a metrics row ({type(e).__name__}: {e})") from None
-            for key, value in row.items():
-                if key == "step" or isinstance(value, bool) or not isinstance(value, (int, float, type(None))):
-                    continue
-                by_key.setdefault(key, {})[step] = math.nan if value is None else float(value)
+            rows.append(row)
+    return series_from_rows(rows)
+
+
+def series_from_rows(rows: list[dict]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{key: (steps, values)} from metrics rows (dicts with an integer-like "step"), as load_metrics.
+
+    The committed per-run data of the sweeps (docs/sweep_*.jsonl.gz) is read through here
+    too, so a page rebuilt from it and one built from the run directories agree.
+    """
+    by_key: dict[str, dict[int, float]] = {}
+    for row in rows:
+        step = int(row["step"])
+        for key, value in row.items():
+            if key == "step" or isinstance(value, bool) or not isinstance(value, (int, float, type(None))):
+                continue
+            by_key.setdefault(key, {})[step] = math.nan if value is None else float(value)
     out = {}
     for key, points in by_key.items():
         steps = np.array(sorted(points), dtype=np.int64)

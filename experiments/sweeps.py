@@ -1,45 +1,84 @@
-"""sweeps.py: the papers' training-level claims, as sweeps and claim records.
+"""sweeps.py: the papers' training-level claims, as sweeps, claim records and checks.
 
-    python -m experiments.sweep advantages                  # countdown (the default task), 6 seeds per arm
-    python -m experiments.sweep advantages --task addition  # the same arms on the addition task
+    python -m experiments.sweep plan                              # every sweep's arms, runs, parts, times, commands
+    python -m experiments.sweep advantages --task countdown --part 1/2
 
 A sweep is a set of ARMS (train.py flag sets that differ in one design choice), each run
-with several RL seeds from the same warmed checkpoint, a table of quantities (one number
-per run, computed from its metrics.jsonl), curves, and the CLAIMS it tests, written here
-before the runs as `claims.Claim` records: the paper, the sentence, the row that measures
-it, the arms compared, the predicted direction. experiments/sweep.py runs the sweeps and
-judges the claims (experiments/claims.py: exact permutation / sign-flip tests, Holm's
-correction across a sweep's claims).
+from every (warm-up seed, RL seed) pair of the design, a table of quantities (one number
+per run, computed from its metrics.jsonl), curves, and two kinds of record written here
+before the runs (experiments/claims.py):
+  - CHECKS: identities the code must satisfy (a residual 0 to rounding, a mass ratio of
+    exactly 2). Measured, compared with the exact expectation: pass or FAIL.
+  - CLAIMS: a paper's empirical statement that could have come out either way, quoting
+    the sentence it tests; the row that measures it, the arms compared pair by pair, the
+    predicted direction (or "similar", with a declared margin). Judged by exact paired
+    tests with Holm's correction per sweep per task.
 
-The four sweeps:
-  batching    4 mini-batches per rollout batch, split five ways (batching.py): does keeping
-              a group's rollouts in one optimizer step keep the updates of the tokens they
-              share cancelling, and the template from drifting?
-  advantages  seven advantages from GRPO to FADE: where pass@1 peaks, what happens to
-              pass@k and entropy (psr and nsr: the sign axis), the range FADE's schedule
-              actually takes.
-  dfpo        GSPO against DFPO's two transforms (and GRPO), with 4 query mini-batches so
-              that the ratios leave 1: the residual, and the design-conditions paper's
-              Cor. 3.2 (unequal sequence weights collapse the entropy among equivalent
-              correct solutions; orth should not).
-  credit      GRPO against positive-only training, token diagnostics on: flips, where
-              updates go, token values, coupling.
+The design. Every arm runs from the same 2 x 5 pairs (WARMUP_SEEDS x SEEDS): the
+warm-up seed picks the embedded model's starting weights (train.py --warmup_seed), the
+RL seed the training prompts, the held-out set and every sample. So arm A's run (w, s)
+and arm B's run (w, s) differ only in the design choice, and each claim is tested on 10
+per-pair differences: an exact sign-flip test, whose floor 2/2^10 = 0.00195 survives
+Holm's correction over up to 25 claims.
 
-Tasks. Countdown (machinery/countdown.py) is the default: its held-out pass@1 starts at
-~0.23 with pass@16 ~0.83, its tokens have entropy (template 0.64 nats), and most prompts
-have several correct answers, so claims about pass@k, entropy, templates and diversity
-can show. Addition (the embedded default of train.py) is kept for comparison; several of
-those claims are not testable there (its template is near-certain before RL, pass@4 is
-at the ceiling, every prompt has one answer).
+The five sweeps:
+  batching    4 mini-batches per rollout batch, split five ways (batching.py): does
+              keeping a group in one optimizer step keep the template from drifting, and
+              does it learn better (Cancellation Hypothesis)?
+  advantages  the sign axis and the difficulty axis against mean (Dr. GRPO; power and
+              asym at alpha = delta = 1 ARE mean): psr, nsr, asym on entropy, power on
+              pass@1 (FADE paper).
+  fade        FADE (the paper's delta rule, and the [recon] relative rule of scheduler.py)
+              against the best static baseline: steps to peak pass@1, and pass@k at every
+              k = 1..16; long enough that the static arms peak.
+  dfpo        GSPO taken apart (its sequence weights with the clip out of reach; its clip
+              with equal weights) and DFPO's orth against GSPO on sample efficiency,
+              stability and final pass@1 (design-conditions paper).
+  credit      GRPO against positive-only training with the token diagnostics: flips,
+              where updates go, token values, coupling (Cancellation Hypothesis).
 
-Budget (countdown; 2 cores, 2 runs at a time): an RL step costs ~0.4 s and an evaluation
-(100 prompts x 16 samples) ~1.5 s, so a 150-step run with an evaluation every 25 steps
-takes ~70 s, ~100 s with 4 mini-batches, ~130 s with the token values. advantages: 7 arms
-x 6 seeds x 70 s / 2 = ~25 min; batching: 5 x 6 x 100 s / 2 = ~25 min; dfpo: 4 x 6 x
-100 s / 2 = ~20 min; credit: 2 x 8 x 130 s / 2 = ~17 min. Why 6 seeds (8 for credit):
-with 6 vs 6 the smallest exact two-sided p is 2/924 = 0.0022, which survives Holm's
-correction over up to 22 claims; 5 vs 5 (2/252) would survive only 6, and a within-run
-sign-flip test needs 8 seeds to survive a correction over 4 (2/256 = 0.0078).
+Tasks. Countdown (machinery/countdown.py, the default) starts at held-out pass@1 ~0.23
+with pass@16 ~0.83, its tokens have entropy, and most prompts have several correct
+answers, so claims about pass@k, entropy and diversity can show. Addition, the default
+of train.py, has a near-certain template and one answer per prompt: its solution-entropy
+claim is not testable (its own testability check says so). Its warm-up converges on a
+noisy teacher, and GRPO lifts held-out pass@1 from ~0.5 to ~0.9 within 25-75 steps, so its
+sweeps are short and evaluate often.
+
+Evaluation noise. Held-out pass@1 averages n_eval prompts x eval_samples samples; for a
+fixed held-out set its sampling SE is at most sqrt(p(1-p) / (n_eval eval_samples)):
+0.0125 for countdown's 100 x 16 and 0.018 for addition's 200 x 4 at p = 0.5. A paired
+difference has sqrt(2) times that, the mean over 10 pairs sqrt(2/10) times: 0.0056 and
+0.008, below the pass@1 effects the claims test (0.02-0.1). Every page states it for its
+own runs.
+
+Budget (2 cores, 2 runs at a time). Per run: start + steps x step_s + evaluations x n_eval
+x eval_samples x sample_s (TASKS' "cost" and "step_s", and `plan`). The costs come from
+    python -m experiments.sweep pilot --task TASK
+which runs one 12-step run per sweep here, two at a time as a sweep does, and prints them.
+Re-run it before starting the sweeps (the embedded model may have changed since; on another
+machine the costs differ), paste its numbers into TASKS, and set each sweep's parts so that
+`plan` shows at most ~40 min per part. The numbers in TASKS: the pilot with the current
+embedded model (addition at width 128, countdown at 64) on a box shared with other jobs
+(load average 7.5-8.6 on 2 cores), divided by 3.35, the slowdown that load gave on
+countdown (whose model is unchanged: the earlier countdown sweeps' own loop time, two runs
+sharing the 2 cores, was 0.43 s per step against the pilot's 1.44). A warm-up not yet
+cached or shipped costs more, once per warm-up seed and machine (~10 min each under that
+load for the current models). Each part is committed (`report`, then git add docs/
+README.md) before the next, so the work can continue on another machine with an empty
+runs/:
+
+    sweep       task       arms  runs  steps  min/run  wall min  parts  min/part
+    batching    countdown     5    50    150      1.7        42      2        21
+    advantages  countdown     6    60    150      1.3        40      2        20
+    fade        countdown     6    60    600      5.9       176      5        35
+    dfpo        countdown     6    60    150      2.2        65      2        33
+    credit      countdown     2    20    120      1.1        11      1        11
+    batching    addition      5    50    100      2.1        52      2        26
+    advantages  addition      6    60    120      1.5        46      2        23
+    fade        addition      6    60    300      4.1       124      4        31
+    dfpo        addition      6    60    100      1.9        58      2        29
+    credit      addition      2    20    100      1.0        10      1        10
 """
 
 from __future__ import annotations
@@ -48,26 +87,80 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-import numpy as np
-
-from experiments.claims import Claim
+from experiments.claims import Check, Claim
+from machinery import tinymodel
+from experiments.quantities import (difference, final, final_max_pass, first_reach, head_mean, log_ratio,
+                                    max_of, mean_of, min_of, peak, peak_of, peak_step_of, peaked_at_end, pooled_n,
+                                    nanmean, pooled_value, ratio, tail_mean, total)
 
 CANCELLATION = "Cancellation Hypothesis"
 DESIGN = "Token Gradient Cancellation (design conditions)"
 FADE = "FADE"
-PSR_NSR = "psr / nsr (sign of the advantage)"
 
-THRESHOLD = 0.75                  # "steps to pass@1 >= THRESHOLD" (batching sweep, addition)
+# The design: every arm of every sweep runs from each of these pairs.
+WARMUP_SEEDS = tinymodel.SHIPPED_SEEDS   # starting checkpoints (train.py --warmup_seed), the blocks:
+                                        # the shipped ones, so every machine starts from the same bytes
+SEEDS = (0, 1, 2, 3, 4)      # RL seeds per warm-up seed: 2 x 5 = 10 pairs per comparison
 
-# Per task: the flags every run gets, its evaluation, steps per sweep, seeds per sweep.
+# Per task: the flags every run gets, the pass@1 level of "steps to threshold" (set
+# before the runs, about halfway between the start of RL and where the default run ends:
+# docs/results.md), the cost model of the budget (seconds: process start-up and model
+# load, per evaluation sample; measured by a pilot, see `cost`), and per sweep: steps,
+# evaluation (every, prompts, samples per prompt), seconds per training step (pilot),
+# and the number of parts it runs in.
 TASKS = {
-    "countdown": {"flags": ["--data", "countdown"], "eval_every": 25, "n_eval": 100, "eval_samples": 16,
-                  "steps": {"batching": 150, "advantages": 150, "dfpo": 150, "credit": 120},
-                  "seeds": {"batching": 6, "advantages": 6, "dfpo": 6, "credit": 8}},
-    "addition": {"flags": [], "eval_every": 10, "n_eval": 200, "eval_samples": 4,
-                 "steps": {"batching": 200, "advantages": 200, "dfpo": 150, "credit": 120},
-                 "seeds": {"batching": 6, "advantages": 6, "dfpo": 6, "credit": 8}},
+    "countdown": {
+        "flags": ["--data", "countdown"], "threshold": 0.40,
+        "cost": {"start_s": 8.3, "sample_s": 0.00068},
+        "sweeps": {
+            "batching": {"steps": 150, "eval_every": 25, "n_eval": 100, "eval_samples": 16, "step_s": 0.57, "parts": 2},
+            "advantages": {"steps": 150, "eval_every": 25, "n_eval": 100, "eval_samples": 16, "step_s": 0.43,
+                           "parts": 2},
+            "fade": {"steps": 600, "eval_every": 25, "n_eval": 100, "eval_samples": 16, "step_s": 0.53, "parts": 5},
+            "dfpo": {"steps": 150, "eval_every": 25, "n_eval": 100, "eval_samples": 16, "step_s": 0.77, "parts": 2},
+            "credit": {"steps": 120, "eval_every": 30, "n_eval": 100, "eval_samples": 16, "step_s": 0.45, "parts": 1},
+        }},
+    "addition": {
+        "flags": [], "threshold": 0.75,
+        "cost": {"start_s": 10.7, "sample_s": 0.00099},
+        "sweeps": {
+            "batching": {"steps": 100, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 1.07, "parts": 2},
+            "advantages": {"steps": 120, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 0.59,
+                           "parts": 2},
+            "fade": {"steps": 300, "eval_every": 20, "n_eval": 200, "eval_samples": 16, "step_s": 0.63, "parts": 4},
+            "dfpo": {"steps": 100, "eval_every": 5, "n_eval": 200, "eval_samples": 4, "step_s": 0.90, "parts": 2},
+            "credit": {"steps": 100, "eval_every": 20, "n_eval": 200, "eval_samples": 4, "step_s": 0.46, "parts": 1},
+        }},
 }
+
+# The sources' sentences each claim tests, verbatim (the papers' abstracts).
+Q_FLIPS = ("In contrast, we study critic-free RL from a token-level perspective, revealing the token-flipping "
+           "phenomenon: positive and negative rollouts exhibit remarkably similar proportions of tokens whose "
+           "probabilities are boosted or suppressed during RL training.")
+Q_OWN_ADVANTAGE = ("To explain this phenomenon, we further show that a token's change in probability is not fully "
+                   "determined by its own advantage; coupled gradient interactions with other tokens also play a "
+                   "non-negligible role.")
+Q_COUPLING = ("Specifically, these token coupling effects occur primarily between identical tokens that are both "
+              "predicted with low confidence.")
+Q_TEMPLATE = ("(1) Compared with training on only positive rollouts, critic-free RL shifts updates from template "
+              "and formatting tokens toward reasoning tokens;")
+Q_VALUE = ("(2) Tokens boosted by critic-free RL consistently demonstrate higher value than suppressed tokens, "
+           "regardless of whether they originate from positive or negative rollouts.")
+Q_BATCHING = ("Guided by this view, we implement two batching interventions to encourage or preserve cancellation "
+              "in critic-free RL training: query-preserved mini-batching and reward-balanced batching.")
+Q_BATCHING_GAIN = ("Despite their simplicity, these interventions improve RLVR training across multiple model "
+                   "scales, supporting cancellation as both an explanatory principle and a practical design "
+                   "criterion for critic-free RL training.")
+Q_MECHANISMS = 'We show that two common mechanisms disrupting exchangeability make "non-cancellation" a structural norm.'
+Q_DFPO = ("Experimental results demonstrate that these transformations stabilize training, improve sample "
+          "efficiency, and enhance final performance, validating the value of this design condition.")
+Q_DRIFT = ("However, long-term training often leads to issues like ineffective update accumulation (learning tax), "
+           "solution probability drift, and entropy collapse.")
+Q_SIGN = "On the sign axis, imbalanced updates collapse either entropy or weight geometry."
+Q_DIFFICULTY = "On the difficulty axis, hard-problem focus sharpens signal but costs sample size."
+Q_FADE = ("FADE reaches peak pass@1 20k steps earlier than the best static baseline at the 7B scale and 2k steps "
+          "earlier at the 32B , while achieving the best accuracy-diversity trade-off across all pass@k on "
+          "LiveCodeBench and AIME.")
 
 
 @dataclass
@@ -76,7 +169,7 @@ class Sweep:
 
     name: str
     claim: str
-    """What the sweep is about, in one or two sentences (summary.md's header)."""
+    """What the sweep is about, in one or two sentences (the page's header)."""
     flags: list[str]
     """train.py flags every arm shares (the task's flags included)."""
     arms: dict[str, list[str]]
@@ -84,13 +177,48 @@ class Sweep:
     rows: list[tuple[str, Callable[[dict], float], str]]
     """The table's quantities: (label, f(load_metrics of one run) -> one number, how it is computed)."""
     curves: list[tuple[str, str]]
-    """(metrics key, panel title): drawn as mean ± SE over seeds, one line per arm."""
+    """(metrics key, panel title): drawn as mean ± SE over runs, one line per arm."""
     claims: list[Claim] = field(default_factory=list)
-    """The claims the sweep tests, judged by experiments/claims.py."""
+    """The findings the sweep tests, judged by experiments/claims.py."""
+    checks: list[Check] = field(default_factory=list)
+    """The identities its runs must satisfy (experiments/claims.py run_checks)."""
+
+
+def settings(task: str, name: str) -> dict:
+    """TASKS[task]["sweeps"][name]: steps, evaluation, step cost and parts of one sweep on one task."""
+    return TASKS[task]["sweeps"][name]
+
+
+def estimate_minutes(task: str, name: str) -> float:
+    """Estimated minutes of one run: start + steps x step_s + evaluations x samples x sample_s."""
+    s, cost = settings(task, name), TASKS[task]["cost"]
+    evaluations = math.ceil(s["steps"] / s["eval_every"])
+    return (cost["start_s"] + s["steps"] * s["step_s"]
+            + evaluations * s["n_eval"] * s["eval_samples"] * cost["sample_s"]) / 60
+
+
+def eval_flags(task: str, name: str) -> list[str]:
+    """The evaluation flags of one sweep's runs."""
+    s = settings(task, name)
+    return ["--eval_every", str(s["eval_every"]), "--n_eval", str(s["n_eval"]), "--eval_samples", str(s["eval_samples"])]
+
+
+def budget_table(jobs: int = 2) -> str:
+    """Every sweep's estimate on each task: runs, minutes per run, wall minutes with `jobs`
+    runs at a time, its parts and the wall minutes of each (the header's table; `plan`)."""
+    lines = ["    sweep       task       arms  runs  steps  min/run  wall min  parts  min/part"]
+    for task in TASKS:
+        for name, make in SWEEPS.items():
+            arms, s = len(make(task).arms), settings(task, name)
+            runs = arms * len(WARMUP_SEEDS) * len(SEEDS)
+            wall = runs * estimate_minutes(task, name) / jobs
+            lines.append(f"    {name:<11} {task:<10} {arms:>4} {runs:>5} {s['steps']:>6} "
+                         f"{estimate_minutes(task, name):>8.1f} {wall:>9.0f} {s['parts']:>6} {wall / s['parts']:>9.0f}")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------
-# 1. Testability checks (a claim's runs may not be able to speak to it)
+# 1. Testability checks and notes (a claim's runs may not be able to speak to it)
 # ---------------------------------------------------------------------------------------
 
 def schedule_moved(arm: str, key: str, low: float, high: float) -> Callable[[dict], str | None]:
@@ -113,9 +241,48 @@ def logged(key: str, arm: str) -> Callable[[dict], str | None]:
     return check
 
 
+def peaked_before_end(arms: tuple[str, ...], key: str = "eval/pass@1") -> Callable[[dict], str | None]:
+    """Not testable if the best of `arms` (highest mean peak of `key`) peaked at its last
+    evaluation in more than half of its runs: the runs ended before it peaked, so "steps to
+    peak" would measure the run length."""
+    def check(series: dict) -> str | None:
+        peaks = {a: nanmean([peak(*s[key])[1] for s in series.get(a, []) if key in s]) for a in arms}
+        finite = {a: p for a, p in peaks.items() if math.isfinite(p)}
+        if not finite:
+            return f"{key} was not logged"
+        best = max(finite, key=lambda a: (finite[a], -arms.index(a)))
+        runs = [s for s in series[best] if key in s]
+        at_end = sum(peak(*s[key])[0] == s[key][0][-1] for s in runs)
+        if at_end > len(runs) / 2:
+            return f"{best} (the best static arm) peaked at its last evaluation in {at_end} of {len(runs)} runs"
+        return None
+    return check
+
+
+def first_reason(*checks: Callable[[dict], str | None]) -> Callable[[dict], str | None]:
+    """The first of several testability checks that finds a reason."""
+    return lambda series: next((r for c in checks if (r := c(series))), None)
+
+
+def schedule_range(arm: str) -> Callable[[dict], str]:
+    """How far the arm's schedule moved: 'delta moved over [0.55, 1.00], alpha over [1.31, 2.40]'."""
+    def note(series: dict) -> str:
+        parts = []
+        for key in ("sched/delta", "sched/alpha"):
+            v = [x for s in series.get(arm, []) if key in s for x in s[key][1] if math.isfinite(x)]
+            if v:
+                parts.append(f"{key.split('/')[1]} over [{min(v):.2f}, {max(v):.2f}]")
+        return f"{arm}'s " + " and ".join(parts) if parts else ""
+    return note
+
+
 # ---------------------------------------------------------------------------------------
 # 2. The sweeps (task: 'countdown' or 'addition')
 # ---------------------------------------------------------------------------------------
+
+RESIDUAL_TOL = 1e-6     # float rounding of a residual whose exact value is 0 (or 1, 1/3)
+FIRST_STEP_TOL = 1e-5   # the first optimizer step reads pi_old from a separate pass: ratio 1 +- 1e-7
+
 
 def batching(task: str = "countdown") -> Sweep:
     """Mini-batch formation with 4 optimizer steps per rollout batch (batching.py).
@@ -125,32 +292,37 @@ def batching(task: str = "countdown") -> Sweep:
     advantage. With 4 mini-batches that holds only if a group stays whole in one of
     them: 'random' splits groups, 'query' and 'query_balanced' never do, 'balanced' and
     'mass_balanced' balance positives and negatives (counts or advantage mass) per
-    mini-batch. Template drift = mean |Δ log π| per template token after the step
-    (diagnostics.where_updates_go, every 10th step); the cancellation residual is taken
-    per optimizer step over its whole groups.
+    mini-batch. Checks: the first optimizer step's residual (ratio 1 there) is 0 to
+    rounding with whole groups and above 0 with split ones. Findings: template drift =
+    mean |Δ log π| per template token after the step (diagnostics.where_updates_go,
+    every 10th step), and final pass@1, each against random.
     """
-    arms = {mode: ["--minibatch_mode", mode] for mode in ("random", "query", "balanced", "query_balanced",
-                                                          "mass_balanced")}
-    claims = [Claim(CANCELLATION, "keeping groups whole in an optimizer step keeps shared tokens' updates cancelling",
-                    "cancellation residual", "query", "random", -1),
-              *[Claim(CANCELLATION, f"{mode} mini-batches let the template drift less than random ones",
-                      "template drift", mode, "random", -1, logged("where/abs_dlogp_template", mode))
-                for mode in ("query", "balanced", "query_balanced", "mass_balanced")],
-              *[Claim(CANCELLATION, f"{mode} mini-batches learn better than random ones", "final pass@1", mode,
-                      "random", +1) for mode in ("query", "balanced")]]
+    modes = ("random", "query", "balanced", "query_balanced", "mass_balanced")
+    claims = [*[Claim(CANCELLATION, f"{mode} mini-batches: less template drift than random", Q_BATCHING,
+                      "template drift", mode, "random", -1, testable=logged("where/abs_dlogp_template", mode))
+                for mode in modes[1:]],
+              *[Claim(CANCELLATION, f"{mode} mini-batches: higher final pass@1 than random", Q_BATCHING_GAIN,
+                      "final pass@1", mode, "random", +1) for mode in ("query", "balanced")]]
+    checks = [Check("whole groups, zero-sum advantage: the first optimizer step's residual is 0 to rounding",
+                    "first-step residual", ("query", "query_balanced"), "zero", tol=FIRST_STEP_TOL),
+              Check("split groups cannot cancel: the first optimizer step's residual is above 0",
+                    "first-step residual", ("random", "balanced", "mass_balanced"), "positive", tol=1e-3),
+              Check("query modes never split a group", "split groups / step", ("query", "query_balanced"), "zero")]
     return Sweep(
         name="batching",
         claim="Keeping each group's rollouts in one optimizer step keeps the updates of shared "
               "(template) tokens cancelling (Cancellation Hypothesis paper); splitting groups "
               "(random mini-batches) leaves them to drift.",
         flags=[*TASKS[task]["flags"], "--minibatches", "4", "--coupling_pairs", "0"],
-        arms=arms,
+        arms={mode: ["--minibatch_mode", mode] for mode in modes},
         rows=[("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
               ("final pass@k", final_max_pass(), "held-out pass@k at the last step, the largest k evaluated"),
-              (f"steps to pass@1 >= {THRESHOLD}", first_reach("eval/pass@1", THRESHOLD),
-               f"first evaluation step with pass@1 >= {THRESHOLD} (missing if never)"),
+              (f"steps to pass@1 >= {threshold(task)}", first_reach("eval/pass@1", threshold(task)),
+               "first evaluation step at or above the task's threshold (one evaluation past the end if never)"),
               ("cancellation residual", mean_of("cancellation_residual"),
                "mean over diagnostic steps of R_g per optimizer step"),
+              ("first-step residual", mean_of("cancellation_residual_first"),
+               "the same, first optimizer step of each batch only (ratio 1)"),
               ("template drift", mean_of("where/abs_dlogp_template"),
                "mean |Δ log π| per template token, mean over diagnostic steps"),
               ("reasoning drift", mean_of("where/abs_dlogp_reasoning"),
@@ -166,48 +338,50 @@ def batching(task: str = "countdown") -> Sweep:
                 ("where/abs_dlogp_template", "template drift: mean |Δ log π| per template token"),
                 ("cancellation_residual", "cancellation residual R_g"),
                 ("mb/split_groups", "split groups per optimizer step")],
-        claims=claims)
+        claims=claims, checks=checks)
 
 
 def advantages(task: str = "countdown") -> Sweep:
-    """Seven advantages on the same task (advantages.py, scheduler.py).
+    """The FADE paper's two axes, each against mean (Dr. GRPO), on the same task.
 
-    grpo (group z-score), mean (Dr. GRPO: r - mean), psr (successes only), nsr (failures
-    only), power alpha=2 and asym delta=0.5 (FADE paper's static baselines, through the
-    constant schedule's --alpha/--delta), fade with its own schedule. The FADE paper's
-    decomposition: m_S and m_F, the per-rollout success and failure masses. Peak = the
-    best held-out pass@1 of the run; "gain lost" = peak minus final.
+    The sign axis: psr (successes only), nsr (failures only) and asym (failures x 1/delta,
+    delta = 0.5); the difficulty axis: power (alpha = 2). At alpha = delta = 1 both probes
+    ARE mean, so mean is the reference that changes one thing (grpo also divides by the
+    group's std, a difficulty reweighting of its own; it is run as a descriptive arm).
+    Every arm passes only the hyper-parameter its advantage reads.
     """
-    fade_moved = schedule_moved("fade", "sched/delta", 0.98, 1.0)
-    claims = [Claim(FADE, "FADE keeps the gains GRPO loses after its peak (higher final pass@1)",
-                    "final pass@1", "fade", "grpo", +1, fade_moved),
-              Claim(FADE, "FADE loses less from its peak than GRPO", "gain lost", "fade", "grpo", -1, fade_moved),
-              Claim(FADE, "weighting hard prompts more (power, alpha = 2) improves pass@1", "final pass@1",
-                    "power", "grpo", +1),
-              Claim(FADE, "more failure mass (asym, delta = 0.5) keeps entropy up", "entropy, last 10 steps",
-                    "asym", "grpo", +1),
-              Claim(PSR_NSR, "positive-only training (psr) collapses entropy", "entropy, last 10 steps", "psr",
-                    "grpo", -1),
-              Claim(PSR_NSR, "psr sharpens pass@1", "final pass@1", "psr", "grpo", +1),
-              Claim(PSR_NSR, "psr costs pass@k", "final pass@k", "psr", "grpo", -1),
-              Claim(PSR_NSR, "negative-only training (nsr) keeps entropy", "entropy, last 10 steps", "nsr",
-                    "grpo", +1),
-              Claim(PSR_NSR, "nsr has a lower pass@1", "final pass@1", "nsr", "grpo", -1),
-              Claim(PSR_NSR, "nsr keeps pass@k", "final pass@k", "nsr", "grpo", +1)]
+    zero_sum = ("grpo", "mean", "power")
+    claims = [Claim(FADE, "hard-prompt focus (power, alpha 2): higher final pass@1 than mean", Q_DIFFICULTY,
+                    "final pass@1", "power", "mean", +1),
+              Claim(FADE, "more failure mass (asym, delta 0.5): higher entropy than mean", Q_SIGN,
+                    "entropy, last 10 steps", "asym", "mean", +1),
+              Claim(FADE, "success mass only (psr): entropy collapses below mean's", Q_SIGN,
+                    "entropy, last 10 steps", "psr", "mean", -1),
+              Claim(FADE, "failure mass only (nsr): entropy stays above mean's", Q_SIGN,
+                    "entropy, last 10 steps", "nsr", "mean", +1)]
+    checks = [Check("zero-sum advantage, one optimizer step: residual 0 to rounding", "cancellation residual",
+                    zero_sum, "zero", tol=RESIDUAL_TOL),
+              Check("one-signed advantage cannot cancel: residual exactly 1", "cancellation residual",
+                    ("psr", "nsr"), "equals", 1.0, tol=RESIDUAL_TOL),
+              Check("asym, delta 0.5: residual (2 - 1) / (2 + 1) = 1/3 in every mixed group",
+                    "cancellation residual", ("asym",), "equals", 1 / 3, tol=RESIDUAL_TOL),
+              Check("zero-sum advantage: success mass = failure mass", "m_S - m_F", zero_sum, "zero", tol=1e-6),
+              Check("asym: failure mass = success mass / delta = 2 m_S", "m_F / m_S", ("asym",), "equals", 2.0,
+                    tol=1e-6),
+              Check("psr gives failures no mass", "m_F (mean)", ("psr",), "zero"),
+              Check("nsr gives successes no mass", "m_S (mean)", ("nsr",), "zero"),
+              Check("power runs at alpha = 2 on every step", ("alpha min", "alpha max"), ("power",), "equals", 2.0),
+              Check("asym runs at delta = 0.5 on every step", ("delta min", "delta max"), ("asym",), "equals", 0.5)]
     return Sweep(
         name="advantages",
-        claim="How much a success pushes up and a failure pushes down (m_S vs m_F) decides where "
-              "pass@1 peaks, whether pass@k survives and how entropy moves (FADE paper; psr/nsr: "
-              "positive- vs negative-only training).",
+        claim="How much a success pushes up and a failure pushes down (m_S vs m_F, the sign axis) and which "
+              "solve rates get the weight (the difficulty axis) move entropy and pass@1 (FADE paper).",
         flags=[*TASKS[task]["flags"], "--coupling_pairs", "0"],
         arms={"grpo": ["--advantage", "grpo"], "mean": ["--advantage", "mean"], "psr": ["--advantage", "psr"],
               "nsr": ["--advantage", "nsr"], "power": ["--advantage", "power", "--alpha", "2"],
-              "asym": ["--advantage", "asym", "--delta", "0.5"],
-              "fade": ["--advantage", "fade", "--schedule", "fade"]},
+              "asym": ["--advantage", "asym", "--delta", "0.5"]},
         rows=[("peak pass@1", peak_of("eval/pass@1"), "best held-out pass@1 over the run's evaluations"),
-              ("step of peak", peak_step_of("eval/pass@1"), "its step (the first, on ties)"),
               ("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
-              ("gain lost", difference(peak_of("eval/pass@1"), final("eval/pass@1")), "peak minus final pass@1"),
               ("final pass@k", final_max_pass(), "held-out pass@k at the last step, the largest k evaluated"),
               ("entropy, first 10 steps", head_mean("entropy", 10), "mean token entropy, nats"),
               ("entropy, last 10 steps", tail_mean("entropy", 10), "mean token entropy, nats"),
@@ -215,76 +389,159 @@ def advantages(task: str = "countdown") -> Sweep:
                "entropy over distinct correct solutions (countdown), last evaluation"),
               ("m_S (mean)", mean_of("m_S"), "success mass per rollout, mean over steps"),
               ("m_F (mean)", mean_of("m_F"), "failure mass per rollout, mean over steps"),
-              ("alpha min", min_of("sched/alpha"), "smallest alpha the schedule took"),
-              ("alpha max", max_of("sched/alpha"), "largest alpha the schedule took"),
-              ("delta min", min_of("sched/delta"), "smallest delta the schedule took"),
-              ("delta max", max_of("sched/delta"), "largest delta the schedule took"),
+              ("m_S - m_F", difference(mean_of("m_S"), mean_of("m_F")), "the sign axis' imbalance"),
+              ("m_F / m_S", ratio(mean_of("m_F"), mean_of("m_S")), "failure mass per unit of success mass"),
+              ("cancellation residual", mean_of("cancellation_residual"), "mean over diagnostic steps of R_g"),
+              ("alpha min", min_of("sched/alpha"), "smallest alpha of the run"),
+              ("alpha max", max_of("sched/alpha"), "largest alpha of the run"),
+              ("delta min", min_of("sched/delta"), "smallest delta of the run"),
+              ("delta max", max_of("sched/delta"), "largest delta of the run"),
               ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")],
         curves=[("eval/pass@1", "held-out pass@1"), ("entropy", "entropy (nats/token)"),
                 ("m_S", "success mass m_S per rollout"), ("m_F", "failure mass m_F per rollout"),
-                ("sched/alpha", "alpha"), ("sched/delta", "delta")],
-        claims=claims)
+                ("eval/pass@16" if task == "countdown" else "eval/pass@4", "held-out pass@k, largest k")],
+        claims=claims, checks=checks)
+
+
+STATIC = ("grpo", "mean", "power", "asym")       # the fade sweep's static baselines
+
+
+def fade(task: str = "countdown") -> Sweep:
+    """FADE against the best static baseline, in runs long enough that the baselines peak.
+
+    Two FADE arms: the paper's rule delta = clip(1 + H_hat - H_target, 0.3, 1) with the
+    paper's best target 0.5 H0, and the [recon] relative rule delta = clip(H_hat /
+    H_target, 0.3, 1) (scheduler.py, docs/math.md §4) with target 0.8 H0: the mean token
+    entropy of countdown keeps its free template wording (~0.6 nats) and fell to ~70% of
+    H0 in 300 steps of GRPO, so a target of half of H0 is never reached and delta never
+    moves. The best static baseline is the static arm with the highest mean peak pass@1
+    (chosen on the runs, by the row the claims do NOT test). Each FADE verdict says how
+    far delta and alpha moved. pass@k at every k = 1..16 needs 16 evaluation samples on
+    both tasks.
+    """
+    ks = (1, 2, 4, 8, 16)
+    fade_arms = {"fade": ["--advantage", "fade", "--schedule", "fade"],
+                 "fade_rel": ["--advantage", "fade", "--schedule", "fade_rel", "--target_rel", "0.8"]}
+    claims = []
+    for arm in fade_arms:
+        moved = schedule_moved(arm, "sched/delta", 0.98, 1.0)
+        claims += [Claim(FADE, f"{arm}: peak pass@1 at an earlier step than the best static baseline", Q_FADE,
+                         "step of peak", arm, STATIC, -1, best_by="peak pass@1",
+                         testable=first_reason(moved, peaked_before_end(STATIC)), note=schedule_range(arm)),
+                   Claim(FADE, f"{arm}: higher final pass@k than the best static baseline at every k = 1..16", Q_FADE,
+                         tuple(f"final pass@{k}" for k in ks), arm, STATIC, +1, best_by="peak pass@1",
+                         testable=moved, note=schedule_range(arm))]
+    checks = [Check("FADE's alpha stays in its clip [1, 3]", ("alpha min", "alpha max"), tuple(fade_arms), "within",
+                    (1.0, 3.0)),
+              Check("FADE's delta stays in its clip [0.3, 1]", ("delta min", "delta max"), tuple(fade_arms), "within",
+                    (0.3, 1.0)),
+              Check("power runs at alpha = 2 on every step", ("alpha min", "alpha max"), ("power",), "equals", 2.0),
+              Check("asym runs at delta = 0.5 on every step", ("delta min", "delta max"), ("asym",), "equals", 0.5)]
+    return Sweep(
+        name="fade",
+        claim="FADE reads the solve rate and the entropy to set its difficulty focus (alpha) and failure "
+              "weight (delta); it should peak earlier than the best static advantage and keep the best pass@k "
+              "at every k (FADE paper).",
+        flags=[*TASKS[task]["flags"], "--coupling_pairs", "0"],
+        arms={**fade_arms, "grpo": ["--advantage", "grpo"], "mean": ["--advantage", "mean"],
+              "power": ["--advantage", "power", "--alpha", "2"], "asym": ["--advantage", "asym", "--delta", "0.5"]},
+        rows=[("peak pass@1", peak_of("eval/pass@1"), "best held-out pass@1 over the run's evaluations"),
+              ("step of peak", peak_step_of("eval/pass@1"), "its step (the first, on ties)"),
+              ("peak at the last evaluation", peaked_at_end("eval/pass@1"), "1 if the run peaked at its end"),
+              ("gain lost", difference(peak_of("eval/pass@1"), final("eval/pass@1")), "peak minus final pass@1"),
+              *[(f"final pass@{k}", final(f"eval/pass@{k}"), f"held-out pass@{k} at the last step") for k in ks],
+              ("entropy, last 10 steps", tail_mean("entropy", 10), "mean token entropy, nats"),
+              ("final solution entropy", final("eval/solution_entropy"),
+               "entropy over distinct correct solutions (countdown), last evaluation"),
+              ("alpha min", min_of("sched/alpha"), "smallest alpha of the run"),
+              ("alpha max", max_of("sched/alpha"), "largest alpha of the run"),
+              ("delta min", min_of("sched/delta"), "smallest delta of the run"),
+              ("delta max", max_of("sched/delta"), "largest delta of the run"),
+              ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")],
+        curves=[("eval/pass@1", "held-out pass@1"), ("eval/pass@16", "held-out pass@16"),
+                ("entropy", "entropy (nats/token)"), ("sched/alpha", "alpha"), ("sched/delta", "delta"),
+                ("sched/H_hat", "smoothed entropy H_hat")],
+        claims=claims, checks=checks)
 
 
 def dfpo(task: str = "countdown") -> Sweep:
-    """GSPO vs DFPO's transforms of GSPO's sequence weights (loss.py), 4 query mini-batches, and GRPO.
+    """GSPO taken apart, and DFPO's orth against GSPO (loss.py), 4 query mini-batches.
 
     GSPO weighs each rollout by its own (clipped) sequence ratio, so after the first
-    mini-batch the weights differ within a group and a token shared by the group no
-    longer cancels: the residual R_g leaves 0. DFPO's 'min' and 'orth' make sum_i w_i A_i
-    = 0 again. The grpo arm (PPO's token ratios, token-mean) is the reference for the
-    design-conditions paper's Cor. 3.2: when equal-reward rollouts get different sequence
-    weights, the log-odds between two equivalent correct solutions drift and the entropy
-    among them goes to 0. Countdown has equivalent solutions by construction, so the
-    evaluation's solution entropy measures it.
-    Clip range: GSPO's own, eps_low 3e-4 and eps_high 4e-4 (GSPO paper, Zheng et al.
-    2025), in the GSPO arms; PPO's 0.2 in the grpo arm. A sequence ratio is a geometric
-    mean of token ratios and stays much closer to 1, and with 0.2 GSPO collapsed on the
-    embedded model (docs/LOG.md).
+    mini-batch a token shared by the group no longer cancels. The design-conditions
+    paper names two mechanisms; our reading [recon] of GSPO's are its sequence weights and
+    its clip (which drops rollouts). Two arms take them apart on DFPO's token-sum path
+    (loss.dfpo_transform's controls): seq_weights keeps GSPO's sequence weights with a clip
+    range they never reach (--eps_low 0.5 --eps_high 1; a check confirms the clip never
+    acted), clip_only keeps GSPO's clip (3e-4 / 4e-4, GSPO paper) with weight 1 for every
+    rollout it keeps. GSPO and the DFPO arms use GSPO's own clip range; grpo PPO's 0.2.
+    orth against GSPO: sample efficiency (steps to the task's pass@1 threshold), stability
+    (the seed spread of final pass@1 within a warm-up seed, the gain lost after the peak),
+    final pass@1, and (countdown) the entropy among equivalent correct solutions.
     """
-    gspo = ["--loss_type", "gspo", "--eps_low", "3e-4", "--eps_high", "4e-4"]
-    claims = [Claim(DESIGN, "GSPO's per-rollout sequence weights break cancellation (residual above GRPO's)",
-                    "cancellation residual", "gspo", "grpo", +1),
-              Claim(DESIGN, "DFPO orth restores cancellation", "cancellation residual", "dfpo_orth", "gspo", -1),
-              Claim(DESIGN, "DFPO min restores cancellation", "cancellation residual", "dfpo_min", "gspo", -1),
-              Claim(DESIGN, "orth does not cost pass@1", "final pass@1", "dfpo_orth", "gspo", 0),
-              Claim(DESIGN, "Cor. 3.2: unequal sequence weights collapse the entropy among equivalent "
-                    "correct solutions (GSPO below GRPO)", "final solution entropy", "gspo", "grpo", -1,
-                    logged("eval/solution_entropy", "gspo")),
-              Claim(DESIGN, "Cor. 3.2: orth keeps it (orth above GSPO)", "final solution entropy", "dfpo_orth",
-                    "gspo", +1, logged("eval/solution_entropy", "gspo"))]
+    gspo_clip = ["--eps_low", "3e-4", "--eps_high", "4e-4"]
+    claims = [Claim(DESIGN, "GSPO's sequence weights alone (clip out of reach): more residual than GRPO", Q_MECHANISMS,
+                    "cancellation residual", "seq_weights", "grpo", +1),
+              Claim(DESIGN, "GSPO's clip alone (equal weights): more residual than GRPO", Q_MECHANISMS,
+                    "cancellation residual", "clip_only", "grpo", +1),
+              Claim(DESIGN, "orth reaches the task's pass@1 threshold in fewer steps than GSPO", Q_DFPO,
+                    f"steps to pass@1 >= {threshold(task)}", "dfpo_orth", "gspo", -1),
+              Claim(DESIGN, "orth: smaller seed spread of final pass@1 than GSPO", Q_DFPO, "final pass@1",
+                    "dfpo_orth", "gspo", -1, statistic="spread"),
+              Claim(DESIGN, "orth loses less pass@1 after its peak than GSPO", Q_DFPO, "gain lost", "dfpo_orth", "gspo",
+                    -1),
+              Claim(DESIGN, "orth: higher final pass@1 than GSPO", Q_DFPO, "final pass@1", "dfpo_orth", "gspo", +1),
+              Claim(DESIGN, "orth: more entropy among equivalent correct solutions than GSPO", Q_DRIFT,
+                    "final solution entropy", "dfpo_orth", "gspo", +1,
+                    testable=logged("eval/solution_entropy", "dfpo_orth"))]
+    checks = [Check("orth: the kept rollouts' weights cancel in every group", "cancellation residual", ("dfpo_orth",),
+                    "zero", tol=RESIDUAL_TOL),
+              Check("equal weights on-policy: the first optimizer step's residual is 0 to rounding",
+                    "first-step residual", ("grpo", "seq_weights", "clip_only", "dfpo_min", "dfpo_orth"), "zero",
+                    tol=FIRST_STEP_TOL),
+              Check("seq_weights: its clip range is never reached", "clip frac (both)", ("seq_weights",), "zero")]
     return Sweep(
         name="dfpo",
-        claim="Per-rollout sequence weights (GSPO) break the cancellation of shared tokens and collapse the "
-              "entropy among equivalent solutions; DFPO's min/orth transforms restore it (design-conditions paper).",
+        claim="Per-rollout weights (GSPO's sequence ratios, its clip) break the cancellation of shared tokens; "
+              "DFPO's orth transform restores it and should train better than GSPO (design-conditions paper).",
         flags=[*TASKS[task]["flags"], "--minibatches", "4", "--minibatch_mode", "query", "--coupling_pairs", "0"],
-        arms={"grpo": [], "gspo": gspo, "dfpo_min": [*gspo, "--weight_transform", "min"],
-              "dfpo_orth": [*gspo, "--weight_transform", "orth"]},
+        arms={"grpo": [], "gspo": ["--loss_type", "gspo", *gspo_clip],
+              "seq_weights": ["--loss_type", "gspo", "--weight_transform", "keep", "--eps_low", "0.5", "--eps_high", "1"],
+              "clip_only": ["--loss_type", "gspo", "--weight_transform", "equal", *gspo_clip],
+              "dfpo_min": ["--loss_type", "gspo", *gspo_clip, "--weight_transform", "min"],
+              "dfpo_orth": ["--loss_type", "gspo", *gspo_clip, "--weight_transform", "orth"]},
         rows=[("cancellation residual", mean_of("cancellation_residual"),
                "mean over diagnostic steps of the per-group residual R_g"),
+              ("first-step residual", mean_of("cancellation_residual_first"),
+               "the same, first optimizer step of each batch only (ratio 1)"),
               ("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
+              ("peak pass@1", peak_of("eval/pass@1"), "best held-out pass@1 over the run's evaluations"),
+              ("gain lost", difference(peak_of("eval/pass@1"), final("eval/pass@1")), "peak minus final pass@1"),
+              (f"steps to pass@1 >= {threshold(task)}", first_reach("eval/pass@1", threshold(task)),
+               "first evaluation step at or above the task's threshold (one evaluation past the end if never)"),
               ("final pass@k", final_max_pass(), "held-out pass@k at the last step, the largest k evaluated"),
               ("final solution entropy", final("eval/solution_entropy"),
                "entropy over distinct correct solutions (countdown), last evaluation"),
               ("final distinct solutions", final("eval/distinct_solutions"),
                "distinct correct solutions per solved prompt, last evaluation"),
-              *[(f"solution entropy at pass@1 {level}", at_level("eval/solution_entropy", "eval/pass@1", level),
-                 f"the same, where held-out pass@1 first crosses {level} between two evaluations (equal "
-                 "progress; runs that cross before the first evaluation or never have no number)")
-                for level in (0.40, 0.42)],
               ("clip frac low", mean_of("clip_frac_low"), "mean over steps"),
               ("clip frac high", mean_of("clip_frac_high"), "mean over steps"),
+              ("clip frac (both)", total(mean_of("clip_frac_low"), mean_of("clip_frac_high")), "low + high"),
               ("dropped rollouts", mean_of("dfpo_dropped"),
-               "share of rollouts GSPO's clip dropped, mean over steps (DFPO arms only)"),
+               "share of rollouts GSPO's clip dropped, mean over steps (DFPO path arms only)"),
               ("one-sided groups", mean_of("dfpo_one_sided"),
                "share of groups with both signs left with kept rollouts of one sign by the clip "
-               "(orth zeroes them, min cannot cancel them), mean over steps (DFPO arms only)"),
+               "(orth zeroes them, min cannot cancel them), mean over steps (DFPO path arms only)"),
               ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")],
         curves=[("eval/pass@1", "held-out pass@1"), ("entropy", "entropy (nats/token)"),
                 ("cancellation_residual", "cancellation residual R_g"),
                 ("eval/solution_entropy", "entropy over distinct correct solutions"),
                 ("clip_frac_low", "clip fraction (low)"), ("clip_frac_high", "clip fraction (high)")],
-        claims=claims)
+        claims=claims, checks=checks)
+
+
+FLIP_MARGIN = math.log(2)   # "similar": the two shares within a factor of 2
+SUPPRESSED_MARGIN = 0.01    # "not fully determined by its own advantage": more than 1% of psr's positive tokens fall
 
 
 def credit(task: str = "countdown") -> Sweep:
@@ -293,31 +550,55 @@ def credit(task: str = "countdown") -> Sweep:
     Diagnostics every 5th step (flips, where updates go, coupling), the token value every
     10th step on 128 stratified positions (32 per cell: boosted/suppressed x positive/
     negative rollouts, 8 continuations each). A value cell is pooled over the run's value
-    steps. Under psr failures get A = 0, so there are no negative rollouts and the '-'
-    cells are absent by construction.
+    steps. Under psr failures get A = 0, so there are no negative rollouts.
+    The flip claims separate the paper from the naive view (each token follows its own
+    rollout's advantage), which predicts no boosted token in a negative rollout and no
+    suppressed one in a positive rollout. The paper: "remarkably similar proportions",
+    tested as equivalence of the two shares' log ratio within log 2 (a factor of 2; the
+    naive view's ratio is 0). The margin was declared after the earlier sweeps' shares were
+    public (ratios 0.89-0.94 boosted, 0.68-0.70 suppressed), so it is a generous reading,
+    not a tuned one. psr has no negative advantage at all, so by the naive view none of its
+    tokens falls; the paper's coupling predicts some do: more than 1% of them.
+    Coupling: the output-layer formula's bracket is ~1 for identical low-confidence tokens
+    and ~0 for confident ones, whatever the training (a check: same_low - different is
+    positive in psr too); the finding is same_low against same_high.
     """
     cells = {"boosted_pos": "b+", "suppressed_pos": "s+", "boosted_neg": "b-", "suppressed_neg": "s-"}
-    claims = [Claim(CANCELLATION, "negative rollouts have boosted tokens and positive rollouts suppressed ones "
-                    "in similar shares", "flip b- minus s+", "grpo", None, 0),
-              Claim(CANCELLATION, "critic-free RL puts less of the update on template tokens than positive-only "
-                    "training", "template share", "grpo", "psr", -1, logged("where/template_share", "grpo")),
-              Claim(CANCELLATION, "boosted tokens have higher value than suppressed ones in positive rollouts",
+    claims = [Claim(CANCELLATION, "boosted shares of negative and positive rollouts within a factor 2", Q_FLIPS,
+                    "flip log(b- / b+)", "grpo", None, 0, margin=FLIP_MARGIN),
+              Claim(CANCELLATION, "suppressed shares of positive and negative rollouts within a factor 2", Q_FLIPS,
+                    "flip log(s+ / s-)", "grpo", None, 0, margin=FLIP_MARGIN),
+              Claim(CANCELLATION, "psr (no negative advantage) still suppresses >1% of tokens", Q_OWN_ADVANTAGE,
+                    "flip suppress pos", "psr", None, +1, margin=SUPPRESSED_MARGIN),
+              Claim(CANCELLATION, "less of the update on template tokens than psr", Q_TEMPLATE, "template share",
+                    "grpo", "psr", -1, testable=logged("where/template_share", "grpo")),
+              Claim(CANCELLATION, "boosted tokens of positive rollouts: higher value than suppressed", Q_VALUE,
                     "value b+ - s+", "grpo", None, +1),
-              Claim(CANCELLATION, "... and in negative rollouts", "value b- - s-", "grpo", None, +1),
-              Claim(CANCELLATION, "identical low-confidence tokens couple more than different tokens",
-                    "coupling same_low - different", "grpo", None, +1)]
+              Claim(CANCELLATION, "boosted tokens of negative rollouts: higher value than suppressed", Q_VALUE,
+                    "value b- - s-", "grpo", None, +1),
+              Claim(CANCELLATION, "identical low-confidence tokens couple more than identical confident ones",
+                    Q_COUPLING, "coupling same_low - same_high", "grpo", None, +1)]
+    checks = [Check("zero-sum advantage, one optimizer step: residual 0 to rounding", "cancellation residual",
+                    ("grpo",), "zero", tol=RESIDUAL_TOL),
+              Check("psr's one-signed advantage cannot cancel: residual exactly 1", "cancellation residual", ("psr",),
+                    "equals", 1.0, tol=RESIDUAL_TOL),
+              Check("psr gives failures no mass", "m_F (mean)", ("psr",), "zero"),
+              Check("the coupling formula's bracket: same_low - different > 0 in every run, psr too",
+                    "coupling same_low - different", ("grpo", "psr"), "positive")]
     return Sweep(
         name="credit",
         claim="Tokens flip both ways in positive and negative rollouts; critic-free RL moves the "
               "|Δ log π| share toward reasoning tokens compared with positive-only training; boosted "
-              "tokens have higher value than suppressed ones in positive and negative rollouts alike "
-              "(Cancellation Hypothesis paper).",
+              "tokens have higher value than suppressed ones in positive and negative rollouts alike; "
+              "coupling is strongest between identical low-confidence tokens (Cancellation Hypothesis paper).",
         flags=[*TASKS[task]["flags"], "--flip_every", "5", "--value_every", "10", "--value_samples", "128"],
         arms={"grpo": ["--advantage", "grpo"], "psr": ["--advantage", "psr"]},
         rows=[*[(f"flip {k} {s}", mean_of(f"flip/{k}_{s}"), "share of the rollouts' tokens, mean over "
                  "diagnostic steps") for s in ("pos", "neg") for k in ("boost", "suppress")],
-              ("flip b- minus s+", difference(mean_of("flip/boost_neg"), mean_of("flip/suppress_pos")),
-               "boosted share in negative rollouts minus suppressed share in positive ones"),
+              ("flip log(b- / b+)", log_ratio(mean_of("flip/boost_neg"), mean_of("flip/boost_pos")),
+               "log of the boosted share in negative rollouts over that in positive ones (naive view: -inf)"),
+              ("flip log(s+ / s-)", log_ratio(mean_of("flip/suppress_pos"), mean_of("flip/suppress_neg")),
+               "log of the suppressed share in positive rollouts over that in negative ones (naive view: -inf)"),
               ("template share", mean_of("where/template_share"),
                "template tokens' share of sum |Δ log π|, mean over diagnostic steps"),
               ("template tokens", mean_of("where/template_tokens"),
@@ -330,9 +611,14 @@ def credit(task: str = "countdown") -> Sweep:
                "pooled value boosted minus suppressed, positive rollouts"),
               ("value b- - s-", difference(pooled_value("boosted_neg"), pooled_value("suppressed_neg")),
                "pooled value boosted minus suppressed, negative rollouts"),
-              ("coupling same_low - different", difference(mean_of("coupling/same_low"),
-                                                           mean_of("coupling/different")),
-               "output-layer coupling, identical low-confidence pairs minus different tokens [recon]"),
+              *[(f"coupling {cls}", mean_of(f"coupling/{cls}"), "output-layer coupling per unit lr [recon]")
+                for cls in ("same_low", "same_high", "different")],
+              ("coupling same_low - same_high", difference(mean_of("coupling/same_low"), mean_of("coupling/same_high")),
+               "identical low-confidence pairs minus identical confident pairs [recon]"),
+              ("coupling same_low - different", difference(mean_of("coupling/same_low"), mean_of("coupling/different")),
+               "identical low-confidence pairs minus different tokens [recon]"),
+              ("cancellation residual", mean_of("cancellation_residual"), "mean over diagnostic steps of R_g"),
+              ("m_F (mean)", mean_of("m_F"), "failure mass per rollout, mean over steps"),
               ("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
               ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")],
         curves=[("eval/pass@1", "held-out pass@1"), ("entropy", "entropy (nats/token)"),
@@ -342,159 +628,12 @@ def credit(task: str = "countdown") -> Sweep:
                 ("flip/suppress_neg", "suppressed share, negative rollouts"),
                 ("where/template_share", "template share of |Δ log π|"),
                 ("value/boosted_pos", "value, boosted tokens of positive rollouts")],
-        claims=claims)
+        claims=claims, checks=checks)
 
 
-SWEEPS = {"batching": batching, "advantages": advantages, "dfpo": dfpo, "credit": credit}
+SWEEPS = {"batching": batching, "advantages": advantages, "fade": fade, "dfpo": dfpo, "credit": credit}
 
 
-# ---------------------------------------------------------------------------------------
-# 3. One number per run: the table's quantities, from plot_runs.load_metrics' series
-#    ({key: (steps, values)}, NaN where a step logged null). Each returns NaN when the
-#    run never logged the key.
-# ---------------------------------------------------------------------------------------
-
-def final(key: str, scale: float = 1.0) -> Callable[[dict], float]:
-    """The key's value at its last logged step (for eval/pass@k: the evaluation at the last step)."""
-    return lambda series: float(series[key][1][-1]) * scale if key in series else math.nan
-
-
-def mean_of(key: str) -> Callable[[dict], float]:
-    """Mean of the key over the steps that logged it (NaNs skipped)."""
-    return lambda series: _nanmean(series[key][1]) if key in series else math.nan
-
-
-def head_mean(key: str, n: int) -> Callable[[dict], float]:
-    """Mean of the key over its first n logged steps."""
-    return lambda series: _nanmean(series[key][1][:n]) if key in series else math.nan
-
-
-def tail_mean(key: str, n: int) -> Callable[[dict], float]:
-    """Mean of the key over its last n logged steps."""
-    return lambda series: _nanmean(series[key][1][-n:]) if key in series else math.nan
-
-
-def first_reach(key: str, threshold: float) -> Callable[[dict], float]:
-    """steps_to_threshold of the key's curve."""
-    return lambda series: steps_to_threshold(*series[key], threshold) if key in series else math.nan
-
-
-def at_level(key: str, level_key: str, level: float) -> Callable[[dict], float]:
-    """The key's value where level_key first reaches `level`, for comparing runs at equal progress.
-
-    Both keys logged at the same steps (the evaluations); linear interpolation between the
-    two evaluations around the first crossing. NaN when level_key never reaches the level,
-    or is already at it on the first evaluation (the crossing was not observed).
-    """
-    def value(series: dict) -> float:
-        if key not in series or level_key not in series:
-            return math.nan
-        at = dict(zip(*series[key]))
-        points = [(s, x, at[s]) for s, x in zip(*series[level_key]) if s in at]
-        for (_, x0, y0), (_, x1, y1) in zip(points, points[1:]):
-            if x0 < level <= x1:
-                return float(y0 + (level - x0) / (x1 - x0) * (y1 - y0))
-        return math.nan
-    return value
-
-
-def peak_of(key: str) -> Callable[[dict], float]:
-    return lambda series: peak(*series[key])[1] if key in series else math.nan
-
-
-def peak_step_of(key: str) -> Callable[[dict], float]:
-    return lambda series: peak(*series[key])[0] if key in series else math.nan
-
-
-def pooled_value(cell: str) -> Callable[[dict], float]:
-    """One value cell pooled over the run's value steps (pool_cells' mean)."""
-    return lambda series: _pool_run(series, cell)[0]
-
-
-def pooled_n(cell: str) -> Callable[[dict], float]:
-    """Positions of one value cell, summed over the run's value steps."""
-    return lambda series: float(_pool_run(series, cell)[2])
-
-
-def difference(f: Callable[[dict], float], g: Callable[[dict], float]) -> Callable[[dict], float]:
-    """f - g on the same run (a within-run contrast; its spread over seeds is the test's SE)."""
-    return lambda series: f(series) - g(series)
-
-
-def _pool_run(series: dict, cell: str) -> tuple[float, float, int]:
-    """pool_cells over the steps that logged value/<cell> (steps with n = 0 log no mean)."""
-    if f"value/{cell}" not in series:
-        return math.nan, math.nan, 0
-    steps, means = series[f"value/{cell}"]
-    n_at = dict(zip(*series[f"value/n_{cell}"]))
-    se_at = dict(zip(*series.get(f"value/se_{cell}", ([], []))))
-    return pool_cells(means, [se_at.get(s, math.nan) for s in steps], [n_at[s] for s in steps])
-
-
-def _nanmean(values) -> float:
-    values = np.asarray(values, dtype=float)
-    values = values[np.isfinite(values)]
-    return float(values.mean()) if len(values) else math.nan
-
-
-def steps_to_threshold(steps, values, threshold: float) -> float:
-    """The first step whose value is >= threshold; NaN if none is.
-
-    Resolution is the logging interval (eval/pass@1: every EVAL_EVERY steps).
-    Example: steps [10, 20, 30], values [0.5, 0.8, 0.7], threshold 0.75 -> 20.
-    """
-    hit = np.nonzero(np.asarray(values, dtype=float) >= threshold)[0]
-    return float(np.asarray(steps)[hit[0]]) if len(hit) else math.nan
-
-
-def peak(steps, values) -> tuple[float, float]:
-    """(step, value) of the largest finite value, the first one on ties; (NaN, NaN) if none."""
-    v = np.asarray(values, dtype=float)
-    if not np.isfinite(v).any():
-        return math.nan, math.nan
-    i = int(np.nanargmax(v))
-    return float(np.asarray(steps)[i]), float(v[i])
-
-
-def pool_cells(means, ses, ns) -> tuple[float, float, int]:
-    """Pool per-step summaries (mean m_i, SE s_i, size n_i) into one sample's (mean, SE, N).
-
-        N = sum n_i     M = sum n_i m_i / N
-        var = (sum (n_i - 1) sd_i^2 + sum n_i (m_i - M)^2) / (N - 1),  sd_i^2 = s_i^2 n_i
-        SE = sqrt(var / N)
-
-    exactly the mean and SE of all the positions concatenated (the within-step and
-    between-step sums of squares). A step with n_i = 1 logs no SE (sd_i unknown): its
-    within part is 0, which it is. Steps with n_i = 0 are skipped. Returns (NaN, NaN, 0)
-    for no position, SE NaN for N = 1. Example: steps {1, 2, 3} and {4, 6} -> (3.2,
-    SE of [1, 2, 3, 4, 6] = 0.860, 5).
-    """
-    m, s, n = (np.asarray(a, dtype=float) for a in (means, ses, ns))
-    keep = n > 0
-    m, s, n = m[keep], np.nan_to_num(s[keep]), n[keep]
-    N = int(n.sum())
-    if N == 0:
-        return math.nan, math.nan, 0
-    M = float((n * m).sum() / N)
-    if N == 1:
-        return M, math.nan, 1
-    var = float(((n - 1) * s ** 2 * n).sum() + (n * (m - M) ** 2).sum()) / (N - 1)
-    return M, math.sqrt(var / N), N
-
-
-def final_max_pass() -> Callable[[dict], float]:
-    """Held-out pass@k at the last evaluation for the largest k the run evaluated."""
-    def f(series: dict) -> float:
-        ks = [int(key.split("@")[1]) for key in series if key.startswith("eval/pass@")]
-        return float(series[f"eval/pass@{max(ks)}"][1][-1]) if ks else math.nan
-    return f
-
-
-def min_of(key: str) -> Callable[[dict], float]:
-    """Smallest logged value of the key."""
-    return lambda series: float(np.nanmin(series[key][1])) if key in series else math.nan
-
-
-def max_of(key: str) -> Callable[[dict], float]:
-    """Largest logged value of the key."""
-    return lambda series: float(np.nanmax(series[key][1])) if key in series else math.nan
+def threshold(task: str) -> float:
+    """The task's pass@1 level for "steps to threshold" (TASKS)."""
+    return TASKS[task]["threshold"]

@@ -23,7 +23,8 @@ import torch
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="trl_example.py", description=__doc__.split("\n")[0])
+    parser.error = lambda message: parser.exit(2, f"{parser.prog}: error: {message}\n")   # one line, exit 2
     parser.add_argument("--steps", type=int, default=3, help="generation batches (default 3)")
     parser.add_argument("--prompts", type=int, default=8, help="prompts per generation batch (default 8)")
     parser.add_argument("--group_size", type=int, default=8, help="rollouts per prompt, G (default 8)")
@@ -39,10 +40,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--prompts x --group_size ({args.prompts * args.group_size}) must split into "
                      f"--minibatches={args.minibatches} equal optimizer steps")
     torch.set_num_threads(1)
-
-    from datasets import Dataset
+    try:                                      # before the warm-up, not after it
+        from datasets import Dataset
+        from trl import GRPOConfig
+    except ImportError as e:
+        parser.exit(2, f"{parser.prog}: error: {e.name or 'trl'} is not installed: pip install -r "
+                       "requirements/trl.txt\n")
     from transformers import PrinterCallback
-    from trl import GRPOConfig
 
     from machinery import data
     from machinery import tinymodel

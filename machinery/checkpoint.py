@@ -10,8 +10,11 @@ uninterrupted run of the same seed.
 
 What "at any moment" takes: write into a temporary directory, then rename it into place
 (a rename is atomic on POSIX), then point `latest` at it with os.replace. A crash leaves
-either the previous complete checkpoint or the new complete one. Metric lines logged
-after the checkpoint are dropped on resume (they will be logged again).
+either the previous complete checkpoint or the new complete one. The metric lines a
+checkpoint covers are fsync'ed before it is written, so no crash can keep a checkpoint
+and lose a line it covers; lines logged after the checkpoint are dropped on resume
+(they will be logged again), and a resume checks that metrics.jsonl has every step up to
+the checkpoint's.
 
 What "or says why not" takes: a rename protects against a crash, not against a disk
 that fills up, a copy cut short, or a file edited by hand. So every checkpoint carries
@@ -63,18 +66,23 @@ def save_checkpoint(run, out_dir: str, step: int, config: dict, keep: int = 2) -
     """
     if keep < 1:
         raise ValueError(f"save_checkpoint needs keep >= 1, got {keep}")
+    # First make the metric lines this checkpoint covers durable: the checkpoint is
+    # fsync'ed below, and a crash must not keep it while losing the line of its step.
+    metrics = os.path.join(out_dir, "metrics.jsonl")
+    if os.path.isfile(metrics):
+        _fsync_file(metrics)
     root = os.path.join(out_dir, "checkpoints")
     os.makedirs(root, exist_ok=True)
     final = os.path.join(root, f"step_{step:06d}")
     tmp = final + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    _remove(tmp)
     run.model.save_pretrained(os.path.join(tmp, "model"))
     run.tokenizer.save_pretrained(os.path.join(tmp, "model"))
     torch.save(training_state(run, step), os.path.join(tmp, "state.pt"))
     with open(os.path.join(tmp, "config.json"), "w") as f:
-        json.dump(config, f, indent=1)
+        json.dump(config, f, indent=1, allow_nan=False)      # strict JSON: no NaN or Infinity
     write_manifest(tmp, step)
-    shutil.rmtree(final, ignore_errors=True)   # same step from an abandoned attempt (see prune)
+    _remove(final)                            # same step from an abandoned attempt (see prune), or a stray file
     os.replace(tmp, final)
     _fsync_dir(root)
     atomic_write(os.path.join(root, "latest"), os.path.basename(final))
@@ -99,19 +107,20 @@ def prune(root: str, step: int, keep: int) -> None:
     doomed = [n for n in names if _step_of(n) is not None and _step_of(n) > step] + older[:-keep]
     doomed += [n for n in names if n.endswith(".tmp") and os.path.isdir(os.path.join(root, n))]
     for name in doomed:
-        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        _remove(os.path.join(root, name))
 
 
-def find_checkpoint(out_dir: str) -> tuple[str | None, list[str]]:
+def find_checkpoint(out_dir: str, usable=None) -> tuple[str | None, list[str]]:
     """(the newest intact checkpoint or None, what is wrong with each one skipped).
 
     Walks out_dir/checkpoints/step_* from the highest step down and stops at the first
-    intact one (check_checkpoint). `latest` is the pointer a finished save writes last;
-    it is read only to report a problem with it (empty, naming a directory that does not
-    exist or is damaged, or lagging behind an intact newer checkpoint: a save killed
-    between its rename and the pointer). The step directories themselves are the truth.
-    Returns (None, []) when there is no checkpoint at all, (None, problems) when there
-    are some and none is intact.
+    intact one (check_checkpoint) that `usable(path)`, if given, does not object to (it
+    returns None or what is wrong, as check_checkpoint does). `latest` is the pointer a
+    finished save writes last; it is read only to report a problem with it (not a file,
+    empty, naming a directory that does not exist or is damaged, or lagging behind an
+    intact newer checkpoint: a save killed between its rename and the pointer). The step
+    directories themselves are the truth. Returns (None, []) when there is no checkpoint
+    at all, (None, problems) when there are some and none is usable.
     """
     root = os.path.join(out_dir, "checkpoints")
     if not os.path.isdir(root):
@@ -119,7 +128,9 @@ def find_checkpoint(out_dir: str) -> tuple[str | None, list[str]]:
     problems = []
     latest_path = os.path.join(root, "latest")
     latest = None
-    if os.path.exists(latest_path):
+    if os.path.lexists(latest_path) and not os.path.isfile(latest_path):
+        problems.append("checkpoints/latest is not a file")
+    elif os.path.exists(latest_path):
         with open(latest_path, "rb") as f:
             latest = f.read().decode("utf-8", "replace").strip()
         if not latest:
@@ -129,8 +140,11 @@ def find_checkpoint(out_dir: str) -> tuple[str | None, list[str]]:
     for name in sorted((n for n in os.listdir(root) if _step_of(n) is not None), key=_step_of, reverse=True):
         path = os.path.join(root, name)
         if not os.path.isdir(path):
+            problems.append(f"{name} is not a directory")
             continue
         problem = check_checkpoint(path)
+        if problem is None and usable is not None:
+            problem = usable(path)
         if problem is None:
             if _step_of(latest or "") is not None and _step_of(latest) < _step_of(name):
                 problems.append(f"checkpoints/latest names {latest}, but {name} is newer and intact")
@@ -271,7 +285,7 @@ def metrics_to_keep(path: str, last_step: int) -> tuple[list[str], str | None]:
             step = rec["step"]
             if not isinstance(step, int):
                 raise TypeError
-        except (ValueError, KeyError, TypeError):     # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        except (ValueError, KeyError, TypeError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             if i == len(raw) - 1:
                 torn = f"{path}: dropped a torn last line ({len(line)} bytes, not a JSON record)"
                 break
@@ -298,12 +312,14 @@ def resume_point(cfg, may_change: set, not_compared: tuple, warn) -> str | None:
     Fresh run: out_dir must not hold a run (a non-empty metrics.jsonl or checkpoints/)
     unless --overwrite says to start it over; a second `python train.py` must not mix
     with, or delete, the first run's checkpoints.
-    --resume: the newest intact checkpoint (checkpoint.find_checkpoint), with a warning
-    per damaged one skipped; none at all: a warning, and the run starts at step 0 (a
-    sweep resumes runs that were killed before their first checkpoint); some but none
-    intact: refused. Then its config must equal this one outside may_change (train.py's
-    RESUME_SAFE), --steps must reach its step, and metrics.jsonl must be readable up to
-    it (a torn last line is dropped with a warning).
+    --resume: the newest intact checkpoint (checkpoint.find_checkpoint) whose steps
+    metrics.jsonl has every line of (1..its step; a line lost in a crash, or deleted,
+    would otherwise never be logged), with a warning per checkpoint skipped; none at
+    all: a warning, and the run starts at step 0 (a sweep resumes runs that were killed
+    before their first checkpoint); some but none usable: refused, naming what is wrong
+    with each (the missing steps, say). Then its config must equal this one outside
+    may_change (train.py's RESUME_SAFE), --steps must reach its step, and metrics.jsonl
+    must be readable up to it (a torn last line is dropped with a warning).
     cfg: train.Config (out_dir, resume, overwrite, steps; the rest is compared); warn:
     prints one warning line. Raises ValueError (one line) for a refusal; returns the
     checkpoint to continue from, or None to start at step 0.
@@ -315,10 +331,16 @@ def resume_point(cfg, may_change: set, not_compared: tuple, warn) -> str | None:
             raise ValueError(f"--out_dir {out!r} already holds a run ({' and '.join(used)}): continue it with "
                              "--resume, start it over with --overwrite, or choose another --out_dir")
         return None
-    path, problems = find_checkpoint(out)
+    metrics_path = os.path.join(out, "metrics.jsonl")
+    logged = {json.loads(line)["step"] for line in metrics_to_keep(metrics_path, 2 ** 62)[0]}
+
+    def metrics_cover(path: str) -> str | None:
+        missing = sorted(set(range(1, checkpoint_step(path) + 1)) - logged)
+        return f"metrics.jsonl lacks step {_spans(missing)}" if missing else None
+    path, problems = find_checkpoint(out, usable=metrics_cover)
     if path is None:
         if problems:
-            raise ValueError(f"--resume: no intact checkpoint in {os.path.join(out, 'checkpoints')} "
+            raise ValueError(f"--resume: no usable checkpoint in {os.path.join(out, 'checkpoints')} "
                              f"({'; '.join(problems)})")
         warn(f"--resume: no checkpoint in {out!r}; starting from step 0")
         metrics_to_keep(os.path.join(out, "metrics.jsonl"), 0)       # readable, or one line
@@ -383,6 +405,32 @@ def write_manifest(directory: str, step: int) -> None:
             files[rel] = {"bytes": os.path.getsize(full), "sha256": _sha256(full)}
     atomic_write(os.path.join(directory, MANIFEST), json.dumps({"step": step, "files": files}, indent=1))
     _fsync_dir(directory)
+
+
+def _spans(steps: list[int]) -> str:
+    """Sorted steps as spans: [3, 4, 5, 9] -> "3-5, 9" (at most five spans, then "...")."""
+    spans = []
+    for s in steps:
+        if spans and s == spans[-1][1] + 1:
+            spans[-1][1] = s
+        else:
+            spans.append([s, s])
+    text = [f"{a}" if a == b else f"{a}-{b}" for a, b in spans]
+    return ", ".join(text[:5]) + (", ..." if len(text) > 5 else "")
+
+
+def _remove(path: str) -> None:
+    """Remove a directory tree, or a file or link, at `path`; nothing there is fine."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def _fsync_file(path: str) -> None:
+    """Make a file's written data durable (fsync through a descriptor of our own)."""
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
 
 
 def atomic_write(path: str, text: str) -> None:

@@ -14,6 +14,9 @@ argparse flags and back, so there is one source of truth and no adapter in betwe
 - the help text is the one-line docstring under the field (read from the source, the
   convention cleanrl's configs use);
 - a field typed `X | None` takes the word "none" for None; a bool is --flag / --no-flag;
+- a float flag must be a finite number: "nan" and "inf" parse as floats, and NaN passes
+  every range check written as `x < 0` (each comparison is False), so they are refused
+  here, for every float flag at once, naming the flag;
 - `--config PATH` reads the same fields from a file: a run's config.json (nested as
   dataclasses.asdict writes it) or a YAML file (flat or nested). The file replaces the
   defaults, and every flag on the command line wins over the file (TRL's TrlParser does
@@ -24,8 +27,9 @@ argparse flags and back, so there is one source of truth and no adapter in betwe
 - any parse error is ONE line on stderr and exit code 2, not argparse's usage dump.
 
 The end of the file holds the checks at the door that every entry point shares (train.py,
-plot_runs.py, advantages.py, python -m toy): can this process write where it was told
-to, and can the Hugging Face hub provide a name. Each returns None or what is wrong, as
+plot_runs.py, advantages.py, python -m toy, the sweep runner): can this process write where
+it was told to, is another process already writing there (lock_dir), and can the Hugging
+Face hub provide a name. Each returns None or what is wrong, as
 a phrase the caller puts after the flag's name, so a bad path is one line before any
 work starts rather than a traceback after it. Last, train.py's --model check, built on
 them, raises that line itself (its messages differ by case).
@@ -36,8 +40,10 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import fcntl
 import inspect
 import json
+import math
 import os
 import re
 import tempfile
@@ -154,8 +160,8 @@ def file_value(name: str, value, annotation: str):
 
 
 def flag_type(annotation: str):
-    """argparse type for a field annotation: 'int', 'float', 'str', or 'X | None'."""
-    base = {"int": int, "float": float, "str": str}[annotation.replace(" | None", "")]
+    """argparse type for a field annotation: 'int', 'float' (finite only), 'str', or 'X | None'."""
+    base = {"int": int, "float": finite_float, "str": str}[annotation.replace(" | None", "")]
     if "None" not in annotation:
         return base
 
@@ -163,6 +169,14 @@ def flag_type(annotation: str):
         return None if text.lower() == "none" else base(text)
     parse.__name__ = base.__name__          # argparse names the type in its error message
     return parse
+
+
+def finite_float(text: str) -> float:
+    """float(text), refusing NaN and the infinities with a message argparse prints after the flag."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
 
 
 def field_docs(cls) -> dict:
@@ -188,6 +202,8 @@ def writable_dir_problem(path: str) -> str | None:
     path = os.path.abspath(os.path.expanduser(path))
     probe = path
     while not os.path.exists(probe):
+        if os.path.islink(probe):           # exists() is False through a dangling link or a loop of links
+            return f"{probe} is a symbolic link that leads nowhere (dangling, or a loop)"
         probe = os.path.dirname(probe)
     if not os.path.isdir(probe):
         return "is a file, not a directory" if probe == path else f"{probe} (above it) is a file, not a directory"
@@ -212,6 +228,38 @@ def writable_file_problem(path: str) -> str | None:
         return "exists and cannot be written"
     problem = writable_dir_problem(folder)
     return f"its directory: {problem}" if problem else None
+
+
+LOCK_FILE = "lock"
+
+
+def lock_dir(path: str, what: str):
+    """Make this process the only writer of directory `path`: the open lock file, or ValueError.
+
+    An exclusive, non-blocking flock(2) on path/lock, taken before anything else is
+    written there and held as long as the returned file stays open (close it to let go;
+    the kernel lets go when the process ends, however it ends). Two writers on one
+    directory interleave their lines and overwrite each other's checkpoints, and each
+    exits 0; so the second one is refused, in one line naming the holder's PID, which
+    the holder writes into the file. A lock file left by a dead process holds no lock:
+    it is simply taken over. Creates `path` if needed. what: how the message names the
+    directory ("--out_dir", "--out").
+    """
+    os.makedirs(path, exist_ok=True)
+    f = open(os.path.join(path, LOCK_FILE), "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "unknown"
+        f.close()
+        raise ValueError(f"{what} {path!r} is in use by another process (PID {holder}); wait for it to finish, "
+                         "stop it, or choose another directory") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
 
 
 def hub_problem(repo_id: str, repo_type: str = "model") -> str | None:

@@ -256,9 +256,10 @@ def solution_diversity(solutions: dict) -> dict:
       eval/solution_entropy    mean over prompts with >= 2 correct samples of the entropy
                                (nats) of the empirical distribution over those solutions:
                                0 when every correct sample gives the same solution, log 2
-                               for an even split between two. The design-conditions
-                               paper's Cor. 3.2 predicts it falls to 0 under unequal
-                               sequence weights (docs/math.md §3.7).
+                               for an even split between two. Our reading [recon] of
+                               the design-conditions paper's "solution probability
+                               drift": unequal sequence weights drive it to 0
+                               (docs/math.md §3.7).
     NaN when no prompt qualifies. The entropy grows with the number of correct samples,
     so compare it between runs with the same evaluation settings only.
     """

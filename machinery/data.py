@@ -248,6 +248,8 @@ def _read_json_lines(path) -> list[tuple[int, dict]]:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
+            except RecursionError:             # [[[[...: deeper than Python's parser recurses
+                raise ValueError(f"{path}:{lineno}: JSON nested too deeply") from None
             if not isinstance(rec, dict):
                 raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
             out.append((lineno, rec))
@@ -450,13 +452,18 @@ def reasoning_gym_rows(name: str, split: str, n: int, seed: int = 0) -> list[dic
     verify.score hands it to the scorer in a worker process (some scorers eval the
     model's text: countdown's runs sympy's parse_expr). The test split is the dataset
     drawn with another seed: disjoint from training in practice for large problem
-    spaces, not by construction (a small space can repeat a problem).
+    spaces, not by construction (a small space can repeat a problem). Some generators
+    are slow (countdown's: tens of ms an entry, minutes for the default 20000 rows), so
+    a progress bar appears once generation has taken more than two seconds.
     """
     import reasoning_gym
+    from tqdm import tqdm
 
     offset = 0 if split == "train" else 1_000_003
     dataset = reasoning_gym.create_dataset(name, size=n, seed=seed + offset)
-    return [{"prompt": entry["question"] + "\n", "answer": json.dumps(entry, default=str)} for entry in dataset]
+    entries = tqdm(dataset, total=n, desc=f"reasoning-gym {name} ({split} rows)", unit="row", delay=2,
+                   dynamic_ncols=True)
+    return [{"prompt": entry["question"] + "\n", "answer": json.dumps(entry, default=str)} for entry in entries]
 
 
 def check_source(name_or_path: str, flag: str = "--data") -> None:

@@ -3,8 +3,9 @@
 `python train.py` with no arguments must show RL working on a laptop CPU in minutes,
 with no download. So the project carries its own "pretrained model": a Llama decoder
 (RMSNorm, rotary positions, SwiGLU MLP; embeddings tied to the output head as in
-Qwen2.5-0.5B) with 2 layers of width 64, 0.14M parameters, trained from scratch on the
-synthetic addition task of data.py for under a minute. Everything downstream loads it
+Qwen2.5-0.5B) with 2 layers, 0.34M parameters for addition (width 128, 4 heads) and
+0.14M for countdown (width 64, 2 heads), trained from scratch on the task's synthetic
+data (warmup_config). Everything downstream loads it
 through AutoTokenizer / AutoModelForCausalLM from a directory, exactly like a hub
 model, so the RL code path is the one a real model takes.
 
@@ -20,13 +21,13 @@ from groups that contain both a success and a failure: a randomly initialised mo
 succeeds (reward 0 everywhere, every advantage 0) and a fully trained one always does.
 The warm-up is supervised training (cross-entropy on the response tokens of data.py's
 scratchpads) that must stop somewhere in between, and WHERE matters more than how far.
-Stopped mid-way on clean targets (the earlier rule: 650 steps at a constant learning
-rate), the model sat on the steep part of its learning curve, and its state there
-depended on the seed: held-out pass@1 0.26 to 0.88 over warm-up seeds 0-4, with whole
-skills missing in some (a carry pattern it always gets wrong: groups that are all wrong,
-which RL cannot learn from), and RL after it ended anywhere from 0.30 to 0.97
-(docs/results.md). So the addition warm-up now trains to convergence (1500 steps,
-cosine learning rate to 0) on targets from a NOISY TEACHER: each column's result digit
+Stopped mid-way on clean targets (650 steps at a constant learning rate), the model sat
+on the steep part of its learning curve, and where it sat depended on the warm-up seed:
+some seeds had not yet learned whole skills (copying the scratchpad into the answer
+line, a carry), so many groups were all wrong, which RL cannot learn from, and the RL
+after the warm-up ended anywhere between failure and near-perfection (docs/results.md
+has the numbers). So the addition warm-up now trains to convergence (cosine learning rate
+to 0) on targets from a NOISY TEACHER: each column's result digit
 is wrong with probability 0.25 (data.addition_response). The converged model has every
 skill and is unsure exactly where the teacher was: about one result digit in four is
 sampled wrong, at random, on every prompt. That is the regime the papers study, and a
@@ -37,10 +38,10 @@ wordings). The measured starts, per task and warm-up seed, are in docs/results.m
 
 Shipped weights and caching. The warm-up is deterministic on one machine but not
 bit-identical across CPUs: its float sums round differently under another instruction
-set, and over 650 steps the difference grows into a different model (held-out pass@1
-0.426 on one machine, 0.453 on another, and RL from them ended 0.1 apart). So the
-repository SHIPS the warmed-up weights (weights/<key>/, a model directory of about
-0.5 MB) for the warm-up seeds in SHIPPED_SEEDS, and a run starts from those bytes on
+set, and over hundreds of steps the difference grows into a different model, and RL
+from it into a different result (docs/results.md). So the repository SHIPS the
+warmed-up weights (weights/<key>/, a model directory of 0.6-1.4 MB) for the warm-up
+seeds in SHIPPED_SEEDS, and a run starts from those bytes on
 every machine. Anything else (another seed, a changed WarmupConfig) warms up locally and
 is cached under <repo>/.cache/tinymodel/. Both are named by cache_key, a hash of the
 WarmupConfig: a shipped directory whose key the code no longer produces is stale, and a
@@ -48,12 +49,6 @@ run says so in one line and warms up instead (tests/test_tinymodel.py fails on a
 shipped directory). `python -m machinery.tinymodel` rebuilds the shipped set. Cache
 entries are written atomically (a temporary directory renamed into place), so a crash
 never leaves a half-written model.
-
-Sizes. The warm-up is a fixed number of steps chosen so that RL starts from a model that
-is right about half the time (held-out pass@1 well below 1, so groups are mixed), and it
-takes under a minute on two CPU cores; the RL phase is sensitive to the exact
-checkpoint, which is why the step count is fixed rather than a target accuracy. The
-measured times and accuracies are in docs/results.md.
 
 Sections: 1. tokenizer; 2. model; 3. warm-up and cache; helpers at the end.
 """
@@ -203,7 +198,8 @@ def count_params(model) -> int:
 class WarmupConfig:
     """Everything that determines the warm-up result (its hash names the cache entry).
 
-    The defaults are the addition task's; warmup_config(task) gives each task's own.
+    The defaults are a small clean-target warm-up (countdown's model size); warmup_config(task)
+    gives each task's own, the one train.py and the shipped weights use.
     """
 
     task: str = "addition"
@@ -268,10 +264,11 @@ TASKS = ("addition", "countdown")
 def warmup_config(task: str = "addition", digits: int = 3, seed: int = 0) -> WarmupConfig:
     """The warm-up train.py uses for the embedded model on `task`, from warm-up seed `seed`.
 
-    addition: width 128 with 4 heads of 32, 1500 steps with the learning rate decayed to
+    addition: width 128 with 4 heads of 32, 1500 steps at learning rate 1e-3 decayed to
     0, on the noisy teacher's targets (digit_noise 0.25): it converges to a model that
     gets about half the held-out problems right from any seed (the header says why). At
-    width 64 with 2 heads the same warm-up failed to learn the carries from some seeds.
+    width 64 with 2 heads, or at learning rate 3e-3, some seeds never learned to copy the
+    answer line or the carry of the second column.
     countdown: width 64 with 2 heads, 3000 steps on clean targets: the task is harder
     (find the operations, not carry digits) and the warm-up is meant to leave the model
     uncertain among several right answers and wordings, not to solve it.
@@ -279,7 +276,7 @@ def warmup_config(task: str = "addition", digits: int = 3, seed: int = 0) -> War
     """
     if task == "countdown":
         return WarmupConfig(task="countdown", max_steps=3000, eval_every=500, seed=seed)
-    return WarmupConfig(task=task, digits=digits, seed=seed, hidden_size=128, num_heads=4,
+    return WarmupConfig(task=task, digits=digits, seed=seed, hidden_size=128, num_heads=4, lr=1e-3,
                         max_steps=1500, lr_decay=True, digit_noise=0.25, eval_every=100)
 
 

@@ -1,8 +1,8 @@
-"""experiments/claims.py: the exact tests on hand-made numbers, Holm's correction, the
-minimum detectable effect, the four verdicts, and a sweep end to end with a planted
-difference (detected) and a planted null (not detected): the test's own negative control."""
+"""experiments/claims.py: the exact tests against brute-force enumeration, Holm's correction,
+the effect detectable at 80% power against its closed form and an independent simulation,
+the verdicts on planted paired effects and planted nulls, the checks, and a sweep end to
+end on a tiny model with a planted difference (detected) and a planted null (not)."""
 
-import gzip
 import itertools
 import json
 import math
@@ -10,32 +10,61 @@ import os
 
 import numpy as np
 import pytest
+from scipy.stats import norm
 
-from experiments import claims, sweep, sweeps
-from experiments.claims import Claim
+from experiments import claims, pages, sweep, sweeps
+from experiments.claims import Check, Claim
 from machinery import tinymodel
+
+
+def brute(d, keep):
+    """Share of the 2^n sign patterns eps with keep(sum eps d), enumerated with itertools."""
+    d = np.asarray(d, float)
+    return np.mean([keep(np.dot(eps, d)) for eps in itertools.product((1.0, -1.0), repeat=len(d))])
 
 
 # --- the exact tests ---------------------------------------------------------------------
 
-def test_permutation_p_exact_values():
-    assert claims.permutation_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == 2 / 252       # fully separated
-    assert claims.permutation_p(list(range(6)), list(range(6, 12))) == 2 / 924
-    assert claims.permutation_p([1, 2, 3], [1, 2, 3]) == 1.0                        # no difference at all
-    # against a brute-force count over every relabelling
+def test_sign_flip_p_exact_values_and_brute_force():
+    assert claims.sign_flip_p([1, 2, 3, 4, 5]) == 2 / 32          # five pairs can never reach 0.05
+    assert claims.sign_flip_p(list(range(1, 11))) == 2 / 1024     # the design's floor: 10 pairs
+    assert claims.sign_flip_p([1, -1]) == 1.0 and claims.sign_flip_p([0.3, 1.3]) == 0.5
+    assert claims.sign_flip_p([0.0, 0.0, 0.0]) == 1.0
     rng = np.random.default_rng(0)
-    a, b = rng.normal(size=4), rng.normal(size=5) + 0.5
-    pooled, obs = np.concatenate([a, b]), abs(a.mean() - b.mean())
-    count = sum(abs(pooled[list(s)].mean() - np.delete(pooled, list(s)).mean()) >= obs - 1e-12
-                for s in itertools.combinations(range(9), 4))
-    assert claims.permutation_p(a, b) == pytest.approx(count / math.comb(9, 4))
+    for _ in range(5):
+        d = rng.normal(0.3, 1, 9)
+        assert claims.sign_flip_p(d) == pytest.approx(brute(d, lambda s: abs(s) >= abs(d.sum()) - 1e-12))
+        assert claims.sign_flip_p_greater(d) == pytest.approx(brute(d, lambda s: s >= d.sum() - 1e-12))
+    # the chunked enumeration (more patterns than one chunk) gives the same count
+    d = rng.normal(0.5, 1, 17)
+    half = np.mean([abs(np.dot(1 - 2 * ((i >> np.arange(17)) & 1), d)) >= abs(d.sum()) - 1e-9
+                    for i in range(0, 2 ** 17, 2)])              # the patterns with d_0 positive: |sum| is
+    assert claims.sign_flip_p(d) == pytest.approx(half)          # the same for a pattern and its mirror
 
 
-def test_sign_flip_p_exact_values():
-    assert claims.sign_flip_p([1, 2, 3, 4, 5]) == 2 / 32          # five seeds can never reach 0.05
-    assert claims.sign_flip_p([1, 2, 3, 4, 5, 6]) == 2 / 64
-    assert claims.sign_flip_p([1, -1]) == 1.0
-    assert claims.sign_flip_p([0.3, 1.3]) == 0.5
+def test_tost_p_is_the_larger_one_sided_p():
+    d = np.array([0.1, -0.1, 0.05, 0.0, 0.02])
+    assert claims.tost_p(d, 1.0) == 1 / 32                        # far inside the margin: the floor of 5 pairs
+    assert claims.tost_p(d, 0.01) > 0.4                           # the margin is smaller than the spread
+    rng = np.random.default_rng(1)
+    d = rng.normal(0.2, 0.3, 8)
+    lower = brute(d + 0.5, lambda s: s >= (d + 0.5).sum() - 1e-12)
+    upper = brute(0.5 - d, lambda s: s >= (0.5 - d).sum() - 1e-12)
+    assert claims.tost_p(d, 0.5) == pytest.approx(max(lower, upper))
+
+
+def test_within_block_sd_and_paired_swap_p_by_enumeration():
+    assert claims.within_block_sd([1, 3, 10, 14], [0, 0, 1, 1]) == pytest.approx(math.sqrt(5))
+    assert math.isnan(claims.within_block_sd([1, 2], [0, 1]))     # no degree of freedom left
+    rng = np.random.default_rng(2)
+    blocks = [0] * 4 + [1] * 4
+    x, y = rng.normal(0, 2, 8), rng.normal(0, 1, 8)
+    observed = claims.within_block_sd(x, blocks) - claims.within_block_sd(y, blocks)
+    count = 0
+    for swap in itertools.product((False, True), repeat=8):
+        a, b = np.where(swap, y, x), np.where(swap, x, y)
+        count += abs(claims.within_block_sd(a, blocks) - claims.within_block_sd(b, blocks)) >= abs(observed) - 1e-9
+    assert claims.paired_swap_p(x, y, blocks) == pytest.approx(count / 256)
 
 
 def test_holm_known_vectors():
@@ -45,52 +74,157 @@ def test_holm_known_vectors():
     assert claims.holm([0.4, 0.9]) == pytest.approx([0.8, 0.9])                # capped running max
 
 
-def test_minimum_detectable_effect_is_the_threshold():
-    rng = np.random.default_rng(1)
-    a, b = list(rng.normal(0, 1, 6)), list(rng.normal(0, 1, 6))
-    others = [0.3, 0.001, 0.5]
-    mde = claims.min_detectable_effect(a, b, +1, others, 0)
-    assert math.isfinite(mde) and mde > 0
-    centred = np.asarray(a) - np.mean(a) + np.mean(b)
-    adjusted = lambda d: claims.holm([claims.permutation_p(centred + d, b), *others[1:]])[0]
-    assert adjusted(mde * 1.001) < claims.ALPHA <= adjusted(mde * 0.9)
-    # five seeds within a run cannot reach 0.05 at all: no detectable effect
-    assert claims.min_detectable_effect([0.1, -0.2, 0.3, 0.0, 0.1], None, +1, [1.0], 0) == math.inf
+# --- the effect detectable at 80% power --------------------------------------------------
+
+def simulated_power(r, n, level, draws=4000, seed=12345):
+    """An independent simulation: fresh normal draws shifted by r, the exact test on each one."""
+    z = np.random.default_rng(seed).standard_normal((draws, n)) + r
+    return np.mean([claims.sign_flip_p(d) < level and d.sum() > 0 for d in z])
 
 
-def test_four_verdicts():
-    values = {("x", "a"): [1, 2, 3, 4, 5, 6], ("x", "b"): [7, 8, 9, 10, 11, 12],
-              ("y", "a"): [0.1, -0.2, 0.3, 0.05, -0.1, 0.0], ("y", "b"): [0.0, 0.1, -0.1, 0.2, 0.05, -0.05],
-              ("z", "a"): [1.0, math.nan, math.nan], ("z", "b"): [1.0, 2.0, 3.0]}
-    cl = [Claim("P", "b above a", "x", "b", "a", +1), Claim("P", "b below a", "x", "b", "a", -1),
-          Claim("P", "a above b", "y", "a", "b", +1), Claim("P", "z", "z", "a", "b", +1),
-          Claim("P", "checked", "x", "b", "a", +1, lambda series: "delta stayed in [0.98, 1.00]")]
-    rows = claims.judge(cl, values, {})
-    assert [r["verdict"] for r in rows] == ["agrees", "opposite", "no difference detected", "not testable",
-                                            "not testable"]
-    assert rows[0]["p"] == 2 / 924 and rows[0]["p_holm"] == pytest.approx(3 * 2 / 924)   # 3 testable claims
-    assert rows[0]["effect"] == 6.0 and rows[2]["detail"].startswith("MDE ")
-    assert rows[3]["detail"] == "fewer than 2 seeds with a value (1 vs 3)"
-    assert rows[4]["detail"] == "delta stayed in [0.98, 1.00]"
-    table = claims.verdict_table(rows)
-    assert "| P | b above a [x] | b vs a | 6 ± " in table and "**agrees**" in table
+def test_power_ratio_closed_form_where_only_the_all_positive_pattern_is_significant():
+    # 10 pairs at a level in [2/1024, 4/1024): significant iff all 10 differences are positive,
+    # so power = Phi(r)^10 and r = Phi^-1(0.8^(1/10)) = 2.013
+    r = claims.power_ratio(10, 0.003)
+    assert r == pytest.approx(norm.ppf(0.8 ** 0.1), rel=0.03)
+    assert claims.power_ratio(5, 0.05) == math.inf                # floor 2/32 = 0.0625: never significant
+    assert claims.power_ratio(10, 0.0019) == math.inf              # below the floor 2/1024
 
 
-def test_every_sweep_claim_names_a_row_and_arms_it_has():
+@pytest.mark.parametrize("n, level", [(10, 0.01), (12, 0.05 / 6)])
+def test_power_ratio_matches_an_independent_simulation_within_10_percent(n, level):
+    r = claims.power_ratio(n, level)
+    assert simulated_power(0.9 * r, n, level) < claims.POWER < simulated_power(1.1 * r, n, level)
+
+
+# --- verdicts ----------------------------------------------------------------------------
+
+KEYS = [(w, s) for w in (0, 1) for s in range(5)]                  # 2 warm-up seeds x 5 RL seeds
+
+
+def design_values(shift, rng, spread=0.01, block=0.3):
+    """Two arms on 10 paired runs: a large shared effect of the pair (start, prompts,
+    held-out set) plus small noise; the arm adds `shift`."""
+    shared = {k: block * rng.normal() for k in KEYS}
+    ref = {k: 0.5 + shared[k] + spread * rng.normal() for k in KEYS}
+    arm = {k: 0.5 + shared[k] + shift + spread * rng.normal() for k in KEYS}
+    return arm, ref
+
+
+def test_a_planted_paired_effect_is_detected_and_a_planted_null_is_not():
+    rng = np.random.default_rng(3)
+    arm, ref = design_values(0.02, rng)                            # effect 0.02, pair effects ~0.3
+    null_arm, null_ref = design_values(0.0, rng)
+    values = {("x", "a"): arm, ("x", "b"): ref, ("y", "a"): null_arm, ("y", "b"): null_ref}
+    rows = claims.judge([Claim("P", "a above b", "q", "x", "a", "b", +1),
+                         Claim("P", "null", "q", "y", "a", "b", +1)], values, {})
+    found, null = rows
+    assert found["verdict"] == "agrees" and found["p"] == 2 / 1024 and found["n"] == 10
+    assert found["p_holm"] == pytest.approx(4 / 1024)
+    d = np.array([arm[k] - ref[k] for k in KEYS])
+    assert found["effect"] == pytest.approx(d.mean()) and found["se"] == pytest.approx(d.std(ddof=1) / math.sqrt(10))
+    # unpaired, the pairs' own spread (0.3) would hide the 0.02: the pairing is what finds it
+    assert np.std([arm[k] for k in KEYS]) > 10 * found["effect"]
+    assert null["verdict"] == "no difference detected" and null["p"] > 0.05
+    dn = np.array([null_arm[k] - null_ref[k] for k in KEYS])
+    power80 = claims.power_ratio(10, 0.05 / 2) * dn.std(ddof=1)
+    assert null["power80"] == pytest.approx(power80) and f"80%-power effect {claims._fmt(power80)}" in null["detail"]
+
+
+def test_opposite_margin_equivalence_spread_and_not_testable():
+    rng = np.random.default_rng(4)
+    values = {}
+    values["down", "a"], values["down", "b"] = design_values(-0.05, rng)
+    values["share", "a"] = {k: 0.05 + 0.002 * rng.normal() for k in KEYS}           # a share of ~5%
+    values["ratio", "a"] = {k: 0.1 + 0.05 * rng.normal() for k in KEYS}             # log ratio near 0
+    values["far", "a"] = {k: 1.5 + 0.05 * rng.normal() for k in KEYS}               # a factor e^1.5 apart
+    values["final", "wide"] = {k: 0.5 + (0.2 if k[1] % 2 else -0.2) + 0.01 * rng.normal() for k in KEYS}
+    values["final", "tight"] = {k: 0.5 + 0.01 * rng.normal() for k in KEYS}
+    cl = [Claim("P", "a above b", "q", "down", "a", "b", +1),
+          Claim("P", "share above 1%", "q", "share", "a", None, +1, margin=0.01),
+          Claim("P", "share above 10%", "q", "share", "a", None, +1, margin=0.10),
+          Claim("P", "similar", "q", "ratio", "a", None, 0, margin=math.log(2)),
+          Claim("P", "not similar", "q", "far", "a", None, 0, margin=math.log(2)),
+          Claim("P", "tight spreads less", "q", "final", "tight", "wide", -1, statistic="spread"),
+          Claim("P", "checked", "q", "down", "a", "b", +1, testable=lambda series: "delta stayed in [0.98, 1.00]"),
+          Claim("P", "missing", "q", "nothing", "a", "b", +1)]
+    rows = {r["claim"].text: r for r in claims.judge(cl, values, {})}
+    assert rows["a above b"]["verdict"] == "opposite"
+    assert rows["share above 1%"]["verdict"] == "agrees" and rows["share above 1%"]["p"] == 2 / 1024
+    assert rows["share above 10%"]["verdict"] == "opposite"          # significantly short of the margin
+    assert rows["similar"]["verdict"] == "agrees" and rows["similar"]["p"] == 1 / 1024 == rows["similar"]["floor"]
+    assert rows["not similar"]["verdict"] == "no equivalence shown"
+    spread = rows["tight spreads less"]
+    assert spread["verdict"] == "agrees" and spread["effect"] < -0.15 and spread["p"] == 2 / 1024
+    assert rows["checked"]["verdict"] == "not testable" and rows["checked"]["detail"] == "delta stayed in [0.98, 1.00]"
+    assert rows["missing"]["verdict"] == "not testable" and "fewer than 2 pairs" in rows["missing"]["detail"]
+    assert all(r["family"] == 6 for r in rows.values() if r["verdict"] != "not testable")
+    table = claims.verdict_table(list(rows.values()))
+    assert "0.0010, floor" in table and "TOST ±0.693 (runs)" in table and '"q"' in table
+
+
+def test_every_row_best_reference_and_note():
+    rng = np.random.default_rng(5)
+    values = {}
+    for row, shift in (("k1", 0.03), ("k2", 0.03), ("k3", 0.0)):
+        values[row, "f"], values[row, "good"] = design_values(shift, rng)
+        values[row, "bad"] = {k: v - 0.2 for k, v in values[row, "good"].items()}
+    values["peak", "good"], values["peak", "bad"] = {k: 0.8 for k in KEYS}, {k: 0.6 for k in KEYS}
+    every = Claim("P", "every k", "q", ("k1", "k2", "k3"), "f", ("bad", "good"), +1, best_by="peak",
+                  note=lambda series: "delta over [0.50, 1.00]")
+    two = Claim("P", "two k", "q", ("k1", "k2"), "f", ("bad", "good"), +1, best_by="peak")
+    r_every, r_two = claims.judge([every, two], values, {})
+    assert r_every["reference"] == r_two["reference"] == "good"          # the best by peak, not the tested row
+    assert r_two["verdict"] == "agrees" and r_two["p"] == 2 / 1024        # every row significant: the largest p
+    assert r_every["verdict"] == "no difference detected"                 # k3 has no effect: the claim fails
+    assert r_every["effect"] == pytest.approx(np.mean([values["k3", "f"][k] - values["k3", "good"][k] for k in KEYS]))
+    assert r_every["detail"].endswith("delta over [0.50, 1.00]")
+
+
+def test_checks_pass_fail_and_not_measured():
+    values = {("res", "q"): {(0, 0): 3e-8, (0, 1): -2e-8}, ("res", "r"): {(0, 0): 0.7, (0, 1): 0.8},
+              ("a", "p"): {(0, 0): 2.0}, ("b", "p"): {(0, 0): 2.0}, ("d", "f"): {(0, 0): 0.29}}
+    checks = [Check("zero", "res", ("q",), "zero", tol=1e-6), Check("not zero", "res", ("q",), "zero", tol=1e-9),
+              Check("positive", "res", ("r",), "positive", tol=1e-3), Check("equals", ("a", "b"), ("p",), "equals", 2.0),
+              Check("within", "d", ("f",), "within", (0.3, 1.0)), Check("missing", "res", ("nobody",), "zero")]
+    results = [r["result"] for r in claims.run_checks(checks, values)]
+    assert results == ["pass", "FAIL", "pass", "pass", "FAIL", "not measured"]
+    table = claims.check_table(claims.run_checks(checks, values))
+    assert "| zero | res | q | 2 | -2.00e-08 to 3.00e-08 | 0 (|x| <= 1.00e-06) | **pass** |" in table
+
+
+# --- the declared sweeps -----------------------------------------------------------------
+
+def test_every_sweep_declares_rows_arms_quotes_and_a_design_that_can_survive_holm():
+    pairs = len(sweeps.WARMUP_SEEDS) * len(sweeps.SEEDS)
+    assert len(sweeps.WARMUP_SEEDS) >= 2 and len(sweeps.SEEDS) >= 5
     for task in sweeps.TASKS:
         for name, make in sweeps.SWEEPS.items():
             s = make(task)
             labels = {label for label, _, _ in s.rows}
+            assert len({c.text for c in s.claims}) == len(s.claims), (task, name)     # the README matches by text
             for c in s.claims:
-                assert c.row in labels, (name, c.text)
-                assert c.arm in s.arms and (c.reference is None or c.reference in s.arms), (name, c.text)
-                assert c.direction in (-1, 0, 1)
-            n_testable = len(s.claims)
-            seeds = sweeps.TASKS[task]["seeds"][name]
-            within = any(c.reference is None and c.direction != 0 for c in s.claims)
-            # the design can reach significance after Holm for every claim at once
-            best = 2 / (2 ** seeds) if within else 2 / math.comb(2 * seeds, seeds)
-            assert best * n_testable < claims.ALPHA, (task, name)
+                assert set(c.rows) <= labels, (name, c.text)
+                refs = c.reference if isinstance(c.reference, tuple) else (c.reference,)
+                assert c.arm in s.arms and all(r is None or r in s.arms for r in refs), (name, c.text)
+                assert c.direction in (-1, 0, 1) and (c.direction != 0 or c.margin > 0)
+                assert (c.quote[0].isupper() or c.quote[0] == "(") and c.quote[-1] in ".;", c.quote
+                assert not isinstance(c.reference, tuple) or c.best_by in labels
+            for c in s.checks:
+                assert set(c.rows) <= labels and set(c.arms) <= set(s.arms), (name, c.text)
+            floor = max(1 if c.direction == 0 else 2 for c in s.claims) / 2 ** pairs
+            assert floor * len(s.claims) < claims.ALPHA, (task, name)
+    # FADE's pass@k at every k needs 16 samples per held-out prompt on both tasks
+    assert all(sweeps.settings(t, "fade")["eval_samples"] == 16 for t in sweeps.TASKS)
+
+
+def test_the_budget_in_the_header_is_the_one_the_cost_model_gives():
+    assert sweeps.budget_table() in sweeps.__doc__
+    for task in sweeps.TASKS:
+        for name in sweeps.SWEEPS:
+            s = sweeps.settings(task, name)
+            runs = len(sweeps.SWEEPS[name](task).arms) * 10
+            assert runs * sweeps.estimate_minutes(task, name) / 2 / s["parts"] <= 45, (task, name)
 
 
 # --- end to end: a planted difference is found, a planted null is not --------------------
@@ -117,37 +251,40 @@ def planted(task):
         rows=[("length", sweeps.mean_of("resp_len_mean"), "mean response length"),
               ("entropy", sweeps.mean_of("entropy"), "mean entropy")],
         curves=[("resp_len_mean", "length")],
-        claims=[Claim("test", "longer budget, longer responses", "length", "long", "short", +1),
-                Claim("test", "micro-batch size changes the entropy", "entropy", "short_mb", "short", +1)])
+        claims=[Claim("test", "longer budget, longer responses", "q", "length", "long", "short", +1),
+                Claim("test", "micro-batch size changes the entropy", "q", "entropy", "short_mb", "short", +1)],
+        checks=[Check("an untrained model fills its budget", "length", ("short", "short_mb"), "equals", 8.0,
+                      tol=0.5)])
 
 
 def test_sweep_end_to_end_detects_the_planted_difference_and_not_the_null(tiny_dir, tmp_path, monkeypatch):
     monkeypatch.setitem(sweep.SWEEPS, "planted", planted)
-    sweep.main(["planted", "--task", "addition", "--seeds", "0,1,2,3,4", "--steps", "2", "--jobs", "2",
-                "--out", str(tmp_path), "--", "--model", tiny_dir, "--digits", "1", "--prompts_per_step", "4",
-                "--group_size", "4", "--flip_every", "0", "--save_every", "0"])
+    monkeypatch.setitem(sweep.TASKS["addition"]["sweeps"], "planted", dict(sweeps.settings("addition", "credit")))
+    sweep.main(["planted", "--task", "addition", "--warmup_seeds", "0", "--seeds", "0,1,2,3,4,5,6", "--steps", "2",
+                "--jobs", "2", "--out", str(tmp_path), "--", "--model", tiny_dir, "--digits", "1",
+                "--prompts_per_step", "4", "--group_size", "4", "--flip_every", "0", "--save_every", "0",
+                "--eval_every", "0"])
     root = tmp_path / "addition" / "planted"
     verdicts = {v["claim"]: v for v in json.load(open(root / "verdicts.json"))}
     found = verdicts["longer budget, longer responses"]
-    assert found["verdict"] == "agrees" and found["p"] == 2 / 252 and found["p_holm"] == pytest.approx(4 / 252)
+    assert found["verdict"] == "agrees" and found["p"] == 2 / 128 and found["p_holm"] == pytest.approx(4 / 128)
+    assert found["n"] == 7 and found["family"] == 2
     null = verdicts["micro-batch size changes the entropy"]
-    assert null["verdict"] == "no difference detected" and null["p"] > 0.5 and null["detail"].startswith("MDE ")
-    assert "**agrees**" in (root / "summary.md").read_text()
-    # `report` rebuilds it from disk: the docs page, the per-seed metrics, the README's table
+    assert null["verdict"] == "no difference detected" and null["p"] > 0.5 and "80%-power effect" in null["detail"]
+    text = (root / "summary.md").read_text()
+    assert "**agrees**" in text and "| an untrained model fills its budget | length | short, short_mb | 14 |" in text
+    assert "![curves](curves.png)" in text and os.path.isfile(root / "curves.png")
+    # `report` writes the docs page, the committed data and the README's tables from the runs
     readme = tmp_path / "README.md"
     readme.write_text("intro\n<!-- claims:begin -->\nold table\n<!-- claims:end -->\nrest\n")
-    written = sweep.report(str(tmp_path), str(tmp_path / "docs"), str(readme))
+    written = pages.report(str(tmp_path), str(tmp_path / "docs"), str(readme))
     assert {os.path.basename(p) for p in written} >= {"sweep_addition_planted.md", "sweep_addition_planted.png",
                                                      "sweep_addition_planted.jsonl.gz", "README.md"}
+    page = (tmp_path / "docs" / "sweep_addition_planted.md").read_text()
+    assert "![curves](sweep_addition_planted.png)" in page
+    assert "- Command: `python -m experiments.sweep planted --task addition`; this page:" in page
     text = readme.read_text()
     assert text.startswith("intro\n<!-- claims:begin -->") and text.endswith("<!-- claims:end -->\nrest\n")
     row = next(line for line in text.splitlines() if "longer budget, longer responses" in line)
-    cells = [c.strip() for c in row.split("|")[-3:-1]]                 # the countdown and addition columns
-    assert cells[0] == "not run" and cells[1].startswith("**agrees**") and "old table" not in text
-    lines = gzip.open(tmp_path / "docs" / "sweep_addition_planted.jsonl.gz", "rt").read().splitlines()
-    assert len(lines) == 3 * 5 * 2 and {json.loads(l)["arm"] for l in lines} == {"short", "long", "short_mb"}
-    # A sweep planned with more seeds than have finished shows its progress, not a verdict
-    monkeypatch.setitem(sweep.TASKS["addition"]["seeds"], "planted", 6)
-    sweep.report(str(tmp_path), str(tmp_path / "docs"), str(readme))
-    row = next(line for line in readme.read_text().splitlines() if "longer budget, longer responses" in line)
-    assert row.split("|")[-2].strip() == "15 of 18 runs finished"
+    # the plan is 3 arms x 2 warm-up seeds x 5 RL seeds: warm-up seed 0 alone is not the declared test
+    assert row.split("|")[-2].strip() == "[15 of 30 runs][a-planted]" and row.split("|")[-3].strip() == "not run"

@@ -209,8 +209,10 @@ def test_reasoning_gym_countdown_scorer_agrees_with_ours():
 
 def test_reasoning_gym_known_differences():
     """Where the two checkers differ, on purpose. sympy reads unary minus and "**", and our
-    grammar has neither (the game has no negative numbers and no powers): rg credits
-    "-2+3*5" and "2**3+5" for 2, 3, 5 -> 13, we do not. Both refuse decimals and trailing
+    game's grammar has neither (no negative numbers, no powers): rg credits "-2+3*5" and
+    "2**3+5" for 2, 3, 5 -> 13, our game does not. Under reasoning-gym's rules
+    (unary_minus=True, how its data is scored) "-2+3*5" is credited, "2**3+5" still not:
+    a power is how "9**9**9**9" hangs a scorer. Both refuse decimals and a trailing
     "= 13" alike (a decimal makes rg's numbers check fail)."""
     rg = pytest.importorskip("reasoning_gym")
     score_answer = rg.get_score_answer_fn("countdown")
@@ -221,6 +223,38 @@ def test_reasoning_gym_known_differences():
     for text, (theirs, ours) in {**differ, **same}.items():
         assert score_answer(answer=text, entry=entry) == theirs, text
         assert verify.countdown_correct(text, [2, 3, 5], 13) is ours, text
+        assert verify.countdown_correct(text, [2, 3, 5], 13, unary_minus=True) is (ours or text == "-2+3*5"), text
+    assert verify.countdown_correct("--2+3*5", [2, 3, 5], 17, unary_minus=True)        # -(-2) + 15
+    assert verify.countdown_correct("3*(-(5-2))+22", [2, 3, 5, 22], 13, unary_minus=True)
+    assert not verify.countdown_correct("-" * 300 + "2", [2], 2, unary_minus=True)   # over MAX_EXPR_CHARS
+
+
+def test_reasoning_gym_countdown_data_is_scored_by_our_checker_and_agrees_on_its_own_answers():
+    """`--data reasoning_gym:countdown` is scored by our checker (verify.py SECTION 5), never by
+    rg's scorer, which evals the answer. On the dataset's own reference answers (safe text:
+    rg wrote them), with its default settings as train.py draws them, both give full credit,
+    and a wrong value or a missing number gets none from either."""
+    rg = pytest.importorskip("reasoning_gym")
+    from machinery import sandbox
+    score_answer = rg.get_score_answer_fn("countdown")
+    rows = data.reasoning_gym_rows("countdown", "train", 30, seed=3)
+    responses, answers = [], []
+    for row in rows:
+        entry = json.loads(row["answer"])
+        numbers, target = list(entry["metadata"]["numbers"]), int(entry["metadata"]["target"])
+        reference = entry["answer"]
+        assert score_answer(answer=reference, entry=entry) == 1.0
+        assert verify.countdown_correct(reference, numbers, target, unary_minus=True)
+        wrong = reference + "+" + str(numbers[0])            # a number used twice, and another value
+        assert score_answer(answer=wrong, entry=entry) < 1.0
+        assert not verify.countdown_correct(wrong, numbers, target, unary_minus=True)
+        responses += [f"thinking...\n<answer>{reference}</answer>", f"<answer>{wrong}</answer>", reference]
+        answers += [row["answer"]] * 3
+    pools_before = set(sandbox._pools)
+    scores = verify.score(responses, answers, "reasoning_gym:countdown")
+    assert [s["reward"] for s in scores] == [1.0, 0.0, 1.0] * len(rows)
+    assert [s["format"] for s in scores] == [1.0, 1.0, 0.0] * len(rows)
+    assert set(sandbox._pools) == pools_before             # no scorer process was asked (nothing evaluated)
 
 
 def test_countdown_instruct_words_the_same_problems_for_a_chat_model():

@@ -54,6 +54,13 @@ def rollouts_by_hand(tok, prompt: str, responses: list[str], eos: bool = True) -
 # 1. Token flips, on a constructed Δ
 # ---------------------------------------------------------------------------------------
 
+def test_residual_metrics_mean_and_first_optimizer_step():
+    out = D.residual_metrics([1e-9, 0.3, math.nan])
+    assert out["cancellation_residual"] == pytest.approx(0.15) and out["cancellation_residual_first"] == 1e-9
+    nan = D.residual_metrics([])
+    assert math.isnan(nan["cancellation_residual"]) and math.isnan(nan["cancellation_residual_first"])
+
+
 def test_token_flips_fractions_by_hand():
     old = torch.zeros(3, 4)
     new = torch.tensor([[0.01, -0.01, 0.0, 0.0005],       # A > 0: 1 boosted, 1 suppressed of 4

@@ -9,6 +9,9 @@ one-line warning, and never a lost checkpoint or a silently different run.
 
 import json
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -167,7 +170,7 @@ def test_no_intact_checkpoint_is_one_line(tiny_dir, tmp_path, capsys):
     for step in (2, 4):
         truncate(os.path.join(ckpt(tmp_path, step), "state.pt"))
     code, err = run_main(args(tiny_dir, tmp_path, "--steps", "6", "--resume"), capsys)
-    assert code == 2 and len(err) == 1 and "no intact checkpoint" in err[0]
+    assert code == 2 and len(err) == 1 and "no usable checkpoint" in err[0]
 
 
 def test_manifest_catches_a_flipped_byte_of_the_same_size(tiny_dir, tmp_path, capsys):
@@ -223,3 +226,95 @@ def test_state_is_loaded_with_weights_only(tiny_dir, tmp_path, capsys):
     run = train.setup(train.parse_args(args(tiny_dir, tmp_path, "--steps", "4", "--resume")))
     with pytest.raises(ValueError, match="cannot be loaded: UnpicklingError"):
         checkpoint.load_checkpoint(run, ckpt(tmp_path, 2))
+
+
+# --- one writer per run directory ----------------------------------------------------------
+
+def start_train(argv):
+    return subprocess.Popen([sys.executable, os.path.join(REPO, "train.py"), *argv], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_lines(path, n, proc, limit=240):
+    """Wait until metrics.jsonl at `path` has >= n lines (the first writer is mid-run)."""
+    deadline = time.time() + limit
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.exists(path) and sum(1 for _ in open(path)) >= n:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"the first run did not reach {n} logged steps")
+
+
+@pytest.mark.parametrize("second", [["--seed", "7", "--overwrite"], ["--resume", "--steps", "3000"]])
+def test_a_second_writer_is_refused_naming_the_first_and_each_step_is_logged_once(tiny_dir, tmp_path, second):
+    """Before: both wrote the same metrics.jsonl (steps twice, out of order), the checkpoint kept
+    the last writer's config, and both exited 0."""
+    first = start_train(args(tiny_dir, tmp_path, "--steps", "2000"))     # still running when the second comes
+    try:
+        wait_for_lines(tmp_path / "metrics.jsonl", 2, first)
+        proc = subprocess.run([sys.executable, os.path.join(REPO, "train.py"),
+                               *args(tiny_dir, tmp_path, "--steps", "2000"), *second],
+                              cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert first.poll() is None, "the first run ended too early for this test"
+    finally:
+        first.kill()
+        first.wait()
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert f"is in use by another process (PID {first.pid})" in lines[0]
+    logged = steps_logged(tmp_path)
+    assert logged == list(range(1, len(logged) + 1))        # each step once, in order: one writer
+    assert json.load(open(tmp_path / "config.json"))["seed"] == 0
+
+
+def test_a_lock_left_by_a_killed_run_is_taken_over(tiny_dir, tmp_path):
+    first = start_train(args(tiny_dir, tmp_path, "--steps", "40"))
+    wait_for_lines(tmp_path / "metrics.jsonl", 3, first)
+    first.kill()
+    first.wait()
+    assert (tmp_path / "lock").read_text().strip() == str(first.pid)     # the file stays; the lock went with it
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "train.py"), *args(tiny_dir, tmp_path, "--steps", "6"),
+                           "--resume"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert steps_logged(tmp_path) == [1, 2, 3, 4, 5, 6]
+
+
+# --- metrics never lag the checkpoint ------------------------------------------------------
+
+def test_a_lost_metrics_line_falls_back_to_a_checkpoint_it_covers(tiny_dir, tmp_path, capsys):
+    """Line 6 of 6 lost (a crash between the line and its fsync, or a hand edit): the step-6
+    checkpoint is not used, the run resumes from step 4 and logs 5 and 6 again. Before, it
+    resumed from step 6 and step 6 was never logged."""
+    assert run_main(args(tiny_dir, tmp_path, "--steps", "6"), capsys)[0] == 0
+    lines = open(tmp_path / "metrics.jsonl").readlines()
+    open(tmp_path / "metrics.jsonl", "w").writelines(lines[:5])
+    code, err = run_main(args(tiny_dir, tmp_path, "--steps", "8", "--resume"), capsys)
+    assert code == 0 and any("step_000006: metrics.jsonl lacks step 6" in line for line in err), err
+    assert steps_logged(tmp_path) == list(range(1, 9))
+
+
+def test_metrics_missing_below_every_checkpoint_is_one_line_naming_the_steps(tiny_dir, tmp_path, capsys):
+    assert run_main(args(tiny_dir, tmp_path, "--steps", "6"), capsys)[0] == 0
+    lines = open(tmp_path / "metrics.jsonl").readlines()
+    open(tmp_path / "metrics.jsonl", "w").writelines(lines[:2] + lines[3:])        # step 3 gone
+    code, err = run_main(args(tiny_dir, tmp_path, "--steps", "8", "--resume"), capsys)
+    assert code == 2 and len(err) == 1 and "metrics.jsonl lacks step 3" in err[0], err
+
+
+def test_metrics_are_fsynced_before_the_checkpoint_that_covers_them(tiny_dir, tmp_path, capsys, monkeypatch):
+    """The order of fsyncs: metrics.jsonl (holding the step's line) before any file of the step's
+    checkpoint. Before, metrics.jsonl was never fsync'ed and a crash could keep a checkpoint
+    while losing a line it covers."""
+    synced = []                                  # (path, lines in metrics.jsonl at that moment)
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        metrics = tmp_path / "metrics.jsonl"
+        synced.append((os.readlink(f"/proc/self/fd/{fd}"), len(open(metrics).readlines()) if metrics.exists() else 0))
+        return real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", fsync)
+    assert run_main(args(tiny_dir, tmp_path, "--steps", "4"), capsys)[0] == 0
+    for step in (2, 4):
+        first = next(i for i, (p, _) in enumerate(synced) if f"step_{step:06d}" in p)
+        before = [n for p, n in synced[:first] if p.endswith("metrics.jsonl")]
+        assert before and before[-1] == step, (step, synced[:first])

@@ -113,6 +113,35 @@ def test_dfpo_transforms_restore_cancellation(transform):
     assert stats["cancellation_residual"] < 1e-12
 
 
+def test_gspo_controls_separate_the_weights_from_the_clip():
+    # keep: GSPO's sequence weights, a clip range they never reach -> the weights alone break it
+    wide = dict(loss_type="gspo", eps_low=0.9, eps_high=9.0)
+    grad, stats = template_token_grad(LossConfig(weight_transform="keep", **wide), UNEQUAL, ADV, old_shift=SHIFT)
+    assert grad.abs().max().item() > 1e-4 and stats["cancellation_residual"] > 1e-3     # rounding: 1e-12
+    assert stats["clip_frac_low"] == stats["clip_frac_high"] == 0.0          # the clip never acted
+    # ...and on-policy (every weight 1) the same control cancels: the break was the weights' spread
+    grad, stats = template_token_grad(LossConfig(weight_transform="keep", **wide), UNEQUAL, ADV)
+    assert grad.abs().max().item() < ZERO and stats["cancellation_residual"] < 1e-12
+    # equal: weight 1 for every kept rollout -> with nothing dropped it cancels, moved policy or not
+    grad, stats = template_token_grad(LossConfig(weight_transform="equal", **wide), UNEQUAL, ADV, old_shift=SHIFT)
+    assert grad.abs().max().item() < ZERO and stats["cancellation_residual"] < 1e-12
+
+
+def test_equal_control_residual_is_the_kept_advantages_imbalance():
+    # the clip drops rollout 0 (A = 1.5): the kept rollouts get weight 1 each, so a shared
+    # token gets sum_kept A_i = 0.5 - 1 - 1 = -1.5, and R_g = 1.5 / 2.5 = 0.6 exactly
+    coef, adv, stats = dfpo_group_with_a_dropped_rollout("equal")
+    assert torch.equal(coef[0], torch.zeros(3, dtype=torch.float64))
+    ratio = coef[1:, 0] / adv[1:]
+    assert torch.allclose(ratio, ratio[0].expand(3), rtol=1e-12)             # one weight for the kept
+    assert (coef[1:, 0].sum().abs() / coef[1:, 0].abs().sum()).item() == pytest.approx(0.6, rel=1e-12)
+    # keep: the kept rollouts carry their own w_i = e^(shift_i) (equal lengths: L_g = |o_i|)
+    coef, adv, _ = dfpo_group_with_a_dropped_rollout("keep")
+    w = coef[1:, 0] / adv[1:]
+    assert torch.allclose(w / w[0], torch.exp(torch.tensor([0.02, -0.03, 0.01], dtype=torch.float64) - 0.02),
+                          rtol=1e-12)
+
+
 def test_asymmetric_clipping_breaks_cancellation():
     # The shared token has the same ratio in every rollout. Make it 1.25: rollouts with
     # A > 0 are clipped at 1 + 0.2 (no gradient) while those with A < 0 are not.

@@ -10,7 +10,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from scheduler import (CONFIG_RANGES, AdvantageScheduler, SchedulerConfig,  # noqa: E402
-                       fade_alpha, fade_delta)
+                       fade_alpha, fade_delta, fade_delta_relative)
 
 
 def test_alpha_closed_form_and_clips():
@@ -32,6 +32,51 @@ def test_delta_closed_form_and_clips():
     assert fade_delta(0.3, 1.0) == pytest.approx(0.3)
     assert fade_delta(0.0, 1.0) == 0.3                    # floor
     assert fade_delta(0.1, 2.0) == 0.3
+
+
+def test_relative_delta_closed_form_and_clips():
+    # delta = clip(H_hat / H_target, 0.3, 1): the entropy's ratio to its target
+    assert fade_delta_relative(0.03, 0.04) == pytest.approx(0.75)
+    assert fade_delta(0.03, 0.04) == pytest.approx(0.99)            # the paper's rule barely moves there
+    assert fade_delta_relative(0.02, 0.04) == pytest.approx(0.5)
+    assert fade_delta_relative(0.04, 0.04) == 1.0                    # at target
+    assert fade_delta_relative(0.5, 0.04) == 1.0                     # above: the clip's top
+    assert fade_delta_relative(0.012, 0.04) == pytest.approx(0.3)    # 30% of target: the floor
+    assert fade_delta_relative(0.001, 0.04) == 0.3
+    assert fade_delta_relative(0.0, 0.0) == 1.0                      # a zero target is never undershot
+    # scale-free: the same ratio gives the same delta at any entropy scale
+    for scale in (0.01, 1.0, 30.0):
+        assert fade_delta_relative(0.6 * scale, scale) == pytest.approx(0.6)
+    # the two rules coincide when H_target = 1 nat (1 + H - 1 = H / 1)
+    for h in (0.2, 0.45, 0.9, 1.3):
+        assert fade_delta_relative(h, 1.0) == pytest.approx(fade_delta(h, 1.0), abs=1e-15)
+
+
+def test_fade_rel_schedule_reads_the_same_emas_as_fade():
+    inputs = [((7 * i % 11) / 10, 0.08 * 0.98 ** i) for i in range(300)]      # entropy falls to 0.2% of H0
+    paper, rel = (AdvantageScheduler(SchedulerConfig(schedule=name)) for name in ("fade", "fade_rel"))
+    for x in inputs:
+        a, b = paper.step(*x), rel.step(*x)
+        assert (a["alpha"], a["p_hat"], a["H_hat"], a["H_target"]) == (b["alpha"], b["p_hat"], b["H_hat"], b["H_target"])
+        assert b["delta"] == pytest.approx(max(0.3, min(1.0, b["H_hat"] / b["H_target"])), rel=1e-15)
+    # H_target = 0.04 (half of H0 = 0.08): the paper's delta never goes below 0.96, the relative one
+    # reaches the floor
+    assert a["delta"] > 0.96 and b["delta"] == 0.3
+
+
+def test_fade_rel_state_dict_resumes_exactly():
+    inputs = [(0.1 * (i % 10), 0.3 * 0.97 ** i) for i in range(80)]
+    full = AdvantageScheduler(SchedulerConfig(schedule="fade_rel"))
+    ref = [full.step(*x) for x in inputs]
+    a = AdvantageScheduler(SchedulerConfig(schedule="fade_rel"))
+    for x in inputs[:40]:
+        a.step(*x)
+    b = AdvantageScheduler(SchedulerConfig(schedule="fade_rel"))
+    b.load_state_dict(dict(a.state_dict()))
+    assert [b.step(*x) for x in inputs[40:]] == ref[40:]            # bit-for-bit
+    assert min(o["delta"] for o in ref) < 0.9                         # it moved, so the resume was tested on a moving delta
+    fresh = AdvantageScheduler(SchedulerConfig(schedule="fade_rel"))
+    assert [fresh.step(*x) for x in inputs[40:]] != ref[40:]          # negative control
 
 
 def test_ema_closed_form_after_k_steps():

@@ -1,21 +1,28 @@
-"""sweep.py and sweeps.py: the statistics on hand-made numbers, the report on hand-made runs, and the
-whole sweep end to end on a tiny untrained model (2 arms x 2 seeds x 3 steps): run
-directories, a table that equals a recomputation from the metrics files, resume by
-directory (finished runs untouched, an interrupted run continued), a failing arm, and
-the command line's bad-input contract."""
+"""sweep.py, sweeps.py, quantities.py and pages.py: the statistics on hand-made numbers, the
+page on hand-made runs, the committed data (merge, designs, earlier designs, a fresh clone
+that rebuilds every page with no diff), parts, and the whole sweep end to end on a tiny
+untrained model (2 arms x 2 seeds x 3 steps): run directories, a table that equals a
+recomputation from the metrics files, resume by directory (finished runs untouched, an
+interrupted run continued), a failing arm, and the command line's bad-input contract."""
 
+import gzip
 import json
 import math
 import os
 import shutil
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
 import torch
 
 import diagnostics
-from experiments import sweep, sweeps
+from experiments import pages, quantities, sweep, sweeps
 from machinery import tinymodel
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
@@ -55,33 +62,33 @@ def table_row(summary_text, label):
 # ---------------------------------------------------------------------------------------
 
 def test_mean_se_drops_missing_values():
-    assert sweep.mean_se([1.0, 2.0, 3.0]) == pytest.approx((2.0, 1 / math.sqrt(3), 3))
-    m, se, n = sweep.mean_se([4.0, math.nan, 6.0])                  # NaN = a seed without a number
+    assert pages.mean_se([1.0, 2.0, 3.0]) == pytest.approx((2.0, 1 / math.sqrt(3), 3))
+    m, se, n = pages.mean_se([4.0, math.nan, 6.0])                  # NaN = a seed without a number
     assert (m, n) == (5.0, 2) and se == pytest.approx(1.0)         # std(ddof=1) = sqrt(2), / sqrt(2)
-    m, se, n = sweep.mean_se([7.0])
+    m, se, n = pages.mean_se([7.0])
     assert m == 7.0 and math.isnan(se) and n == 1
-    assert sweep.mean_se([math.nan])[2] == 0 and math.isnan(sweep.mean_se([])[0])
+    assert pages.mean_se([math.nan])[2] == 0 and math.isnan(pages.mean_se([])[0])
 
 
 def test_steps_to_threshold_and_peak():
     steps, values = [10, 20, 30, 40], [0.5, 0.8, 0.7, 0.8]
-    assert sweeps.steps_to_threshold(steps, values, 0.75) == 20
-    assert sweeps.steps_to_threshold(steps, values, 0.8) == 20      # >=, not >
-    assert math.isnan(sweeps.steps_to_threshold(steps, values, 0.9))
-    assert sweeps.peak(steps, values) == (20, 0.8)                  # the first of two equal peaks
-    assert sweeps.peak([1, 2, 3], [math.nan, 0.2, 0.1]) == (2, 0.2)
-    assert all(math.isnan(x) for x in sweeps.peak([1], [math.nan]))
+    assert quantities.steps_to_threshold(steps, values, 0.75) == 20
+    assert quantities.steps_to_threshold(steps, values, 0.8) == 20      # >=, not >
+    assert math.isnan(quantities.steps_to_threshold(steps, values, 0.9))
+    assert quantities.peak(steps, values) == (20, 0.8)                  # the first of two equal peaks
+    assert quantities.peak([1, 2, 3], [math.nan, 0.2, 0.1]) == (2, 0.2)
+    assert all(math.isnan(x) for x in quantities.peak([1], [math.nan]))
 
 
 def test_at_level_interpolates_at_the_first_crossing():
     series = {"eval/pass@1": ([25, 50, 75, 100], [0.30, 0.38, 0.44, 0.36]),
               "eval/solution_entropy": ([25, 50, 75, 100], [0.50, 0.40, 0.10, 0.05])}
     # 0.40 is first crossed between steps 50 (0.38) and 75 (0.44): a third of the way
-    assert sweeps.at_level("eval/solution_entropy", "eval/pass@1", 0.40)(series) == pytest.approx(0.30)
-    assert sweeps.at_level("eval/solution_entropy", "eval/pass@1", 0.44)(series) == pytest.approx(0.10)   # <=
-    assert math.isnan(sweeps.at_level("eval/solution_entropy", "eval/pass@1", 0.30)(series))   # at the first
-    assert math.isnan(sweeps.at_level("eval/solution_entropy", "eval/pass@1", 0.50)(series))   # never
-    assert math.isnan(sweeps.at_level("eval/missing", "eval/pass@1", 0.40)(series))
+    assert quantities.at_level("eval/solution_entropy", "eval/pass@1", 0.40)(series) == pytest.approx(0.30)
+    assert quantities.at_level("eval/solution_entropy", "eval/pass@1", 0.44)(series) == pytest.approx(0.10)   # <=
+    assert math.isnan(quantities.at_level("eval/solution_entropy", "eval/pass@1", 0.30)(series))   # at the first
+    assert math.isnan(quantities.at_level("eval/solution_entropy", "eval/pass@1", 0.50)(series))   # never
+    assert math.isnan(quantities.at_level("eval/missing", "eval/pass@1", 0.40)(series))
 
 
 def test_pool_cells_equals_the_concatenated_sample():
@@ -89,19 +96,19 @@ def test_pool_cells_equals_the_concatenated_sample():
     means = [s.mean() for s in steps]
     ses = [s.std(ddof=1) / math.sqrt(len(s)) if len(s) > 1 else math.nan for s in steps]
     all_ = np.concatenate(steps)
-    m, se, n = sweeps.pool_cells(means, ses, [len(s) for s in steps])
+    m, se, n = quantities.pool_cells(means, ses, [len(s) for s in steps])
     assert n == 6 and m == pytest.approx(all_.mean()) and se == pytest.approx(all_.std(ddof=1) / math.sqrt(6))
-    assert sweeps.pool_cells([1.0, 2.0], [0.1, 0.1], [0, 0])[2] == 0     # no position at all
-    m, se, n = sweeps.pool_cells([0.25], [math.nan], [1])
+    assert quantities.pool_cells([1.0, 2.0], [0.1, 0.1], [0, 0])[2] == 0     # no position at all
+    m, se, n = quantities.pool_cells([0.25], [math.nan], [1])
     assert (m, n) == (0.25, 1) and math.isnan(se)
 
 
 def test_cell_and_number_format():
-    assert sweep.fmt(0.81234) == "0.812" and sweep.fmt(112.4) == "112" and sweep.fmt(3.4e-5) == "3.4e-05"
-    assert sweep.fmt(math.nan) == "-"
-    assert sweep.cell([0.5, 0.7]) == "0.6 ± 0.1 [0.5 0.7]"
-    assert sweep.cell([100.0, math.nan, 120.0]) == "110 ± 10 [100 - 120] (n=2)"
-    assert sweep.cell([math.nan]) == "-"
+    assert pages.fmt(0.81234) == "0.812" and pages.fmt(112.4) == "112" and pages.fmt(3.4e-5) == "3.4e-05"
+    assert pages.fmt(math.nan) == "-"
+    assert pages.cell([0.5, 0.7]) == "0.6 ± 0.1 [0.5 0.7]"
+    assert pages.cell([100.0, math.nan, 120.0]) == "110 ± 10 [100 - 120] (n=2)"
+    assert pages.cell([math.nan]) == "-"
 
 
 def test_template_drift_key_by_hand():
@@ -121,18 +128,14 @@ def test_template_drift_key_by_hand():
 # The report on hand-made runs (no training): the credit sweep's pooled value cells
 # ---------------------------------------------------------------------------------------
 
-def test_credit_report_pools_value_cells_over_steps(tmp_path):
-    spec = sweeps.credit("addition")
+def hand_made_credit_runs():
+    """grpo and psr, the design's two warm-up seeds, RL seed 0: two value steps each, b+ values
+    [0.2, 0.4] then [0.6], s+ [0.0, 0.1] then [0.1, 0.2], shifted by the arm and the block."""
     runs, pooled = [], {}
     for arm, shift in (("grpo", 0.0), ("psr", 0.1)):
-        for seed in (0, 1):
-            d = tmp_path / "credit" / arm / f"seed_{seed}"
-            os.makedirs(d)
-            (d / "done.json").write_text("{}")
-            # two value steps: b+ values [0.2, 0.4] then [0.6]; s+ [0.0, 0.1] then [0.1, 0.2]
-            # (shifted by the arm and the seed)
-            b1, b2 = np.array([0.2, 0.4]) + shift + 2 * seed, np.array([0.6]) + shift + 2 * seed
-            s1, s2 = np.array([0.0, 0.1]) + seed, np.array([0.1, 0.2]) + seed
+        for i, w in enumerate(sweeps.WARMUP_SEEDS):
+            b1, b2 = np.array([0.2, 0.4]) + shift + 2 * i, np.array([0.6]) + shift + 2 * i
+            s1, s2 = np.array([0.0, 0.1]) + i, np.array([0.1, 0.2]) + i
             rows = [{"step": 1, "reward": 0.5, "where/template_share": 0.3 + shift},
                     {"step": 10, "reward": 0.5, "value/boosted_pos": b1.mean(), "value/n_boosted_pos": 2,
                      "value/se_boosted_pos": b1.std(ddof=1) / math.sqrt(2), "value/suppressed_pos": s1.mean(),
@@ -142,39 +145,153 @@ def test_credit_report_pools_value_cells_over_steps(tmp_path):
                      "value/suppressed_pos": s2.mean(), "value/n_suppressed_pos": 2,
                      "value/se_suppressed_pos": s2.std(ddof=1) / math.sqrt(2),
                      "value/n_boosted_neg": 0, "value/n_suppressed_neg": 0, "eval/pass@1": 0.5}]
-            (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-            runs.append(sweep.RunSpec("credit", arm, seed, str(d), ["--out_dir", str(d), "--seed", str(seed)],
-                                      20, None))
-            pooled[arm, seed] = (np.concatenate([b1, b2]).mean(), np.concatenate([s1, s2]).mean())
-    meta = {"command": "python -m experiments.sweep credit", "cwd": "/x", "date": "today", "machine": "m", "jobs": 2}
-    text = open(sweep.write_report(spec, runs, {}, meta)).read()
+            record = {"args": ["--out_dir", "x", "--seed", "0", "--warmup_seed", str(w), "--steps", "20",
+                               *sweeps.credit("addition").arms[arm]], "start": {"sha256": f"{w}" * 64, "model_path": "m"},
+                      "seconds": 60.0, "finished": f"2026-01-0{i + 1}T00:00:00+00:00", "machine": "test box"}
+            runs.append(pages.RunData(arm, w, 0, json.loads(json.dumps(rows)), record))
+            pooled[arm, w] = (np.concatenate([b1, b2]).mean(), np.concatenate([s1, s2]).mean())
+    return runs, pooled
+
+
+def test_credit_page_pools_value_cells_over_steps(tmp_path):
+    runs, pooled = hand_made_credit_runs()
+    page = pages.write_page(sweeps.credit("addition"), "addition", runs, str(tmp_path / "p.md"), str(tmp_path / "p.png"),
+                            {"command": "python -m experiments.sweep credit", "note": [], "recorded": True})
+    text = (tmp_path / "p.md").read_text()
     for k, arm in enumerate(("grpo", "psr")):
-        b = [pooled[arm, s][0] for s in (0, 1)]
-        s_ = [pooled[arm, s][1] for s in (0, 1)]
-        assert table_row(text, "value b+")[k] == sweep.cell(b)
-        assert table_row(text, "value s+")[k] == sweep.cell(s_)
-        assert table_row(text, "value b+ - s+")[k] == sweep.cell([x - y for x, y in zip(b, s_)])
-        assert table_row(text, "value n b+")[k] == sweep.cell([3.0, 3.0])
-        assert table_row(text, "value n s+")[k] == sweep.cell([4.0, 4.0])
+        b = [pooled[arm, w][0] for w in sweeps.WARMUP_SEEDS]
+        s_ = [pooled[arm, w][1] for w in sweeps.WARMUP_SEEDS]
+        assert table_row(text, "value b+")[k] == pages.cell(b)
+        assert table_row(text, "value s+")[k] == pages.cell(s_)
+        assert table_row(text, "value b+ - s+")[k] == pages.cell([x - y for x, y in zip(b, s_)])
+        assert table_row(text, "value n b+")[k] == pages.cell([3.0, 3.0])
+        assert table_row(text, "value n s+")[k] == pages.cell([4.0, 4.0])
     assert table_row(text, "value b-") == ["-", "-"]                       # no negative rollouts: no number
-    # The verdicts: 2 seeds are too few for any exact test to reach 0.05 (the claims say so
-    # through "no difference detected" with no detectable effect), and the b- - s- claim has
-    # no number at all (psr has no negative rollouts, grpo none here either).
-    verdicts = {v["claim"]: v for v in json.load(open(tmp_path / "credit" / "verdicts.json"))}
-    b_minus_s = verdicts["boosted tokens have higher value than suppressed ones in positive rollouts"]
+    # Two runs are too few for any exact test to reach 0.05 ("no difference detected", no
+    # effect detectable), and the b- - s- claim has no number at all.
+    verdicts = {v["claim"].text: v for v in page["verdicts"]}
+    b_minus_s = verdicts["boosted tokens of positive rollouts: higher value than suppressed"]
     assert b_minus_s["effect"] == pytest.approx(0.8) and b_minus_s["p"] == 0.5          # signs of [0.3, 1.3]
     assert b_minus_s["verdict"] == "no difference detected" and "no effect detectable" in b_minus_s["detail"]
-    assert verdicts["... and in negative rollouts"]["verdict"] == "not testable"
-    assert "| Cancellation Hypothesis |" in text and "## Verdicts" in text
-    assert os.path.getsize(tmp_path / "credit" / "curves.png") > 1000
+    assert verdicts["boosted tokens of negative rollouts: higher value than suppressed"]["verdict"] == "not testable"
+    assert "## Implementation checks" in text and "## Findings" in text and "Sources, verbatim:" in text
+    w0, w1 = sweeps.WARMUP_SEEDS
+    assert "- Starting weights (sha256 of each warm-up seed's, train.py's start.json): " \
+           f"warm-up {w0}: {str(w0) * 12} (2 runs); warm-up {w1}: {str(w1) * 12} (2 runs)" in text
+    assert "- Finished: 2026-01-01T00:00:00+00:00 to 2026-01-02T00:00:00+00:00" in text
+    assert "- Run time: 4.0 process-minutes over 4 runs" in text and "- Machine: test box" in text
+    assert "![curves](p.png)" in text and os.path.getsize(tmp_path / "p.png") > 1000
+    assert page["done"] == 4 and page["planned"] == 20
+
+
+# ---------------------------------------------------------------------------------------
+# The committed data: round trip, merge, designs, an earlier design, a fresh clone
+# ---------------------------------------------------------------------------------------
+
+def test_run_data_round_trip_is_byte_identical(tmp_path):
+    runs, _ = hand_made_credit_runs()
+    path = pages.write_run_data(runs, str(tmp_path / "a.jsonl.gz"))
+    again = pages.read_run_data(path)
+    assert [(r.arm, r.key, r.rows, r.record) for r in again] == [(r.arm, r.key, r.rows, r.record) for r in runs]
+    pages.write_run_data(again, str(tmp_path / "b.jsonl.gz"))
+    assert (tmp_path / "a.jsonl.gz").read_bytes() == (tmp_path / "b.jsonl.gz").read_bytes()
+    # data committed before runs carried a record: warm-up seed 0, an empty record
+    with gzip.open(tmp_path / "old.jsonl.gz", "wt") as f:
+        f.write(json.dumps({"arm": "grpo", "seed": 3, "step": 1, "reward": 0.5}) + "\n")
+    (old,) = pages.read_run_data(str(tmp_path / "old.jsonl.gz"))
+    assert (old.arm, old.key, old.rows, old.record["args"]) == ("grpo", (0, 3), [{"step": 1, "reward": 0.5}], None)
+
+
+def test_merge_prefers_the_run_directory_and_keeps_one_design():
+    spec = sweeps.credit("addition")
+    committed, _ = hand_made_credit_runs()
+    local = [pages.RunData("grpo", 0, 0, [{"step": 1, "reward": 1.0}], dict(committed[0].record, finished="2026-02"))]
+    merged = pages.merge(committed, local, spec)
+    assert len(merged) == 4 and merged[0].rows == [{"step": 1, "reward": 1.0}]      # the run directory's
+    w0, w1 = sweeps.WARMUP_SEEDS
+    assert [(r.arm, r.key) for r in merged] == [("grpo", (w0, 0)), ("grpo", (w1, 0)), ("psr", (w0, 0)), ("psr", (w1, 0))]
+    kept, aside, recorded = pages.one_design(merged, spec)
+    assert recorded and len(kept) == 4 and not aside                 # seeds and arm flags are the run's own
+    # a run with another --steps is another design: the newest run's design wins
+    newer = pages.RunData("psr", 1, 1, [], dict(committed[0].record, finished="2026-03",
+                                                args=["--seed", "1", "--steps", "40", *spec.arms["psr"]]))
+    kept, aside, _ = pages.one_design([*merged, newer], spec)
+    assert kept == [newer] and len(aside) == 4
+    # an arm whose flags changed since its runs is another design too
+    changed = pages.RunData("grpo", 0, 2, [], dict(committed[0].record, args=["--steps", "20", "--advantage", "rloo"]))
+    assert pages.design(changed, spec) != pages.design(committed[0], spec)
+    # runs without a record (an earlier design) count only when no run has one
+    legacy = [pages.RunData("grpo", 0, s, [], dict(pages.EMPTY_RECORD)) for s in range(3)]
+    assert pages.one_design(legacy, spec) == (legacy, [], False)
+    assert pages.one_design([*legacy, newer], spec)[0] == [newer]
+
+
+def test_report_merges_committed_data_with_new_runs_and_never_says_not_run(tmp_path, monkeypatch):
+    docs, out, readme = tmp_path / "docs", tmp_path / "runs", tmp_path / "README.md"
+    os.makedirs(docs)
+    readme.write_text("<!-- claims:begin -->\n<!-- claims:end -->\n")
+    committed, _ = hand_made_credit_runs()
+    pages.write_run_data(committed[:2], str(docs / "sweep_addition_credit.jsonl.gz"))           # grpo, part 1
+    # part 2 ran on another machine: psr's runs, in runs/
+    for r in committed[2:]:
+        d = pages.run_dir(str(out), "addition", "credit", r.arm, r.warmup_seed, r.seed)
+        os.makedirs(d)
+        (open(os.path.join(d, "metrics.jsonl"), "w")).write("".join(json.dumps(row) + "\n" for row in r.rows))
+        json.dump({"args": r.record["args"]}, open(os.path.join(d, "sweep_args.json"), "w"))
+        json.dump({"seconds": 60.0, "finished": r.record["finished"]}, open(os.path.join(d, "done.json"), "w"))
+        json.dump({"model_path": "m", "weights_sha256": r.record["start"]["sha256"]}, open(os.path.join(d, "start.json"), "w"))
+    monkeypatch.setattr(sweeps, "SEEDS", (0,))
+    monkeypatch.setattr(pages, "SEEDS", (0,))
+    pages.report(str(out), str(docs), str(readme))
+    merged = pages.read_run_data(str(docs / "sweep_addition_credit.jsonl.gz"))
+    w0, w1 = sweeps.WARMUP_SEEDS
+    assert [(r.arm, r.key) for r in merged] == [("grpo", (w0, 0)), ("grpo", (w1, 0)), ("psr", (w0, 0)), ("psr", (w1, 0))]
+    assert merged[3].record["start"]["sha256"] == str(w1) * 64
+    text = readme.read_text()
+    row = next(line for line in text.splitlines() if "less of the update on template tokens" in line)
+    assert row.split("|")[-2].strip() == "[no difference detected][a-credit]"      # 4 of 4 runs: a verdict
+    assert row.split("|")[-3].strip() == "not run"                                  # countdown: no data at all
+    # a fresh machine: no runs/, the same page from the committed data alone
+    before = {f: (docs / f).read_bytes() for f in os.listdir(docs)}
+    shutil.rmtree(out)
+    pages.report(str(out), str(docs), str(readme))
+    assert {f: (docs / f).read_bytes() for f in os.listdir(docs)} == before and readme.read_text() == text
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_report_in_a_fresh_clone_changes_no_tracked_file(tmp_path):
+    """What a new reader does: clone, run report. Every page, data file and the README's tables
+    come back byte for byte from the committed data (the tested state is the last commit)."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", repo, str(clone)], check=True)
+    # Damage what report must rebuild, so a clean status means it rebuilt them: the README's
+    # tables, a page and its curves.
+    readme = (clone / "README.md").read_text()
+    head, rest = readme.split(pages.TABLES_BEGIN, 1)
+    (clone / "README.md").write_text(head + pages.TABLES_BEGIN + "\nstale\n" + pages.TABLES_END
+                                     + rest.split(pages.TABLES_END, 1)[1])
+    pages_md = sorted((clone / "docs").glob("sweep_*.md"))
+    assert pages_md, "no sweep page committed"
+    pages_md[0].unlink()
+    pages_md[0].with_suffix(".png").write_bytes(b"stale")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+    subprocess.run([sys.executable, "-m", "experiments.sweep", "report"], cwd=clone, env=env, check=True,
+                   capture_output=True)
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=clone, capture_output=True,
+                            text=True, check=True).stdout
+    assert status == "", status
 
 
 # ---------------------------------------------------------------------------------------
 # End to end: train.py processes on a tiny untrained model
 # ---------------------------------------------------------------------------------------
 
-ARGV = ["advantages", "--task", "addition", "--arms", "grpo,nsr", "--seeds", "0,1", "--steps", "3", "--jobs", "2"]
-LABELS = [f"{arm}/seed_{seed}" for arm in ("grpo", "nsr") for seed in (0, 1)]
+ARGV = ["advantages", "--task", "addition", "--arms", "grpo,nsr", "--warmup_seeds", "0", "--seeds", "0,1", "--steps", "3",
+        "--jobs", "2"]
+LABELS = [f"{arm}/warmup_0/seed_{seed}" for arm in ("grpo", "nsr") for seed in (0, 1)]
 
 
 @pytest.fixture(scope="module")
@@ -188,32 +305,35 @@ def test_end_to_end_run_dirs_and_table_equal_the_metrics_files(finished_sweep):
     root = finished_sweep / "addition" / "advantages"
     for label in LABELS:
         d = root / label
-        assert {"metrics.jsonl", "config.json", "train.log", "done.json", "sweep_args.json"} <= set(os.listdir(d))
+        assert {"metrics.jsonl", "config.json", "start.json", "train.log", "done.json", "sweep_args.json"} <= \
+            set(os.listdir(d))
         assert [r["step"] for r in read_rows(d)] == [1, 2, 3]
         assert json.load(open(d / "config.json"))["seed"] == int(label[-1])
+        assert json.load(open(d / "config.json"))["warmup_seed"] == 0
     text = (root / "summary.md").read_text()
-    assert "python -m experiments.sweep advantages --task addition --arms grpo,nsr --seeds 0,1 --steps 3" in text
-    assert "nproc" in text
+    assert "python -m experiments.sweep advantages --task addition --arms grpo,nsr --warmup_seeds 0 --seeds 0,1 " \
+           "--steps 3" in text
+    assert "nproc" in text and "INCOMPLETE" in text                          # 4 of the 60 planned runs
     header = table_row(text, "quantity")
-    assert header == ["grpo (seeds 0,1)", "nsr (seeds 0,1)"]
+    assert header == ["grpo (w0: s0,1)", "nsr (w0: s0,1)"]
     for k, arm in enumerate(("grpo", "nsr")):
-        rows = [read_rows(root / arm / f"seed_{s}") for s in (0, 1)]
+        rows = [read_rows(root / arm / "warmup_0" / f"seed_{s}") for s in (0, 1)]
         entropy = [np.mean([r["entropy"] for r in rs]) for rs in rows]             # 3 steps < 10: all of them
         m_F = [np.mean([r["m_F"] for r in rs]) for rs in rows]
         final = [rs[-1]["eval/pass@1"] for rs in rows]
         pass4 = [rs[-1]["eval/pass@4"] for rs in rows]
-        best = [max(range(3), key=lambda i: (rs[i]["eval/pass@1"], -i)) + 1 for rs in rows]   # first max
         minutes = [rs[-1]["time/elapsed"] / 60 for rs in rows]
-        assert table_row(text, "entropy, last 10 steps")[k] == sweep.cell(entropy)
-        assert table_row(text, "m_F (mean)")[k] == sweep.cell(m_F)
-        assert table_row(text, "final pass@1")[k] == sweep.cell(final)
-        assert table_row(text, "final pass@k")[k] == sweep.cell(pass4)
-        assert table_row(text, "step of peak")[k] == sweep.cell([float(b) for b in best])
-        assert table_row(text, "minutes")[k] == sweep.cell(minutes)
+        assert table_row(text, "entropy, last 10 steps")[k] == pages.cell(entropy)
+        assert table_row(text, "m_F (mean)")[k] == pages.cell(m_F)
+        assert table_row(text, "final pass@1")[k] == pages.cell(final)
+        assert table_row(text, "final pass@k")[k] == pages.cell(pass4)
+        assert table_row(text, "minutes")[k] == pages.cell(minutes)
     # nsr pushes every (wrong) rollout down: m_F = 1 per rollout; grpo on an all-wrong model: 0
     assert table_row(text, "m_F (mean)") == ["0 ± 0 [0 0]", "1 ± 0 [1 1]"]
+    # the checks of these arms are measured (nsr gives successes no mass), those of others are not
+    assert "| nsr gives successes no mass | m_S (mean) | nsr | 2 | 0 | exactly 0 | **pass** |" in text
     verdicts = {v["claim"]: v for v in json.load(open(root / "verdicts.json"))}
-    assert set(verdicts) == {"nsr has a lower pass@1", "nsr keeps pass@k", "negative-only training (nsr) keeps entropy"}
+    assert set(verdicts) == set()                 # every finding compares with mean, which did not run
     assert (root / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -221,16 +341,16 @@ def test_resume_skips_finished_runs_and_continues_an_interrupted_one(finished_sw
     out = tmp_path / "copy"
     shutil.copytree(finished_sweep, out)                   # leave the module's sweep as it was
     root = out / "addition" / "advantages"
-    before = read_rows(root / "nsr" / "seed_1")
-    # Make nsr/seed_1 look killed after its step-2 checkpoint: no done.json, no step-3
-    # checkpoint, metrics up to step 2.
-    killed = root / "nsr" / "seed_1"
+    before = read_rows(root / "nsr" / "warmup_0" / "seed_1")
+    # Make nsr/warmup_0/seed_1 look killed after its step-2 checkpoint: no done.json, no
+    # step-3 checkpoint, metrics up to step 2.
+    killed = root / "nsr" / "warmup_0" / "seed_1"
     os.remove(killed / "done.json")
     shutil.rmtree(killed / "checkpoints" / "step_000003")
     (killed / "checkpoints" / "latest").write_text("step_000002")
     (killed / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in before[:2]))
     untouched = {label: {f: os.stat(root / label / f).st_mtime_ns for f in ("metrics.jsonl", "train.log", "done.json")}
-                 for label in LABELS if label != "nsr/seed_1"}
+                 for label in LABELS if label != "nsr/warmup_0/seed_1"}
     capsys.readouterr()
 
     sweep.main([*ARGV, "--out", str(out), *train_extra(tiny_dir)])
@@ -240,7 +360,7 @@ def test_resume_skips_finished_runs_and_continues_an_interrupted_one(finished_sw
     second = log[max(i for i, line in enumerate(log) if "python -m experiments.sweep" in line) + 1:]   # this invocation
     assert len(second) == 5                                # 3 skipped, 1 resumed, 1 done
     assert sum("skipped (finished before)" in line for line in second) == 3
-    assert any("advantages/nsr/seed_1: resumed" in line for line in second)
+    assert any("advantages/nsr/warmup_0/seed_1: resumed" in line for line in second)
     assert "--resume" in (killed / "train.log").read_text().split("=== sweep.py")[-1].splitlines()[0]
     drop = lambda rows: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
     assert drop(read_rows(killed)) == drop(before)         # continued exactly (train.py's resume)
@@ -252,7 +372,7 @@ def test_resume_skips_finished_runs_and_continues_an_interrupted_one(finished_sw
         sweep.main([*ARGV[:-4], "--steps", "4", "--jobs", "2", "--out", str(out), *train_extra(tiny_dir)])
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and "holds a run with other train.py flags" in err[0]
-    assert [r["step"] for r in read_rows(root / "grpo" / "seed_0")] == [1, 2, 3]
+    assert [r["step"] for r in read_rows(root / "grpo" / "warmup_0" / "seed_0")] == [1, 2, 3]
 
 
 def test_failing_arm_exits_nonzero_naming_the_run_and_its_log(tiny_dir, tmp_path, capsys, monkeypatch):
@@ -262,16 +382,16 @@ def test_failing_arm_exits_nonzero_naming_the_run_and_its_log(tiny_dir, tmp_path
         return spec
     monkeypatch.setitem(sweep.SWEEPS, "advantages", broken)
     with pytest.raises(SystemExit) as e:
-        sweep.main(["advantages", "--task", "addition", "--arms", "grpo,broken", "--seeds", "0", "--steps", "2",
-                    "--out", str(tmp_path), *train_extra(tiny_dir)])
+        sweep.main(["advantages", "--task", "addition", "--arms", "grpo,broken", "--warmup_seeds", "0", "--seeds", "0",
+                    "--steps", "2", "--out", str(tmp_path), *train_extra(tiny_dir)])
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("sweep.py:")]
-    log = tmp_path / "addition" / "advantages" / "broken" / "seed_0" / "train.log"
+    log = tmp_path / "addition" / "advantages" / "broken" / "warmup_0" / "seed_0" / "train.log"
     assert e.value.code == 1
-    assert err == [f"sweep.py: run advantages/broken/seed_0 failed (exit code 2); log: {log}"]
+    assert err == [f"sweep.py: run advantages/broken/warmup_0/seed_0 failed (exit code 2); log: {log}"]
     assert "missing.jsonl" in log.read_text()
     root = tmp_path / "addition" / "advantages"
-    assert os.path.isfile(root / "grpo" / "seed_0" / "done.json")      # the other one finished
-    assert not os.path.exists(root / "broken" / "seed_0" / "done.json")
+    assert os.path.isfile(root / "grpo" / "warmup_0" / "seed_0" / "done.json")      # the other one finished
+    assert not os.path.exists(root / "broken" / "warmup_0" / "seed_0" / "done.json")
     assert "INCOMPLETE" in (root / "summary.md").read_text()
 
 
@@ -281,8 +401,13 @@ def test_failing_arm_exits_nonzero_naming_the_run_and_its_log(tiny_dir, tmp_path
     (["all", "--arms", "grpo"], "--arms needs one sweep"),
     (["dfpo", "--seeds", "0,x"], "--seeds must be comma-separated integers"),
     (["dfpo", "--seeds", "1,1"], "--seeds must name distinct seeds"),
+    (["dfpo", "--warmup_seeds", "-1"], "--warmup_seeds must name distinct seeds >= 0"),
     (["dfpo", "--steps", "0"], "--steps must be >= 1, got 0"),
-    (["dfpo", "--", "--lr", "-1"], "dfpo/grpo/seed_0: train.py: error: --lr must be > 0, got -1.0"),
+    (["dfpo", "--part", "3/2"], "--part K/N needs 1 <= K <= N, got '3/2'"),
+    (["dfpo", "--part", "half"], "--part must read K/N"),
+    (["all", "--part", "1/2"], "--part needs one sweep"),
+    (["dfpo", "--part", "1/2", "--seeds", "0"], "--part picks its own runs"),
+    (["dfpo", "--", "--lr", "-1"], "dfpo/grpo/warmup_0/seed_0: train.py: error: --lr must be in (0, 1.0], got -1.0"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_code_2(argv, needle, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
@@ -290,3 +415,115 @@ def test_cli_bad_input_is_one_line_and_exit_code_2(argv, needle, tmp_path, capsy
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert e.value.code == 2 and len(err) == 1 and err[0].startswith("sweep.py: error:") and needle in err[0], err
     assert not os.path.exists(tmp_path / "countdown" / "dfpo" / "grpo")     # nothing was run
+
+
+def test_parts_slice_the_plan_by_warm_up_seed_and_cover_it_once(tmp_path):
+    spec = sweeps.credit("addition")
+    runs = sweep.plan_runs(spec, list(spec.arms), [0, 1], [0, 1, 2, 3, 4], 10, str(tmp_path), [], "addition")
+    assert len(runs) == 20 and runs[0].args[:6] == ["--out_dir", runs[0].dir, "--seed", "0", "--warmup_seed", "0"]
+    halves = [sweep.select_part(runs, k, 2) for k in (1, 2)]
+    assert [{r.warmup_seed for r in h} for h in halves] == [{0}, {1}]             # K = 2: one warm-up seed each
+    for parts in (3, 6, 7):
+        slices = [sweep.select_part(runs, k, parts) for k in range(1, parts + 1)]
+        assert [r.label for s in slices for r in s] == [r.label for r in runs]  # each run once, in order
+        assert max(map(len, slices)) - min(map(len, slices)) <= 1
+    assert runs[0].dir.endswith(os.path.join("addition", "credit", "grpo", "warmup_0", "seed_0"))
+
+
+def test_plan_prints_the_budget_and_every_part_command(capsys):
+    sweep.main(["plan"])
+    out = capsys.readouterr().out
+    assert sweeps.budget_table() in out
+    for task in sweeps.TASKS:
+        for name in sweeps.SWEEPS:
+            parts = sweeps.settings(task, name)["parts"]
+            base = f"python -m experiments.sweep {name} --task {task}"
+            assert (f"{base} --part {parts}/{parts}" if parts > 1 else base) in out
+
+
+def test_pilot_costs_from_a_runs_step_times(tmp_path):
+    # 7 steps of 1 s, two of them with an evaluation that adds 1.5 s (at steps 4 and 7)
+    elapsed = [1.0, 2.0, 3.0, 5.5, 6.5, 7.5, 10.0]
+    rows = [{"step": i + 1, "time/elapsed": t, **({"eval/pass@1": 0.5} if i + 1 in (4, 7) else {})}
+            for i, t in enumerate(elapsed)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = sweep.RunSpec("credit", "grpo", 0, 0, str(tmp_path), ["--n_eval", "100", "--eval_samples", "16"], 7, None)
+    costs = sweep.pilot_costs([run], {run.label: {"seconds": 22.0}})["credit"]
+    assert costs == {"step_s": 1.0, "sample_s": pytest.approx(1.5 / 1600), "start_s": 12.0}
+
+
+# ---------------------------------------------------------------------------------------
+# One sweep per --out, no orphans, and a rerun that finishes each run once
+# ---------------------------------------------------------------------------------------
+
+def test_a_run_with_complete_metrics_but_no_done_json_is_finished_not_rerun(finished_sweep, tiny_dir, tmp_path):
+    """The sweep was killed after the run's last step and before done.json. Before, the rerun
+    resumed it, train.py found nothing to do, and the run failed on every rerun."""
+    out = tmp_path / "copy"
+    shutil.copytree(finished_sweep, out)
+    run = out / "addition" / "advantages" / "grpo" / "warmup_0" / "seed_1"
+    os.remove(run / "done.json")
+    log_before = (run / "train.log").read_text()
+    sweep.main([*ARGV, "--out", str(out), *train_extra(tiny_dir)])     # exits normally: nothing failed
+    assert (run / "train.log").read_text() == log_before              # train.py was not started again
+    assert json.load(open(run / "done.json"))["steps"] == 3
+    assert [r["step"] for r in read_rows(run)] == [1, 2, 3]
+
+
+def train_processes(marker: str) -> list[int]:
+    """PIDs of live train.py processes whose command line mentions `marker`."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().decode(errors="replace")
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if "train.py" in cmd and marker in cmd and state != "Z":
+            pids.append(int(pid))
+    return pids
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal and /proc: Linux")
+def test_killed_sweep_leaves_no_orphans_and_its_rerun_finishes_each_run_once(tiny_dir, tmp_path, capsys):
+    """kill -9 of the sweep mid-run: its train.py processes die with it (before, they kept
+    writing); a second sweep on the same --out is refused while the first runs; the rerun
+    finishes every run, each step logged exactly once."""
+    out = tmp_path / "out"
+    argv = ["advantages", "--task", "addition", "--arms", "grpo,nsr", "--warmup_seeds", "0", "--seeds", "0", "--steps", "12", "--jobs", "2",
+            "--out", str(out), *train_extra(tiny_dir)[:-4], "--eval_every", "4", "--save_every", "2"]
+    labels = ["grpo/warmup_0/seed_0", "nsr/warmup_0/seed_0"]
+    first = subprocess.Popen([sys.executable, "-m", "experiments.sweep", *argv], cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    root = out / "addition" / "advantages"
+    deadline = time.time() + 300
+    while time.time() < deadline and first.poll() is None:
+        if any(os.path.exists(p) and len(read_rows(os.path.dirname(p))) >= 2
+               for p in (root / label / "metrics.jsonl" for label in labels)):
+            break
+        time.sleep(0.2)
+    assert first.poll() is None, "the sweep ended before it could be killed"
+
+    with pytest.raises(SystemExit) as e:                    # a second sweep on the same --out
+        sweep.main(argv)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert e.value.code == 2 and len(err) == 1 and f"is in use by another process (PID {first.pid})" in err[0], err
+
+    running = train_processes(str(out))
+    assert running, "no train.py was running"
+    first.kill()
+    first.wait()
+    deadline = time.time() + 60
+    while train_processes(str(out)) and time.time() < deadline:
+        time.sleep(0.2)
+    assert train_processes(str(out)) == []
+    # ... and they died with the sweep, mid-run, rather than running to their end:
+    logged = [len(read_rows(root / label)) for label in labels if (root / label / "metrics.jsonl").exists()]
+    assert logged and max(logged) < 12, logged
+
+    sweep.main(argv)
+    for label in labels:
+        assert os.path.isfile(root / label / "done.json"), label
+        assert [r["step"] for r in read_rows(root / label)] == list(range(1, 13)), label

@@ -50,7 +50,8 @@ def test_smoke_full_loop_writes_metrics_and_checkpoint(tiny_dir, tmp_path):
     rows = read_metrics(tmp_path)
     assert rows == json.loads(json.dumps(history))
     for key in ("reward", "entropy", "m_S", "m_F", "clip_frac_low", "clip_frac_high", "grad_norm",
-                "sched/alpha", "sched/p_hat", "mb/split_groups", "time/generate", "eval/pass@1", "eval/pass@2"):
+                "sched/alpha", "sched/p_hat", "mb/split_groups", "time/generate", "eval/pass@1", "eval/pass@2",
+                "cancellation_residual", "cancellation_residual_first"):
         assert key in rows[-1], key
     assert 0 < rows[0]["entropy"] < math.log(len(tinymodel.build_char_tokenizer()))        # below uniform
     assert open(tmp_path / "checkpoints" / "latest").read() == "step_000003"
@@ -139,7 +140,7 @@ def test_resume_negative_control_other_seed_differs(tiny_dir, tmp_path):
 
 @pytest.mark.parametrize("flags,needle", [
     (["--advantage", "gpro"], "--advantage 'gpro' is unknown"),
-    (["--lr", "-1"], "--lr must be > 0, got -1.0"),
+    (["--lr", "-1"], "--lr must be in (0, 1.0], got -1.0"),
     (["--steps", "x"], "invalid int value: 'x'"),
     (["--agg", "mean"], "agg must be one of"),
     (["--weight_transform", "min"], "needs loss_type='gspo'"),
@@ -469,8 +470,8 @@ def door(argv, capsys):
 
 
 @pytest.mark.parametrize("flags,needle", [
-    (["--lr", "inf"], "--lr must be finite, got inf"),
-    (["--temperature", "inf"], "--temperature must be finite, got inf"),
+    (["--lr", "inf"], "argument --lr: must be a finite number, got 'inf'"),
+    (["--temperature", "inf"], "argument --temperature: must be a finite number, got 'inf'"),
     (["--temperature", "1e-40"], "--temperature must be in [0.01, 2.0] (vLLM's limits, used for both backends)"),
     (["--temperature", "2.5"], "got 2.5"),                                   # the transformers backend too
     (["--group_size", "1", "--advantage", "passk", "--k", "1"], "passk: needs G >= 2"),

@@ -318,13 +318,13 @@ def test_samples_jsonl_after_each_evaluation_and_a_resume_keeps_them_once(tiny_d
     train.train(train.parse_args(small_args(tiny_dir, tmp_path, "--steps", "4", "--save_every", "2",
                                             "--log_eval_completions", "4")))
     lines = read_jsonl(tmp_path / "samples.jsonl")
-    assert [x["step"] for x in lines] == [2] * 4 + [4] * 4
+    assert [x["step"] for x in lines] == [0] * 4 + [2] * 4 + [4] * 4      # step 0: eval_before_train
     rows = {r["prompt"]: r["answer"] for r in train.data.load_task("addition", "test", n=6, digits=1)[0]}
     for x in lines:
         assert rows[x["prompt"]] == x["answer"] and isinstance(x["completion"], str)
         assert x["reward"] in (0.0, 1.0) and "correct" in x
     train.keep_samples_until(str(tmp_path / "samples.jsonl"), 2)       # what --resume from step 2 does
-    assert [x["step"] for x in read_jsonl(tmp_path / "samples.jsonl")] == [2] * 4
+    assert [x["step"] for x in read_jsonl(tmp_path / "samples.jsonl")] == [0] * 4 + [2] * 4
 
 
 def test_eval_temperature_defaults_to_the_training_one_and_changes_evaluation_only(tiny_dir, tmp_path):

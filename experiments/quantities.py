@@ -1,0 +1,202 @@
+"""quantities.py: one number per run, the rows of a sweep's table (experiments/sweeps.py).
+
+Each function here takes a metric name (and a level, a cell, ...) and returns a function
+of one run's series, plot_runs.load_metrics' {key: (steps, values)} with NaN where a step
+logged null, that gives one number: the value at the last step, a mean over steps, the
+first step a curve reached a level, a pooled token-value cell, a within-run difference
+or ratio. Each returns NaN when the run never logged the key. The sweeps declare rows as
+(label, quantity, how it is computed); the claims and checks name the rows.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+def final(key: str, scale: float = 1.0) -> Callable[[dict], float]:
+    """The key's value at its last logged step (for eval/pass@k: the evaluation at the last step)."""
+    return lambda series: float(series[key][1][-1]) * scale if key in series else math.nan
+
+
+def mean_of(key: str) -> Callable[[dict], float]:
+    """Mean of the key over the steps that logged it (NaNs skipped)."""
+    return lambda series: nanmean(series[key][1]) if key in series else math.nan
+
+
+def head_mean(key: str, n: int) -> Callable[[dict], float]:
+    """Mean of the key over its first n logged steps."""
+    return lambda series: nanmean(series[key][1][:n]) if key in series else math.nan
+
+
+def tail_mean(key: str, n: int) -> Callable[[dict], float]:
+    """Mean of the key over its last n logged steps."""
+    return lambda series: nanmean(series[key][1][-n:]) if key in series else math.nan
+
+
+def first_reach(key: str, level: float) -> Callable[[dict], float]:
+    """steps_to_threshold of the key's curve, censored: a run that never reaches the level
+    counts as reaching it one logging interval after its last point (later than any run
+    that did, which is all a paired sign test needs; its size is a lower bound)."""
+    def value(series: dict) -> float:
+        if key not in series:
+            return math.nan
+        steps, values = series[key]
+        reached = steps_to_threshold(steps, values, level)
+        if math.isfinite(reached) or not len(steps):
+            return reached
+        interval = steps[-1] - steps[-2] if len(steps) > 1 else steps[-1]
+        return float(steps[-1] + interval)
+    return value
+
+
+def at_level(key: str, level_key: str, level: float) -> Callable[[dict], float]:
+    """The key's value where level_key first reaches `level`, for comparing runs at equal progress.
+
+    Both keys logged at the same steps (the evaluations); linear interpolation between the
+    two evaluations around the first crossing. NaN when level_key never reaches the level,
+    or is already at it on the first evaluation (the crossing was not observed).
+    """
+    def value(series: dict) -> float:
+        if key not in series or level_key not in series:
+            return math.nan
+        at = dict(zip(*series[key]))
+        points = [(s, x, at[s]) for s, x in zip(*series[level_key]) if s in at]
+        for (_, x0, y0), (_, x1, y1) in zip(points, points[1:]):
+            if x0 < level <= x1:
+                return float(y0 + (level - x0) / (x1 - x0) * (y1 - y0))
+        return math.nan
+    return value
+
+
+def peak_of(key: str) -> Callable[[dict], float]:
+    return lambda series: peak(*series[key])[1] if key in series else math.nan
+
+
+def peak_step_of(key: str) -> Callable[[dict], float]:
+    return lambda series: peak(*series[key])[0] if key in series else math.nan
+
+
+def pooled_value(cell: str) -> Callable[[dict], float]:
+    """One value cell pooled over the run's value steps (pool_cells' mean)."""
+    return lambda series: _pool_run(series, cell)[0]
+
+
+def pooled_n(cell: str) -> Callable[[dict], float]:
+    """Positions of one value cell, summed over the run's value steps."""
+    return lambda series: float(_pool_run(series, cell)[2])
+
+
+def difference(f: Callable[[dict], float], g: Callable[[dict], float]) -> Callable[[dict], float]:
+    """f - g on the same run (a within-run contrast; its spread over seeds is the test's SE)."""
+    return lambda series: f(series) - g(series)
+
+
+def total(f: Callable[[dict], float], g: Callable[[dict], float]) -> Callable[[dict], float]:
+    """f + g on the same run."""
+    return lambda series: f(series) + g(series)
+
+
+def ratio(f: Callable[[dict], float], g: Callable[[dict], float]) -> Callable[[dict], float]:
+    """f / g on the same run; NaN where g is 0."""
+    def value(series: dict) -> float:
+        num, den = f(series), g(series)
+        return num / den if den != 0 else math.nan
+    return value
+
+
+def log_ratio(f: Callable[[dict], float], g: Callable[[dict], float]) -> Callable[[dict], float]:
+    """log(f / g) on the same run: 0 for equal shares, log 2 for twice; NaN unless both are > 0."""
+    def value(series: dict) -> float:
+        num, den = f(series), g(series)
+        return math.log(num / den) if num > 0 and den > 0 else math.nan
+    return value
+
+
+def peaked_at_end(key: str) -> Callable[[dict], float]:
+    """1.0 if the run's best value of `key` is at its last logged step, else 0.0."""
+    def value(series: dict) -> float:
+        if key not in series or not len(series[key][0]):
+            return math.nan
+        return float(peak(*series[key])[0] == series[key][0][-1])
+    return value
+
+
+def _pool_run(series: dict, cell: str) -> tuple[float, float, int]:
+    """pool_cells over the steps that logged value/<cell> (steps with n = 0 log no mean)."""
+    if f"value/{cell}" not in series:
+        return math.nan, math.nan, 0
+    steps, means = series[f"value/{cell}"]
+    n_at = dict(zip(*series[f"value/n_{cell}"]))
+    se_at = dict(zip(*series.get(f"value/se_{cell}", ([], []))))
+    return pool_cells(means, [se_at.get(s, math.nan) for s in steps], [n_at[s] for s in steps])
+
+
+def nanmean(values) -> float:
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    return float(values.mean()) if len(values) else math.nan
+
+
+def steps_to_threshold(steps, values, threshold: float) -> float:
+    """The first step whose value is >= threshold; NaN if none is.
+
+    Resolution is the logging interval (eval/pass@1: every EVAL_EVERY steps).
+    Example: steps [10, 20, 30], values [0.5, 0.8, 0.7], threshold 0.75 -> 20.
+    """
+    hit = np.nonzero(np.asarray(values, dtype=float) >= threshold)[0]
+    return float(np.asarray(steps)[hit[0]]) if len(hit) else math.nan
+
+
+def peak(steps, values) -> tuple[float, float]:
+    """(step, value) of the largest finite value, the first one on ties; (NaN, NaN) if none."""
+    v = np.asarray(values, dtype=float)
+    if not np.isfinite(v).any():
+        return math.nan, math.nan
+    i = int(np.nanargmax(v))
+    return float(np.asarray(steps)[i]), float(v[i])
+
+
+def pool_cells(means, ses, ns) -> tuple[float, float, int]:
+    """Pool per-step summaries (mean m_i, SE s_i, size n_i) into one sample's (mean, SE, N).
+
+        N = sum n_i     M = sum n_i m_i / N
+        var = (sum (n_i - 1) sd_i^2 + sum n_i (m_i - M)^2) / (N - 1),  sd_i^2 = s_i^2 n_i
+        SE = sqrt(var / N)
+
+    exactly the mean and SE of all the positions concatenated (the within-step and
+    between-step sums of squares). A step with n_i = 1 logs no SE (sd_i unknown): its
+    within part is 0, which it is. Steps with n_i = 0 are skipped. Returns (NaN, NaN, 0)
+    for no position, SE NaN for N = 1. Example: steps {1, 2, 3} and {4, 6} -> (3.2,
+    SE of [1, 2, 3, 4, 6] = 0.860, 5).
+    """
+    m, s, n = (np.asarray(a, dtype=float) for a in (means, ses, ns))
+    keep = n > 0
+    m, s, n = m[keep], np.nan_to_num(s[keep]), n[keep]
+    N = int(n.sum())
+    if N == 0:
+        return math.nan, math.nan, 0
+    M = float((n * m).sum() / N)
+    if N == 1:
+        return M, math.nan, 1
+    var = float(((n - 1) * s ** 2 * n).sum() + (n * (m - M) ** 2).sum()) / (N - 1)
+    return M, math.sqrt(var / N), N
+
+
+def final_max_pass() -> Callable[[dict], float]:
+    """Held-out pass@k at the last evaluation for the largest k the run evaluated."""
+    def f(series: dict) -> float:
+        ks = [int(key.split("@")[1]) for key in series if key.startswith("eval/pass@")]
+        return float(series[f"eval/pass@{max(ks)}"][1][-1]) if ks else math.nan
+    return f
+
+
+def min_of(key: str) -> Callable[[dict], float]:
+    """Smallest logged value of the key."""
+    return lambda series: float(np.nanmin(series[key][1])) if key in series else math.nan
+
+
+def max_of(key: str) -> Callable[[dict], float]:
+    """Largest logged value of the key."""
+    return lambda series: float(np.nanmax(series[key][1])) if key in series else math.nan

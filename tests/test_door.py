@@ -1,0 +1,212 @@
+"""The checks at the door, completed: every value, path and file a user can hand over that
+used to pass silently, fail late, or end in a traceback. Each case is one line on stderr
+and exit code 2 before any work (no data, no model, no warm-up), or recovers correctly.
+"""
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+import train
+from machinery import checkpoint, config, data, tinymodel
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    """An untrained tiny model directory (loads through AutoModelForCausalLM)."""
+    d = tmp_path_factory.mktemp("tiny")
+    tok = tinymodel.build_char_tokenizer()
+    tinymodel.build_tiny_model(tok, seed=0).save_pretrained(d)
+    tok.save_pretrained(d)
+    return str(d)
+
+
+def args(model_dir, out_dir, *extra):
+    """A run of a few seconds: 1-digit addition, 4 prompts x 4 rollouts, no evaluation."""
+    return ["--model", model_dir, "--out_dir", str(out_dir), "--digits", "1", "--prompts_per_step", "4",
+            "--group_size", "4", "--max_new_tokens", "16", "--n_eval", "4", "--eval_samples", "2",
+            "--eval_every", "0", "--flip_every", "0", "--save_every", "2", "--threads", "1", *extra]
+
+
+def door(argv, capsys):
+    """train.main(argv) in this process: (exit code, the stderr lines it printed); 0 if it returned."""
+    try:
+        train.main(argv)
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    return code, [line for line in capsys.readouterr().err.splitlines() if line.startswith("train.py")]
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Any data load, warm-up or model load fails the test: the check came too late."""
+    monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data loaded before the door check"))
+    monkeypatch.setattr(tinymodel, "load_or_warmup", lambda *a, **k: pytest.fail("warm-up before the door check"))
+
+
+# --- values ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--kl_coef", "nan"], "argument --kl_coef: must be a finite number, got 'nan'"),
+    (["--entropy_coef", "nan"], "argument --entropy_coef: must be a finite number, got 'nan'"),
+    (["--kl_coef", "inf"], "argument --kl_coef: must be a finite number, got 'inf'"),
+    (["--eps_high", "inf"], "argument --eps_high: must be a finite number, got 'inf'"),
+    (["--dual_clip", "inf"], "argument --dual_clip: must be a finite number, got 'inf'"),
+    (["--lr", "1e30"], "--lr must be in (0, 1.0], got 1e+30"),
+    (["--seed", "-1"], "--seed must be in [0, 131071], got -1"),
+    (["--seed", str(2 ** 17)], "--seed must be in [0, 131071], got 131072"),
+    (["--out_dir", ""], "--out_dir must not be empty"),
+    (["--prompts_per_step", "1000000000000"], "at most 4194304 rollouts per step, got 1000000000000 x 4"),
+    (["--steps", str(2 ** 20)], "--steps must be below 1048576"),
+])
+def test_bad_values_are_one_line_before_any_work(flags, needle, tiny_dir, tmp_path, capsys, no_work):
+    code, err = door(args(tiny_dir, tmp_path / "run", *flags), capsys)
+    assert code == 2 and len(err) == 1 and needle in err[0] and err[0].startswith("train.py: error:"), err
+    assert not os.path.exists(tmp_path / "run")                 # nothing written either
+
+
+def test_every_float_of_the_api_configs_is_checked_for_finiteness():
+    """The same rule without the command line: a NaN in any float field is refused by name."""
+    from loss import LossConfig
+    for value in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="--kl_coef must be a finite number"):
+            train.Config(loss=LossConfig(kl_coef=value))
+        with pytest.raises(ValueError, match="--lr must be a finite number"):
+            train.Config(lr=value)
+
+
+def test_config_json_is_strict_json(tiny_dir, tmp_path, capsys):
+    assert door(args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
+
+    def refuse(constant):
+        raise ValueError(f"not strict JSON: {constant}")
+    for path in (tmp_path / "config.json", tmp_path / "checkpoints" / "step_000002" / "config.json"):
+        json.loads(path.read_text(), parse_constant=refuse)
+
+
+# --- paths and files in the run directory ---------------------------------------------------
+
+def test_out_dir_a_symlink_loop_is_one_line(tiny_dir, tmp_path, capsys, no_work):
+    os.symlink(tmp_path / "b", tmp_path / "a")
+    os.symlink(tmp_path / "a", tmp_path / "b")
+    code, err = door(args(tiny_dir, tmp_path / "a"), capsys)
+    assert code == 2 and len(err) == 1 and "symbolic link that leads nowhere" in err[0], err
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "checkpoints/latest", "config.json"])
+def test_a_directory_where_a_run_file_belongs_is_one_line(name, tiny_dir, tmp_path, capsys, no_work):
+    os.makedirs(tmp_path / name)
+    resume = ["--resume"] if name.startswith("checkpoints") else []
+    code, err = door(args(tiny_dir, tmp_path, *resume), capsys)
+    assert code == 2 and len(err) == 1 and f"{tmp_path / name} is not a file" in err[0], err
+
+
+def test_a_checkpoint_directory_replaced_by_a_file_is_skipped_and_overwritten(tiny_dir, tmp_path, capsys):
+    """Resumes from the intact checkpoint before it, then writes the new checkpoint over the file."""
+    assert door(args(tiny_dir, tmp_path, "--steps", "4"), capsys)[0] == 0
+    shutil.rmtree(tmp_path / "checkpoints" / "step_000004")
+    (tmp_path / "checkpoints" / "step_000004").write_text("not a checkpoint")
+    (tmp_path / "metrics.jsonl").write_text("".join((tmp_path / "metrics.jsonl").read_text().splitlines(True)[:2]))
+    code, err = door(args(tiny_dir, tmp_path, "--steps", "6", "--resume"), capsys)
+    assert code == 0 and any("step_000004 is not a directory" in line for line in err), err
+    assert checkpoint.check_checkpoint(str(tmp_path / "checkpoints" / "step_000006")) is None
+    assert [json.loads(line)["step"] for line in open(tmp_path / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
+
+
+def test_jsonl_row_nested_a_hundred_thousand_deep_is_one_line(tiny_dir, tmp_path, capsys):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"prompt": "1+1", "answer": "2"}\n' + "[" * 100_000 + "]" * 100_000 + "\n")
+    code, err = door(args(tiny_dir, tmp_path / "run", "--data", str(rows)), capsys)
+    assert code == 2 and len(err) == 1 and "rows.jsonl:2: JSON nested too deeply" in err[0], err
+
+
+def test_truncated_cached_warm_up_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(tinymodel, "load_or_warmup", functools.partial(tinymodel.load_or_warmup, cache_dir=str(cache),
+                                                                       shipped_dir=None))
+    cfg = train.parse_args(["--out_dir", str(tmp_path / "run"), "--digits", "1"])
+    entry = cache / tinymodel.cache_key(train.embedded_warmup(cfg))
+    tok = tinymodel.build_char_tokenizer()
+    tinymodel.build_tiny_model(tok, seed=0).save_pretrained(entry)
+    tok.save_pretrained(entry)
+    (entry / "warmup.json").write_text("{}")                     # a complete entry, as the cache sees it
+    weights = entry / "model.safetensors"
+    os.truncate(weights, os.path.getsize(weights) // 2)          # ... then a copy cut short
+    code, err = door(["--out_dir", str(tmp_path / "run"), "--digits", "1", "--steps", "1"], capsys)
+    assert code == 2 and len(err) == 1 and f"warm-up {entry} is damaged" in err[0], err
+
+
+# --- the other entry points -------------------------------------------------------------------
+
+def run_cli(*argv, env=None):
+    proc = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env=env)
+    return proc.returncode, [line for line in proc.stderr.splitlines() if line.strip()]
+
+
+def test_advantages_cli_bounds_the_group_size():
+    start = time.monotonic()
+    code, err = run_cli("-m", "advantages", "--G", "100000000")
+    assert code == 2 and err == ["advantages.py: error: --G must be in [2, 1024], got 100000000"]
+    assert time.monotonic() - start < 120                      # refused, not computed (45 s, then out of memory)
+
+
+def test_sweep_out_a_file_is_one_line(tmp_path, capsys):
+    from experiments import sweep
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SystemExit) as e:
+        sweep.main(["advantages", "--out", str(tmp_path / "file")])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert e.value.code == 2 and len(err) == 1 and "--out" in err[0] and "is a file" in err[0], err
+
+
+@pytest.mark.parametrize("module,prog", [("experiments.bench", "bench.py"),
+                                         ("integrations.trl_example", "trl_example.py")])
+def test_bench_and_trl_example_bad_flags_are_one_line(module, prog):
+    code, err = run_cli("-m", module, "--steps", "x")
+    assert code == 2 and err == [f"{prog}: error: argument --steps: invalid int value: 'x'"], err
+
+
+def test_trl_example_without_trl_is_one_line(tmp_path):
+    """A `trl` that cannot be imported (as on a machine without it) stops the example at once."""
+    (tmp_path / "trl").mkdir()
+    (tmp_path / "trl" / "__init__.py").write_text("raise ImportError('No module named trl', name='trl')\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"}
+    code, err = run_cli("-m", "integrations.trl_example", env=env)
+    assert code == 2 and err == ["trl_example.py: error: trl is not installed: pip install -r requirements/trl.txt"], err
+
+
+def test_slow_reasoning_gym_data_shows_progress(monkeypatch, capsys):
+    """Generation that takes longer than two seconds shows a progress bar (countdown's takes minutes)."""
+    rg = pytest.importorskip("reasoning_gym")
+
+    def slow_dataset(name, size, seed):
+        for i in range(size):
+            time.sleep(0.6)
+            yield {"question": f"q{i}", "answer": "a", "metadata": {}}
+    monkeypatch.setattr(rg, "create_dataset", slow_dataset)
+    rows = data.reasoning_gym_rows("countdown", "train", 6)
+    assert len(rows) == 6
+    assert "reasoning-gym countdown (train rows)" in capsys.readouterr().err
+
+
+def test_lock_dir_names_the_holder_and_takes_over_a_stale_lock(tmp_path):
+    held = config.lock_dir(str(tmp_path), "--out_dir")
+    with pytest.raises(ValueError, match=f"in use by another process \\(PID {os.getpid()}\\)"):
+        config.lock_dir(str(tmp_path), "--out_dir")
+    held.close()
+    # A lock file left by a process that died holds no lock: the next writer takes it.
+    dead = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                           "from machinery import config; config.lock_dir(sys.argv[2], 'x'); "
+                           "import os; os._exit(9)", REPO, str(tmp_path)])
+    assert dead.returncode == 9 and (tmp_path / config.LOCK_FILE).read_text().strip() != str(os.getpid())
+    config.lock_dir(str(tmp_path), "--out_dir").close()
