@@ -26,8 +26,8 @@ of every live row, in every layer); here each node keeps a *slot* (its row in th
 and only the rows that must change place are copied: a new child takes a free slot and
 copies its parent's keys and values, and a slot above the new count moves into a hole
 (`assign_slots`); and it grows the cache a few columns at a time, not one (LlamaDecoder).
-On the bench's batches the sampler takes about a fifth less time on countdown and a
-quarter less on addition (docs/results.md has the measurements).
+On the bench's batches the sampler takes about a fifth less CPU time on both tasks
+(docs/results.md has the measurements).
 
 Exactness. LlamaDecoder runs the same rows (one per live node) through the model's
 arithmetic. Three things differ from the model's own forward, none of them in a bit:
@@ -37,12 +37,13 @@ kernel gives every output element the same value either way: a matrix product co
 a row from that row and the weight's columns, attention works per row and head whatever
 the memory layout. (One caveat, measured with MKL: a product of fewer than four rows
 takes another path with other rounding; both decoders run exactly one row per live
-node, so their products always have the same number of rows.) So the two decoders
-return identical bits (tested on
-the embedded Llama and on a Qwen2 with biases and grouped-query attention: the same
-tokens, log-probs and entropies, with negative controls). A model outside what LlamaDecoder checks for
-(`lean_unsupported`: another architecture, eager attention, sliding windows, query/key
-norms, a cache layer with state beyond keys and values) gets TransformersDecoder.
+node, so their products always have the same number of rows, and below four rows
+LlamaDecoder uses the model's own weights, not the stacked copy.) So the two decoders
+return identical bits (tested on the embedded Llama and on a Qwen2 with biases and
+grouped-query attention: the same tokens, log-probs and entropies, with negative
+controls). A model outside what LlamaDecoder checks for (`lean_unsupported`: another
+architecture, eager attention, sliding windows, query/key norms, a cache layer with
+state beyond keys and values) gets TransformersDecoder.
 """
 
 from __future__ import annotations
