@@ -432,10 +432,10 @@ def test_leaving_out_the_prompts_backward_would_be_caught(tiny_dir, tmp_path, mo
     assert (wrong_p - full_p).abs().max() > 1e-2 * (full_p - before).abs().max()
 
 
-def test_prompts_are_not_shared_where_the_cache_cannot_be_passed(tiny_dir):
+def test_prompts_are_not_shared_where_the_cache_cannot_be_passed(tiny_dir, tmp_path):
     # Gradient checkpointing makes transformers drop the cache a layer is given (the
     # responses would not see their prompts); a compiled update is traced without one.
-    cfg = train.parse_args(small_args(tiny_dir, "unused"))
+    cfg = train.parse_args(small_args(tiny_dir, tmp_path))    # setup locks its out_dir: not the cwd
     run = train.setup(cfg)
     assert update.prompt_sharing_off(run, cfg) is None
     assert update.prompt_sharing_off(run, train.parse_args(small_args(tiny_dir, "unused", "--compile"))) == "--compile"
