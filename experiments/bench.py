@@ -58,7 +58,7 @@ its own rollouts (lower_bound): one teacher-forced no-grad forward over every ro
 plus one forward and backward over the rollouts that carry gradient, each distinct one
 once. "ours / lower bound" above 1 is what sampling token by token, scoring, the
 optimizer and bookkeeping add; below 1 is possible only by doing less than a forward
-per rollout (shared prompts).
+per rollout (shared prompts: train.py's --share_prompts, off by default, on here).
 
 What is timed. A step is the wall time of one loop iteration, from one step's start to
 the next (ours: consecutive calls of rollout.generate_rollouts, so the run takes one
@@ -128,7 +128,7 @@ def run_ours(n_steps: int, G: int, max_new_tokens: int, seed: int, threads: int,
                             "--prompts_per_step", str(N_PROMPTS), "--seed", str(seed), "--threads", str(threads),
                             "--micro_batch", str(micro_batch), "--data", task,
                             "--lr", "4e-4", "--temperature", "1.0", "--eval_every", "0", "--save_every", "0",
-                            "--flip_every", "0", "--out_dir", out_dir] + (["--compile"] if compiled else []))
+                            "--flip_every", "0", "--share_prompts", "--out_dir", out_dir] + (["--compile"] if compiled else []))
     run = train.setup(cfg)
     return train.train(cfg, run), run, cfg
 

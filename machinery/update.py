@@ -260,12 +260,13 @@ class SharedPrompts:
 def prompt_sharing_off(run: train.Run, cfg: train.Config) -> str | None:
     """Why the prompts cannot be shared in this run, or None when they can.
 
-    Off with --no-share_prompts; with --compile (the compiled graph is traced without a
+    Off unless --share_prompts (off by default: it changes the update by float rounding,
+    which can change a later sampled token); with --compile (the compiled graph is traced without a
     cache); and under gradient checkpointing, where transformers drops the cache passed
     to each layer (the responses would then not see their prompts at all).
     """
     if not cfg.share_prompts:
-        return "--no-share_prompts"
+        return "--share_prompts is off"
     if cfg.compile:
         return "--compile"
     if getattr(cfg, "gradient_checkpointing", False) or getattr(run.model, "is_gradient_checkpointing", False):

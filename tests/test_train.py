@@ -407,13 +407,13 @@ def test_sharing_prompts_leaves_the_update_unchanged(tiny_dir, tmp_path, monkeyp
         return prompts
     monkeypatch.setattr(update, "share_prompts", spy)
     shared_h, before, shared_p = run_params(tiny_dir, tmp_path / "shared", monkeypatch, [gaussian] * 3, "--steps", "3",
-                                            *extra)
+                                            "--share_prompts", *extra)
     n_shared = shared[:]
     full_h, _, full_p = run_params(tiny_dir, tmp_path / "full", monkeypatch, [gaussian] * 3, "--steps", "3",
                                    "--no-share_prompts", *extra)
     per_step = 2 if "--minibatches" in extra else 4                  # query mini-batches: 2 whole groups each
     assert n_shared and all(n == per_step for n in n_shared)     # each optimizer step's prompts, once each
-    assert not any(shared[len(n_shared):])                       # --no-share_prompts: nothing shared
+    assert not any(shared[len(n_shared):])                       # off: nothing shared
     moved = (full_p - before).abs().max()
     assert moved > 1e-3
     assert (shared_p - full_p).abs().max() < 2e-3 * moved
@@ -428,18 +428,20 @@ def test_leaving_out_the_prompts_backward_would_be_caught(tiny_dir, tmp_path, mo
     _, before, full_p = run_params(tiny_dir, tmp_path / "full", monkeypatch, [gaussian] * 3, "--steps", "3",
                                    "--no-share_prompts")
     monkeypatch.setattr(update, "backward_prompts", lambda prompts: None)
-    _, _, wrong_p = run_params(tiny_dir, tmp_path / "wrong", monkeypatch, [gaussian] * 3, "--steps", "3")
+    _, _, wrong_p = run_params(tiny_dir, tmp_path / "wrong", monkeypatch, [gaussian] * 3, "--steps", "3",
+                               "--share_prompts")
     assert (wrong_p - full_p).abs().max() > 1e-2 * (full_p - before).abs().max()
 
 
 def test_prompts_are_not_shared_where_the_cache_cannot_be_passed(tiny_dir, tmp_path):
     # Gradient checkpointing makes transformers drop the cache a layer is given (the
     # responses would not see their prompts); a compiled update is traced without one.
-    cfg = train.parse_args(small_args(tiny_dir, tmp_path))    # setup locks its out_dir: not the cwd
+    cfg = train.parse_args(small_args(tiny_dir, tmp_path, "--share_prompts"))    # setup locks its out_dir: not the cwd
     run = train.setup(cfg)
     assert update.prompt_sharing_off(run, cfg) is None
-    assert update.prompt_sharing_off(run, train.parse_args(small_args(tiny_dir, "unused", "--compile"))) == "--compile"
-    assert update.prompt_sharing_off(run, train.parse_args(small_args(tiny_dir, "unused", "--no-share_prompts")))
+    assert update.prompt_sharing_off(run, train.parse_args(small_args(tiny_dir, "unused", "--share_prompts", "--compile"))) \
+        == "--compile"
+    assert update.prompt_sharing_off(run, train.parse_args(small_args(tiny_dir, "unused")))   # off by default
     run.model.gradient_checkpointing_enable()
     assert update.prompt_sharing_off(run, cfg) == "gradient checkpointing"
 
