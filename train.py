@@ -15,22 +15,24 @@ each timed as time/<stage>:
                  solve rate and entropy
   4. advantages  one weight per rollout, per group    advantages.py (any registered name)
   5. split       the batch into optimizer steps;      batching.py; machinery/forward.py
-                 rollouts whose advantage is 0 are    (the work left out, exactly)
-                 left out, copies run once
+                 rollouts with advantage 0 left out   (the work left out, exactly)
   6. update      policy loss per micro-batch, one     loss.py (PPO/CISPO/GSPO/DFPO, four
                  Adam step per optimizer step         aggregations, KL, entropy)
   7. log         metrics, diagnostics, evaluation,    machinery/metrics.py, diagnostics.py,
                  checkpoint                           machinery/evaluation.py
 
 The default run differs from textbook GRPO (Shao et al. 2024) in five ways, each a flag:
-token-mean aggregation (DAPO's; GRPO's 1/|o_i| is --agg seq-mean-token-mean, and breaks
-the cancellation of shared tokens: docs/math.md §3.7); no KL penalty (--kl_coef 0, as
-DAPO and Dr. GRPO); one optimizer step per rollout batch (--epochs 1 --minibatches 1: the
-PPO ratio is exactly 1 and clipping never fires; with several steps per batch, clipping
-and whether a group's rollouts still cancel start to matter, batching.py); rollouts with
-advantage exactly 0, and word-for-word copies, skip the forward (--skip_zero_adv,
---merge_duplicates: the same gradient, less work); and a tiny model trained from scratch
-on a CPU, whose defaults (lr 4e-4, 32 prompts x 8 rollouts) suit it.
+  1. token-mean aggregation (DAPO; --agg seq-mean-token-mean is GRPO's 1/|o_i|), which
+     keeps a token shared by every rollout at the same weight in each (docs/math.md §3.7);
+  2. no KL penalty (--kl_coef 0, as DAPO and Dr. GRPO; GRPO used 0.04 with the k3
+     estimator, --kl_estimator k3);
+  3. one optimizer step per rollout batch (--epochs 1 --minibatches 1), so the ratio is 1
+     and the clip is inert; GRPO took several;
+  4. rollouts whose advantage is exactly 0, and word-for-word copies, skip the forward
+     (--skip_zero_adv, --merge_duplicates), and with --share_prompts a group's prompt runs
+     once: the same gradient, less work (machinery/forward.py);
+  5. a tiny model trained from scratch on synthetic addition on a CPU, not a 7B model on
+     math: the defaults (lr 4e-4, 32 prompts x 8 rollouts) suit that model.
 
 Below the loop: the set-up, the checks at the door and the command line; the plumbing
 (the Run record, checkpoints, sampling, metrics) is in machinery/. The loop's stages are
@@ -170,6 +172,8 @@ class Config:
     """Skip the forward/backward of rollouts whose advantage is exactly 0 (their gradient is exactly 0; speed only, see forward.carries_gradient)."""
     merge_duplicates: bool = True
     """Run the forward/backward of identical rollouts (same prompt, same response) once and copy the result (exact; speed only, see rollout.token_logprobs)."""
+    share_prompts: bool = False
+    """Run each prompt of an optimizer step through the update's forward/backward once, not once per rollout (exact to float rounding; speed only, see forward.share_prompts). Off by default: rounding can change a later sampled token, so the default run would no longer reproduce its published numbers bit for bit; the benchmark turns it on."""
 
     # --- evaluation, diagnostics, checkpoints ---
     eval_every: int = 25
@@ -226,7 +230,7 @@ RESUME_SAFE = {
     # same update up to float rounding (tested in tests/test_train.py); the diagnostics
     # draw from their own seeded streams, and on a diagnostic step no zero-advantage
     # rollout is skipped, which again changes only rounding.
-    "micro_batch", "compile", "skip_zero_adv", "merge_duplicates", "threads", "gpu_memory_utilization",
+    "micro_batch", "compile", "skip_zero_adv", "merge_duplicates", "share_prompts", "threads", "gpu_memory_utilization",
     "gradient_checkpointing", "flip_every", "coupling_pairs", "value_every", "value_samples", "value_k",
     # Where the numbers are also sent and what is kept to read: no number changes.
     "report_to", "project", "run_name", "log_eval_completions",
@@ -259,6 +263,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
     N, G = cfg.prompts_per_step, cfg.group_size
     on_policy = cfg.epochs == 1 and cfg.minibatches == 1            # the policy trained is the one that sampled
     group_index = torch.arange(N * G) // G                          # rollout i answers prompt i // G
+    sharing_off = forward.prompt_sharing_off(run.model, cfg.share_prompts, cfg.compile, cfg.gradient_checkpointing)
     probes = diagnostics.ProbeConfig(cfg.flip_every, cfg.coupling_pairs, cfg.value_every, cfg.value_samples,
                                      cfg.value_k, cfg.seed, cfg.max_new_tokens)
     history, t_start = [], time.perf_counter()
@@ -312,9 +317,10 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
             for step_idx, norm in zip(opt_steps, norms):
                 micro = forward.micro_batches(step_idx, has_grad, group_index, lengths.reshape(-1), cfg.micro_batch,
                                               whole_groups=loss.needs_whole_groups(cfg.loss))
+                prompts = forward.share_prompts(run.train_model, ro, micro, cfg.micro_batch, sharing_off)  # None: off
                 for idx in micro:
                     logp, ent = forward.forward(run.train_model, ro, idx, run.passes,
-                                                with_entropy=cfg.loss.entropy_coef > 0)
+                                                with_entropy=cfg.loss.entropy_coef > 0, prompts=prompts)
                     old = logp.detach() if batch.old is None else batch.old[idx]    # on-policy: the ratio is exactly 1
                     adv_i, mask_i, group_i = batch.adv[idx], batch.mask[idx], batch.group[idx]
                     l, stats = loss.policy_loss(logp, old, adv_i, mask_i, cfg=cfg.loss, norm=norm, group_index=group_i,
@@ -322,6 +328,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
                     l.backward()
                     add_stats(tally, stats)
                     probe.micro_batch(idx, logp, old, adv_i, mask_i, group_i, cfg.loss, norm)  # the residual's m_i
+                forward.backward_prompts(prompts)                                        # ... the prompts' backward once
                 probe.optimizer_step(step_idx, group_index)                              # the residual of whole groups
                 grad_norms.append(optimizer_step(run, cfg.grad_clip, ran_backward=bool(micro)))
             run.model.eval()
@@ -595,7 +602,6 @@ def parse_args(argv: list[str] | None = None) -> Config:
     except ValueError as e:
         print(f"train.py: error: {e}", file=sys.stderr)
         sys.exit(2)
-
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -4,6 +4,8 @@
     python -m experiments.bench --skip_trl          # ours only (TRL not installed)
     python -m experiments.bench --scaling           # + how our step time grows with G and max new tokens
     python -m experiments.bench --data countdown    # the same comparison on the countdown task
+    python -m experiments.bench --skip_trl --profile   # + where our step's time goes (torch.profiler)
+    python -m experiments.bench --ablate            # + each step replayed without the decoder / shared prompts
     pip install -r requirements/bench.txt     # TRL 1.16.0 and what it needs, for the comparison
 
 The work: the warmed embedded model (tinymodel.py), the synthetic addition task
@@ -34,16 +36,29 @@ How TRL is configured, and why (read from TRL 1.16.0's GRPOConfig / GRPOTrainer)
   costs time that our loop does not spend.
 - use_cpu, report_to="none", logging_strategy="no", save_strategy="no", no tqdm.
 
-Two differences in work that are not differences in the update, both exact (tested)
-and both printed:
+Three differences in work that are not differences in the update, all exact (tested)
+and all printed or counted:
 - our update skips the forward and backward of rollouts whose advantage is exactly 0
   (groups that all passed or all failed: their gradient is exactly 0,
-  forward.carries_gradient), which TRL runs: ~20% of the rollouts on this work, more as
-  the solve rate climbs;
+  forward.carries_gradient), which TRL runs: ~20-30% of the rollouts on this work, more
+  as the solve rate climbs;
 - it runs identical rollouts (same prompt, same response, word for word) once and
   copies the result (rollout.token_logprobs' merge_duplicates; autograd sums the
-  copies' gradients), where TRL computes every copy: ~45% of the rollouts on this work,
-  whose policy has a low entropy.
+  copies' gradients), where TRL computes every copy: ~40% of the rollouts on the
+  addition work, whose policy has a low entropy, none on countdown;
+- it runs each prompt of an optimizer step once, and the responses on top of its keys
+  and values (forward.share_prompts), where TRL runs the prompt with every rollout.
+And one in how the tokens are drawn, which changes no bit of them: our sampler shares
+a forward among rollouts that drew the same tokens so far and drops finished rows
+(rollout.sample, machinery/decoding.py); TRL calls model.generate.
+
+The lower bound. Beside our step the bench times the minimum work of the same step on
+its own rollouts (lower_bound): one teacher-forced no-grad forward over every rollout
+(what drawing the tokens costs at least: every token's distribution must be computed)
+plus one forward and backward over the rollouts that carry gradient, each distinct one
+once. "ours / lower bound" above 1 is what sampling token by token, scoring, the
+optimizer and bookkeeping add; below 1 is possible only by doing less than a forward
+per rollout (shared prompts: train.py's --share_prompts, off by default, on here).
 
 What is timed. A step is the wall time of one loop iteration, from one step's start to
 the next (ours: consecutive calls of rollout.generate_rollouts, so the run takes one
@@ -107,8 +122,8 @@ def work_rows(n_steps: int, seed: int, task: str = "addition") -> list[list[dict
 # ---------------------------------------------------------------------------------------
 
 def run_ours(n_steps: int, G: int, max_new_tokens: int, seed: int, threads: int, micro_batch: int,
-             compiled: bool = False, task: str = "addition") -> list[dict]:
-    """train.py on the benchmark work; returns its per-step metrics.
+             compiled: bool = False, task: str = "addition") -> tuple[list[dict], object, object]:
+    """train.py on the benchmark work; returns its per-step metrics, its Run and its Config.
 
     The ONE place that knows train.py's API: if it changes, fix this function only.
     """
@@ -119,8 +134,9 @@ def run_ours(n_steps: int, G: int, max_new_tokens: int, seed: int, threads: int,
                             "--prompts_per_step", str(N_PROMPTS), "--seed", str(seed), "--threads", str(threads),
                             "--micro_batch", str(micro_batch), "--data", task,
                             "--lr", "4e-4", "--temperature", "1.0", "--eval_every", "0", "--save_every", "0",
-                            "--flip_every", "0", "--out_dir", out_dir] + (["--compile"] if compiled else []))
-    return train.train(cfg)
+                            "--flip_every", "0", "--share_prompts", "--out_dir", out_dir] + (["--compile"] if compiled else []))
+    run = train.setup(cfg)
+    return train.train(cfg, run), run, cfg
 
 
 @contextlib.contextmanager
@@ -141,6 +157,7 @@ def timed_rollout():
         ro = saved(model, tokenizer, prompts, *args, **kwargs)
         rec["sample"] = time.perf_counter() - rec["wall"]
         rec["tokens"] = float(ro.response_mask.sum())
+        rec["ro"] = ro
         records.append(rec)
         return ro
 
@@ -152,12 +169,16 @@ def timed_rollout():
 
 
 def measure_ours(warmup: int, steps: int, G: int, max_new_tokens: int, seed: int, threads: int,
-                 micro_batch: int, compiled: bool = False, task: str = "addition") -> dict:
-    """Run warmup + steps + 1 steps of ours; per-step numbers of the `steps` measured ones."""
+                 micro_batch: int, compiled: bool = False, task: str = "addition", ablate: bool = False) -> dict:
+    """Run warmup + steps + 1 steps of ours; per-step numbers of the `steps` measured ones
+    (with `ablate`, each also replayed with and without our two newest speed-ups: ablation)."""
     reset_peak_rss()
     with timed_rollout() as recs:
-        history = run_ours(warmup + steps + 1, G, max_new_tokens, seed, threads, micro_batch, compiled, task)
+        history, run, cfg = run_ours(warmup + steps + 1, G, max_new_tokens, seed, threads, micro_batch, compiled,
+                                     task)
+    model = run.model
     out = {"peak_rss_mb": peak_rss_mb(), "prompts": [r["prompts"] for r in recs], "steps": []}
+    work = work_rows(warmup + steps + 1, seed, task)
     for k in range(warmup, warmup + steps):
         m, rec, nxt = history[k], recs[k], recs[k + 1]
         split = {stage: m[f"time/{stage}"] for stage in ("sample", "score", "schedule", "advantages", "split",
@@ -166,7 +187,96 @@ def measure_ours(warmup: int, steps: int, G: int, max_new_tokens: int, seed: int
         split["other"] = wall - sum(split.values())
         out["steps"].append({"wall": wall, "cpu": cpu, "reward": m["reward"], "tokens": rec["tokens"],
                              "sample": rec["sample"], "split": split, "skipped": m["frac_skipped"],
-                             "duplicate": m["frac_duplicate"]})
+                             "duplicate": m["frac_duplicate"],
+                             "bound": lower_bound(model, rec["ro"], work[k], task, micro_batch),
+                             "ablation": ablation(run, cfg, rec["ro"], work[k], task, seed + k) if ablate else None})
+    return out
+
+
+def lower_bound(model, ro, rows: list[dict], task: str, micro_batch: int) -> dict:
+    """The cost of a step's minimum work, timed on that step's own rollouts (wall and CPU s).
+
+    The minimum work of an on-policy step: one no-grad forward over every sampled token
+    (rollout.token_logprobs over all B rollouts, prompt and response, teacher-forced), plus
+    one forward and backward over the rollouts that carry gradient (GRPO advantage not 0),
+    each distinct rollout once; both in length-sorted chunks of micro_batch rollouts. A
+    sampler cannot draw the tokens with less than the first (it must compute every
+    token's distribution), an update cannot do with less than the second if every
+    rollout runs its own forward. (Ours can go below it only by computing less than a
+    forward per rollout: share_prompts.) Returns {"wall", "cpu", "forward", "update"}.
+    """
+    from advantages import compute_advantages
+    from machinery import forward
+
+    scores = verify.score(ro.texts, [r["answer"] for r in rows for _ in range(ro.G)], tasks.get(task),
+                          [r["prompt"] for r in rows for _ in range(ro.G)])
+    adv = compute_advantages("grpo", verify.reward_tensor(scores).view(len(rows), ro.G)).reshape(-1)
+    lengths = ro.response_mask.sum(1)
+    carry = (adv != 0).nonzero().squeeze(1)
+    was_training = model.training
+    t0, c0 = time.perf_counter(), time.process_time()
+    model.eval()
+    with torch.no_grad():
+        for idx in lengths.argsort(stable=True).split(micro_batch):
+            rollout.token_logprobs(model, *forward.batch_inputs(ro, idx, model.device))
+    t1, c1 = time.perf_counter(), time.process_time()
+    model.train()
+    for idx in carry[lengths[carry].argsort(stable=True)].split(micro_batch):
+        logp, _ = rollout.token_logprobs(model, *forward.batch_inputs(ro, idx, model.device), merge_duplicates=True)
+        (logp * adv[idx].unsqueeze(1)).sum().backward()
+    t2, c2 = time.perf_counter(), time.process_time()
+    model.zero_grad(set_to_none=True)
+    model.train(was_training)
+    return {"wall": t2 - t0, "cpu": c2 - c0, "forward": t1 - t0, "update": t2 - t1}
+
+
+def ablation(run, cfg, ro, rows: list[dict], task: str, seed: int) -> dict:
+    """CPU seconds of this step's sampling and update, each done both ways, paired.
+
+    The sampler: the step's prompts sampled again from the same seed with the Llama
+    decoder and with the transformers one (machinery/decoding.py; the same tokens, checked
+    here). The update: its forward and backward over the rollouts with gradient, with
+    shared prompts and with each rollout's own prompt (forward.share_prompts), gradients
+    discarded. The two ways alternate which goes first from one step to the next, so a
+    neighbour's load hits both alike. Returns {"llama", "transformers", "shared", "plain"}.
+    """
+    import loss
+    from advantages import compute_advantages
+    from machinery import decoding, forward
+
+    out, first = {}, seed % 2
+    plain_decoder = lambda model, ids, mask, *rest: decoding.TransformersDecoder(model, ids, mask)
+    tokens = {}
+    for name in (("llama", "transformers") if first else ("transformers", "llama")):
+        saved = decoding.make_decoder
+        decoding.make_decoder = saved if name == "llama" else plain_decoder
+        try:
+            torch.manual_seed(seed)
+            c = time.process_time()
+            tokens[name] = rollout.generate_rollouts(run.model, run.tokenizer, ro.prompts, ro.G, MAX_NEW_DEFAULT).response_ids
+            out[name] = time.process_time() - c
+        finally:
+            decoding.make_decoder = saved
+    if not torch.equal(tokens["llama"], tokens["transformers"]):
+        raise RuntimeError("the two decoders drew different tokens: the ablation compares different work")
+    scores = verify.score(ro.texts, [r["answer"] for r in rows for _ in range(ro.G)], tasks.get(task),
+                          [r["prompt"] for r in rows for _ in range(ro.G)])
+    adv = compute_advantages("grpo", verify.reward_tensor(scores).view(len(rows), ro.G)).reshape(-1)
+    B = len(adv)
+    micro = forward.micro_batches(torch.arange(B), adv != 0, torch.arange(B) // ro.G, ro.response_mask.sum(1),
+                                  cfg.micro_batch, loss.needs_whole_groups(cfg.loss))
+    off = forward.prompt_sharing_off(run.model, cfg.share_prompts, cfg.compile, cfg.gradient_checkpointing)
+    run.model.train()
+    for name in (("shared", "plain") if first else ("plain", "shared")):
+        c = time.process_time()
+        prompts = forward.share_prompts(run.train_model, ro, micro, cfg.micro_batch, off) if name == "shared" else None
+        for idx in micro:
+            logp, _ = forward.forward(run.train_model, ro, idx, run.passes, prompts=prompts)
+            (logp * adv[idx].unsqueeze(1)).sum().backward()
+        forward.backward_prompts(prompts)
+        out[name] = time.process_time() - c
+        run.model.zero_grad(set_to_none=True)
+    run.model.eval()
     return out
 
 
@@ -271,6 +381,23 @@ def print_ours(steps: list[dict], peak: float) -> None:
     print(f"  rollouts the update skipped (advantage exactly 0, forward.carries_gradient): "
           f"{100 * mean(steps, 'skipped'):.0f}% on average; merged into an identical rollout "
           f"(forward.duplicate_share): {100 * mean(steps, 'duplicate'):.0f}%")
+    bound = [s["bound"] for s in steps]
+    print(f"  lower bound (lower_bound: a no-grad forward over all tokens + a forward/backward over the rollouts "
+          f"with gradient): median {med(bound, 'wall'):.3f} s/step wall ({med(bound, 'forward'):.3f} + "
+          f"{med(bound, 'update'):.3f}), {med(bound, 'cpu'):.3f} s CPU")
+    print(f"ratio ours/lower bound: {wall / med(bound, 'wall'):.2f} (wall), {med(steps, 'cpu') / med(bound, 'cpu'):.2f} (CPU)")
+
+
+def print_ablation(ablations: list[dict]) -> None:
+    """Median and quartiles of the paired ratios, over the measured steps."""
+    def ratio(new, old):
+        r = [a[new] / a[old] for a in ablations]
+        q = statistics.quantiles(r, n=4) if len(r) > 1 else [r[0]] * 3
+        return f"{statistics.median(r):.2f} (quartiles {q[0]:.2f}-{q[2]:.2f})"
+    print(f"ablation, each measured step replayed both ways (CPU s, paired, {len(ablations)} steps): sampler with the "
+          f"Llama decoder / with the transformers decoder {ratio('llama', 'transformers')}; update with shared "
+          f"prompts / with each rollout's own {ratio('shared', 'plain')}; median seconds "
+          + ", ".join(f"{k} {statistics.median(a[k] for a in ablations):.3f}" for k in ablations[0]))
 
 
 def compare(ours: dict, trl: dict) -> None:
@@ -282,6 +409,73 @@ def compare(ours: dict, trl: dict) -> None:
           f"{mean(t, 'reward'):.3f}; peak RSS {trl['peak_rss_mb']:.0f} MB; generate() {med(t, 'sample'):.3f} s/step, "
           f"{med(t, 'tokens') / med(t, 'sample'):.0f} tokens/s; torch threads {trl['threads']}")
     print(f"ratio ours/TRL: {med(o, 'wall') / med(t, 'wall'):.2f} (wall), {med(o, 'cpu') / med(t, 'cpu'):.2f} (CPU)")
+
+
+# ---------------------------------------------------------------------------------------
+# Profile: where our step's time goes, stage by stage and kernel by kernel
+# ---------------------------------------------------------------------------------------
+
+KERNELS = {   # aten op name -> what it is (anything else: "element-wise and other ops")
+    "matrix products": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"),
+    "attention": ("aten::_scaled_dot_product_flash_attention_for_cpu",
+                  "aten::_scaled_dot_product_flash_attention_for_cpu_backward"),
+    "copies (cache, gathers)": ("aten::cat", "aten::index", "aten::index_put_", "aten::_index_put_impl_",
+                                "aten::copy_", "aten::index_select", "aten::clone", "aten::embedding_dense_backward",
+                                "aten::index_add_"),
+}
+
+
+def profile(args) -> None:
+    """Our step under torch.profiler: for each of train.py's stages, its share of the time
+    and how that splits into kernels (KERNELS) and the rest (Python, dispatch, bookkeeping).
+
+    Each stage's wall time comes from train.py's own timer (train.timed, wrapped here so
+    that it also opens a profiler range); an op's self time counts toward the stage whose
+    range encloses it. The profiler adds a few microseconds per op, so the "Python and
+    dispatch" share is an upper bound. Steps: args.warmup + args.steps of ours, the
+    warm-up steps left out.
+    """
+    import train
+    from torch.profiler import ProfilerActivity, profile as torch_profile, record_function
+
+    saved = train.timed
+
+    @contextlib.contextmanager
+    def timed(stage, times):
+        with record_function(f"stage/{stage}"), saved(stage, times):
+            yield
+    train.timed = timed
+    try:
+        with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+            history, _, _ = run_ours(args.warmup + args.steps, G_DEFAULT, MAX_NEW_DEFAULT, args.seed, args.threads,
+                                  args.micro_batch, args.compile, args.data)
+    finally:
+        train.timed = saved
+    per_stage = {}                                  # stage -> {kind: self seconds}
+    for event in prof.events():
+        stage, up = None, event
+        while up is not None and stage is None:
+            stage = up.name[len("stage/"):] if up.name.startswith("stage/") else None
+            up = up.cpu_parent
+        if stage is None or event.name.startswith("stage/"):
+            continue
+        kind = next((k for k, names in KERNELS.items() if event.name in names), "element-wise and other ops")
+        per_stage.setdefault(stage, {}).setdefault(kind, 0.0)
+        per_stage[stage][kind] += event.self_cpu_time_total / 1e6
+    measured = history[args.warmup:]
+    step = sum(sum(m[f"time/{s}"] for s in per_stage) for m in measured) / len(measured)
+    print(f"\nprofile of our step ({args.data}; {len(measured)} steps under torch.profiler, means; "
+          f"the profiler itself slows small ops): {step:.3f} s/step in train.py's stages")
+    n_all = len(history)
+    for stage in per_stage:
+        wall = sum(m[f"time/{stage}"] for m in measured) / len(measured)
+        kinds = per_stage[stage]
+        total = sum(m[f"time/{stage}"] for m in history)
+        rest = max(0.0, total - sum(kinds.values()))
+        parts = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])
+                          if v / total >= 0.005)
+        print(f"  {stage:<12} {wall:.3f} s ({100 * wall / step:4.1f}%): {parts}, Python and dispatch "
+              f"{100 * rest / total:.0f}%  [{n_all} steps' ops]")
 
 
 def scaling(args) -> None:
@@ -344,6 +538,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile both trainers' update (ours: train.py --compile; TRL: torch_compile=True); "
                              "the compile falls in the warm-up steps")
+    parser.add_argument("--ablate", action="store_true",
+                        help="replay each of our measured steps with and without the Llama decoder and shared "
+                             "prompts, paired (what those two speed-ups buy)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also run ours under torch.profiler and print each stage's time by kind of kernel")
     parser.add_argument("--seed", type=int, default=0, help="seed of the prompts, the sampling and both trainers")
     parser.add_argument("--data", default="addition", choices=("addition", "countdown"), help="the task")
     args = parser.parse_args(argv)
@@ -386,7 +585,7 @@ def main(argv: list[str] | None = None) -> None:
         for who in order:
             if who == "ours":
                 runs["ours"].append(measure_ours(args.warmup, args.steps, G_DEFAULT, MAX_NEW_DEFAULT, args.seed,
-                                                 args.threads, args.micro_batch, args.compile, args.data))
+                                                 args.threads, args.micro_batch, args.compile, args.data, args.ablate))
             elif not args.skip_trl:
                 runs["trl"].append(measure_trl(model_dir, work_rows(args.warmup + args.steps, args.seed, args.data),
                                                args.warmup, args.steps, args.seed, args.micro_batch, args.compile,
@@ -395,8 +594,12 @@ def main(argv: list[str] | None = None) -> None:
     print_ours(ours["steps"], ours["peak_rss_mb"])
     if runs["trl"]:
         compare(ours, pool(runs["trl"]))
+    if args.ablate:
+        print_ablation([s["ablation"] for s in ours["steps"]])
     if args.scaling:
         scaling(args)
+    if args.profile:
+        profile(args)
 
 
 if __name__ == "__main__":

@@ -16,12 +16,17 @@ rounding, and each is tested against the plain computation (tests/test_train.py)
   - identical rollouts (the same prompt and, word for word, the same response) are run
     once: rollout.token_logprobs(merge_duplicates=True) does it, duplicate_share
     measures it, and active_dropout says when it must be off.
+  - shared prompts: each prompt of an optimizer step runs through the forward once, and
+    its rollouts' responses run on its keys and values (share_prompts, backward_prompts);
+    the prompt's backward runs once too, with the gradient of all its rollouts.
   - compile_for_update: torch.compile for the update's forward and backward (opt-in).
 
 TRL's GRPOTrainer and verl run every rollout through the update, copies and
-zero-advantage groups included. Over this project's default run the skip and the merge
-together leave ~80% of the rollouts out of the forward (frac_skipped ~0.38 plus
-frac_duplicate ~0.42, mean over three seeds' 300 steps; README).
+zero-advantage groups included, each with its prompt. Over this project's default run
+the skip and the merge together leave ~80% of the rollouts out of the forward
+(frac_skipped ~0.38 plus frac_duplicate ~0.42, mean over three seeds' 300 steps;
+README); on countdown nothing is merged, and sharing the prompts takes a quarter off
+the token positions the update runs (docs/results.md).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from machinery import rollout
 
@@ -176,16 +183,26 @@ def batch_inputs(ro: rollout.Rollouts, idx: torch.Tensor, device) -> tuple:
     return tuple(t[idx].to(device) for t in (ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask))
 
 
-def forward(model, ro: rollout.Rollouts, idx: torch.Tensor, passes: Passes, with_entropy: bool = False):
+def forward(model, ro: rollout.Rollouts, idx: torch.Tensor, passes: Passes, with_entropy: bool = False,
+            prompts: SharedPrompts | None = None):
     """(logp [b, T], entropy [b, T] or None) of rollouts idx under the policy, WITH grad.
 
     The update's forward: `model` is the (possibly compiled) training model, on the
     device of its parameters; the full-vocabulary entropy only when the loss has an
-    entropy bonus (with_entropy).
+    entropy bonus (with_entropy). With `prompts` (share_prompts) the forward runs over
+    the responses only, on the keys and values their prompts left.
     """
+    device = _device(model)
+    if prompts is None:
+        inputs, prompt_kv = batch_inputs(ro, idx, device), None
+    else:
+        rows = prompts.row_of[idx.to(device)]
+        inputs = (prompts.prompt_ids[rows], prompts.prompt_mask[rows], ro.response_ids[idx].to(device),
+                  ro.response_mask[idx].to(device))
+        prompt_kv = ([k[rows] for k in prompts.key_leaves], [v[rows] for v in prompts.value_leaves])
     with autocast(model):
-        return rollout.token_logprobs(model, *batch_inputs(ro, idx, _device(model)), temperature=passes.temperature,
-                                      with_entropy=with_entropy, merge_duplicates=passes.merge_duplicates)
+        return rollout.token_logprobs(model, *inputs, temperature=passes.temperature, with_entropy=with_entropy,
+                                      merge_duplicates=passes.merge_duplicates, prompt_kv=prompt_kv)
 
 
 def no_grad_pass(model, ro: rollout.Rollouts, passes: Passes, with_entropy: bool = False):
@@ -204,6 +221,128 @@ def no_grad_pass(model, ro: rollout.Rollouts, passes: Passes, with_entropy: bool
             logps.append(lp.float().cpu())
             ents.append(ent.float().cpu() if ent is not None else None)
     return torch.cat(logps), (torch.cat(ents) if with_entropy else None)
+
+
+# ---------------------------------------------------------------------------------------
+# Shared prompts: each prompt of an optimizer step runs through the model once
+# ---------------------------------------------------------------------------------------
+
+@dataclass
+class SharedPrompts:
+    """The prompts of one optimizer step, run once: their keys and values in every layer.
+
+    n distinct prompts, P columns (the batch's prompt width less the leading columns
+    that are padding in all n), the last column left out of the cache (it runs with the
+    responses, so that its logits, which predict each response's first token, are
+    computed in the micro-batch).
+    """
+
+    row_of: torch.Tensor
+    """[B] long: rollout b's prompt is row row_of[b] (-1: not in this optimizer step)."""
+    prompt_ids: torch.Tensor
+    """[n, P] the distinct prompts, left-padded."""
+    prompt_mask: torch.Tensor
+    """[n, P] 1 on real prompt tokens."""
+    keys: list
+    """Per layer [n, H_kv, P - 1, D]: keys of columns 0..P-2, attached to the prompts' graph."""
+    values: list
+    """Per layer, the values, likewise."""
+    key_leaves: list
+    """keys, detached and requiring grad: each micro-batch's backward stops here and adds
+    into their .grad; backward_prompts carries the sum through the prompts' graph."""
+    value_leaves: list
+    """values, likewise."""
+
+
+def prompt_sharing_off(model, share_prompts: bool, compiled: bool, gradient_checkpointing: bool) -> str | None:
+    """Why the prompts cannot be shared in this run, or None when they can.
+
+    Off unless --share_prompts (off by default: it changes the update by float rounding,
+    which can change a later sampled token); with --compile (the compiled graph is traced
+    without a cache); and under gradient checkpointing, where transformers drops the cache passed
+    to each layer (the responses would then not see their prompts at all).
+    """
+    if not share_prompts:
+        return "--share_prompts is off"
+    if compiled:
+        return "--compile"
+    if gradient_checkpointing or getattr(model, "is_gradient_checkpointing", False):
+        return "gradient checkpointing"
+    return None
+
+
+def share_prompts(model, ro: rollout.Rollouts, micro: list[torch.Tensor], micro_batch: int,
+                  off: str | None = None) -> SharedPrompts | None:
+    """The keys and values of this optimizer step's prompts, computed once, with grad.
+
+    A rollout's tokens are its prompt's P tokens and its response's. The G rollouts of a
+    prompt share the first P, and a causal model computes those positions from the prompt
+    alone, so every rollout of the group repeats the same prompt computation (TRL and verl
+    do). Here each distinct prompt of the step runs once (chunks of micro_batch prompts),
+    without its last token, and the micro-batches run their responses on top of its keys
+    and values (`forward`, rollout.token_logprobs' prompt_kv). The gradient is the same sum:
+        dL/dtheta = sum over rollouts of (response part) + sum over rollouts of
+                    dL/dK_prompt dK_prompt/dtheta
+                  = (response parts) + (sum over the group's rollouts of dL/dK_prompt) dK_prompt/dtheta
+    The micro-batches' backward stops at detached copies of the prompts' keys and values
+    (key_leaves) and adds up there; backward_prompts then runs the prompts' backward once
+    with those sums. Exact up to float rounding: the responses attend to the same keys and
+    values, computed in a batch of another shape (the update's gradient differs by ~1e-6
+    relative, tested, against ~1 when a group's prompt gradient is left out).
+
+    Saves, per optimizer step, (rollouts - prompts) x (P - 1) token positions of the
+    forward and the backward; on countdown (15 prompt columns, ~29 response tokens,
+    ~175 rollouts with gradient from 32 prompts) about a quarter of the update's tokens.
+    model: the training model (as `forward` gets it); micro: the step's micro-batches
+    (micro_batches); off: prompt_sharing_off's answer for the run. None when there is
+    nothing to share (no micro-batch, every prompt one column wide) or sharing is off.
+    """
+    if not micro or off is not None:
+        return None
+    device = _device(model)
+    rows = torch.cat(micro)
+    ids, mask = ro.prompt_ids[rows], ro.prompt_mask[rows]
+    distinct, inverse = torch.unique(torch.cat([ids, mask], dim=1), dim=0, return_inverse=True)
+    P_full = ids.shape[1]
+    ids, mask = distinct[:, :P_full], distinct[:, P_full:]
+    p0 = int((mask != 0).any(dim=0).nonzero()[0])                 # columns padding in every prompt: cut
+    ids, mask = ids[:, p0:].to(device), mask[:, p0:].to(device)
+    if ids.shape[1] < 2:
+        return None
+    row_of = torch.full((ro.prompt_ids.shape[0],), -1, dtype=torch.long)
+    row_of[rows] = inverse
+    keys, values = [], []
+    with autocast(model):
+        for chunk in torch.arange(len(ids)).split(micro_batch):
+            cache = DynamicCache(config=model.config)
+            m = mask[chunk, :-1]
+            model(input_ids=ids[chunk, :-1], attention_mask=m, position_ids=(m.cumsum(1) - 1).clamp(min=0),
+                  past_key_values=cache, use_cache=True, logits_to_keep=1)
+            if any(type(layer) is not DynamicLayer for layer in cache.layers):
+                return None                         # sliding windows and the like: run prompts per rollout
+            keys.append([layer.keys for layer in cache.layers])
+            values.append([layer.values for layer in cache.layers])
+    keys = [torch.cat(per_layer) for per_layer in zip(*keys)]
+    values = [torch.cat(per_layer) for per_layer in zip(*values)]
+    return SharedPrompts(row_of=row_of.to(device), prompt_ids=ids, prompt_mask=mask, keys=keys, values=values,
+                         key_leaves=[k.detach().requires_grad_() for k in keys],
+                         value_leaves=[v.detach().requires_grad_() for v in values])
+
+
+def backward_prompts(prompts: SharedPrompts | None) -> None:
+    """The prompts' backward, once per optimizer step, after every micro-batch's.
+
+    Carries the gradient the micro-batches left on the prompts' keys and values (the
+    leaves' .grad, summed over every rollout of each prompt) back through the prompts'
+    forward into the parameters: torch.autograd.backward(keys, grad_tensors=leaf grads).
+    A no-op for None (nothing shared).
+    """
+    if prompts is None:
+        return
+    pairs = [(t, leaf.grad) for t, leaf in zip(prompts.keys + prompts.values, prompts.key_leaves + prompts.value_leaves)
+             if leaf.grad is not None]
+    if pairs:
+        torch.autograd.backward([t for t, _ in pairs], grad_tensors=[g for _, g in pairs])
 
 
 def _device(model) -> torch.device:

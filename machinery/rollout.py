@@ -25,13 +25,13 @@ sampling, x_t ~ softmax(z_t / T), with a KV cache, in which the G rollouts of a 
 share one forward for as long as they have drawn the same tokens (the prompt's prefill,
 then every shared prefix of the responses), and a row leaves the batch as soon as it
 has emitted EOS. Each row still draws its own token from its own history's
-distribution, so this changes the work, never the distribution. In the default run (256 rollouts, mean length ~30) `generate`
-runs B * max_i |o_i| ~ 12,000 token-steps, a loop that drops finished rows
-sum_i |o_i| ~ 7,500, and this one ~2,400-2,800 (the branches of each prompt's trie of
-responses, at a warmed policy). Measured there (bench.py, one thread): 0.39 s of
-sampling per batch with `generate`, 0.24-0.32 s with a loop that drops rows, 0.17-0.22
-s with this one (transformers' per-call overhead is most of what is left: ~48 decode
-steps of a few ms each).
+distribution, so this changes the work, never the distribution. In the default run (256
+rollouts, mean length ~30) `generate` runs B * max_i |o_i| ~ 12,000 token-steps, a loop
+that drops finished rows sum_i |o_i| ~ 7,500, and this one ~2,400-2,800 (the branches of
+each prompt's trie of responses, at a warmed policy); on countdown, whose responses
+differ early, ~6,900 for ~7,500 tokens. What a decoding step costs beyond its
+arithmetic (the model call's bookkeeping, moving cache rows when nodes end or split) is
+machinery/decoding.py's subject; docs/results.md has the measured times.
 
 What the sampler returns besides the tokens: the log-probability and the full-vocabulary
 entropy of every drawn token, as its own KV-cached forward computed them
@@ -68,7 +68,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+from machinery import decoding
 
 
 @dataclass
@@ -134,8 +135,8 @@ def generate_rollouts(model, tokenizer, prompts: list[str], G: int, max_new_toke
     finally:
         model.train(was_training)
     response_ids, response_mask, truncated = cut_at_eos(tokens.cpu(), eos_ids, pad_id)
-    texts = [tokenizer.decode(row[: int(n)].tolist(), skip_special_tokens=True)
-             for row, n in zip(response_ids, response_mask.sum(1))]
+    texts = tokenizer.batch_decode([row[:n] for row, n in zip(response_ids.tolist(), response_mask.sum(1).long().tolist())],
+                                   skip_special_tokens=True)
     return Rollouts(prompts=list(prompts), G=G, prompt_ids=ids.repeat_interleave(G, dim=0),
                     prompt_mask=mask.repeat_interleave(G, dim=0), response_ids=response_ids,
                     response_mask=response_mask, texts=texts, truncated=truncated,
@@ -163,20 +164,22 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, G: int, max_new_token
     warmed policy: ~2,400-2,800 node forwards for ~7,500 response tokens, a third.)
 
     Steps:
-    1. Prefill: one forward over the N prompts (one node each), filling a transformers
-       DynamicCache with one row per node.
+    1. Prefill: one forward over the N prompts (one node each), filling a KV cache with
+       one row per node (machinery/decoding.py: the model's keys and values).
     2. Draw: every live row draws from its node's softmax(z / T) (`draw`: one uniform
        number per live row, rows in batch order), and records the token's log-prob and
        the node's full-vocabulary entropy.
     3. Branch: rows that drew an EOS leave; the others regroup into the next nodes, the
-       distinct (node, token) pairs. The cache is re-indexed by each new node's parent
-       (DynamicCache.batch_select_indices with repeated indices: a node whose rows drew k
-       different tokens is copied k times, a node whose rows all stopped is dropped;
-       plain and sliding-window KV layers only, other cache layers raise ValueError),
-       and one forward feeds every new node its token. Position ids continue each
-       prompt's own count (a prompt of L real tokens has positions 0..L-1, so response
-       token t sits at L + t, exactly as token_logprobs numbers it); the attention mask
-       is the prompt's mask plus ones, so left padding stays invisible.
+       distinct (node, token) pairs, and one decoding step feeds every new node its token
+       (`decoder.step(parent, token)`): a node whose rows drew k different tokens
+       continues as k nodes, each with a copy of its history in the cache, and a node
+       whose rows all stopped is dropped. Position ids continue each prompt's own count
+       (a prompt of L real tokens has positions 0..L-1, so response token t sits at
+       L + t, exactly as token_logprobs numbers it); the attention mask is the prompt's
+       mask plus ones, so left padding stays invisible. For the Llama family the step
+       runs the model's arithmetic directly and moves only the cache rows that change
+       place (decoding.LlamaDecoder); any other model is called through its own forward
+       (decoding.TransformersDecoder). The two give identical bits (tested).
     The loop ends when no row is left or after max_new_tokens draws. Each row's
     computation depends only on its own history (the attention mask keeps cache rows
     apart), so neither the grouping nor a finished row leaving changes the distribution
@@ -193,16 +196,8 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, G: int, max_new_token
     N, P = prompt_ids.shape
     B, device = N * G, prompt_ids.device
     eos = torch.tensor(eos_ids, device=device)
-    cache = DynamicCache(config=model.config)
-    out = model(input_ids=prompt_ids, attention_mask=prompt_mask,
-                position_ids=(prompt_mask.cumsum(1) - 1).clamp(min=0),
-                past_key_values=cache, use_cache=True, logits_to_keep=1)
-    for layer in cache.layers:   # re-indexing rows is all a plain or sliding-window KV layer needs
-        if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer):
-            raise ValueError(f"sample: {type(layer).__name__} cache layers (state beyond keys and values) are not "
-                             f"supported by this sampler; use the vLLM backend for this model")
-    logits = out.logits[:, -1]                                         # [U, V]: one row per node
-    attn, next_pos = prompt_mask, prompt_mask.sum(1)                   # [U, P + t], [U] (next position)
+    decoder = decoding.make_decoder(model, prompt_ids, prompt_mask, G, max_new_tokens)
+    logits = decoder.prefill()                                         # [U, V]: one row per node
     rows = torch.arange(B, device=device)                              # the live rows
     node = torch.arange(N, device=device).repeat_interleave(G)         # live row -> its node
     tokens = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
@@ -222,15 +217,7 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, G: int, max_new_token
         rows, node, nxt = rows[live], node[live], nxt[live]
         V = logits.shape[-1]                                            # next nodes: distinct (node, token)
         pairs, node = torch.unique(node * V + nxt, return_inverse=True)
-        parent = pairs // V
-        if len(parent) != len(logits) or not torch.equal(parent, torch.arange(len(parent), device=device)):
-            cache.batch_select_indices(parent)                          # (a step where no node split or ended keeps it)
-        attn = torch.cat([attn[parent], attn.new_ones(len(parent), 1)], dim=1)
-        next_pos = next_pos[parent]
-        out = model(input_ids=(pairs % V).unsqueeze(1), attention_mask=attn, position_ids=next_pos.unsqueeze(1),
-                    past_key_values=cache, use_cache=True)
-        logits = out.logits[:, -1]
-        next_pos = next_pos + 1
+        logits = decoder.step(pairs // V, pairs % V)
     T = t + 1
     return tokens[:, :T], logp[:, :T], entropy[:, :T]
 
@@ -277,7 +264,7 @@ def top_p_filter(probs: Tensor, top_p: float) -> Tensor:
 
 def token_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor,
                    response_mask: Tensor, temperature: float = 1.0, with_entropy: bool = False,
-                   merge_duplicates: bool = False) -> tuple[Tensor, Tensor | None]:
+                   merge_duplicates: bool = False, prompt_kv: tuple | None = None) -> tuple[Tensor, Tensor | None]:
     """Per-token log-probs of the response under `model`, in one forward pass.
 
         logp[b, t]    = log softmax(z_{b,t} / T)[response_ids[b, t]]
@@ -331,6 +318,12 @@ def token_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, response_ids:
     (TRL and verl compute every copy). Not for a model with active dropout: the copies
     would share one dropout mask (Llama and Qwen configs have dropout 0). Leave it off
     where a caller reads the forward's hidden states row by row (diagnostics' hooks).
+
+    prompt_kv = (keys, values), per layer [B, H_kv, P - 1, D]: the prompts already ran
+    (forward.share_prompts), and these are their keys and values for prompt columns
+    0..P-2. The forward then runs over [last prompt column | response] only
+    (`_after_prompts`), the same log-probs to float rounding, and the gradient flows into
+    keys and values too.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
@@ -341,9 +334,13 @@ def token_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, response_ids:
         raise ValueError(f"batch mismatch: {prompt_ids.shape[0]} prompts vs {response_ids.shape[0]} responses")
     if merge_duplicates:
         first, copy_of = distinct_rows(prompt_ids, prompt_mask, response_ids, response_mask)
+        kv = None if prompt_kv is None else tuple([t[first] for t in part] for part in prompt_kv)
         logp, entropy = token_logprobs(model, prompt_ids[first], prompt_mask[first], response_ids[first],
-                                       response_mask[first], temperature, with_entropy)
+                                       response_mask[first], temperature, with_entropy, prompt_kv=kv)
         return logp[copy_of], (None if entropy is None else entropy[copy_of])
+    if prompt_kv is not None:
+        return _after_prompts(model, prompt_kv, prompt_ids, prompt_mask, response_ids, response_mask, temperature,
+                              with_entropy)
     T = response_ids.shape[1]
     p0, t1 = _real_span(prompt_mask, response_mask)
     prompt_ids, prompt_mask = prompt_ids[:, p0:], prompt_mask[:, p0:]
@@ -353,15 +350,52 @@ def token_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, response_ids:
     position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)
     out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids,
                 use_cache=False, logits_to_keep=t1 + 1)
-    # The last kept position predicts a token after the kept response: drop it.
-    logits = out.logits[:, :-1, :].float() / temperature               # [B, t1, V]
-    logp_all = torch.log_softmax(logits, dim=-1)
-    mask = mask_kept.to(logp_all.dtype)
-    logp = logp_all.gather(-1, ids_kept.unsqueeze(-1)).squeeze(-1) * mask
+    return response_logprobs(out.logits, ids_kept, mask_kept, T, temperature, with_entropy)
+
+
+def response_logprobs(logits: Tensor, ids: Tensor, mask: Tensor, T: int, temperature: float,
+                      with_entropy: bool) -> tuple[Tensor, Tensor | None]:
+    """(logp [B, T], entropy [B, T] or None) from the logits of a forward over the response.
+
+    logits: [B, t1 + 1, V], position s predicting response token s (the first is the last
+    prompt token's); the last position predicts a token after the kept response and is
+    dropped. ids, mask: [B, t1], the kept response columns; the outputs are padded with
+    zeros to T columns. logp = log softmax(z / T)[token] and the full-vocabulary entropy,
+    both times the mask.
+    """
+    t1 = ids.shape[1]
+    logp_all = torch.log_softmax(logits[:, :-1, :].float() / temperature, dim=-1)    # [B, t1, V]
+    mask = mask.to(logp_all.dtype)
+    logp = logp_all.gather(-1, ids.unsqueeze(-1)).squeeze(-1) * mask
     entropy = None
     if with_entropy:
         entropy = torch.nn.functional.pad(-(logp_all.exp() * logp_all).sum(-1) * mask, (0, T - t1))
     return torch.nn.functional.pad(logp, (0, T - t1)), entropy
+
+
+def _after_prompts(model, prompt_kv: tuple, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor,
+                   response_mask: Tensor, temperature: float, with_entropy: bool) -> tuple[Tensor, Tensor | None]:
+    """token_logprobs for rollouts whose prompts already ran: prompt_kv holds their keys
+    and values for prompt columns 0..P-2.
+
+    The forward's input is each rollout's last prompt token and its response,
+    [B, 1 + t1] (t1: 1 + the last column real in some row), with prompt_kv as the cache;
+    the attention mask spans [prompt | response] and the positions continue the prompt's
+    count, exactly as the full forward numbers them. Its logits predict response tokens
+    0..t1-1 (plus one more, dropped by response_logprobs).
+    """
+    T, P = response_ids.shape[1], prompt_ids.shape[1]
+    real = (response_mask != 0).any(dim=0).nonzero()
+    t1 = int(real[-1]) + 1 if len(real) else min(T, 1)
+    ids_kept, mask_kept = response_ids[:, :t1], response_mask[:, :t1]
+    cache = DynamicCache(config=model.config)
+    for layer, (k, v) in enumerate(zip(*prompt_kv)):
+        cache.update(k, v, layer)
+    attn = torch.cat([prompt_mask.long(), mask_kept.long()], dim=1)                # [B, P + t1]
+    position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)[:, P - 1:]
+    out = model(input_ids=torch.cat([prompt_ids[:, -1:], ids_kept], dim=1), attention_mask=attn,
+                position_ids=position_ids, past_key_values=cache, use_cache=True, logits_to_keep=t1 + 1)
+    return response_logprobs(out.logits, ids_kept, mask_kept, T, temperature, with_entropy)
 
 
 def distinct_rows(prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor,

@@ -14,6 +14,7 @@ import types
 import pytest
 import torch
 
+from machinery import decoding
 from tasks import addition
 from machinery import rollout
 from machinery import tinymodel
@@ -388,7 +389,7 @@ def test_sampler_refuses_cache_layers_it_cannot_reindex(model, tok, monkeypatch)
     # Cache layers with state beyond keys and values (linear attention, compressed or
     # quantized caches) would be re-indexed wrongly by batch_select_indices: refused. Here
     # the plain layer is struck from the allowed list to see the door close.
-    monkeypatch.setattr(rollout, "DynamicLayer", type("NotTheLayer", (), {}))
+    monkeypatch.setattr(decoding, "DynamicLayer", type("NotTheLayer", (), {}))
     with pytest.raises(ValueError, match="DynamicLayer cache layers"):
         generate_rollouts(model, tok, PROMPTS, G=2, max_new_tokens=4)
 

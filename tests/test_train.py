@@ -381,6 +381,63 @@ def test_merging_is_turned_off_for_a_model_with_active_dropout(tiny_dir, tmp_pat
     assert not cfg.merge_duplicates
 
 
+# --- running each prompt once per optimizer step (share_prompts, forward.share_prompts) ---
+
+@pytest.mark.parametrize("extra", [[], ["--minibatches", "2"], ["--entropy_coef", "0.01"]],
+                         ids=["default", "two_optimizer_steps", "entropy_bonus"])
+def test_sharing_prompts_leaves_the_update_unchanged(tiny_dir, tmp_path, monkeypatch, extra):
+    # The same tolerances as the skip test, whose negative control shows they catch a
+    # rollout left out; the control for this speed-up is the test below.
+    shared = []
+    real = forward.share_prompts
+
+    def spy(*args):
+        prompts = real(*args)
+        shared.append(prompts is not None and len(prompts.prompt_ids))
+        return prompts
+    monkeypatch.setattr(forward, "share_prompts", spy)
+    shared_h, before, shared_p = run_params(tiny_dir, tmp_path / "shared", monkeypatch, [gaussian] * 3, "--steps", "3",
+                                            "--share_prompts", *extra)
+    n_shared = shared[:]
+    full_h, _, full_p = run_params(tiny_dir, tmp_path / "full", monkeypatch, [gaussian] * 3, "--steps", "3",
+                                   "--no-share_prompts", *extra)
+    per_step = 2 if "--minibatches" in extra else 4                  # query mini-batches: 2 whole groups each
+    assert n_shared and all(n == per_step for n in n_shared)     # each optimizer step's prompts, once each
+    assert not any(shared[len(n_shared):])                       # off: nothing shared
+    moved = (full_p - before).abs().max()
+    assert moved > 1e-3
+    assert (shared_p - full_p).abs().max() < 2e-3 * moved
+    for a, b in zip(shared_h, full_h):
+        assert abs(a["grad_norm"] - b["grad_norm"]) < 1e-5 * b["grad_norm"]
+
+
+def test_leaving_out_the_prompts_backward_would_be_caught(tiny_dir, tmp_path, monkeypatch):
+    # Negative control for the test above: the micro-batches' gradient stops at the
+    # prompts' keys and values; without backward_prompts it never reaches the weights
+    # through the prompt positions, and the comparison must see it.
+    _, before, full_p = run_params(tiny_dir, tmp_path / "full", monkeypatch, [gaussian] * 3, "--steps", "3",
+                                   "--no-share_prompts")
+    monkeypatch.setattr(forward, "backward_prompts", lambda prompts: None)
+    _, _, wrong_p = run_params(tiny_dir, tmp_path / "wrong", monkeypatch, [gaussian] * 3, "--steps", "3",
+                               "--share_prompts")
+    assert (wrong_p - full_p).abs().max() > 1e-2 * (full_p - before).abs().max()
+
+
+def test_prompts_are_not_shared_where_the_cache_cannot_be_passed(tiny_dir, tmp_path):
+    # Gradient checkpointing makes transformers drop the cache a layer is given (the
+    # responses would not see their prompts); a compiled update is traced without one.
+    cfg = train.parse_args(small_args(tiny_dir, tmp_path, "--share_prompts"))    # setup locks its out_dir: not the cwd
+    run = train.setup(cfg)
+    off = lambda c: forward.prompt_sharing_off(run.model, c.share_prompts, c.compile, c.gradient_checkpointing)
+    assert off(cfg) is None
+    assert off(train.parse_args(small_args(tiny_dir, "unused", "--share_prompts", "--compile"))) == "--compile"
+    assert off(train.parse_args(small_args(tiny_dir, "unused")))                           # off by default
+    assert off(train.parse_args(small_args(tiny_dir, "unused", "--share_prompts", "--gradient_checkpointing"))) \
+        == "gradient checkpointing"
+    run.model.gradient_checkpointing_enable()
+    assert off(cfg) == "gradient checkpointing"
+
+
 def test_compiled_update_matches_the_eager_one(tiny_dir, tmp_path, monkeypatch):
     # --compile runs the update through torch.compile (inductor fuses the element-wise
     # ops): the same update to float rounding. The tolerance is the one the skip test
