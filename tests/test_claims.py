@@ -91,6 +91,7 @@ def test_power_ratio_closed_form_where_only_the_all_positive_pattern_is_signific
 
 
 @pytest.mark.parametrize("n, level", [(10, 0.01), (12, 0.05 / 6)])
+@pytest.mark.slow
 def test_power_ratio_matches_an_independent_simulation_within_10_percent(n, level):
     r = claims.power_ratio(n, level)
     assert simulated_power(0.9 * r, n, level) < claims.POWER < simulated_power(1.1 * r, n, level)
@@ -247,6 +248,7 @@ def planted(task):
                       tol=0.5)])
 
 
+@pytest.mark.slow
 def test_sweep_end_to_end_detects_the_planted_difference_and_not_the_null(tiny_dir, tmp_path, monkeypatch):
     monkeypatch.setitem(sweep.SWEEPS, "planted", planted)
     monkeypatch.setitem(sweep.TASKS["addition"]["sweeps"], "planted", dict(sweeps.settings("addition", "credit")))

@@ -146,6 +146,7 @@ def run_cli(*argv, env=None):
     return proc.returncode, [line for line in proc.stderr.splitlines() if line.strip()]
 
 
+@pytest.mark.slow
 def test_advantages_cli_bounds_the_group_size():
     start = time.monotonic()
     code, err = run_cli("-m", "advantages", "--G", "100000000")
@@ -164,11 +165,13 @@ def test_sweep_out_a_file_is_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("module,prog", [("experiments.bench", "bench.py"),
                                          ("integrations.trl_example", "trl_example.py")])
+@pytest.mark.slow
 def test_bench_and_trl_example_bad_flags_are_one_line(module, prog):
     code, err = run_cli("-m", module, "--steps", "x")
     assert code == 2 and err == [f"{prog}: error: argument --steps: invalid int value: 'x'"], err
 
 
+@pytest.mark.slow
 def test_trl_example_without_trl_is_one_line(tmp_path):
     """A `trl` that cannot be imported (as on a machine without it) stops the example at once."""
     (tmp_path / "trl").mkdir()
@@ -178,6 +181,7 @@ def test_trl_example_without_trl_is_one_line(tmp_path):
     assert code == 2 and err == ["trl_example.py: error: trl is not installed: pip install -r requirements/trl.txt"], err
 
 
+@pytest.mark.slow
 def test_slow_reasoning_gym_data_shows_progress(monkeypatch, capsys):
     """Generation that takes longer than two seconds shows a progress bar (countdown's takes minutes)."""
     rg = pytest.importorskip("reasoning_gym")

@@ -50,6 +50,7 @@ def ckpt(out_dir, step):
 
 # --- a second run in the same directory --------------------------------------------------
 
+@pytest.mark.slow
 def test_fresh_run_in_used_directory_is_refused_and_destroys_nothing(tiny_dir, tmp_path, capsys):
     # The reported sequence: 8 steps, then a fresh 2-step run in the same directory. The
     # old code deleted metrics.jsonl, kept the old step_6/step_8 (keep-2 by name), and
@@ -127,6 +128,7 @@ def truncate(path):
 
 
 @pytest.mark.parametrize("damage", ["state.pt", "model.safetensors", "latest empty", "latest missing dir"])
+@pytest.mark.slow
 def test_damaged_latest_checkpoint_falls_back_to_the_intact_one(tiny_dir, tmp_path, capsys, damage):
     reference = tmp_path / "reference"
     assert run_main(args(tiny_dir, reference, "--steps", "6"), capsys)[0] == 0
@@ -236,6 +238,7 @@ def wait_for_lines(path, n, proc, limit=240):
 
 
 @pytest.mark.parametrize("second", [["--seed", "7", "--overwrite"], ["--resume", "--steps", "3000"]])
+@pytest.mark.slow
 def test_a_second_writer_is_refused_naming_the_first_and_each_step_is_logged_once(tiny_dir, tmp_path, second):
     """Before: both wrote the same metrics.jsonl (steps twice, out of order), the checkpoint kept
     the last writer's config, and both exited 0."""
@@ -257,6 +260,7 @@ def test_a_second_writer_is_refused_naming_the_first_and_each_step_is_logged_onc
     assert json.load(open(tmp_path / "config.json"))["seed"] == 0
 
 
+@pytest.mark.slow
 def test_a_lock_left_by_a_killed_run_is_taken_over(tiny_dir, tmp_path):
     first = start_train(args(tiny_dir, tmp_path, "--steps", "40"))
     wait_for_lines(tmp_path / "metrics.jsonl", 3, first)

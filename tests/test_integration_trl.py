@@ -158,6 +158,7 @@ def fade_run(tmp_path_factory):
     return run(tmp, advantage="fade", schedule=schedule, minibatch_mode="query") + (schedule,)
 
 
+@pytest.mark.slow
 def test_fade_advantages_equal_independent_recomputation(fade_run):
     trainer, calls, schedule = fade_run
     assert len(calls) == 2 and all(len(c["rewards"]) == SPG * PER_DEVICE for c in calls)
@@ -473,6 +474,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_processes_slice_the_global_advantages(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO, "TOKENIZERS_PARALLELISM": "false"}
     # torchrun, not `accelerate launch --cpu --num_processes 2`: accelerate 1.15 starts a

@@ -100,6 +100,7 @@ TASKS = ["addition", "countdown", "math", "reasoning_gym:countdown", "reasoning_
 
 
 @pytest.mark.parametrize("task", TASKS)
+@pytest.mark.slow
 def test_hostile_answers_score_in_time_and_harm_nothing(task, open_dir, bystander):
     if task.startswith("reasoning_gym:"):
         pytest.importorskip("reasoning_gym")            # .ci/run installs it: this runs in CI
@@ -125,6 +126,7 @@ def test_hostile_answers_score_in_time_and_harm_nothing(task, open_dir, bystande
     assert 0.0 <= scores[0]["reward"] <= 1.0
 
 
+@pytest.mark.slow
 def test_sandboxed_scorers_still_give_full_credit_to_right_answers():
     """Negative control for the restrictions: they do not cost a right answer its reward."""
     pytest.importorskip("reasoning_gym")
@@ -137,6 +139,7 @@ def test_sandboxed_scorers_still_give_full_credit_to_right_answers():
 
 
 @pytest.mark.parametrize("name", ["puzzle24", "n_queens"])
+@pytest.mark.slow
 def test_negative_control_the_payloads_run_in_reasoning_gyms_scorers_without_the_sandbox(name, tmp_path):
     """The same scorer, called directly in a throwaway process, runs the answer: the file appears."""
     pytest.importorskip("reasoning_gym")
@@ -148,6 +151,7 @@ def test_negative_control_the_payloads_run_in_reasoning_gyms_scorers_without_the
     assert os.path.exists(tmp_path / "ran")
 
 
+@pytest.mark.slow
 def test_ten_hanging_answers_cost_about_ten_timeouts():
     """A hang costs its timeout: the worker kills the child and stays; no restart, no start-up
     allowance on the next request. Before, each hang restarted the worker and the next
@@ -209,6 +213,7 @@ def test_a_locked_down_child_cannot_fork_allocate_write_execute_or_signal(open_d
     assert os.listdir(open_dir) == []
 
 
+@pytest.mark.slow
 def test_the_sandbox_reports_what_holds():
     """As root the worker is nobody; a child cannot open a TCP connection where Landlock covers TCP."""
     verify.math_equal("\\frac{1}{2}", "0.5")
@@ -220,6 +225,7 @@ def test_the_sandbox_reports_what_holds():
     assert info["landlock"] == sandbox.landlock_abi()
 
 
+@pytest.mark.slow
 def test_a_child_cannot_connect_over_tcp_with_landlock():
     pytest.importorskip("reasoning_gym")
     if sandbox.landlock_abi() < 4:

@@ -214,6 +214,7 @@ def test_merge_prefers_the_run_directory_and_keeps_one_design():
     assert pages.one_design([*legacy, newer], spec)[0] == [newer]
 
 
+@pytest.mark.slow
 def test_report_merges_committed_data_with_new_runs_and_never_says_not_run(tmp_path, monkeypatch):
     docs, out, readme = tmp_path / "docs", tmp_path / "runs", tmp_path / "README.md"
     os.makedirs(docs)
@@ -255,6 +256,7 @@ def test_report_merges_committed_data_with_new_runs_and_never_says_not_run(tmp_p
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+@pytest.mark.slow
 def test_report_in_a_fresh_clone_changes_no_tracked_file(tmp_path):
     """What a new reader does: clone, run report. Every page, data file and the README's tables
     come back byte for byte from the committed data (the tested state is the last commit)."""
@@ -297,6 +299,7 @@ def finished_sweep(tmp_path_factory, tiny_dir):
     return out
 
 
+@pytest.mark.slow
 def test_end_to_end_run_dirs_and_table_equal_the_metrics_files(finished_sweep):
     root = finished_sweep / "addition" / "advantages"
     for label in LABELS:
@@ -333,6 +336,7 @@ def test_end_to_end_run_dirs_and_table_equal_the_metrics_files(finished_sweep):
     assert (root / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_resume_skips_finished_runs_and_continues_an_interrupted_one(finished_sweep, tiny_dir, tmp_path, capsys):
     out = tmp_path / "copy"
     shutil.copytree(finished_sweep, out)                   # leave the module's sweep as it was
@@ -371,6 +375,7 @@ def test_resume_skips_finished_runs_and_continues_an_interrupted_one(finished_sw
     assert [r["step"] for r in read_rows(root / "grpo" / "warmup_0" / "seed_0")] == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_failing_arm_exits_nonzero_naming_the_run_and_its_log(tiny_dir, tmp_path, capsys, monkeypatch):
     def broken(task):
         spec = sweeps.advantages(task)
@@ -413,6 +418,7 @@ def test_cli_bad_input_is_one_line_and_exit_code_2(argv, needle, tmp_path, capsy
     assert not os.path.exists(tmp_path / "countdown" / "dfpo" / "grpo")     # nothing was run
 
 
+@pytest.mark.slow
 def test_parts_slice_the_plan_by_warm_up_seed_and_cover_it_once(tmp_path):
     spec = sweeps.credit("addition")
     runs = sweep.plan_runs(spec, list(spec.arms), [0, 1], [0, 1, 2, 3, 4], 10, str(tmp_path), [], "addition")
@@ -452,6 +458,7 @@ def test_pilot_costs_from_a_runs_step_times(tmp_path):
 # One sweep per --out, no orphans, and a rerun that finishes each run once
 # ---------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_run_with_complete_metrics_but_no_done_json_is_finished_not_rerun(finished_sweep, tiny_dir, tmp_path):
     """The sweep was killed after the run's last step and before done.json. Before, the rerun
     resumed it, train.py found nothing to do, and the run failed on every rerun."""
@@ -483,6 +490,7 @@ def train_processes(marker: str) -> list[int]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal and /proc: Linux")
+@pytest.mark.slow
 def test_killed_sweep_leaves_no_orphans_and_its_rerun_finishes_each_run_once(tiny_dir, tmp_path, capsys):
     """kill -9 of the sweep mid-run: its train.py processes die with it (before, they kept
     writing); a second sweep on the same --out is refused while the first runs; the rerun

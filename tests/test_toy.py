@@ -379,6 +379,7 @@ def test_adam_step_matches_torch_adam():
     assert torch.allclose(W, ref.detach(), atol=1e-15, rtol=0)
 
 
+@pytest.mark.slow
 def test_exp4_whole_groups_or_balanced_mass_per_step_stop_the_drift(exp4):
     n = exp4["numbers"]
     random, query = n["random"]["E|drift|"], n["query"]["E|drift|"]
@@ -411,6 +412,7 @@ def test_exp4_one_verdict_per_mode_and_the_slippy_template(exp4):
 # Experiment 6: sign and difficulty
 # ---------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_exp6_masses_and_exact_one_step(exp6):
     n = exp6["numbers"]
     assert n["6a max |enumeration - expected_mass_curve|"] < 1e-15
@@ -657,6 +659,7 @@ def test_simulation_update_is_the_loss_gradient():
 # Command line
 # ---------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_cli_writes_pngs_and_summary(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "toy", "--out", str(tmp_path), "--only", "5", "1"], cwd=REPO,
                           capture_output=True, text=True)

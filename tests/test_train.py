@@ -32,6 +32,7 @@ def read_metrics(out_dir):
         return [json.loads(line) for line in f]
 
 
+@pytest.mark.slow
 def test_smoke_full_loop_writes_metrics_and_checkpoint(tiny_dir, tmp_path):
     cfg = train.parse_args(small_args(tiny_dir, tmp_path, "--steps", "3", "--minibatches", "2",
                                       "--minibatch_mode", "random", "--epochs", "2"))
@@ -52,6 +53,7 @@ def test_smoke_full_loop_writes_metrics_and_checkpoint(tiny_dir, tmp_path):
     assert len(start["weights_sha256"]) == 64
 
 
+@pytest.mark.slow
 def test_evaluating_the_start_changes_nothing_in_training(tiny_dir, tmp_path):
     """eval_before_train samples in evaluate's forked RNG: the metrics are the same with or
     without it, and start.json holds the starting model's pass@k; negative control: an
@@ -96,6 +98,7 @@ def test_every_parameter_changes_after_one_step(tiny_dir, tmp_path):
     assert unchanged == []
 
 
+@pytest.mark.slow
 def test_resume_after_kill_reproduces_uninterrupted_run(tiny_dir, tmp_path):
     common = ["--steps", "6", "--advantage", "nsr", "--minibatches", "2", "--minibatch_mode", "random"]
     straight = tmp_path / "straight"
@@ -145,6 +148,7 @@ def test_resume_negative_control_other_seed_differs(tiny_dir, tmp_path):
     (["--loss_type", "gspo", "--weight_transform", "orth", "--advantage", "fade", "--schedule", "fade"],
      "orth re-centres advantages"),
 ])
+@pytest.mark.slow
 def test_cli_bad_input_is_one_line_and_exit_code_2(flags, needle, tmp_path, tiny_dir):
     proc = subprocess.run([sys.executable, os.path.join(REPO, "train.py"), "--model", tiny_dir,
                            "--out_dir", str(tmp_path), *flags], cwd=REPO, capture_output=True, text=True)
@@ -161,6 +165,7 @@ def test_micro_batch_size_does_not_change_training(tiny_dir, tmp_path):
     assert abs(a[-1]["grad_norm"] - b[-1]["grad_norm"]) < 1e-4 * max(1.0, a[-1]["grad_norm"])
 
 
+@pytest.mark.slow
 def test_short_rl_run_on_the_synthetic_task_raises_held_out_pass_at_1(tmp_path):
     # A 2-digit warm-up from scratch (~25 s on one core), then 60 RL steps. (1 digit has
     # only 100 problems: RL then memorises the training side and held-out pass@1 FALLS.)
@@ -181,6 +186,7 @@ def test_short_rl_run_on_the_synthetic_task_raises_held_out_pass_at_1(tmp_path):
     assert sum(rewards[-10:]) / 10 > sum(rewards[:3]) / 3
 
 
+@pytest.mark.slow
 def test_cli_bad_data_row_names_file_and_line(tmp_path, tiny_dir):
     bad = tmp_path / "rows.jsonl"
     bad.write_text('{"prompt": "1+1=?", "answer": "2"}\n{"prompt": "2+2=?"}\n')
@@ -438,6 +444,7 @@ def test_prompts_are_not_shared_where_the_cache_cannot_be_passed(tiny_dir, tmp_p
     assert off(cfg) == "gradient checkpointing"
 
 
+@pytest.mark.slow
 def test_compiled_update_matches_the_eager_one(tiny_dir, tmp_path, monkeypatch):
     # --compile runs the update through torch.compile (inductor fuses the element-wise
     # ops): the same update to float rounding. The tolerance is the one the skip test
@@ -522,6 +529,7 @@ def test_door_read_only_checkpoints_is_refused(tmp_path, tiny_dir, capsys, monke
     (["--model", "no-such-owner-xyz/no-such-model"], "the Hugging Face hub is unreachable"),
     (["--data", "gsm8k"], "--data gsm8k"),
 ])
+@pytest.mark.slow
 def test_door_hub_sources_offline_fail_fast(flags, needle, tmp_path, tiny_dir):
     # An endpoint that refuses connections: the hub check must answer in seconds, in one line.
     env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "0"}
@@ -535,6 +543,7 @@ def test_door_hub_sources_offline_fail_fast(flags, needle, tmp_path, tiny_dir):
 
 
 @pytest.mark.parametrize("task", ["addition", "countdown"])
+@pytest.mark.slow
 def test_token_diagnostics_run_on_every_embedded_task(tiny_dir, tmp_path, task):
     # The token values rescore continuations with the task's verifier; countdown's needs
     # each rollout's prompt (it holds the numbers), so the trainer must hand the prompts

@@ -96,6 +96,7 @@ def test_power_records_alpha_2_in_config_json_and_in_the_metrics(tiny_dir, tmp_p
     assert rows[0]["sched/alpha"] == 2.0 and rows[0]["sched/delta"] == 1.0
 
 
+@pytest.mark.slow
 def test_beta_exits_2_naming_kl_coef(tmp_path):
     proc = subprocess.run([sys.executable, "train.py", "--beta", "0.04", "--steps", "1", "--out_dir", str(tmp_path)],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -155,6 +156,7 @@ def test_a_moving_schedule_sets_alpha_and_delta_and_ema_beta_is_its_rate():
 # --config: a run's config.json reproduces the run; YAML; flags win
 # ---------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_config_json_reproduces_the_run_and_flags_after_it_win(tiny_dir, tmp_path):
     first = tmp_path / "first"
     train.train(train.parse_args(small_args(tiny_dir, first, "--steps", "3", "--advantage", "nsr", "--lr", "1e-3",
@@ -275,6 +277,7 @@ def wandb_history(run_file: str) -> list[dict]:
     return out
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_holds_metrics_jsonl_series(tiny_dir, tmp_path):
     pytest.importorskip("wandb")
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
@@ -316,6 +319,7 @@ def test_samples_jsonl_after_each_evaluation_and_a_resume_keeps_them_once(tiny_d
     assert [x["step"] for x in read_jsonl(tmp_path / "samples.jsonl")] == [0] * 4 + [2] * 4
 
 
+@pytest.mark.slow
 def test_eval_temperature_defaults_to_the_training_one_and_changes_evaluation_only(tiny_dir, tmp_path):
     runs = {}
     for name, extra in [("default", []), ("same", ["--eval_temperature", "1.0"]), ("cold", ["--eval_temperature", "0.05"])]:
@@ -328,6 +332,7 @@ def test_eval_temperature_defaults_to_the_training_one_and_changes_evaluation_on
     assert drop_eval(runs["cold"][0]) == drop_eval(runs["default"][0])   # training did not move
 
 
+@pytest.mark.slow
 def test_eval_data_evaluates_on_another_source(tiny_dir, tmp_path):
     rows = tmp_path / "held_out.jsonl"
     rows.write_text("".join(json.dumps({"prompt": f"{a}+{a}\n", "answer": str(2 * a)}) + "\n" for a in range(3)))

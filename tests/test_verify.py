@@ -144,6 +144,7 @@ def test_math_equal_caps_are_policy_not_only_speed():
     assert math_equal("{{1}}", "1") is True
 
 
+@pytest.mark.slow
 def test_math_equal_power_tower_and_hang_return_false_and_pool_recovers():
     assert run_guarded(math_equal, "2^2^2^2^2^2^2^99", "1") is False
     # Hangs inside sympy; only killing the worker process ends it.
@@ -300,6 +301,7 @@ def test_addition_long_well_formed_scratchpad_scores_instead_of_raising():
     assert score(["1+1+0=02\n" * 4300 + "A:2\n"], ["2"], tasks.get("addition"), ["1+1\n"])[0]["reward"] == 1.0
 
 
+@pytest.mark.slow
 def test_math_equal_restarts_a_worker_killed_between_calls():
     from machinery import sandbox
     assert run_guarded(math_equal, r"\frac{1}{2}", "0.5") is True          # the pool exists
@@ -315,6 +317,7 @@ def test_math_equal_restarts_a_worker_killed_between_calls():
     assert run_guarded(math_equal, r"\frac{2}{4}", "0.5") is True
 
 
+@pytest.mark.slow
 def test_script_without_main_guard_scores_right(tmp_path):
     """Workers are plain `python -c` processes, not multiprocessing's "spawn" (which re-ran the
     main module, so a script without `if __name__ == "__main__":` died in every worker)."""
