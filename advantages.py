@@ -458,6 +458,9 @@ def compute_advantages(name: str, rewards: Tensor, **hyper) -> Tensor:
         raise ValueError(f"{name}: needs G >= {MIN_GROUP_SIZE[name]} rollouts per prompt, got G={G}")
     for p in params:
         value = hyper.get(p.name, p.default)
+        if p.name not in HYPER_RANGES:                  # a new advantage's new hyper-parameter
+            raise ValueError(f"{name}: its hyper-parameter {p.name!r} has no range in advantages.HYPER_RANGES "
+                             "(README, 'Add an advantage')")
         ok, what = HYPER_RANGES[p.name]
         if not ok(value, G):
             raise ValueError(f"{name}: needs {what.format(G=G)}, got {value!r}")

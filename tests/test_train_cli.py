@@ -11,6 +11,7 @@ import glob
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -377,3 +378,54 @@ def test_gradient_checkpointing_changes_memory_not_the_update(tiny_dir, tmp_path
     for a, b in zip(without_times(plain), without_times(checkpointed)):
         assert a.keys() == b.keys()
         assert [b[k] for k in a] == pytest.approx([a[k] for k in a], rel=1e-5, abs=1e-7)
+
+
+# --- the README's recipe "Add an advantage", followed in a copy of the repository ---
+
+def follow_the_advantage_recipe(repo: str, copy) -> None:
+    """The recipe's edits, word for word, for a throwaway advantage `scaled` with its own
+    hyper-parameter tau: A = tau (r - mean r), which sums to zero per group."""
+    shutil.copytree(repo, copy, ignore=shutil.ignore_patterns(".git", "runs", ".cache", "__pycache__", "weights",
+                                                              "docs", "toy_out", "*.egg-info"))
+
+    def insert(path, anchor, text, before=False):
+        s = (copy / path).read_text()
+        assert s.count(anchor) == 1, (path, anchor)
+        (copy / path).write_text(s.replace(anchor, text + anchor if before else anchor + text))
+    insert("advantages.py", "ADVANTAGES = {\n", 'def scaled(rewards: Tensor, tau: float = 0.5) -> Tensor:\n'
+           '    """A throwaway advantage: tau (r - mean r)."""\n'
+           '    return tau * (rewards - rewards.mean(dim=1, keepdim=True))\n\n\n', before=True)   # the function
+    insert("advantages.py", "ADVANTAGES = {\n", '    "scaled": scaled,\n')                        # its name
+    insert("advantages.py", "ZERO_SUM = (", '"scaled", ')                                        # it sums to 0
+    insert("advantages.py", "HYPER_RANGES = {\n", '    "tau": (lambda v, G: _real(v) and v > 0, "a finite tau > 0"),\n')
+    insert("advantages.py", "\n\n\ndef hyper_defaults(", '\n    tau: float | None = None\n'
+           '    """scaled: the scale of the centred reward (default 0.5)."""', before=True)      # its flag (AdvantageConfig)
+    insert("tests/test_advantages.py", "RANGE_CASES = [\n", '    ("scaled", "tau", [0.0, float("nan")], [1e-3]),\n')
+    insert("tests/test_advantages.py", '        "reinforce": (1.0, 0.0),\n', '        "scaled": (0.5 * (1 - p), -0.5 * p),\n')
+
+
+@pytest.mark.slow
+def test_advantage_recipe_end_to_end(tiny_dir, tmp_path):
+    # README, "Add an advantage": every edit it lists, and nothing else, in a copy of the
+    # repository. The registry tests must pass with the new advantage in them, and train.py
+    # must train it 2 steps with its hyper-parameter from the command line and record it.
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    copy = tmp_path / "repo"
+    follow_the_advantage_recipe(repo, copy)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    tests = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/test_advantages.py"],
+                           cwd=copy, env=env, capture_output=True, text=True)
+    assert tests.returncode == 0, tests.stdout[-3000:]
+    assert "test_closed_forms_at_G8[scaled] PASSED" in tests.stdout                   # the registry tests ran on it
+    assert "test_zero_sum_methods_sum_to_zero_per_group[scaled] PASSED" in tests.stdout
+    out = tmp_path / "run"
+    run = subprocess.run([sys.executable, "train.py", *small_args(tiny_dir, out, "--steps", "2", "--eval_every", "0",
+                                                                   "--advantage", "scaled", "--tau", "0.25")],
+                         cwd=copy, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
+    assert json.loads((out / "config.json").read_text())["adv"]["tau"] == 0.25
+    refused = subprocess.run([sys.executable, "train.py", *small_args(tiny_dir, tmp_path / "bad", "--advantage", "scaled",
+                                                                       "--tau", "0")],
+                             cwd=copy, env=env, capture_output=True, text=True)
+    assert refused.returncode == 2 and "scaled: needs a finite tau > 0, got 0.0" in refused.stderr   # its range, at the door
