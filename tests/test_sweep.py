@@ -226,6 +226,20 @@ def test_merge_prefers_the_run_directory_and_keeps_one_design():
     assert pages.one_design([*legacy, newer], spec)[0] == [newer]
 
 
+def test_runs_without_recorded_flags_show_their_own_budget_not_todays_plan():
+    # Such runs predate the record; printing today's plan as their command would be false
+    # (and would change the page whenever the plan changes, breaking report's fresh-clone identity).
+    spec = sweeps.credit("addition")
+    rows = lambda last: [{"step": s, **({"eval/pass@1": 0.5} if s % 10 == 0 else {})} for s in range(1, last + 1)]
+    legacy = [pages.RunData("grpo", 0, s, rows(120), dict(pages.EMPTY_RECORD)) for s in range(2)]
+    text = pages.run_command(spec, "addition", legacy, recorded=False)
+    assert "120 steps" in text and "every 10 steps" in text
+    planned = str(sweeps.settings("addition", spec.name)["steps"])
+    assert f"--steps {planned}" not in text                            # today's plan is not theirs
+    mixed = pages.run_command(spec, "addition", [*legacy, pages.RunData("psr", 0, 0, rows(90), {})], recorded=False)
+    assert "90,120 steps" in mixed                                     # disagreeing runs: both budgets
+
+
 def test_report_merges_committed_data_with_new_runs_and_never_says_not_run(tmp_path, monkeypatch):
     docs, out, readme = tmp_path / "docs", tmp_path / "runs", tmp_path / "README.md"
     os.makedirs(docs)
