@@ -131,7 +131,7 @@ def test_the_gsm8k_recipe_runs_on_vllm_with_a_chat_model(tmp_path):
     assert all(r["vllm/canary_gap"] <= r["vllm/canary_bound"] for r in rows)
     assert all(r["reward"] > 0 for r in rows) and rows[-1]["eval/pass@1"] > 0
     samples = [json.loads(line) for line in open(out / "samples.jsonl")]
-    assert [s["step"] for s in samples] == [2] * 6
+    assert [s["step"] for s in samples] == [0] * 6 + [2] * 6             # step 0: eval_before_train
     credited = [s for s in samples if s["reward"] == 1.0]
     assert any(answer_text(s["answer"]) in s["completion"] for s in credited)    # "N.0" == "N": math-verify
     assert all("<|im_" not in s["completion"] for s in samples)          # EOS stopped and was cut
