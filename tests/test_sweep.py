@@ -272,6 +272,28 @@ def test_report_merges_committed_data_with_new_runs_and_never_says_not_run(tmp_p
     assert {f: (docs / f).read_bytes() for f in os.listdir(docs)} == before and readme.read_text() == text
 
 
+def test_a_report_that_sets_runs_aside_is_rebuilt_byte_for_byte(tmp_path, monkeypatch, capsys):
+    # Committed data of an older design (other --steps) plus a newer design's runs: the
+    # older leave the data file, so the page must not depend on them, or the next rebuild
+    # (from the data file alone, as in a fresh clone) would write other bytes.
+    docs, out, readme = tmp_path / "docs", tmp_path / "runs", tmp_path / "README.md"
+    os.makedirs(docs)
+    readme.write_text("<!-- claims:begin -->\n<!-- claims:end -->\n")
+    committed, _ = hand_made_credit_runs()
+    old = [pages.RunData(r.arm, r.warmup_seed, 1, r.rows, dict(r.record, finished="2025-12-01T00:00:00+00:00",
+                                                                 args=[a if a != "20" else "10" for a in r.record["args"]]))
+           for r in committed]
+    pages.write_run_data([*committed, *old], str(docs / "sweep_addition_credit.jsonl.gz"))
+    monkeypatch.setattr(sweeps, "SEEDS", (0, 1))
+    monkeypatch.setattr(pages, "SEEDS", (0, 1))
+    pages.report(str(out), str(docs), str(readme))
+    assert "set aside 4 runs" in capsys.readouterr().out                # said once, where it happens
+    first = {f: (docs / f).read_bytes() for f in os.listdir(docs)}
+    assert len(pages.read_run_data(str(docs / "sweep_addition_credit.jsonl.gz"))) == 4
+    pages.report(str(out), str(docs), str(readme))
+    assert {f: (docs / f).read_bytes() for f in os.listdir(docs)} == first
+
+
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_report_in_a_fresh_clone_changes_no_tracked_file(tmp_path):
     """What a new reader does: clone, run report. Every page, data file and the README's tables
