@@ -14,8 +14,9 @@ docs/claims.md and the README byte for byte.
 
 Which runs count. All the runs of a page must come from one design: the same train.py
 flags but the run's own (directory, seeds) and its arm's. Runs whose flags differ from
-the NEWEST run's (an earlier design of the sweep, changed since) are set aside: the page
-names how many, and they leave the data file (git keeps them). Data committed before the
+the NEWEST run's (an earlier design of the sweep, changed since) are set aside: report
+prints how many, and they leave the data file (git keeps them), so the page, rebuilt from
+that file, stays the same from one rebuild to the next. Data committed before the
 flags were recorded ("earlier design") is shown on its page with today's claims, but the
 README gives it no verdict: it is not the test the claims were declared with.
 
@@ -447,14 +448,15 @@ def report(out: str, docs: str, readme: str) -> list[str]:
             if not runs:
                 continue
             runs, set_aside, recorded = one_design(runs, sweep)
-            note = [f"Set aside: {len(set_aside)} runs whose flags differ from the newest run's "
-                    f"({', '.join(r.label for r in set_aside[:4])}{', ...' if len(set_aside) > 4 else ''})"] \
-                if set_aside else []
+            if set_aside:   # said here, not on the page: they leave the data file, so a rebuild could not say it again
+                print(f"{task}/{name}: set aside {len(set_aside)} runs whose flags differ from the newest run's "
+                      f"({', '.join(r.label for r in set_aside[:4])}{', ...' if len(set_aside) > 4 else ''}); "
+                      f"they leave {data_path} (git keeps them)")
             md, png = (os.path.join(docs, f"sweep_{task}_{name}.{ext}") for ext in ("md", "png"))
             parts = settings(task, name)["parts"]
             results[task, name] = write_page(sweep, task, runs, md, png, {
                 "command": f"python -m experiments.sweep {name} --task {task}" + (f" --part K/{parts}" if parts > 1 else ""),
-                "parts": parts, "note": note, "recorded": recorded})
+                "parts": parts, "recorded": recorded})
             written += [md, png, write_run_data(runs, data_path)]
     written.append(write_claims_page(os.path.join(docs, CLAIMS_PAGE), results))
     if os.path.isfile(readme):
@@ -521,8 +523,7 @@ def write_readme_tables(readme: str, results: dict) -> str:
         return f"[{findings}][{links[task, name]}]; checks: {_checks_text(c['checks'])}"
 
     lines = [TABLES_BEGIN, "",
-             f"One line per sweep; every claim on its own line, with its verdict per task: "
-             f"[docs/{CLAIMS_PAGE}](docs/{CLAIMS_PAGE}).", "",
+             f"One line per sweep; each claim's verdict per task: [docs/{CLAIMS_PAGE}](docs/{CLAIMS_PAGE}).", "",
              "| sweep | findings | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
     for name, make in SWEEPS.items():
         lines.append(f"| {name} | {len(make(tasks[0]).claims)} | "

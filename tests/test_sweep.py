@@ -214,6 +214,20 @@ def test_merge_prefers_the_run_directory_and_keeps_one_design():
     assert pages.one_design([*legacy, newer], spec)[0] == [newer]
 
 
+def test_runs_without_recorded_flags_show_their_own_budget_not_todays_plan():
+    # Such runs predate the record; printing today's plan as their command would be false
+    # (and would change the page whenever the plan changes, breaking report's fresh-clone identity).
+    spec = sweeps.credit("addition")
+    rows = lambda last: [{"step": s, **({"eval/pass@1": 0.5} if s % 10 == 0 else {})} for s in range(1, last + 1)]
+    legacy = [pages.RunData("grpo", 0, s, rows(120), dict(pages.EMPTY_RECORD)) for s in range(2)]
+    text = pages.run_command(spec, "addition", legacy, recorded=False)
+    assert "120 steps" in text and "every 10 steps" in text
+    planned = str(sweeps.settings("addition", spec.name)["steps"])
+    assert f"--steps {planned}" not in text                            # today's plan is not theirs
+    mixed = pages.run_command(spec, "addition", [*legacy, pages.RunData("psr", 0, 0, rows(90), {})], recorded=False)
+    assert "90,120 steps" in mixed                                     # disagreeing runs: both budgets
+
+
 @pytest.mark.slow
 def test_report_merges_committed_data_with_new_runs_and_never_says_not_run(tmp_path, monkeypatch):
     docs, out, readme = tmp_path / "docs", tmp_path / "runs", tmp_path / "README.md"
@@ -253,6 +267,29 @@ def test_report_merges_committed_data_with_new_runs_and_never_says_not_run(tmp_p
     shutil.rmtree(out)
     pages.report(str(out), str(docs), str(readme))
     assert {f: (docs / f).read_bytes() for f in os.listdir(docs)} == before and readme.read_text() == text
+
+
+@pytest.mark.slow
+def test_a_report_that_sets_runs_aside_is_rebuilt_byte_for_byte(tmp_path, monkeypatch, capsys):
+    # Committed data of an older design (other --steps) plus a newer design's runs: the
+    # older leave the data file, so the page must not depend on them, or the next rebuild
+    # (from the data file alone, as in a fresh clone) would write other bytes.
+    docs, out, readme = tmp_path / "docs", tmp_path / "runs", tmp_path / "README.md"
+    os.makedirs(docs)
+    readme.write_text("<!-- claims:begin -->\n<!-- claims:end -->\n")
+    committed, _ = hand_made_credit_runs()
+    old = [pages.RunData(r.arm, r.warmup_seed, 1, r.rows, dict(r.record, finished="2025-12-01T00:00:00+00:00",
+                                                                 args=[a if a != "20" else "10" for a in r.record["args"]]))
+           for r in committed]
+    pages.write_run_data([*committed, *old], str(docs / "sweep_addition_credit.jsonl.gz"))
+    monkeypatch.setattr(sweeps, "SEEDS", (0, 1))
+    monkeypatch.setattr(pages, "SEEDS", (0, 1))
+    pages.report(str(out), str(docs), str(readme))
+    assert "set aside 4 runs" in capsys.readouterr().out                # said once, where it happens
+    first = {f: (docs / f).read_bytes() for f in os.listdir(docs)}
+    assert len(pages.read_run_data(str(docs / "sweep_addition_credit.jsonl.gz"))) == 4
+    pages.report(str(out), str(docs), str(readme))
+    assert {f: (docs / f).read_bytes() for f in os.listdir(docs)} == first
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
