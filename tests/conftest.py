@@ -1,4 +1,5 @@
-"""Shared test set-up: one torch thread, the untrained tiny model, and a way to change torch's default device.
+"""Shared test set-up: one torch thread, the untrained tiny model, a tiny model fitted to
+1-digit addition, and a way to change torch's default device.
 
 Every tensor in the suite is tiny; with two intra-op threads on a busy 2-core machine,
 OpenMP spin-waiting made small ops up to ~70x slower (measured while writing the toy).
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from machinery import tinymodel
+from tasks.addition import make_addition_rows
 
 torch.set_num_threads(1)
 
@@ -47,3 +49,24 @@ def tiny_dir(tmp_path_factory):
     tinymodel.build_tiny_model(tok, seed=0).save_pretrained(d)
     tok.save_pretrained(d)
     return str(d)
+
+
+@pytest.fixture(scope="module")
+def addition_tiny_model():
+    """(model, tokenizer): a d=32, 2-layer model after 30 supervised AdamW steps (lr 2e-2,
+    batches of 32) on 1-digit addition, in eval mode (~1 s). Fitted enough to emit EOS at
+    varied positions, which the sampler's tests need; one per test module."""
+    tok = tinymodel.build_char_tokenizer()
+    m = tinymodel.build_tiny_model(tok, seed=0, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+    rows = make_addition_rows(256, digits=1, seed=0)
+    inputs, labels = tinymodel._encode_rows(tok, rows)
+    opt = torch.optim.AdamW(m.parameters(), lr=2e-2)
+    gen = torch.Generator().manual_seed(0)
+    m.train()
+    for _ in range(30):
+        idx = torch.randint(len(rows), (32,), generator=gen)
+        loss = tinymodel._response_loss(m, inputs[idx], labels[idx], tok.pad_token_id)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return m.eval(), tok

@@ -10,29 +10,16 @@ import torch
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from machinery import decoding
-from machinery import tinymodel
 from machinery.rollout import cut_at_eos, pad_rows, sample
-from tasks.addition import make_addition_rows
 
 
 @pytest.fixture(scope="module")
-def llama(tmp_path_factory):
-    """The embedded tiny Llama (d=32, 2 layers) after 30 supervised steps on 1-digit
-    addition, so that it emits EOS at varied positions (as in test_rollout.py), saved and
-    loaded back as train.py loads it: SDPA attention, and weights where safetensors puts
-    them (not 64-byte aligned, which changes how a one-row product rounds)."""
-    tok = tinymodel.build_char_tokenizer()
-    m = tinymodel.build_tiny_model(tok, seed=0, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
-    rows = make_addition_rows(256, digits=1, seed=0)
-    inputs, labels = tinymodel._encode_rows(tok, rows)
-    opt = torch.optim.AdamW(m.parameters(), lr=2e-2)
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(30):
-        idx = torch.randint(len(rows), (32,), generator=gen)
-        loss = tinymodel._response_loss(m, inputs[idx], labels[idx], tok.pad_token_id)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+def llama(tmp_path_factory, addition_tiny_model):
+    """The embedded tiny Llama (d=32, 2 layers) fitted to 1-digit addition (conftest), so
+    that it emits EOS at varied positions, saved and loaded back as train.py loads it: SDPA
+    attention, and weights where safetensors puts them (not 64-byte aligned, which changes
+    how a one-row product rounds)."""
+    m, tok = addition_tiny_model
     ids, mask = pad_rows([tok(p)["input_ids"] for p in ["3+4\n", "12+7\n", "5+55\n", "8+1\n"]], tok.pad_token_id,
                          left=True)
     path = tmp_path_factory.mktemp("llama")

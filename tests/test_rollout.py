@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from machinery import decoding
-from tasks import addition
 from machinery import rollout
 from machinery import tinymodel
 from machinery.rollout import (cut_at_eos, generate_rollouts, pad_rows, sample, sample_eval, special_ids, token_logprobs,
@@ -30,21 +29,9 @@ def tok():
 
 
 @pytest.fixture(scope="module")
-def model(tok):
-    """A d=32, 2-layer model after 30 supervised steps on 1-digit problems (~1 s)."""
-    m = tinymodel.build_tiny_model(tok, seed=0, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
-    rows = addition.make_addition_rows(256, digits=1, seed=0)
-    inputs, labels = tinymodel._encode_rows(tok, rows)
-    opt = torch.optim.AdamW(m.parameters(), lr=2e-2)
-    gen = torch.Generator().manual_seed(0)
-    m.train()
-    for _ in range(30):
-        idx = torch.randint(len(rows), (32,), generator=gen)
-        loss = tinymodel._response_loss(m, inputs[idx], labels[idx], tok.pad_token_id)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return m.eval()
+def model(addition_tiny_model):
+    """A d=32, 2-layer model after 30 supervised steps on 1-digit problems (conftest)."""
+    return addition_tiny_model[0]
 
 
 @pytest.fixture(scope="module")
