@@ -44,7 +44,7 @@ import numpy as np
 
 from experiments import claims as claims_lib
 from experiments import plot_runs
-from experiments.sweeps import SEEDS, SWEEPS, TASKS, WARMUP_SEEDS, Sweep, eval_flags, settings
+from experiments.designs import SEEDS, SWEEPS, TASKS, WARMUP_SEEDS, Sweep, eval_flags, settings
 
 
 @dataclass
@@ -263,7 +263,7 @@ def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_p
               "named and compared with the exact expectation. Not evidence for the papers.", "",
               claims_lib.check_table(checks) if checks else "None measured.\n",
               "## Findings", "",
-              f"Each claim was written before the runs (experiments/sweeps.py), quoting the sentence it tests. "
+              f"Each claim was written before the runs (experiments/designs.py), quoting the sentence it tests. "
               f"Runs are paired by (warm-up seed, RL seed); each test is exact (experiments/claims.py). Holm's "
               f"family: the {sum(v['verdict'] != 'not testable' for v in verdicts)} testable findings of this "
               f"sweep on this task; significant at p (Holm) < {claims_lib.ALPHA}. \"floor\": the smallest p the "

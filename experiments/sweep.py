@@ -8,12 +8,12 @@
     python -m experiments.sweep pilot --task countdown           # time one short run per sweep: the costs of TASKS
 
 The sweeps themselves (arms, table rows, curves, and the checks and claims written
-before the runs) are in experiments/sweeps.py; how a claim is judged (exact paired tests,
+before the runs) are in experiments/designs.py; how a claim is judged (exact paired tests,
 Holm's correction, the effect detectable at 80% power) in experiments/claims.py; the
 pages and the committed per-run data in experiments/pages.py. This file runs them.
 
 A sweep is a set of ARMS, train.py flag sets that differ in one design choice, each run
-from every (warm-up seed, RL seed) pair of sweeps.WARMUP_SEEDS x sweeps.SEEDS. The
+from every (warm-up seed, RL seed) pair of designs.WARMUP_SEEDS x designs.SEEDS. The
 warm-up seed picks the embedded model's starting weights (train.py --warmup_seed, cached
 or shipped, tinymodel.py); the RL seed the prompt order, the held-out set, the sampling
 and the mini-batch shuffles. Runs with the same pair in two arms differ only in the arm.
@@ -23,7 +23,7 @@ contiguous slices of the plan in the order (warm-up seed, arm, RL seed), so with
 part is one warm-up seed. After each part: `python -m experiments.sweep report` (which
 writes the finished runs' metrics into docs/sweep_TASK_NAME.jsonl.gz) and commit docs/
 and README.md. The next part may run on another machine with an empty runs/: `report`
-merges the committed data with the new runs. sweeps.TASKS declares each sweep's parts,
+merges the committed data with the new runs. designs.TASKS declares each sweep's parts,
 and `plan` prints the commands.
 
 Running. Each run is one `train.py` process with one torch thread (OMP_NUM_THREADS=1,
@@ -83,7 +83,7 @@ from tqdm import tqdm
 
 from experiments import pages
 from experiments.pages import machine as _machine, now as _now, read_json as _read_json
-from experiments.sweeps import (SEEDS, SWEEPS, TASKS, WARMUP_SEEDS, Sweep, budget_table, estimate_minutes, eval_flags,
+from experiments.designs import (SEEDS, SWEEPS, TASKS, WARMUP_SEEDS, Sweep, budget_table, estimate_minutes, eval_flags,
                                 settings)
 from machinery import door
 
@@ -93,8 +93,8 @@ from machinery import door
 JOBS = 2                          # train.py processes at a time (one torch thread each)
 OUT = os.path.join("runs", "sweeps")   # runs go to OUT/TASK/SWEEP/ARM/seed_S
 DOCS = "docs"                     # `report` writes docs/sweep_TASK_SWEEP.md and .png here
-TASK = "countdown"                # the default task (experiments/sweeps.py TASKS: steps, evaluation, parts)
-# Budget: experiments/sweeps.py's header (and `plan`) has the estimate per sweep and part.
+TASK = "countdown"                # the default task (experiments/designs.py TASKS: steps, evaluation, parts)
+# Budget: experiments/designs.py's header (and `plan`) has the estimate per sweep and part.
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository root
 TRAIN_PY = os.path.join(REPO_DIR, "train.py")
@@ -188,9 +188,10 @@ def ensure_warmup(runs: list[RunSpec], say: Callable[[str], None]) -> None:
     torch.set_num_threads(1)                   # this process warms up while no run is going
     configs = {tinymodel.cache_key(r.warmup): r.warmup for r in runs if r.warmup is not None}
     for key, cfg in sorted(configs.items()):
-        path = os.path.join(tinymodel.DEFAULT_CACHE_DIR, key)
-        if not os.path.isfile(os.path.join(path, "warmup.json")):
-            say(f"warm-up of the embedded model ({cfg.task}; 1-3 min, once): {path}")
+        roots = (tinymodel.SHIPPED_DIR, tinymodel.DEFAULT_CACHE_DIR)        # load_or_warmup's order
+        if not any(os.path.isfile(os.path.join(root, key, "warmup.json")) for root in roots):
+            say(f"warm-up of the embedded model ({cfg.task}; 1-3 min, once): "
+                f"{os.path.join(tinymodel.DEFAULT_CACHE_DIR, key)}")
         tinymodel.load_or_warmup(cfg)
 
 
@@ -320,13 +321,13 @@ def pilot_costs(runs: list[RunSpec], results: dict) -> dict:
 
 
 def plan_text(tasks: list[str]) -> str:
-    """The budget table (sweeps.budget_table) and the command of every part, per task."""
+    """The budget table (designs.budget_table) and the command of every part, per task."""
     lines = [budget_table(), ""]
     long = [f"{name} on {task}" for task in tasks for name in SWEEPS
             if estimate_minutes(task, name) * len(SWEEPS[name](task).arms) * len(WARMUP_SEEDS) * len(SEEDS)
             / JOBS / settings(task, name)["parts"] > 45]
     if long:
-        lines += [f"WARNING: parts estimated over 45 min ({', '.join(long)}): raise their parts in sweeps.TASKS", ""]
+        lines += [f"WARNING: parts estimated over 45 min ({', '.join(long)}): raise their parts in designs.TASKS", ""]
     lines += ["Commands, one sitting each; after each: python -m experiments.sweep report, then commit docs/ and "
               "README.md:"]
     for task in tasks:
@@ -351,12 +352,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="which sweep ('all': every sweep, one pool; 'report': rebuild every page, the "
                              "claims page and the README's summary from the committed data and the finished "
                              "runs; 'plan': print the budget and the command of every part; 'pilot': time one "
-                             "short run per sweep of --task here and print the costs for sweeps.TASKS)")
+                             "short run per sweep of --task here and print the costs for designs.TASKS)")
     parser.add_argument("--task", default=TASK, choices=list(TASKS), help="the task every run trains on")
-    parser.add_argument("--part", help="K-th of N slices of the plan, as K/N (one sweep; sweeps.TASKS declares N)")
+    parser.add_argument("--part", help="K-th of N slices of the plan, as K/N (one sweep; designs.TASKS declares N)")
     parser.add_argument("--warmup_seeds", help=f"comma-separated warm-up seeds (default: {_join(WARMUP_SEEDS)})")
     parser.add_argument("--seeds", help=f"comma-separated RL seeds (default: {_join(SEEDS)})")
-    parser.add_argument("--steps", type=int, help="training steps per run (default per sweep: sweeps.TASKS)")
+    parser.add_argument("--steps", type=int, help="training steps per run (default per sweep: designs.TASKS)")
     parser.add_argument("--arms", help="comma-separated subset of the sweep's arms (one sweep only)")
     parser.add_argument("--jobs", type=int, default=JOBS, help="train.py processes at a time")
     parser.add_argument("--out", default=OUT, help="root directory of the sweeps")
@@ -447,7 +448,7 @@ def main(argv: list[str] | None = None) -> None:
 def pilot(args, extra: list[str]) -> None:
     """One run per sweep of the first arm, warm-up seed 0, RL seed 0: --steps (default 12)
     steps with an evaluation every half of them, two at a time, under OUT/pilot; then the
-    costs (pilot_costs) as lines to paste into sweeps.TASKS."""
+    costs (pilot_costs) as lines to paste into designs.TASKS."""
     steps = args.steps or 12
     runs = []
     for name, make in SWEEPS.items():
@@ -468,7 +469,7 @@ def pilot(args, extra: list[str]) -> None:
         print(f"    {name:<11} step_s {c['step_s']:.3f}   sample_s {c['sample_s']:.6f}   start_s {c['start_s']:.1f}")
     sample = sorted(c["sample_s"] for c in costs.values())[len(costs) // 2]
     start = sorted(c["start_s"] for c in costs.values())[len(costs) // 2]
-    print(f"for sweeps.TASKS[{args.task!r}]: \"cost\": {{\"start_s\": {start:.1f}, \"sample_s\": {sample:.6f}}}; "
+    print(f"for designs.TASKS[{args.task!r}]: \"cost\": {{\"start_s\": {start:.1f}, \"sample_s\": {sample:.6f}}}; "
           + ", ".join(f"{n} step_s {c['step_s']:.2f}" for n, c in costs.items()))
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from experiments import claims, pages, sweep, sweeps
+from experiments import claims, designs, pages, sweep
 from experiments.claims import Check, Claim
 
 
@@ -196,10 +196,10 @@ def test_checks_pass_fail_and_not_measured():
 # --- the declared sweeps -----------------------------------------------------------------
 
 def test_every_sweep_declares_rows_arms_quotes_and_a_design_that_can_survive_holm():
-    pairs = len(sweeps.WARMUP_SEEDS) * len(sweeps.SEEDS)
-    assert len(sweeps.WARMUP_SEEDS) >= 2 and len(sweeps.SEEDS) >= 5
-    for task in sweeps.TASKS:
-        for name, make in sweeps.SWEEPS.items():
+    pairs = len(designs.WARMUP_SEEDS) * len(designs.SEEDS)
+    assert len(designs.WARMUP_SEEDS) >= 2 and len(designs.SEEDS) >= 5
+    for task in designs.TASKS:
+        for name, make in designs.SWEEPS.items():
             s = make(task)
             labels = {label for label, _, _ in s.rows}
             assert len({c.text for c in s.claims}) == len(s.claims), (task, name)     # the README matches by text
@@ -215,16 +215,16 @@ def test_every_sweep_declares_rows_arms_quotes_and_a_design_that_can_survive_hol
             floor = max(1 if c.direction == 0 else 2 for c in s.claims) / 2 ** pairs
             assert floor * len(s.claims) < claims.ALPHA, (task, name)
     # FADE's pass@k at every k needs 16 samples per held-out prompt on both tasks
-    assert all(sweeps.settings(t, "fade")["eval_samples"] == 16 for t in sweeps.TASKS)
+    assert all(designs.settings(t, "fade")["eval_samples"] == 16 for t in designs.TASKS)
 
 
 def test_the_budget_in_the_header_is_the_one_the_cost_model_gives():
-    assert sweeps.budget_table() in sweeps.__doc__
-    for task in sweeps.TASKS:
-        for name in sweeps.SWEEPS:
-            s = sweeps.settings(task, name)
-            runs = len(sweeps.SWEEPS[name](task).arms) * 10
-            assert runs * sweeps.estimate_minutes(task, name) / 2 / s["parts"] <= 45, (task, name)
+    assert designs.budget_table() in designs.__doc__
+    for task in designs.TASKS:
+        for name in designs.SWEEPS:
+            s = designs.settings(task, name)
+            runs = len(designs.SWEEPS[name](task).arms) * 10
+            assert runs * designs.estimate_minutes(task, name) / 2 / s["parts"] <= 45, (task, name)
 
 
 # --- end to end: a planted difference is found, a planted null is not --------------------
@@ -234,13 +234,13 @@ def planted(task):
     (an untrained model almost never stops early: a planted difference in response length);
     'short_mb' is 'short' with another micro-batch size, which changes nothing but float
     rounding (a planted null)."""
-    return sweeps.Sweep(
+    return designs.Sweep(
         name="planted", claim="a planted difference and a planted null",
         flags=["--eval_every", "0"],
         arms={"short": ["--max_new_tokens", "8"], "long": ["--max_new_tokens", "16"],
               "short_mb": ["--max_new_tokens", "8", "--micro_batch", "3"]},
-        rows=[("length", sweeps.mean_of("resp_len_mean"), "mean response length"),
-              ("entropy", sweeps.mean_of("entropy"), "mean entropy")],
+        rows=[("length", designs.mean_of("resp_len_mean"), "mean response length"),
+              ("entropy", designs.mean_of("entropy"), "mean entropy")],
         curves=[("resp_len_mean", "length")],
         claims=[Claim("test", "longer budget, longer responses", "q", "length", "long", "short", +1),
                 Claim("test", "micro-batch size changes the entropy", "q", "entropy", "short_mb", "short", +1)],
@@ -251,7 +251,7 @@ def planted(task):
 @pytest.mark.slow
 def test_sweep_end_to_end_detects_the_planted_difference_and_not_the_null(tiny_dir, tmp_path, monkeypatch):
     monkeypatch.setitem(sweep.SWEEPS, "planted", planted)
-    monkeypatch.setitem(sweep.TASKS["addition"]["sweeps"], "planted", dict(sweeps.settings("addition", "credit")))
+    monkeypatch.setitem(sweep.TASKS["addition"]["sweeps"], "planted", dict(designs.settings("addition", "credit")))
     sweep.main(["planted", "--task", "addition", "--warmup_seeds", "0", "--seeds", "0,1,2,3,4,5,6", "--steps", "2",
                 "--jobs", "2", "--out", str(tmp_path), "--", "--model", tiny_dir, "--digits", "1",
                 "--prompts_per_step", "4", "--group_size", "4", "--flip_every", "0", "--save_every", "0",

@@ -1,4 +1,4 @@
-"""sweep.py, sweeps.py, quantities.py and pages.py: the statistics on hand-made numbers, the
+"""sweep.py, designs.py, quantities.py and pages.py: the statistics on hand-made numbers, the
 page on hand-made runs, the committed data (merge, designs, earlier designs, a fresh clone
 that rebuilds every page with no diff), parts, and the whole sweep end to end on a tiny
 untrained model (2 arms x 2 seeds x 3 steps): run directories, a table that equals a
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import diagnostics
-from experiments import pages, quantities, sweep, sweeps
+from experiments import designs, pages, quantities, sweep
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -121,7 +121,7 @@ def hand_made_credit_runs():
     [0.2, 0.4] then [0.6], s+ [0.0, 0.1] then [0.1, 0.2], shifted by the arm and the block."""
     runs, pooled = [], {}
     for arm, shift in (("grpo", 0.0), ("psr", 0.1)):
-        for i, w in enumerate(sweeps.WARMUP_SEEDS):
+        for i, w in enumerate(designs.WARMUP_SEEDS):
             b1, b2 = np.array([0.2, 0.4]) + shift + 2 * i, np.array([0.6]) + shift + 2 * i
             s1, s2 = np.array([0.0, 0.1]) + i, np.array([0.1, 0.2]) + i
             rows = [{"step": 1, "reward": 0.5, "where/template_share": 0.3 + shift},
@@ -134,7 +134,7 @@ def hand_made_credit_runs():
                      "value/se_suppressed_pos": s2.std(ddof=1) / math.sqrt(2),
                      "value/n_boosted_neg": 0, "value/n_suppressed_neg": 0, "eval/pass@1": 0.5}]
             record = {"args": ["--out_dir", "x", "--seed", "0", "--warmup_seed", str(w), "--steps", "20",
-                               *sweeps.credit("addition").arms[arm]], "start": {"sha256": f"{w}" * 64, "model_path": "m"},
+                               *designs.credit("addition").arms[arm]], "start": {"sha256": f"{w}" * 64, "model_path": "m"},
                       "seconds": 60.0, "finished": f"2026-01-0{i + 1}T00:00:00+00:00", "machine": "test box"}
             runs.append(pages.RunData(arm, w, 0, json.loads(json.dumps(rows)), record))
             pooled[arm, w] = (np.concatenate([b1, b2]).mean(), np.concatenate([s1, s2]).mean())
@@ -143,12 +143,12 @@ def hand_made_credit_runs():
 
 def test_credit_page_pools_value_cells_over_steps(tmp_path):
     runs, pooled = hand_made_credit_runs()
-    page = pages.write_page(sweeps.credit("addition"), "addition", runs, str(tmp_path / "p.md"), str(tmp_path / "p.png"),
+    page = pages.write_page(designs.credit("addition"), "addition", runs, str(tmp_path / "p.md"), str(tmp_path / "p.png"),
                             {"command": "python -m experiments.sweep credit", "note": [], "recorded": True})
     text = (tmp_path / "p.md").read_text()
     for k, arm in enumerate(("grpo", "psr")):
-        b = [pooled[arm, w][0] for w in sweeps.WARMUP_SEEDS]
-        s_ = [pooled[arm, w][1] for w in sweeps.WARMUP_SEEDS]
+        b = [pooled[arm, w][0] for w in designs.WARMUP_SEEDS]
+        s_ = [pooled[arm, w][1] for w in designs.WARMUP_SEEDS]
         assert table_row(text, "value b+")[k] == pages.cell(b)
         assert table_row(text, "value s+")[k] == pages.cell(s_)
         assert table_row(text, "value b+ - s+")[k] == pages.cell([x - y for x, y in zip(b, s_)])
@@ -163,7 +163,7 @@ def test_credit_page_pools_value_cells_over_steps(tmp_path):
     assert b_minus_s["verdict"] == "no difference detected" and "no effect detectable" in b_minus_s["detail"]
     assert verdicts["boosted tokens of negative rollouts: higher value than suppressed"]["verdict"] == "not testable"
     assert "## Implementation checks" in text and "## Findings" in text and "Sources, verbatim:" in text
-    w0, w1 = sweeps.WARMUP_SEEDS
+    w0, w1 = designs.WARMUP_SEEDS
     assert "- Starting weights (sha256 of each warm-up seed's, train.py's start.json): " \
            f"warm-up {w0}: {str(w0) * 12} (2 runs); warm-up {w1}: {str(w1) * 12} (2 runs)" in text
     assert "- Finished: 2026-01-01T00:00:00+00:00 to 2026-01-02T00:00:00+00:00" in text
@@ -191,12 +191,12 @@ def test_run_data_round_trip_is_byte_identical(tmp_path):
 
 
 def test_merge_prefers_the_run_directory_and_keeps_one_design():
-    spec = sweeps.credit("addition")
+    spec = designs.credit("addition")
     committed, _ = hand_made_credit_runs()
     local = [pages.RunData("grpo", 0, 0, [{"step": 1, "reward": 1.0}], dict(committed[0].record, finished="2026-02"))]
     merged = pages.merge(committed, local, spec)
     assert len(merged) == 4 and merged[0].rows == [{"step": 1, "reward": 1.0}]      # the run directory's
-    w0, w1 = sweeps.WARMUP_SEEDS
+    w0, w1 = designs.WARMUP_SEEDS
     assert [(r.arm, r.key) for r in merged] == [("grpo", (w0, 0)), ("grpo", (w1, 0)), ("psr", (w0, 0)), ("psr", (w1, 0))]
     kept, aside, recorded = pages.one_design(merged, spec)
     assert recorded and len(kept) == 4 and not aside                 # seeds and arm flags are the run's own
@@ -217,12 +217,12 @@ def test_merge_prefers_the_run_directory_and_keeps_one_design():
 def test_runs_without_recorded_flags_show_their_own_budget_not_todays_plan():
     # Such runs predate the record; printing today's plan as their command would be false
     # (and would change the page whenever the plan changes, breaking report's fresh-clone identity).
-    spec = sweeps.credit("addition")
+    spec = designs.credit("addition")
     rows = lambda last: [{"step": s, **({"eval/pass@1": 0.5} if s % 10 == 0 else {})} for s in range(1, last + 1)]
     legacy = [pages.RunData("grpo", 0, s, rows(120), dict(pages.EMPTY_RECORD)) for s in range(2)]
     text = pages.run_command(spec, "addition", legacy, recorded=False)
     assert "120 steps" in text and "every 10 steps" in text
-    planned = str(sweeps.settings("addition", spec.name)["steps"])
+    planned = str(designs.settings("addition", spec.name)["steps"])
     assert f"--steps {planned}" not in text                            # today's plan is not theirs
     mixed = pages.run_command(spec, "addition", [*legacy, pages.RunData("psr", 0, 0, rows(90), {})], recorded=False)
     assert "90,120 steps" in mixed                                     # disagreeing runs: both budgets
@@ -243,11 +243,11 @@ def test_report_merges_committed_data_with_new_runs_and_never_says_not_run(tmp_p
         json.dump({"args": r.record["args"]}, open(os.path.join(d, "sweep_args.json"), "w"))
         json.dump({"seconds": 60.0, "finished": r.record["finished"]}, open(os.path.join(d, "done.json"), "w"))
         json.dump({"model_path": "m", "weights_sha256": r.record["start"]["sha256"]}, open(os.path.join(d, "start.json"), "w"))
-    monkeypatch.setattr(sweeps, "SEEDS", (0,))
+    monkeypatch.setattr(designs, "SEEDS", (0,))
     monkeypatch.setattr(pages, "SEEDS", (0,))
     pages.report(str(out), str(docs), str(readme))
     merged = pages.read_run_data(str(docs / "sweep_addition_credit.jsonl.gz"))
-    w0, w1 = sweeps.WARMUP_SEEDS
+    w0, w1 = designs.WARMUP_SEEDS
     assert [(r.arm, r.key) for r in merged] == [("grpo", (w0, 0)), ("grpo", (w1, 0)), ("psr", (w0, 0)), ("psr", (w1, 0))]
     assert merged[3].record["start"]["sha256"] == str(w1) * 64
     claims_page = (docs / "claims.md").read_text()
@@ -282,7 +282,7 @@ def test_a_report_that_sets_runs_aside_is_rebuilt_byte_for_byte(tmp_path, monkey
                                                                  args=[a if a != "20" else "10" for a in r.record["args"]]))
            for r in committed]
     pages.write_run_data([*committed, *old], str(docs / "sweep_addition_credit.jsonl.gz"))
-    monkeypatch.setattr(sweeps, "SEEDS", (0, 1))
+    monkeypatch.setattr(designs, "SEEDS", (0, 1))
     monkeypatch.setattr(pages, "SEEDS", (0, 1))
     pages.report(str(out), str(docs), str(readme))
     assert "set aside 4 runs" in capsys.readouterr().out                # said once, where it happens
@@ -415,7 +415,7 @@ def test_resume_skips_finished_runs_and_continues_an_interrupted_one(finished_sw
 @pytest.mark.slow
 def test_failing_arm_exits_nonzero_naming_the_run_and_its_log(tiny_dir, tmp_path, capsys, monkeypatch):
     def broken(task):
-        spec = sweeps.advantages(task)
+        spec = designs.advantages(task)
         spec.arms = {"grpo": spec.arms["grpo"], "broken": ["--data", str(tmp_path / "missing.jsonl")]}
         return spec
     monkeypatch.setitem(sweep.SWEEPS, "advantages", broken)
@@ -457,7 +457,7 @@ def test_cli_bad_input_is_one_line_and_exit_code_2(argv, needle, tmp_path, capsy
 
 @pytest.mark.slow
 def test_parts_slice_the_plan_by_warm_up_seed_and_cover_it_once(tmp_path):
-    spec = sweeps.credit("addition")
+    spec = designs.credit("addition")
     runs = sweep.plan_runs(spec, list(spec.arms), [0, 1], [0, 1, 2, 3, 4], 10, str(tmp_path), [], "addition")
     assert len(runs) == 20 and runs[0].args[:6] == ["--out_dir", runs[0].dir, "--seed", "0", "--warmup_seed", "0"]
     halves = [sweep.select_part(runs, k, 2) for k in (1, 2)]
@@ -472,10 +472,10 @@ def test_parts_slice_the_plan_by_warm_up_seed_and_cover_it_once(tmp_path):
 def test_plan_prints_the_budget_and_every_part_command(capsys):
     sweep.main(["plan"])
     out = capsys.readouterr().out
-    assert sweeps.budget_table() in out
-    for task in sweeps.TASKS:
-        for name in sweeps.SWEEPS:
-            parts = sweeps.settings(task, name)["parts"]
+    assert designs.budget_table() in out
+    for task in designs.TASKS:
+        for name in designs.SWEEPS:
+            parts = designs.settings(task, name)["parts"]
             base = f"python -m experiments.sweep {name} --task {task}"
             assert (f"{base} --part {parts}/{parts}" if parts > 1 else base) in out
 

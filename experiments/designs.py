@@ -1,4 +1,4 @@
-"""sweeps.py: the papers' training-level claims, as sweeps, claim records and checks.
+"""designs.py: every sweep's arms and budgets, and the checks and claims declared before its runs.
 
     python -m experiments.sweep plan                              # every sweep's arms, runs, parts, times, commands
     python -m experiments.sweep advantages --task countdown --part 1/2
