@@ -537,8 +537,9 @@ def validate(cfg: Config) -> None:
     for name in ("alpha_start", "alpha_end", "delta_end", "total_steps"):
         need(cfg.sched.schedule == "decay" or getattr(cfg.sched, name) == getattr(SchedulerConfig(), name),
              f"--{name} {getattr(cfg.sched, name)} is read only by --schedule decay, not {cfg.sched.schedule}")
-    need(not (cfg.model == "tiny" and cfg.data == "countdown_instruct"),
-         "--data countdown_instruct is worded for chat models; the embedded model reads --data countdown")
+    bare = tasks.get(cfg.data).bare_wording
+    need(cfg.model != "tiny" or bare is None,
+         f"--data {cfg.data} is worded for chat models; the embedded model reads --data {bare}")
     need(cfg.report_to in trackers.TRACKERS, f"--report_to must be one of {', '.join(trackers.TRACKERS)}, "
          f"got {cfg.report_to!r}")
     # The advantage's own checks (group size, hyper-parameter ranges), on a batch of this shape.

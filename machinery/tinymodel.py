@@ -279,11 +279,11 @@ def max_response_tokens(cfg: WarmupConfig) -> int:
 
 
 def cache_key(cfg: WarmupConfig) -> str:
-    """Directory name of cfg's warm-up: "<task>-s<seed>-<hash>", task "d<digits>" for
-    addition; hash = 12 hex of sha256(config json). Example: "d3-s0-3f2a9c81b0d4"."""
+    """Directory name of cfg's warm-up: "<task>-s<seed>-<hash>", hash = 12 hex of
+    sha256(config json), which covers every other field (digits among them).
+    Example: "addition-s0-3f2a9c81b0d4"."""
     blob = json.dumps({"format": CACHE_FORMAT, **dataclasses.asdict(cfg)}, sort_keys=True)
-    name = f"d{cfg.digits}" if cfg.task == "addition" else cfg.task
-    return f"{name}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+    return f"{cfg.task}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
 def load_or_warmup(cfg: WarmupConfig | None = None, cache_dir: str | None = None,

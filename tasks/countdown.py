@@ -300,7 +300,7 @@ TASK = Task(name="countdown", rows=rows, check=check, needs_prompt=True, is_reas
 """--data countdown: the bare prompts the embedded model is warmed up on; pass@1 to pass@16."""
 INSTRUCT = Task(name="countdown", rows=lambda n, split, seed=0, digits=3: rows(n, split, seed, digits, instruct=True),
                 check=check, needs_prompt=True, is_reasoning_text=is_reasoning_text, eval_prompts=100,
-                eval_samples=16, solution_of=solution_of)
+                eval_samples=16, solution_of=solution_of, bare_wording="countdown")
 """--data countdown_instruct: the same problems worded for a chat model (no embedded warm-up)."""
 
 

@@ -13,6 +13,7 @@ nothing outside tasks/ ever tests a task's name:
   eval_samples
   warmup               the embedded model's warm-up (WarmupConfig fields), None = none
   solution_of          the solution a correct response gives (diversity metrics), or None
+  bare_wording         a chat-worded task's bare twin, the one the embedded model reads
 
 The held-out split is one rule for every generated task (is_held_out, split_seed): a
 problem is held out iff the crc32 of its canonical text falls in one bucket of
@@ -58,6 +59,9 @@ class Task:
     """digits -> tokens of the longest reference response plus EOS (the warm-up's budget)."""
     solution_of: Callable[[str], object] | None = None
     """A correct response -> its solution's key (evaluation's solution diversity); None: one answer."""
+    bare_wording: str | None = None
+    """For a task worded for chat models: the --data of the same problems, worded bare, that the
+    embedded model (warmed up on bare prompts) reads instead; train.py refuses the pair."""
 
 
 def is_held_out(key: str) -> bool:

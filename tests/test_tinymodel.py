@@ -180,7 +180,8 @@ def test_warmup_config_validation_and_cache_key():
     with pytest.raises(ValueError, match="lr must be > 0"):
         WarmupConfig(lr=0.0).validate()
     assert tinymodel.cache_key(WarmupConfig()) == tinymodel.cache_key(WarmupConfig())
-    assert tinymodel.cache_key(WarmupConfig()).startswith("d3-")
+    assert tinymodel.cache_key(WarmupConfig()).startswith("addition-s0-")
+    assert tinymodel.cache_key(WarmupConfig(digits=2)) != tinymodel.cache_key(WarmupConfig())   # in the hash
     assert tinymodel.cache_key(WarmupConfig(seed=1)) != tinymodel.cache_key(WarmupConfig())
     assert tinymodel.cache_key(WarmupConfig(lr=1e-3)) != tinymodel.cache_key(WarmupConfig())
 
