@@ -1,0 +1,102 @@
+"""The figures of the seven experiments: one function per experiment, data in, PNG out.
+
+Each experiment (toy/cancellation.py, breakers.py, fade.py) is split in three: a compute
+function returns a plain dict of numbers, a judge function turns that dict into the
+papers' claims with their verdicts, and the function of the same number here draws it.
+Nothing here computes a number that a verdict reads; a figure only shows the dict it is
+given, so the figures can change without touching a verdict, and the reverse.
+
+plots.expN(data, out_dir) writes out_dir/expN_*.png and returns its path. The keys each
+one reads are those of the matching expN_compute. matplotlib is imported here and in
+report.py's figure helpers only (it costs ~1 s to import, and the numbers do not need it).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from toy import bandit as B
+from toy import report
+from toy.answers import COVERAGE_K, MATCH_P, SEEDS
+
+
+def exp1(data: dict, out_dir: str) -> str:
+    """1a: every group's measured update against G Cov(A, n_a) / (G L), per token; 1b: each token's expected credit."""
+    predicted, measured, credit = data["predicted"], data["measured"], data["credit"]
+    fig, (ax0, ax1) = report.figure(2)
+    colors = ["C7", "C8", "C0", "C3", "C2"]
+    for tok, color in zip(B.VOCAB[:5], colors):
+        i = B.IDX[tok]
+        pairs = torch.unique(torch.stack([predicted[:, i], measured[:, i]], 1).round(decimals=12), dim=0)
+        ax0.plot(pairs[:, 0], pairs[:, 1], "o", ms=3, color=color, label=tok)
+    ax0.set(title="1a. all 5985 groups: autograd through loss.py vs prediction",
+            xlabel="G·Cov(A, n_a) / (G·L)", ylabel="update of W[a, 0] (token a's logit)")
+    ax0.legend(fontsize=8)
+    toks = list(B.VOCAB[:5])
+    ax1.bar(toks, [float(credit[B.IDX[t]]) for t in toks], color=colors)
+    ax1.axhline(0, color="k", lw=0.8)
+    ax1.set(title="1b. expected implicit credit E[G·Cov(A, n_a)] (exact)", ylabel="credit")
+    return report.save(fig, out_dir, "exp1_cancellation_identity.png")
+
+
+def exp2(data: dict, out_dir: str) -> str:
+    """2a: the template's share of |Δ log π| per advantage and p(Let) (log scale); 2b: the same relative to psr."""
+    table, probs = data["table"], data["template_probs"]
+    fig, (ax0, ax1) = report.figure(2)
+    x = list(range(len(probs)))
+    for name, color, style in zip(table, ["C3", "C0", "C2", "C1"], ["o-", "o-", "x--", "o-"]):
+        ax0.plot(x, [r["share"] for r in table[name]], style, color=color, label=name)
+        ax1.plot(x, [r["share"] / p["share"] for r, p in zip(table[name], table["psr"])], style, color=color,
+                 label=name)
+    for ax in (ax0, ax1):
+        ax.set_xticks(x, [str(q) for q in probs])
+        ax.set_xlabel("template probability p(Let)")
+        ax.legend(fontsize=8)
+    report.log_axis(ax0, "y")
+    ax0.set(title="2a. share of |Δ log π| on the template position (exact)", ylabel="template share")
+    ax1.set(title="2b. the same, relative to positive-only (psr)", ylabel="share / share of psr")
+    return report.save(fig, out_dir, "exp2_where_updates_go.png")
+
+
+def exp5(data: dict, out_dir: str) -> str:
+    """5a-c: flip fractions of the four designs; 5e: the flips gap vs the analog's size; 5d: a coupling heatmap."""
+    groups, n_filler, confident = data["flip_groups"], data["n_filler"], data["confident_filler"]
+    fig, (ax0, ax1, ax2) = report.figure(3, width=17, height=4.6)
+    fig.subplots_adjust(right=0.95, bottom=0.2)
+    labels = ["boosted\nA>0", "boosted\nA<0", "suppressed\nA>0", "suppressed\nA<0"]
+    x = torch.arange(4, dtype=torch.float64)
+    designs = [("old: 3 tokens, 1 group/step (exact)", "old", "C7"), ("fillers, 1 group/step", "one_group", "C1"),
+               (f"3 tokens, {groups} groups/step", "no_filler", "C0"), (f"new: fillers, {groups} groups/step", "new", "C2")]
+    for j, (label, design, color) in enumerate(designs):
+        stats = data["flip_bars"][design]
+        ax0.bar(x + 0.2 * (j - 1.5), [m for m, _ in stats], 0.2, yerr=[0 if se != se else se for _, se in stats],
+                color=color, label=label)
+    ax0.set_xticks(x.tolist(), labels)
+    ax0.set(title=f"5a-c. token flips after one GRPO step (τ={data['tau']:g})", ylabel="fraction of tokens")
+    ax0.legend(fontsize=7)
+    by_fillers, by_groups = data["gap_by_fillers"], data["gap_by_groups"]
+    ax1.plot(list(by_fillers), list(by_fillers.values()), "o-", color="C2",
+             label=f"filler positions ({groups} groups per step)")
+    ax1.plot(list(by_groups), list(by_groups.values()), "s--", color="C0",
+             label=f"groups per step ({n_filler} filler positions)")
+    ax1.axhline(0.1, color="0.5", lw=0.8, ls=":")
+    report.log_axis(ax1, "x")
+    ax1.set_xticks(sorted(set(by_fillers) | set(by_groups)))
+    ax1.set(title="5e. the flips verdict's gap vs the analog's size\n(below the dotted line: 'similar')",
+            xlabel="filler positions / groups per step", ylabel="max |A>0 - A<0| fraction")
+    ax1.legend(fontsize=7)
+    # The coupling heatmap of the confident policy, on the template, the first 3 filler
+    # positions and the digits (the other 13 filler positions repeat the pattern).
+    occ = data["occurrences"]
+    shown = [i for i, (t, _) in enumerate(occ) if t <= 3 or t >= data["L"] - 2]
+    names = [f"{B.VOCAB[a]}@{t}" for t, a in (occ[i] for i in shown)]
+    part = data["coupling_confident"][shown][:, shown].clone()
+    part.fill_diagonal_(float("nan"))                  # self-pairs: not drawn (white), not in the means
+    vmax = float(part.nan_to_num().abs().max())
+    im = ax2.imshow(part.numpy(), cmap="RdBu_r", vmin=-vmax, vmax=vmax)
+    ax2.set_xticks(range(len(shown)), names, rotation=70, fontsize=7)
+    ax2.set_yticks(range(len(shown)), names, fontsize=7)
+    ax2.set_title(f"5d. coupling ∇log p·∇log p' (token@position), '{confident}' confident;\n"
+                  "(diagonal, self-pairs: left out)", fontsize=9)
+    fig.colorbar(im, ax=ax2, fraction=0.046)
+    return report.save(fig, out_dir, "exp5_flips_coupling.png")
