@@ -100,3 +100,51 @@ def exp5(data: dict, out_dir: str) -> str:
                   "(diagonal, self-pairs: left out)", fontsize=9)
     fig.colorbar(im, ax=ax2, fraction=0.046)
     return report.save(fig, out_dir, "exp5_flips_coupling.png")
+
+
+def exp3(data: dict, out_dir: str) -> str:
+    """3a: each objective's E[R_g] on the template (log scale, by expected outcome); 3b: PPO's net weight vs ρ."""
+    bars, scan = data["bars"], data["scan"]
+    fig, (ax0, ax1) = report.figure(2, width=12, height=4.4)
+    fig.subplots_adjust(left=0.27, top=0.86)
+    labels = list(bars)
+    ax0.barh(labels, [max(v, 1e-18) for v, _ in bars.values()],
+             color=["C1" if "min" in label else "C0" if z else "C3" for label, (_, z) in bars.items()])
+    report.log_axis(ax0, "x")
+    ax0.set_xlim(1e-18, 1)
+    ax0.invert_yaxis()
+    ax0.tick_params(axis="y", labelsize=8)
+    ax0.set(title="3a. cancellation residual on 'Let' (exact; blue: 0 up to rounding;\norange: 0 unless the clip "
+                  "drops a rollout)", xlabel="E[R_g] = E[|Σ_i c_i| / Σ_i |c_i|]  (log scale)")
+    for (lo, hi), color in zip(scan, ("C3", "C1")):
+        ax1.plot(data["ratios"], scan[(lo, hi)], color=color, label=f"PPO clip {lo}/{hi}")
+    ax1.axvspan(0.8, 1.2, color="0.9", label="inside both clip ranges")
+    ax1.axhline(0, color="k", lw=0.8)
+    ax1.set(title="3b. PPO: net weight vs the template's ratio ρ", xlabel="ρ = π(Let)/π_old(Let)",
+            ylabel="E[Σ_i c_i]")
+    ax1.legend(fontsize=8)
+    return report.save(fig, out_dir, "exp3_exchangeability.png")
+
+
+def exp4(data: dict, out_dir: str) -> str:
+    """4a: |template drift| per mode and seed, at both p(Let) (log scale); 4b: the mean change of the solve rate."""
+    runs, modes, numbers = data["runs"], data["modes"], data["numbers"]
+    template_prob, slippy_prob = data["template_prob"], data["slippy_prob"]
+    fig, (ax0, ax1) = report.figure(2, height=4.2)
+    fig.subplots_adjust(bottom=0.2)
+    for q, offset, color in ((template_prob, -0.2, "C0"), (slippy_prob, 0.2, "C1")):
+        box = ax0.boxplot([[max(abs(r["drift"]), 1e-16) for r in runs[q][m]] for m in modes],
+                          positions=[i + 1 + offset for i in range(len(modes))], widths=0.35, patch_artist=True)
+        for patch in box["boxes"]:
+            patch.set_facecolor(color)
+        ax0.plot([], [], "s", color=color, label=f"p(Let) = {q}")
+    ax0.set_xticks(range(1, len(modes) + 1), list(modes))
+    report.log_axis(ax0, "y")
+    ax0.tick_params(axis="x", labelsize=7, labelrotation=15)
+    ax0.legend(fontsize=7)
+    ax0.set(title=f"4a. |Δ log p(Let)| after one epoch ({data['n_seeds']} seeds)", ylabel="template drift (log)")
+    ax1.bar(list(modes), [numbers[m]["E[d solve]"] for m in modes], color="C2")
+    ax1.tick_params(axis="x", labelsize=7, labelrotation=15)
+    ax1.set(title=f"4b. mean change of the solve rate, p(Let) = {template_prob}\n(the useful part)",
+            ylabel="Δ p(correct)")
+    return report.save(fig, out_dir, "exp4_minibatching.png")
