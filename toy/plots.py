@@ -148,3 +148,69 @@ def exp4(data: dict, out_dir: str) -> str:
     ax1.set(title=f"4b. mean change of the solve rate, p(Let) = {template_prob}\n(the useful part)",
             ylabel="Δ p(correct)")
     return report.save(fig, out_dir, "exp4_minibatching.png")
+
+
+def exp6(data: dict, out_dir: str) -> str:
+    """6a: total mass vs p per advantage; 6b: exact one-step E[ΔH]; 6c: entropy among correct along the runs, and Adam's gap to mean vs lr."""
+    labels, step, path, ps = data["labels"], data["step"], data["path"], data["one_step_ps"]
+    adam, sgd, adam_lrs = data["adam"][data["adam_lr"]], data["sgd"], data["adam_lrs"]
+    fig, (ax0, ax1, ax2, ax3) = report.figure(4, width=21, height=4.6)
+    fig.subplots_adjust(left=0.04, right=0.99, top=0.86, wspace=0.3)
+    for name, (p, m_S, m_F) in data["curves"].items():
+        total = m_S + m_F
+        if float(total.max()) > 0:
+            ax0.plot(p, total / total.max(), lw=1.1, label=name)
+    ax0.set(title="6a. difficulty axis: (m_S+m_F)(p) / max", xlabel="group solve rate p")
+    ax0.legend(fontsize=6, ncol=2)
+    colors = ("C3", "C1", "C0", "C2", "C5", "C4")
+    lrs = torch.tensor(adam_lrs)
+    for c, (label, color) in enumerate(zip(labels, colors)):
+        ax1.plot(ps, [r["dH"] for r in step[label]], "o-", color=color, label=label)
+        ax1.plot(ps, [r["dH_all_equal_groups"] for r in step[label]], ":", color=color)
+        for hist, style in ((adam[label]["hist"], "-"), (sgd[label]["hist"], "--"), (path[:, c], ":")):
+            h = hist.mean(-1)                                                    # [T, 4]
+            ax2.plot(h[:, 0], h[:, 2], style, color=color)
+        stats = data["adam_correct_vs_mean"][label]
+        ax3.errorbar(lrs, [m for m, _ in stats], yerr=[2 * se for _, se in stats], fmt="o-", color=color, capsize=3,
+                     label=label)
+    ax1.axhline(0, color="k", lw=0.8)
+    ax1.set(title="6b. exact E[ΔH] of one SGD step\n(dotted: the part from all-equal groups)", xlabel="solve rate p",
+            ylabel="nats")
+    ax1.legend(fontsize=7)
+    ax2.axvline(MATCH_P, color="0.6", lw=0.8)
+    ax2.set(title=f"6c. entropy among correct answers (solid: Adam lr {data['adam_lr']},\ndashed: SGD lr "
+                  f"{data['sgd_lr']}, dotted: exact lr → 0 path; {SEEDS} seeds)", xlabel="mean solve rate", ylabel="nats",
+            xlim=(0.4, 1.0))
+    ax3.axhline(0, color="k", lw=0.8)
+    report.log_axis(ax3, "x")
+    ax3.set_xticks(list(adam_lrs))
+    ax3.set(title=f"6c. Adam: entropy among correct minus mean's\nat solve rate {MATCH_P} (± 2 SE) vs step size",
+            xlabel="Adam lr", ylabel="nats")
+    ax3.legend(fontsize=7)
+    return report.save(fig, out_dir, "exp6_sign_difficulty.png")
+
+
+def exp7(data: dict, out_dir: str) -> str:
+    """7a: mean solve rate of every arm (controls dotted); 7b: coverage vs solve rate; 7c: FADE's alpha, delta and scale."""
+    hist, arms, statics, final = data["hist"], data["arms"], data["statics"], data["final"]
+    steps = len(data["scale"])
+    fig, (ax0, ax1, ax2) = report.figure(3, width=16, height=4.4)
+    for label, color in zip(arms, [f"C{i}" for i in range(len(statics))] + ["k", "C4", "C5"]):
+        h = hist[label].mean(-1)
+        style = "-" if label in final else ":"            # the two controls are the arms without a final state
+        ax0.plot(h[:, 0], style, color=color, label=label)
+        if label in final:
+            ax1.plot(h[:, 0], h[:, 3], color=color, label=label)
+    ax0.axhline(MATCH_P, color="0.6", lw=0.8)
+    ax0.set(title=f"7a. mean solve rate (Adam, mean of {SEEDS} seeds;\ndotted: the two controls)", xlabel="step",
+            ylabel="solve rate", xlim=(0, 100))
+    ax0.legend(fontsize=7)
+    ax1.set(title=f"7b. coverage@{COVERAGE_K} of correct answers vs solve rate", xlabel="mean solve rate",
+            ylabel=f"coverage@{COVERAGE_K}", xlim=(0.6, 1.0))
+    ax2.plot(range(steps), data["scale"], color="k", label="sum|A|: FADE / mean")
+    ax2.plot(range(steps), data["alpha"][:steps].mean(1), color="C1", label="alpha")
+    ax2.plot(range(steps), data["delta"].mean(1), color="C2", label="delta")
+    ax2.axhline(1, color="0.6", lw=0.8)
+    ax2.set(title="7c. FADE's knobs and its advantage scale\nrelative to mean's (mean of seeds)", xlabel="step")
+    ax2.legend(fontsize=7)
+    return report.save(fig, out_dir, "exp7_fade_schedule.png")
