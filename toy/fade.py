@@ -257,7 +257,7 @@ def exp6_compute() -> dict:
     gap to mean minus the exact path's, [4, seeds]}; "speed": {label: a_1 - a_0 at p =
     0.1, 0.5, 0.9}; "adam_correct_vs_mean": {label: [(mean, SE) of entropy among correct
     minus mean's, per lr]}; the settings "labels", "one_step_ps", "adam_lrs", "adam_lr",
-    "sgd_lr"}.
+    "sgd_lr", "match_p", "seeds"}.
     """
     curves = mass_curves()
     peaks = mass_peaks(curves)
@@ -310,7 +310,8 @@ def exp6_compute() -> dict:
     adam_correct = {label: [mean_se(gap(matched["adam"][lr], label)[2]) for lr in ADAM_LRS] for label in labels}
     return {"numbers": numbers, "curves": curves, "peaks": peaks, "step": step, "adam": adam, "sgd": sgd,
             "path": path, "matched": matched, "beyond": beyond, "speed": speed, "adam_correct_vs_mean": adam_correct,
-            "labels": labels, "one_step_ps": ONE_STEP_PS, "adam_lrs": ADAM_LRS, "adam_lr": ADAM_LR, "sgd_lr": SGD_LR}
+            "labels": labels, "one_step_ps": ONE_STEP_PS, "adam_lrs": ADAM_LRS, "adam_lr": ADAM_LR, "sgd_lr": SGD_LR,
+            "match_p": MATCH_P, "seeds": SEEDS}
 
 
 def exp6_judge(data: dict) -> list[dict]:
@@ -435,7 +436,7 @@ def exp7_compute() -> dict:
     {label: steps to MATCH_P [seeds]}; "final" {label: [4, seeds]} at ADAM_STEPS for the
     static baselines and FADE; "fastest" static label; "statics", "arms" (labels); FADE's
     "alpha" [T+1, seeds], "delta" [ADAM_STEPS, seeds], "scale" [ADAM_STEPS] (mean over
-    seeds) of its sum|A| relative to mean's}.
+    seeds) of its sum|A| relative to mean's; the settings "match_p", "seeds", "coverage_k"}.
     """
     sims = runs("adam")[ADAM_LR]
     sgd = runs("sgd")[SGD_LR]
@@ -476,7 +477,7 @@ def exp7_compute() -> dict:
     }
     return {"numbers": numbers, "runs": sims, "sgd": sgd, "hist": hist, "t90": t90, "t90_sgd": t90_sgd,
             "final": final, "fastest": fastest, "statics": labels, "arms": arms, "alpha": fade["alpha"],
-            "delta": delta, "scale": scale}
+            "delta": delta, "scale": scale, "match_p": MATCH_P, "seeds": SEEDS, "coverage_k": COVERAGE_K}
 
 
 def exp7_judge(data: dict) -> list[dict]:

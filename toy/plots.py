@@ -7,8 +7,9 @@ Nothing here computes a number that a verdict reads; a figure only shows the dic
 given, so the figures can change without touching a verdict, and the reverse.
 
 plots.expN(data, out_dir) writes out_dir/expN_*.png and returns its path. The keys each
-one reads are those of the matching expN_compute. matplotlib is imported here and in
-report.py's figure helpers only (it costs ~1 s to import, and the numbers do not need it).
+one reads are those of the matching expN_compute, settings included (step sizes, seeds,
+...): this module imports no experiment module, because they import it. matplotlib is
+used here and through report.py's figure helpers only.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import torch
 
 from toy import bandit as B
 from toy import report
-from toy.answers import COVERAGE_K, MATCH_P, SEEDS
 
 
 def exp1(data: dict, out_dir: str) -> str:
@@ -66,7 +66,8 @@ def exp5(data: dict, out_dir: str) -> str:
     labels = ["boosted\nA>0", "boosted\nA<0", "suppressed\nA>0", "suppressed\nA<0"]
     x = torch.arange(4, dtype=torch.float64)
     designs = [("old: 3 tokens, 1 group/step (exact)", "old", "C7"), ("fillers, 1 group/step", "one_group", "C1"),
-               (f"3 tokens, {groups} groups/step", "no_filler", "C0"), (f"new: fillers, {groups} groups/step", "new", "C2")]
+               (f"3 tokens, {groups} groups/step", "no_filler", "C0"),
+               (f"new: fillers, {groups} groups/step", "new", "C2")]
     for j, (label, design, color) in enumerate(designs):
         stats = data["flip_bars"][design]
         ax0.bar(x + 0.2 * (j - 1.5), [m for m, _ in stats], 0.2, yerr=[0 if se != se else se for _, se in stats],
@@ -151,9 +152,14 @@ def exp4(data: dict, out_dir: str) -> str:
 
 
 def exp6(data: dict, out_dir: str) -> str:
-    """6a: total mass vs p per advantage; 6b: exact one-step E[ΔH]; 6c: entropy among correct along the runs, and Adam's gap to mean vs lr."""
+    """6a: each advantage's total mass vs p; 6b: the exact one-step E[ΔH]; 6c: entropy among correct answers.
+
+    6c's third panel follows it along the Adam, SGD and exact lr -> 0 runs; the fourth
+    shows, per method, Adam's gap to mean at solve rate match_p (± 2 SE) at each step size.
+    """
     labels, step, path, ps = data["labels"], data["step"], data["path"], data["one_step_ps"]
     adam, sgd, adam_lrs = data["adam"][data["adam_lr"]], data["sgd"], data["adam_lrs"]
+    match_p, seeds = data["match_p"], data["seeds"]
     fig, (ax0, ax1, ax2, ax3) = report.figure(4, width=21, height=4.6)
     fig.subplots_adjust(left=0.04, right=0.99, top=0.86, wspace=0.3)
     for name, (p, m_S, m_F) in data["curves"].items():
@@ -177,23 +183,23 @@ def exp6(data: dict, out_dir: str) -> str:
     ax1.set(title="6b. exact E[ΔH] of one SGD step\n(dotted: the part from all-equal groups)", xlabel="solve rate p",
             ylabel="nats")
     ax1.legend(fontsize=7)
-    ax2.axvline(MATCH_P, color="0.6", lw=0.8)
+    ax2.axvline(match_p, color="0.6", lw=0.8)
     ax2.set(title=f"6c. entropy among correct answers (solid: Adam lr {data['adam_lr']},\ndashed: SGD lr "
-                  f"{data['sgd_lr']}, dotted: exact lr → 0 path; {SEEDS} seeds)", xlabel="mean solve rate", ylabel="nats",
-            xlim=(0.4, 1.0))
+                  f"{data['sgd_lr']}, dotted: exact lr → 0 path; {seeds} seeds)",
+            xlabel="mean solve rate", ylabel="nats", xlim=(0.4, 1.0))
     ax3.axhline(0, color="k", lw=0.8)
     report.log_axis(ax3, "x")
     ax3.set_xticks(list(adam_lrs))
-    ax3.set(title=f"6c. Adam: entropy among correct minus mean's\nat solve rate {MATCH_P} (± 2 SE) vs step size",
+    ax3.set(title=f"6c. Adam: entropy among correct minus mean's\nat solve rate {match_p} (± 2 SE) vs step size",
             xlabel="Adam lr", ylabel="nats")
     ax3.legend(fontsize=7)
     return report.save(fig, out_dir, "exp6_sign_difficulty.png")
 
 
 def exp7(data: dict, out_dir: str) -> str:
-    """7a: mean solve rate of every arm (controls dotted); 7b: coverage vs solve rate; 7c: FADE's alpha, delta and scale."""
+    """7a: every arm's mean solve rate (controls dotted); 7b: coverage vs solve rate; 7c: FADE's knobs and scale."""
     hist, arms, statics, final = data["hist"], data["arms"], data["statics"], data["final"]
-    steps = len(data["scale"])
+    steps, match_p, seeds, k = len(data["scale"]), data["match_p"], data["seeds"], data["coverage_k"]
     fig, (ax0, ax1, ax2) = report.figure(3, width=16, height=4.4)
     for label, color in zip(arms, [f"C{i}" for i in range(len(statics))] + ["k", "C4", "C5"]):
         h = hist[label].mean(-1)
@@ -201,12 +207,12 @@ def exp7(data: dict, out_dir: str) -> str:
         ax0.plot(h[:, 0], style, color=color, label=label)
         if label in final:
             ax1.plot(h[:, 0], h[:, 3], color=color, label=label)
-    ax0.axhline(MATCH_P, color="0.6", lw=0.8)
-    ax0.set(title=f"7a. mean solve rate (Adam, mean of {SEEDS} seeds;\ndotted: the two controls)", xlabel="step",
+    ax0.axhline(match_p, color="0.6", lw=0.8)
+    ax0.set(title=f"7a. mean solve rate (Adam, mean of {seeds} seeds;\ndotted: the two controls)", xlabel="step",
             ylabel="solve rate", xlim=(0, 100))
     ax0.legend(fontsize=7)
-    ax1.set(title=f"7b. coverage@{COVERAGE_K} of correct answers vs solve rate", xlabel="mean solve rate",
-            ylabel=f"coverage@{COVERAGE_K}", xlim=(0.6, 1.0))
+    ax1.set(title=f"7b. coverage@{k} of correct answers vs solve rate", xlabel="mean solve rate",
+            ylabel=f"coverage@{k}", xlim=(0.6, 1.0))
     ax2.plot(range(steps), data["scale"], color="k", label="sum|A|: FADE / mean")
     ax2.plot(range(steps), data["alpha"][:steps].mean(1), color="C1", label="alpha")
     ax2.plot(range(steps), data["delta"].mean(1), color="C2", label="delta")
