@@ -26,6 +26,9 @@ update in units of its common gradient. Its size depends on each objective's nor
 (1/|o_i|, 1/(G L), ...), so objectives are compared by loss.py's scale-free
 `cancellation_residual` R_g = |sum_i c_i| / sum_i |c_i| instead: 0 when the group's pushes
 on the template cancel exactly, 1 when they all point the same way.
+
+As in toy/cancellation.py, each experiment is expN_compute and expN_judge here and
+plots.expN in toy/plots.py, chained by expN_*.
 """
 
 from __future__ import annotations
@@ -104,8 +107,9 @@ def exp3_exchangeability(out_dir: str) -> dict:
     return {"numbers": data["numbers"], "claims": claims, "png": png.split("/")[-1]}
 
 
-# The objectives exp3 compares on the template: the three token-sum aggregations and DFPO
-# orth should leave exactly 0 in every group; DFPO min only where GSPO's clip drops nothing.
+# The objectives of exp3 whose residual on the template must be 0 (to rounding) in EVERY
+# group: the three token-sum aggregations and DFPO orth. (DFPO min is exact only where
+# GSPO's clip drops no rollout, so it has a claim of its own.)
 EXACT = ("token-mean (DAPO, TRL default)", "seq-mean-token-sum", "seq-mean-token-sum-norm (Dr. GRPO)",
          "GSPO + DFPO orth")
 

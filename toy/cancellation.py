@@ -23,6 +23,8 @@ shared output layer, so a token's change is not decided by its own advantage alo
 
 Experiments 1, 2 and 5a are exact sums over every group of G = 4 rollouts (toy/bandit.py);
 5b-c sample responses with filler positions (fixed seeds, standard errors over batches).
+Each experiment is expN_compute (the numbers) and expN_judge (the claims) here, and
+plots.expN (the figure) in toy/plots.py; expN_* chains the three.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ it up; and a schedule of both axes (scheduler.py) reaches peak accuracy sooner a
 more diversity than any static choice.
 
 The model, and what plain SGD and Adam can and cannot show on it, is toy/answers.py (the
-softmax-over-answers analog); this file holds the experiments' settings and judges them.
+softmax-over-answers analog); this file holds the experiments' settings, computes their
+numbers and judges them (expN_compute, expN_judge); their figures are in toy/plots.py.
 
 6a and 6b are exact (closed forms; sums over all C(11, 4) = 330 groups), and so is 6c's
 lr -> 0 path. 6c and 7 are otherwise learning simulations with sampled groups: 96 prompts
