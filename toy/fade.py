@@ -253,7 +253,7 @@ def exp6_compute() -> dict:
 
     Returns {"numbers": the printed table; "curves" (mass_curves), "peaks"; "step": {method:
     [one_step per ONE_STEP_PS]}; "adam" {lr: {label: run}}, "sgd" {label: run}, "path"
-    [T, 4, seeds, methods] (expected_path); "matched": {"adam": {lr: {label: [4, seeds]}},
+    [T, methods, 4, seeds] (expected_path); "matched": {"adam": {lr: {label: [4, seeds]}},
     "sgd", "path": {label: [4, seeds]}} (at_solve_rate MATCH_P); "beyond": {label: SGD's
     gap to mean minus the exact path's, [4, seeds]}; "speed": {label: a_1 - a_0 at p =
     0.1, 0.5, 0.9}; "adam_correct_vs_mean": {label: [(mean, SE) of entropy among correct
