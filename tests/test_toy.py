@@ -227,6 +227,21 @@ def test_exp2_positive_only_spends_more_on_templates(exp2):
     assert labels(exp2) == ["agrees"] * 2
 
 
+def test_exp2_judge_reads_only_its_numbers_and_flips_with_them():
+    """The judge on a hand-made numbers dict: a psr share below mean's, or a non-zero slip-free share, flips a verdict."""
+    probs = (0.5, 0.9, 0.99)
+    row = lambda share, free: [{"share": share, "share_slip_free": free} for _ in probs]
+    data = {"template_probs": probs,
+            "table": {"psr": row(0.3, 0.01), "mean": row(0.1, 0.0), "grpo": row(0.1, 0.0), "nsr": row(0.2, 0.0)}}
+    claims = cancellation.exp2_judge(data)
+    assert [c["label"] for c in claims] == ["agrees", "agrees"]
+    assert "template share psr / mean = 3.00, 3.00, 3.00" in claims[0]["evidence"]
+    data["table"]["mean"][2] = {"share": 0.4, "share_slip_free": 0.0}      # mean spends MORE on the template at 0.99
+    assert [c["label"] for c in cancellation.exp2_judge(data)] == ["not reproduced", "agrees"]
+    data["table"]["mean"][2] = {"share": 0.1, "share_slip_free": 1e-6}     # a shared template no longer cancels
+    assert [c["label"] for c in cancellation.exp2_judge(data)] == ["agrees", "not reproduced"]
+
+
 def test_exp5_flips_old_and_new_design(exp5):
     n, runs = exp5["numbers"], exp5["runs"]
     mean = lambda xs: sum(xs) / len(xs)

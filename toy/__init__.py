@@ -2,7 +2,8 @@
 mechanisms are computed exactly.
 
 `python -m toy [--out DIR] [--only N ...]` runs seven experiments in seconds and writes one
-PNG each and a summary.md. Read the modules in this order:
+PNG each and a summary.md. Each experiment is computed, judged and plotted in three
+separate functions (toy/__main__.py says how). Read the modules in this order:
 
     bandit.py        the analog: a 3-token "LM" with a shared output layer, every group
                      of G = 4 rollouts enumerated with its probability (and a variant with
@@ -18,7 +19,9 @@ PNG each and a summary.md. Read the modules in this order:
     fade.py          6. the sign and difficulty axes of an advantage and entropy, with Adam
                      at three step sizes and with SGD; 7. FADE's schedule against static
                      (alpha, delta), and against its own step size
-    report.py        plotting, claims and their five verdict labels, summary.md
+    plots.py         the seven figures, one function per experiment, each drawn from the
+                     dict of numbers its experiment's compute function returns
+    report.py        figure helpers, claims and their five verdict labels, summary.md
 
 Everything is float64. Experiments 1-3, 5a, 5d, 6a/6b and 6c's lr -> 0 path are exact
 (sums over all groups, closed forms); experiment 4, 5b-c/5e and the learning simulations

@@ -15,7 +15,13 @@ shared output layer, and the exact sum over all 5985 groups of G = 4), toy/cance
 cancellation identity, where updates go, token flips), toy/breakers.py (3, 4: what
 breaks exchangeability, and mini-batching), toy/answers.py (the second analog: one
 softmax over final answers), toy/fade.py (6, 7 on it: the sign and difficulty axes, and
-FADE's schedule), toy/report.py (verdicts and the summary).
+FADE's schedule), toy/plots.py (the seven figures), toy/report.py (verdicts and the summary).
+
+Each experiment N is three steps, and the function in EXPERIMENTS only chains them:
+expN_compute() returns a plain dict of numbers, expN_judge(numbers) turns it into the
+papers' claims with their verdicts, and plots.expN(numbers, out_dir) draws the figure.
+The first two live in the experiment's chapter, the figure in toy/plots.py, so a verdict
+can be read, or tested on numbers made by hand, without any plotting code.
 """
 
 from __future__ import annotations

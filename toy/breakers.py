@@ -26,6 +26,9 @@ update in units of its common gradient. Its size depends on each objective's nor
 (1/|o_i|, 1/(G L), ...), so objectives are compared by loss.py's scale-free
 `cancellation_residual` R_g = |sum_i c_i| / sum_i |c_i| instead: 0 when the group's pushes
 on the template cancel exactly, 1 when they all point the same way.
+
+As in toy/cancellation.py, each experiment is expN_compute and expN_judge here and
+plots.expN in toy/plots.py, chained by expN_*.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import advantages as adv_lib
 import batching
 import loss as loss_lib
 from toy import bandit as B
-from toy import report
+from toy import plots, report
 
 RATIOS = tuple(round(0.6 + 0.05 * k, 2) for k in range(19))    # 0.6 .. 1.5, the PPO scan
 
@@ -98,6 +101,26 @@ def exp3_exchangeability(out_dir: str) -> dict:
     rollout, and E[nu], the signed drift in the objective's own units.
     "Exactly zero" means R_g < 1e-12 in every group, i.e. float rounding.
     """
+    data = exp3_compute()
+    claims = exp3_judge(data)
+    png = plots.exp3(data, out_dir)
+    return {"numbers": data["numbers"], "claims": claims, "png": png.split("/")[-1]}
+
+
+# The objectives of exp3 whose residual on the template must be 0 (to rounding) in EVERY
+# group: the three token-sum aggregations and DFPO orth. (DFPO min is exact only where
+# GSPO's clip drops no rollout, so it has a claim of its own.)
+EXACT = ("token-mean (DAPO, TRL default)", "seq-mean-token-sum", "seq-mean-token-sum-norm (Dr. GRPO)",
+         "GSPO + DFPO orth")
+
+
+def exp3_compute() -> dict:
+    """Experiment 3's numbers: per objective the residual R_g and net weight nu over the slip-free groups; the PPO scan.
+
+    Returns {"numbers": the printed table (one row of statistics per objective, then the
+    PPO rows), "bars": {objective: (E[R_g], should it be exactly 0)}, "scan": {(eps_low,
+    eps_high): [E[nu] per ratio in RATIOS]}, "ratios": RATIOS}.
+    """
     bandit, W_old = B.make_bandit(early_stop=True)
     W_new = W_old.clone()
     moved = [B.IDX[t] for t in B.DIGITS + (B.EOS,)]
@@ -126,7 +149,7 @@ def exp3_exchangeability(out_dir: str) -> dict:
         ("GSPO + DFPO min", C(agg="seq-mean-token-sum", weight_transform="min", **gspo), new, True),
         ("GSPO + DFPO orth", C(agg="seq-mean-token-sum", weight_transform="orth", **gspo), new, True),
     ]
-    numbers, claims, bars = {}, [], {}
+    numbers, bars = {}, {}
     for label, cfg, logp, zero in cases:
         nu, residual, dropped = net_template_weight(bandit, combos, logp, old, adv, cfg)
         ok = torch.isfinite(residual)
@@ -139,11 +162,6 @@ def exp3_exchangeability(out_dir: str) -> dict:
                           "P(no gradient)": float(prob[~ok].sum() / prob.sum()),
                           "E[nu]": float((prob * nu).sum())}
         bars[label] = (numbers[label]["E[R_g]"], zero)
-    exact = ("token-mean (DAPO, TRL default)", "seq-mean-token-sum", "seq-mean-token-sum-norm (Dr. GRPO)",
-             "GSPO + DFPO orth")
-    max_zero = max(numbers[label]["max R_g"] for label in exact)
-    min_broken = min(numbers[label]["E[R_g]"] for label, _, _, zero in cases if not zero)
-    dfpo_min, orth = numbers["GSPO + DFPO min"], numbers["GSPO + DFPO orth"]
 
     # PPO clip: the template's ratio rho is the same in every rollout (same token, same
     # context), so set it directly: old log p_0(Let) = log p_0(Let) - log rho.
@@ -156,18 +174,28 @@ def exp3_exchangeability(out_dir: str) -> dict:
         nu, _, _ = net_template_weight(bandit, combos.repeat(R, 1), old.repeat(R, 1, 1), shifted, adv.repeat(R, 1),
                                     C(eps_low=eps_low, eps_high=eps_high))
         scan[(eps_low, eps_high)] = (prob.repeat(R) * nu).view(R, n).sum(1).tolist()
-    inside = [i for i, r in enumerate(RATIOS) if 0.8 + 1e-9 < r < 1.2 - 1e-9]
-    outside = [i for i, r in enumerate(RATIOS) if r < 0.8 - 1e-9 or r > 1.28 + 1e-9]
     at = lambda rho: min(range(len(RATIOS)), key=lambda i: abs(RATIOS[i] - rho))
     numbers["PPO clip 0.2/0.2: E[nu] at rho = 0.7, 1.0, 1.25, 1.4"] = [scan[(0.2, 0.2)][at(r)]
                                                                        for r in (0.7, 1.0, 1.25, 1.4)]
     numbers["PPO clip 0.2/0.28 (DAPO): E[nu] at rho = 1.25, 1.4"] = [scan[(0.2, 0.28)][at(r)] for r in (1.25, 1.4)]
     numbers["groups (slip-free, early-stop bandit; mixed rewards)"] = f"{n_all}; {combos.shape[0]}"
     numbers["P(unequal lengths | mixed group)"] = float(prob[~equal].sum() / prob.sum())
+    return {"numbers": numbers, "bars": bars, "scan": scan, "ratios": RATIOS}
 
+
+def exp3_judge(data: dict) -> list[dict]:
+    """Experiment 3's five claims, from exp3_compute's dict."""
+    numbers, bars, scan, ratios = data["numbers"], data["bars"], data["scan"], data["ratios"]
+    max_zero = max(numbers[label]["max R_g"] for label in EXACT)
+    min_broken = min(residual for residual, zero in bars.values() if not zero)
+    dfpo_min, orth = numbers["GSPO + DFPO min"], numbers["GSPO + DFPO orth"]
+    # The clip leaves the template alone strictly inside both clip ranges (0.8, 1.2), and
+    # must push it outside the wider one (below 0.8 or above 1.28).
+    inside = [i for i, r in enumerate(ratios) if 0.8 + 1e-9 < r < 1.2 - 1e-9]
+    outside = [i for i, r in enumerate(ratios) if r < 0.8 - 1e-9 or r > 1.28 + 1e-9]
     seq = numbers["seq-mean-token-mean (GRPO), 1/|o_i|"]
     gspo_row = numbers["GSPO sequence ratio s_i, off-policy"]
-    claims += [
+    return [
         report.claim("1/|o_i| length normalisation with unequal lengths leaves a net update on a shared token",
                      report.agrees_if(seq["E[R_g]"] > 0.01 and seq["max R_g, equal length, nothing dropped"] < 1e-12),
                      f"E[R_g] = {seq['E[R_g]']:.3g}, E[nu] = {seq['E[nu]']:+.3g} (short answers are wrong here, so "
@@ -201,27 +229,6 @@ def exp3_exchangeability(out_dir: str) -> dict:
                      f"cancel only if their advantages happen to sum to 0 (R_g up to {dfpo_min['max R_g']:.2g}). The "
                      "training sweep (sweep.py dfpo) finds the same"),
     ]
-
-    fig, (ax0, ax1) = report.figure(2, width=12, height=4.4)
-    fig.subplots_adjust(left=0.27, top=0.86)
-    labels = list(bars)
-    ax0.barh(labels, [max(v, 1e-18) for v, _ in bars.values()],
-             color=["C1" if "min" in label else "C0" if z else "C3" for label, (_, z) in bars.items()])
-    report.log_axis(ax0, "x")
-    ax0.set_xlim(1e-18, 1)
-    ax0.invert_yaxis()
-    ax0.tick_params(axis="y", labelsize=8)
-    ax0.set(title="3a. cancellation residual on 'Let' (exact; blue: 0 up to rounding;\norange: 0 unless the clip "
-                  "drops a rollout)", xlabel="E[R_g] = E[|Σ_i c_i| / Σ_i |c_i|]  (log scale)")
-    for (lo, hi), color in zip(scan, ("C3", "C1")):
-        ax1.plot(RATIOS, scan[(lo, hi)], color=color, label=f"PPO clip {lo}/{hi}")
-    ax1.axvspan(0.8, 1.2, color="0.9", label="inside both clip ranges")
-    ax1.axhline(0, color="k", lw=0.8)
-    ax1.set(title="3b. PPO: net weight vs the template's ratio ρ", xlabel="ρ = π(Let)/π_old(Let)",
-            ylabel="E[Σ_i c_i]")
-    ax1.legend(fontsize=8)
-    png = report.save(fig, out_dir, "exp3_exchangeability.png")
-    return {"numbers": numbers, "claims": claims, "png": png.split("/")[-1]}
 
 
 # ---------------------------------------------------------------------------------------
@@ -319,6 +326,19 @@ def exp4_minibatching(out_dir: str, seeds: range = range(12), template_prob: flo
     below half of random's AND below it by more than 2 SE, paired by seed (same batch);
     the p(Let) = 0.9 numbers are reported beside it.
     """
+    data = exp4_compute(seeds, template_prob, slippy_prob)
+    claims = exp4_judge(data)
+    png = plots.exp4(data, out_dir)
+    return {"numbers": data["numbers"], "claims": claims, "png": png.split("/")[-1], "drift": data["drift_abs"]}
+
+
+def exp4_compute(seeds: range = range(12), template_prob: float = 0.99, slippy_prob: float = 0.9) -> dict:
+    """Experiment 4's numbers: epoch_drift for every mode and seed, at both template probabilities.
+
+    Returns {"numbers": the printed table; "runs": {q: {mode: [epoch_drift per seed]}};
+    "drift_abs": {q: {mode: |drift| [seeds]}}; the settings "template_prob", "slippy_prob",
+    "n_seeds", "modes" (MODES)}.
+    """
     modes = [m for m in MODES if m != "random"]
     mean = lambda xs: sum(xs) / len(xs)
     runs, drift_abs = {}, {}
@@ -333,37 +353,44 @@ def exp4_minibatching(out_dir: str, seeds: range = range(12), template_prob: flo
                            "E[max over steps |sum A|]": mean([r["max_step_sum"] for r in rs])}
                for mode, rs in main.items()}
     numbers["seeds (batches of 4 groups x 4 rollouts, 4 Adam steps, lr 0.05)"] = len(seeds)
-
-    def versus_random(q: float, mode: str) -> tuple[float, float, float]:
-        """(mode's E|drift| / random's, paired difference mean, its SE) at template probability q."""
-        d = drift_abs[q][mode] - drift_abs[q]["random"]
-        return (float(drift_abs[q][mode].mean() / drift_abs[q]["random"].mean()), float(d.mean()),
-                float(d.std() / len(d) ** 0.5))
-
     for q in (template_prob, slippy_prob):
         numbers[f"p(Let) = {q}: E|drift| / random's; paired difference ± SE"] = {
-            mode: f"{versus_random(q, mode)[0]:.3g}; {versus_random(q, mode)[1]:+.2e} ± {versus_random(q, mode)[2]:.1e}"
-            for mode in modes}
+            mode: "{:.3g}; {:+.2e} ± {:.1e}".format(*versus_random(drift_abs[q], mode)) for mode in modes}
     numbers[f"p(Let) = {slippy_prob}: E|drift| per mode"] = {mode: float(v.mean()) for mode, v in drift_abs[slippy_prob].items()}
+    return {"numbers": numbers, "runs": runs, "drift_abs": drift_abs, "template_prob": template_prob,
+            "slippy_prob": slippy_prob, "n_seeds": len(seeds), "modes": MODES}
+
+
+def versus_random(drift_abs: dict, mode: str) -> tuple[float, float, float]:
+    """(mode's E|drift| / random's, paired difference mean, its SE); drift_abs: {mode: |drift| [seeds]} at one p(Let)."""
+    d = drift_abs[mode] - drift_abs["random"]
+    return (float(drift_abs[mode].mean() / drift_abs["random"].mean()), float(d.mean()),
+            float(d.std() / len(d) ** 0.5))
+
+
+def exp4_judge(data: dict) -> list[dict]:
+    """Experiment 4's four claims (one per mode that is not random), from exp4_compute's dict."""
+    numbers, drift_abs = data["numbers"], data["drift_abs"]
+    template_prob, slippy_prob = data["template_prob"], data["slippy_prob"]
     drift = {m: numbers[m]["E|drift|"] for m in MODES}
     slip = {m: float(v.mean()) for m, v in drift_abs[slippy_prob].items()}
 
     def reduces(mode: str) -> bool:
-        ratio, diff, se = versus_random(template_prob, mode)
+        ratio, diff, se = versus_random(drift_abs[template_prob], mode)
         return ratio < 0.5 and diff < -2 * se
 
     def at_slippy(mode: str) -> str:
-        ratio, diff, se = versus_random(slippy_prob, mode)
+        ratio, diff, se = versus_random(drift_abs[slippy_prob], mode)
         return (f"at p(Let) = {slippy_prob}: {slip[mode]:.3g} vs random {slip['random']:.3g} ({ratio - 1:+.0%}, paired "
                 f"{diff:+.2g} ± {se:.1g}) and one step {slip['one step']:.3g} ({slip[mode] / slip['one step']:.1f}x)")
 
     def against(mode: str) -> str:
-        ratio, diff, se = versus_random(template_prob, mode)
+        ratio, diff, se = versus_random(drift_abs[template_prob], mode)
         return (f"E|Δ log p(Let)| at p(Let) = {template_prob}: {drift[mode]:.3g} vs random {drift['random']:.3g} "
                 f"({ratio:.2g}x; paired {diff:+.2g} ± {se:.1g}), one step {drift['one step']:.3g}")
 
     worst = lambda mode: numbers[mode]["E[max over steps |sum A|]"]
-    claims = [
+    return [
         report.claim("Query-preserved mini-batching keeps cancellation alive (less template drift than a random split)",
                      report.agrees_if(reduces("query")),
                      f"{against('query')}; {at_slippy('query')}: with slips most of the drift is their own credit, "
@@ -387,22 +414,3 @@ def exp4_minibatching(out_dir: str, seeds: range = range(12), template_prob: flo
                      f"{against('query_balanced')}; {at_slippy('query_balanced')}. Whole groups are zero-sum on their "
                      "own, so this is query-preserved batching with a packing rule"),
     ]
-    fig, (ax0, ax1) = report.figure(2, height=4.2)
-    fig.subplots_adjust(bottom=0.2)
-    for q, offset, color in ((template_prob, -0.2, "C0"), (slippy_prob, 0.2, "C1")):
-        box = ax0.boxplot([[max(abs(r["drift"]), 1e-16) for r in runs[q][m]] for m in MODES],
-                          positions=[i + 1 + offset for i in range(len(MODES))], widths=0.35, patch_artist=True)
-        for patch in box["boxes"]:
-            patch.set_facecolor(color)
-        ax0.plot([], [], "s", color=color, label=f"p(Let) = {q}")
-    ax0.set_xticks(range(1, len(MODES) + 1), list(MODES))
-    report.log_axis(ax0, "y")
-    ax0.tick_params(axis="x", labelsize=7, labelrotation=15)
-    ax0.legend(fontsize=7)
-    ax0.set(title=f"4a. |Δ log p(Let)| after one epoch ({len(seeds)} seeds)", ylabel="template drift (log)")
-    ax1.bar(list(MODES), [numbers[m]["E[d solve]"] for m in MODES], color="C2")
-    ax1.tick_params(axis="x", labelsize=7, labelrotation=15)
-    ax1.set(title=f"4b. mean change of the solve rate, p(Let) = {template_prob}\n(the useful part)",
-            ylabel="Δ p(correct)")
-    png = report.save(fig, out_dir, "exp4_minibatching.png")
-    return {"numbers": numbers, "claims": claims, "png": png.split("/")[-1], "drift": drift_abs}

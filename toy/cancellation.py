@@ -23,6 +23,8 @@ shared output layer, so a token's change is not decided by its own advantage alo
 
 Experiments 1, 2 and 5a are exact sums over every group of G = 4 rollouts (toy/bandit.py);
 5b-c sample responses with filler positions (fixed seeds, standard errors over batches).
+Each experiment is expN_compute (the numbers) and expN_judge (the claims) here, and
+plots.expN (the figure) in toy/plots.py; expN_* chains the three.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import torch
 
 import advantages as adv_lib
 from toy import bandit as B
-from toy import report
+from toy import plots, report
 
 TEMPLATE_PROBS = (0.5, 0.9, 0.99)
 FLIP_TAU = 1e-3       # docs/math.md §6.1: a token is boosted if its log-prob rose by more than tau
@@ -64,6 +66,18 @@ def exp1_cancellation_identity(out_dir: str) -> dict:
     where every rollout has it, which should be 0, and the same for the positive-only
     `psr`, which is not zero-sum and therefore a negative control.
     """
+    data = exp1_compute()
+    claims = exp1_judge(data)
+    png = plots.exp1(data, out_dir)
+    return {"numbers": data["numbers"], "claims": claims, "png": png.split("/")[-1]}
+
+
+def exp1_compute() -> dict:
+    """Experiment 1's numbers: measured and predicted updates [n, V], the expected credit and its closed form [V].
+
+    Returns {"numbers": the printed table, "measured", "predicted", "credit", "closed",
+    "gap"} (gap: E[n_a | correct] - E[n_a | wrong], [V]).
+    """
     bandit, W, combos, prob, rewards = _setup()
     A = adv_lib.compute_advantages("mean", rewards)
     dW = B.group_updates(bandit, W, combos, A)
@@ -91,11 +105,18 @@ def exp1_cancellation_identity(out_dir: str) -> dict:
         "psr:  max |update of W[Let]| in slip-free groups": float(psr_dW[slip_free][:, let].abs().max()),
         "expected credit E[G Cov(A, n_a)]": {tok: float(credit[B.IDX[tok]]) for tok in B.VOCAB[:5]},
     }
-    claims = [
+    return {"numbers": numbers, "measured": measured, "predicted": predicted, "credit": credit, "closed": closed,
+            "gap": gap}
+
+
+def exp1_judge(data: dict) -> list[dict]:
+    """Experiment 1's three claims, from exp1_compute's dict."""
+    numbers, credit, closed, gap = data["numbers"], data["credit"], data["closed"], data["gap"]
+    return [
         report.claim("A token's update is G*Cov(A, n_a) (mean-centred A, equal lengths)",
                      report.agrees_if(numbers["max |measured - G Cov/(G L)| over groups x tokens"] < 1e-14),
                      f"max error {numbers['max |measured - G Cov/(G L)| over groups x tokens']:.1e} over "
-                     f"all {combos.shape[0]} groups, through loss.policy_loss"),
+                     f"all {numbers['groups (all multisets of G=4 of 18 responses)']} groups, through loss.policy_loss"),
         report.claim("Template tokens shared by every rollout get exactly 0",
                      report.agrees_if(numbers["mean: max |update of W[Let]| in slip-free groups"] < 1e-16),
                      f"{numbers['mean: max |update of W[Let]| in slip-free groups']:.1e} (psr, not zero-sum: "
@@ -110,21 +131,6 @@ def exp1_cancellation_identity(out_dir: str) -> dict:
                      + (" ('7' is in every correct answer, yet 7+7, 6+7, 7+6 make it about as frequent in wrong "
                         "ones: credit is covariance, not presence)" if float(gap[B.IDX["7"]]) < 0 else "")),
     ]
-    fig, (ax0, ax1) = report.figure(2)
-    colors = ["C7", "C8", "C0", "C3", "C2"]
-    for tok, color in zip(B.VOCAB[:5], colors):
-        i = B.IDX[tok]
-        pairs = torch.unique(torch.stack([predicted[:, i], measured[:, i]], 1).round(decimals=12), dim=0)
-        ax0.plot(pairs[:, 0], pairs[:, 1], "o", ms=3, color=color, label=tok)
-    ax0.set(title="1a. all 5985 groups: autograd through loss.py vs prediction",
-            xlabel="G·Cov(A, n_a) / (G·L)", ylabel="update of W[a, 0] (token a's logit)")
-    ax0.legend(fontsize=8)
-    toks = list(B.VOCAB[:5])
-    ax1.bar(toks, [float(credit[B.IDX[t]]) for t in toks], color=colors)
-    ax1.axhline(0, color="k", lw=0.8)
-    ax1.set(title="1b. expected implicit credit E[G·Cov(A, n_a)] (exact)", ylabel="credit")
-    png = report.save(fig, out_dir, "exp1_cancellation_identity.png")
-    return {"numbers": numbers, "claims": claims, "png": png.split("/")[-1]}
 
 
 # ---------------------------------------------------------------------------------------
@@ -162,46 +168,47 @@ def exp2_where_updates_go(out_dir: str) -> dict:
     slip "let" carry real (if reward-irrelevant) covariance under both. We scan the
     template's confidence p(Let), because the direct push shrinks like (1 - p)^2.
     """
-    names = ("psr", "mean", "grpo", "nsr")
-    table = {name: [template_share(name, q) for q in TEMPLATE_PROBS] for name in names}
+    data = exp2_compute()
+    claims = exp2_judge(data)
+    png = plots.exp2(data, out_dir)
+    return {"numbers": data["numbers"], "claims": claims, "png": png.split("/")[-1], "table": data["table"]}
+
+
+def exp2_compute() -> dict:
+    """Experiment 2's numbers: `template_share` for psr, mean, grpo, nsr at each of TEMPLATE_PROBS.
+
+    Returns {"numbers": the printed table, "table": {advantage: [template_share(...) per
+    p(Let)]}, "template_probs": TEMPLATE_PROBS}.
+    """
+    table = {name: [template_share(name, q) for q in TEMPLATE_PROBS] for name in ("psr", "mean", "grpo", "nsr")}
     numbers = {f"template share, {name}": {f"p(Let)={q}": row[j]["share"] for j, q in enumerate(TEMPLATE_PROBS)}
                for name, row in table.items()}
     numbers.update({f"share in slip-free groups, {name}": {f"p(Let)={q}": row[j]["share_slip_free"]
                                                           for j, q in enumerate(TEMPLATE_PROBS)}
                     for name, row in table.items()})
+    return {"numbers": numbers, "table": table, "template_probs": TEMPLATE_PROBS}
+
+
+def exp2_judge(data: dict) -> list[dict]:
+    """Experiment 2's two claims; reads only data["table"] (psr, mean, grpo) and data["template_probs"]."""
+    table, probs = data["table"], data["template_probs"]
     psr_higher = all(table["psr"][j]["share"] > max(table["mean"][j]["share"], table["grpo"][j]["share"])
-                     for j in range(len(TEMPLATE_PROBS)))
-    ratio = [table["psr"][j]["share"] / table["mean"][j]["share"] for j in range(len(TEMPLATE_PROBS))]
-    claims = [
+                     for j in range(len(probs)))
+    ratio = [table["psr"][j]["share"] / table["mean"][j]["share"] for j in range(len(probs))]
+    return [
         report.claim("Critic-free RL moves the update share from template to reasoning tokens, compared "
                      "with positive-only training",
                      report.agrees_if(psr_higher),
                      "template share psr / mean = " + ", ".join(f"{r:.2f}" for r in ratio)
-                     + f" at p(Let) = {', '.join(map(str, TEMPLATE_PROBS))}: the effect fades as the template "
+                     + f" at p(Let) = {', '.join(map(str, probs))}: the effect fades as the template "
                        "becomes certain"),
         report.claim("Mechanism: shared template tokens cancel under zero-sum advantages",
                      report.agrees_if(all(table[n][j]["share_slip_free"] < 1e-12 for n in ("mean", "grpo")
-                                          for j in range(len(TEMPLATE_PROBS)))
-                                      and all(table["psr"][j]["share_slip_free"] > 0
-                                              for j in range(len(TEMPLATE_PROBS)))),
+                                          for j in range(len(probs)))
+                                      and all(table["psr"][j]["share_slip_free"] > 0 for j in range(len(probs)))),
                      "share in slip-free groups: mean/grpo 0 (to 1e-12), psr "
-                     + ", ".join(f"{table['psr'][j]['share_slip_free']:.3g}" for j in range(len(TEMPLATE_PROBS)))),
+                     + ", ".join(f"{table['psr'][j]['share_slip_free']:.3g}" for j in range(len(probs)))),
     ]
-    fig, (ax0, ax1) = report.figure(2)
-    x = list(range(len(TEMPLATE_PROBS)))
-    for name, color, style in zip(names, ["C3", "C0", "C2", "C1"], ["o-", "o-", "x--", "o-"]):
-        ax0.plot(x, [r["share"] for r in table[name]], style, color=color, label=name)
-        ax1.plot(x, [r["share"] / p["share"] for r, p in zip(table[name], table["psr"])], style, color=color,
-                 label=name)
-    for ax in (ax0, ax1):
-        ax.set_xticks(x, [str(q) for q in TEMPLATE_PROBS])
-        ax.set_xlabel("template probability p(Let)")
-        ax.legend(fontsize=8)
-    report.log_axis(ax0, "y")
-    ax0.set(title="2a. share of |Δ log π| on the template position (exact)", ylabel="template share")
-    ax1.set(title="2b. the same, relative to positive-only (psr)", ylabel="share / share of psr")
-    png = report.save(fig, out_dir, "exp2_where_updates_go.png")
-    return {"numbers": numbers, "claims": claims, "png": png.split("/")[-1], "table": table}
 
 
 # ---------------------------------------------------------------------------------------
@@ -347,6 +354,27 @@ def exp5_flips_and_coupling(out_dir: str, lr: float = 1.0) -> dict:
     5e: the flips verdict's gap at 4, 8, 12, 16, 32 filler positions (64 groups per step)
     and at 1, 4, 16, 64 groups per step (16 fillers), with the same seeds.
     """
+    data = exp5_compute(lr)
+    claims = exp5_judge(data)
+    png = plots.exp5(data, out_dir)
+    return {"numbers": data["numbers"], "claims": claims, "png": png.split("/")[-1],
+            "runs": {key: data[key] for key in ("new", "one_group", "no_filler", "old")}}
+
+
+FLIP_KEYS = ("boost_pos_all", "boost_neg_all", "suppress_pos_all", "suppress_neg_all")
+
+
+def exp5_compute(lr: float = 1.0) -> dict:
+    """Experiment 5's numbers: the flip runs of every design (5a-c, 5e) and the coupling matrices (5d).
+
+    Returns {"numbers": the printed table; "old" (flip_fractions at lr), "new", "one_group",
+    "no_filler" (sampled_flips runs); "by_fillers", "by_groups" ({size: run}) and
+    "gap_by_fillers", "gap_by_groups" ({size: flip_gap}); "new_mean_se" ({key: (mean, SE)}
+    of new's per-batch lists); "flip_bars" ({design: [(mean, SE) per FLIP_KEYS]}, SE NaN
+    for the exact old design); "kinds", "kinds_c" (coupling_classes, plain and with
+    CONFIDENT_FILLER confident); "coupling_confident" [M, M] and "occurrences" (t, a) of the
+    confident policy; the settings "tau", "flip_groups", "n_filler", "confident_filler", "L"}.
+    """
     old = flip_fractions(lr)
     new = sampled_flips()
     one_group = sampled_flips(groups_per_step=1)
@@ -367,6 +395,8 @@ def exp5_flips_and_coupling(out_dir: str, lr: float = 1.0) -> dict:
     gap = lambda run, kind, part="all": mean(run[f"{kind}_pos_{part}"]) - mean(run[f"{kind}_neg_{part}"])
     fmt4 = lambda run, part="all": (f"{mean(run[f'boost_pos_{part}']):.3f} / {mean(run[f'boost_neg_{part}']):.3f}, "
                                     f"{mean(run[f'suppress_pos_{part}']):.3f} / {mean(run[f'suppress_neg_{part}']):.3f}")
+    gap_by_fillers = {F: flip_gap(run) for F, run in by_fillers.items()}
+    gap_by_groups = {k: flip_gap(run) for k, run in by_groups.items()}
     numbers = {
         "5a old design (3 tokens, 1 group per step, exact): boosted A>0 / A<0, suppressed A>0 / A<0":
             f"{old['boost_pos_all']:.3f} / {old['boost_neg_all']:.3f}, "
@@ -382,20 +412,38 @@ def exp5_flips_and_coupling(out_dir: str, lr: float = 1.0) -> dict:
         "5c irrelevant tokens, boosted A>0 minus A<0: 1 group vs 64 groups per step":
             [gap(one_group, "boost", "irrelevant"), gap(new, "boost", "irrelevant")],
         f"5e flips gap by filler positions, {FLIP_GROUPS} groups per step (verdict: <= 0.1)": {
-            F: round(flip_gap(run), 3) for F, run in by_fillers.items()},
+            F: round(g, 3) for F, g in gap_by_fillers.items()},
         f"5e flips gap by groups per step, {N_FILLER} filler positions": {
-            k: round(flip_gap(run), 3) for k, run in by_groups.items()},
+            k: round(g, 3) for k, g in gap_by_groups.items()},
         "5d coupling: max |closed form - autograd| (both policies)": float(max((closed - auto).abs().max(),
                                                                               (closed_c - auto_c).abs().max())),
         f"5d mean |coupling| over pairs of different occurrences, {N_FILLER}-filler bandit (mean, pairs)": kinds,
         f"5d   ... with '{CONFIDENT_FILLER}' made confident (p {float(p_confident.min()):.2f}-"
         f"{float(p_confident.max()):.2f} at every filler position)": kinds_c,
     }
+    flip_bars = {design: [mean_se(run[k]) for k in FLIP_KEYS] for design, run in
+                 (("old", {k: [old[k]] for k in FLIP_KEYS}), ("one_group", one_group), ("no_filler", no_filler),
+                  ("new", new))}
+    return {"numbers": numbers, "old": old, "new": new, "one_group": one_group, "no_filler": no_filler,
+            "by_fillers": by_fillers, "by_groups": by_groups, "gap_by_fillers": gap_by_fillers,
+            "gap_by_groups": gap_by_groups, "new_mean_se": ms, "flip_bars": flip_bars, "kinds": kinds,
+            "kinds_c": kinds_c, "coupling_confident": closed_c, "occurrences": occ, "tau": FLIP_TAU,
+            "flip_groups": FLIP_GROUPS, "n_filler": N_FILLER, "confident_filler": CONFIDENT_FILLER,
+            "L": filler_bandit.L}
+
+
+def exp5_judge(data: dict) -> list[dict]:
+    """Experiment 5's three claims, from exp5_compute's dict."""
+    old, new, one_group, no_filler = data["old"], data["new"], data["one_group"], data["no_filler"]
+    gap_by_fillers, gap_by_groups = data["gap_by_fillers"], data["gap_by_groups"]
+    numbers, ms, kinds, kinds_c = data["numbers"], data["new_mean_se"], data["kinds"], data["kinds_c"]
+    mean = lambda xs: sum(xs) / len(xs)
+    gap = lambda run, kind, part="all": mean(run[f"{kind}_pos_{part}"]) - mean(run[f"{kind}_neg_{part}"])
     old_gap = max(abs(old["boost_pos_all"] - old["boost_neg_all"]), abs(old["suppress_pos_all"] - old["suppress_neg_all"]))
     new_gap = max(abs(gap(new, "boost")), abs(gap(new, "suppress")))
     gap_se = {kind: mean_se([p - q for p, q in zip(new[f"{kind}_pos_all"], new[f"{kind}_neg_all"])])
               for kind in ("boost", "suppress")}
-    claims = [
+    return [
         report.claim("Positive and negative rollouts have similar fractions of boosted and suppressed tokens "
                      "(we call |difference| <= 0.1 similar)",
                      report.agrees_if(new_gap <= 0.1),
@@ -412,12 +460,12 @@ def exp5_flips_and_coupling(out_dir: str, lr: float = 1.0) -> dict:
                      "token moves with the sum over all its coupled occurrences, whose signs do not depend on its "
                      "own rollout, and only the few decisive tokens keep a sign-dependent change. The verdict depends "
                      "on the analog's size (5e): gap "
-                     + " / ".join(f"{flip_gap(r):.3f}" for r in by_fillers.values()) + " at "
-                     + " / ".join(map(str, by_fillers)) + f" filler positions ({FLIP_GROUPS} groups per step), "
-                     + " / ".join(f"{flip_gap(r):.3f}" for r in by_groups.values()) + " at "
-                     + " / ".join(map(str, by_groups)) + f" groups per step ({N_FILLER} fillers): it holds with "
-                     f"{', '.join(str(F) for F, r in by_fillers.items() if flip_gap(r) <= 0.1)} fillers and "
-                     f"{', '.join(str(k) for k, r in by_groups.items() if flip_gap(r) <= 0.1)} groups per step. The "
+                     + " / ".join(f"{g:.3f}" for g in gap_by_fillers.values()) + " at "
+                     + " / ".join(map(str, gap_by_fillers)) + f" filler positions ({FLIP_GROUPS} groups per step), "
+                     + " / ".join(f"{g:.3f}" for g in gap_by_groups.values()) + " at "
+                     + " / ".join(map(str, gap_by_groups)) + f" groups per step ({N_FILLER} fillers): it holds with "
+                     f"{', '.join(str(F) for F, g in gap_by_fillers.items() if g <= 0.1)} fillers and "
+                     f"{', '.join(str(k) for k, g in gap_by_groups.items() if g <= 0.1)} groups per step. The "
                      "gap shrinks steadily toward the paper's setting (hundreds of tokens, many groups per step); "
                      "where it crosses 0.1, our threshold, is not a property of that setting"),
         report.claim("Negative rollouts also contain boosted tokens (a token's change is not its own advantage's sign)",
@@ -438,45 +486,3 @@ def exp5_flips_and_coupling(out_dir: str, lr: float = 1.0) -> dict:
                      f"different {kinds_c['different'][0]:.3f}; closed form - autograd "
                      f"{numbers['5d coupling: max |closed form - autograd| (both policies)']:.0e}"),
     ]
-    fig, (ax0, ax1, ax2) = report.figure(3, width=17, height=4.6)
-    fig.subplots_adjust(right=0.95, bottom=0.2)
-    labels = ["boosted\nA>0", "boosted\nA<0", "suppressed\nA>0", "suppressed\nA<0"]
-    keys = ["boost_pos_all", "boost_neg_all", "suppress_pos_all", "suppress_neg_all"]
-    x = torch.arange(4, dtype=torch.float64)
-    designs = [("old: 3 tokens, 1 group/step (exact)", {k: [old[k]] for k in keys}, "C7"),
-               ("fillers, 1 group/step", one_group, "C1"),
-               (f"3 tokens, {FLIP_GROUPS} groups/step", no_filler, "C0"),
-               (f"new: fillers, {FLIP_GROUPS} groups/step", new, "C2")]
-    for j, (label, run, color) in enumerate(designs):
-        stats = [mean_se(run[k]) for k in keys]
-        ax0.bar(x + 0.2 * (j - 1.5), [m for m, _ in stats], 0.2, yerr=[0 if se != se else se for _, se in stats],
-                color=color, label=label)
-    ax0.set_xticks(x.tolist(), labels)
-    ax0.set(title=f"5a-c. token flips after one GRPO step (τ={FLIP_TAU:g})", ylabel="fraction of tokens")
-    ax0.legend(fontsize=7)
-    ax1.plot(list(by_fillers), [flip_gap(r) for r in by_fillers.values()], "o-", color="C2",
-             label=f"filler positions ({FLIP_GROUPS} groups per step)")
-    ax1.plot(list(by_groups), [flip_gap(r) for r in by_groups.values()], "s--", color="C0",
-             label=f"groups per step ({N_FILLER} filler positions)")
-    ax1.axhline(0.1, color="0.5", lw=0.8, ls=":")
-    report.log_axis(ax1, "x")
-    ax1.set_xticks(sorted(set(SENSITIVITY_FILLERS) | set(SENSITIVITY_GROUPS)))
-    ax1.set(title="5e. the flips verdict's gap vs the analog's size\n(below the dotted line: 'similar')",
-            xlabel="filler positions / groups per step", ylabel="max |A>0 - A<0| fraction")
-    ax1.legend(fontsize=7)
-    # The coupling heatmap of the confident policy, on the template, the first 3 filler
-    # positions and the digits (the other 13 filler positions repeat the pattern).
-    shown = [i for i, (t, _) in enumerate(occ) if t <= 3 or t >= filler_bandit.L - 2]
-    names = [f"{B.VOCAB[a]}@{t}" for t, a in (occ[i] for i in shown)]
-    part = closed_c[shown][:, shown].clone()
-    part.fill_diagonal_(float("nan"))                  # self-pairs: not drawn (white), not in the means
-    vmax = float(part.nan_to_num().abs().max())
-    im = ax2.imshow(part.numpy(), cmap="RdBu_r", vmin=-vmax, vmax=vmax)
-    ax2.set_xticks(range(len(shown)), names, rotation=70, fontsize=7)
-    ax2.set_yticks(range(len(shown)), names, fontsize=7)
-    ax2.set_title(f"5d. coupling ∇log p·∇log p' (token@position), '{CONFIDENT_FILLER}' confident;\n"
-                  "(diagonal, self-pairs: left out)", fontsize=9)
-    fig.colorbar(im, ax=ax2, fraction=0.046)
-    png = report.save(fig, out_dir, "exp5_flips_coupling.png")
-    return {"numbers": numbers, "claims": claims, "png": png.split("/")[-1], "runs": {"new": new, "one_group": one_group,
-                                                                                     "no_filler": no_filler, "old": old}}

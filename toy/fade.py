@@ -9,7 +9,8 @@ it up; and a schedule of both axes (scheduler.py) reaches peak accuracy sooner a
 more diversity than any static choice.
 
 The model, and what plain SGD and Adam can and cannot show on it, is toy/answers.py (the
-softmax-over-answers analog); this file holds the experiments' settings and judges them.
+softmax-over-answers analog); this file holds the experiments' settings, computes their
+numbers and judges them (expN_compute, expN_judge); their figures are in toy/plots.py.
 
 6a and 6b are exact (closed forms; sums over all C(11, 4) = 330 groups), and so is 6c's
 lr -> 0 path. 6c and 7 are otherwise learning simulations with sampled groups: 96 prompts
@@ -26,7 +27,7 @@ import torch
 
 import advantages as adv_lib
 import scheduler as sched_lib
-from toy import report
+from toy import plots, report
 from toy.answers import (COVERAGE_K, DTYPE, G, MATCH_P, PROMPTS, SEEDS, answer_groups, expected_path,
                           first_order_cost, max_entropy, one_step, prompt_logits, rollout_gap, simulate)
 
@@ -174,11 +175,15 @@ def differs(x: torch.Tensor, sign: int) -> bool:
     return sign * m > 2 * se
 
 
-def mass_peaks() -> dict:
-    """Where each advantage's total mass (m_S + m_F)(p) peaks, from advantages.mass_curve (G = 64)."""
+def mass_curves() -> dict:
+    """{advantage: (p, m_S, m_F)}: advantages.mass_curve of every registered advantage at G = 64."""
+    return {name: adv_lib.mass_curve(name, G=64) for name in adv_lib.ADVANTAGES}
+
+
+def mass_peaks(curves: dict) -> dict:
+    """Where each advantage's total mass (m_S + m_F)(p) peaks (None if it is 0 everywhere); curves from mass_curves."""
     peaks = {}
-    for name in adv_lib.ADVANTAGES:
-        p, m_S, m_F = adv_lib.mass_curve(name, G=64)
+    for name, (p, m_S, m_F) in curves.items():
         total = m_S + m_F
         peaks[name] = float(p[int(total.argmax())]) if float(total.max()) > 0 else None
     return peaks
@@ -236,7 +241,27 @@ def exp6_sign_and_difficulty(out_dir: str) -> dict:
     axis), and subtracting it leaves the sign axis. `sign_axis_label` turns the two into
     the verdict.
     """
-    peaks = mass_peaks()
+    data = exp6_compute()
+    claims = exp6_judge(data)
+    png = plots.exp6(data, out_dir)
+    return {"numbers": data["numbers"], "claims": claims, "png": png.split("/")[-1],
+            "runs": {"adam": data["adam"], "sgd": data["sgd"]}, "matched": data["matched"]}
+
+
+def exp6_compute() -> dict:
+    """Experiment 6's numbers: masses (6a), exact one-step entropy changes (6b), the runs matched at MATCH_P (6c).
+
+    Returns {"numbers": the printed table; "curves" (mass_curves), "peaks"; "step": {method:
+    [one_step per ONE_STEP_PS]}; "adam" {lr: {label: run}}, "sgd" {label: run}, "path"
+    [T, methods, 4, seeds] (expected_path); "matched": {"adam": {lr: {label: [4, seeds]}},
+    "sgd", "path": {label: [4, seeds]}} (at_solve_rate MATCH_P); "beyond": {label: SGD's
+    gap to mean minus the exact path's, [4, seeds]}; "speed": {label: a_1 - a_0 at p =
+    0.1, 0.5, 0.9}; "adam_correct_vs_mean": {label: [(mean, SE) of entropy among correct
+    minus mean's, per lr]}; the settings "labels", "one_step_ps", "adam_lrs", "adam_lr",
+    "sgd_lr", "match_p", "seeds"}.
+    """
+    curves = mass_curves()
+    peaks = mass_peaks(curves)
     step = {label: [one_step(p, name, **hyper) for p in ONE_STEP_PS] for label, name, hyper in METHODS}
     first = {label: first_order_cost(0.5, name, **hyper) for label, name, hyper in METHODS}
     at_lr = {label: (lambda r: r["dH"] / r["dp"])(one_step(0.5, name, lr=SGD_LR, **hyper))
@@ -283,6 +308,20 @@ def exp6_sign_and_difficulty(out_dir: str) -> dict:
     numbers[f"6c steps to solve rate {MATCH_P}: Adam lr {', '.join(f'{lr:g}' for lr in ADAM_LRS)}; SGD lr {SGD_LR}"] = {
         label: [round(mean_se(steps_to(adam[lr][label]["hist"], MATCH_P))[0], 1) for lr in ADAM_LRS]
         + [round(mean_se(steps_to(sgd[label]["hist"], MATCH_P))[0], 1)] for label in labels}
+    adam_correct = {label: [mean_se(gap(matched["adam"][lr], label)[2]) for lr in ADAM_LRS] for label in labels}
+    return {"numbers": numbers, "curves": curves, "peaks": peaks, "step": step, "adam": adam, "sgd": sgd,
+            "path": path, "matched": matched, "beyond": beyond, "speed": speed, "adam_correct_vs_mean": adam_correct,
+            "labels": labels, "one_step_ps": ONE_STEP_PS, "adam_lrs": ADAM_LRS, "adam_lr": ADAM_LR, "sgd_lr": SGD_LR,
+            "match_p": MATCH_P, "seeds": SEEDS}
+
+
+def exp6_judge(data: dict) -> list[dict]:
+    """Experiment 6's six claims, from exp6_compute's dict: 6a's peaks, then one sign-axis claim per method but mean."""
+    numbers, peaks, step, matched = data["numbers"], data["peaks"], data["step"], data["matched"]
+    beyond, speed = data["beyond"], data["speed"]
+    base = "mean (balanced)"
+    gap = lambda runs_at, label: runs_at[label] - runs_at[base]          # [4, seeds], paired by seed
+    pm = lambda x: f"{mean_se(x)[0]:+.3f} ± {mean_se(x)[1]:.3f}"
 
     def verdict(label: str, sign: int, name: str, hyper: dict) -> tuple[str, str]:
         holds = lambda d: differs(d[1], sign) and differs(d[2], sign)
@@ -332,43 +371,7 @@ def exp6_sign_and_difficulty(out_dir: str) -> dict:
             sign, text, extra = texts[label]
             lab, evidence = verdict(label, sign, name, hyper)
             claims.append(report.claim(text, lab, evidence + "." + extra))
-
-    fig, (ax0, ax1, ax2, ax3) = report.figure(4, width=21, height=4.6)
-    fig.subplots_adjust(left=0.04, right=0.99, top=0.86, wspace=0.3)
-    for name in adv_lib.ADVANTAGES:
-        p, m_S, m_F = adv_lib.mass_curve(name, G=64)
-        total = m_S + m_F
-        if float(total.max()) > 0:
-            ax0.plot(p, total / total.max(), lw=1.1, label=name)
-    ax0.set(title="6a. difficulty axis: (m_S+m_F)(p) / max", xlabel="group solve rate p")
-    ax0.legend(fontsize=6, ncol=2)
-    colors = ("C3", "C1", "C0", "C2", "C5", "C4")
-    lrs = torch.tensor(ADAM_LRS)
-    for c, (label, color) in enumerate(zip(labels, colors)):
-        ax1.plot(ONE_STEP_PS, [r["dH"] for r in step[label]], "o-", color=color, label=label)
-        ax1.plot(ONE_STEP_PS, [r["dH_all_equal_groups"] for r in step[label]], ":", color=color)
-        for hist, style in ((adam[ADAM_LR][label]["hist"], "-"), (sgd[label]["hist"], "--"), (path[:, c], ":")):
-            h = hist.mean(-1)                                                    # [T, 4]
-            ax2.plot(h[:, 0], h[:, 2], style, color=color)
-        stats = [mean_se(gap(matched["adam"][lr], label)[2]) for lr in ADAM_LRS]
-        ax3.errorbar(lrs, [m for m, _ in stats], yerr=[2 * se for _, se in stats], fmt="o-", color=color, capsize=3,
-                     label=label)
-    ax1.axhline(0, color="k", lw=0.8)
-    ax1.set(title="6b. exact E[ΔH] of one SGD step\n(dotted: the part from all-equal groups)", xlabel="solve rate p",
-            ylabel="nats")
-    ax1.legend(fontsize=7)
-    ax2.axvline(MATCH_P, color="0.6", lw=0.8)
-    ax2.set(title=f"6c. entropy among correct answers (solid: Adam lr {ADAM_LR},\ndashed: SGD lr {SGD_LR}, "
-                  f"dotted: exact lr → 0 path; {SEEDS} seeds)", xlabel="mean solve rate", ylabel="nats", xlim=(0.4, 1.0))
-    ax3.axhline(0, color="k", lw=0.8)
-    report.log_axis(ax3, "x")
-    ax3.set_xticks(list(ADAM_LRS))
-    ax3.set(title=f"6c. Adam: entropy among correct minus mean's\nat solve rate {MATCH_P} (± 2 SE) vs step size",
-            xlabel="Adam lr", ylabel="nats")
-    ax3.legend(fontsize=7)
-    png = report.save(fig, out_dir, "exp6_sign_difficulty.png")
-    return {"numbers": numbers, "claims": claims, "png": png.split("/")[-1], "runs": {"adam": adam, "sgd": sgd},
-            "matched": matched}
+    return claims
 
 
 def sign_axis_label(adam: list, sgd: bool) -> str:
@@ -419,6 +422,23 @@ def exp7_fade_schedule(out_dir: str) -> dict:
     ends at least as accurate (final solve rate >= FADE's - 0.005) ends with coverage@16
     more than 2 SE above FADE's.
     """
+    data = exp7_compute()
+    claims = exp7_judge(data)
+    png = plots.exp7(data, out_dir)
+    return {"numbers": data["numbers"], "claims": claims, "png": png.split("/")[-1], "runs": data["runs"],
+            "sgd": data["sgd"]}
+
+
+def exp7_compute() -> dict:
+    """Experiment 7's numbers: steps to MATCH_P and the final state of every arm, FADE's knobs and scale.
+
+    Returns {"numbers": the printed table; "runs" (Adam at ADAM_LR, {label: run}), "sgd"
+    ({label: run} at SGD_LR); "hist" {label: [ADAM_STEPS+1, 4, seeds]}; "t90", "t90_sgd"
+    {label: steps to MATCH_P [seeds]}; "final" {label: [4, seeds]} at ADAM_STEPS for the
+    static baselines and FADE; "fastest" static label; "statics", "arms" (labels); FADE's
+    "alpha" [T+1, seeds], "delta" [ADAM_STEPS, seeds], "scale" [ADAM_STEPS] (mean over
+    seeds) of its sum|A| relative to mean's; the settings "match_p", "seeds", "coverage_k"}.
+    """
     sims = runs("adam")[ADAM_LR]
     sgd = runs("sgd")[SGD_LR]
     hist = {label: run["hist"][:ADAM_STEPS + 1] for label, run in sims.items()}          # the 150-step runs
@@ -456,6 +476,17 @@ def exp7_fade_schedule(out_dir: str) -> dict:
         "FADE: alpha at step 0, first step with alpha = 1 (p_hat >= 0.6)": [
             float(fade["alpha"][0].mean()), int((fade["alpha"] == 1).all(1).nonzero()[0])],
     }
+    return {"numbers": numbers, "runs": sims, "sgd": sgd, "hist": hist, "t90": t90, "t90_sgd": t90_sgd,
+            "final": final, "fastest": fastest, "statics": labels, "arms": arms, "alpha": fade["alpha"],
+            "delta": delta, "scale": scale, "match_p": MATCH_P, "seeds": SEEDS, "coverage_k": COVERAGE_K}
+
+
+def exp7_judge(data: dict) -> list[dict]:
+    """Experiment 7's two claims, from exp7_compute's dict: FADE's speed (fade_speed_label) and its final trade-off."""
+    numbers, t90, t90_sgd, final, fastest = data["numbers"], data["t90"], data["t90_sgd"], data["final"], data["fastest"]
+    labels, alpha, delta, scale = data["statics"], data["alpha"], data["delta"], data["scale"]
+    pm = lambda x: f"{mean_se(x)[0]:+.1f} ± {mean_se(x)[1]:.1f}"
+    vs_mean = lambda t, label: t[label] - t["mean (balanced)"]
     gain = t90[FADE_RUN] - t90[fastest]
     vs_scale = t90[FADE_RUN] - t90[SCALE_CONTROL]
     sgd_gain = vs_mean(t90_sgd, FADE_RUN)
@@ -481,7 +512,7 @@ def exp7_fade_schedule(out_dir: str) -> dict:
                      f"{mean_se(t90[FADE_RUN])[0]:.1f}, {pm(gain)} vs the fastest static ({fastest}); mean at FADE's "
                      f"sum|A| {pm(vs_mean(t90, SCALE_CONTROL))} vs mean, FADE {pm(vs_mean(t90, FADE_RUN))}, FADE minus "
                      f"the scale-matched control {pm(vs_scale)}; FADE's (alpha, delta) at mean's scale "
-                     f"{pm(vs_mean(t90, SHAPE_CONTROL))}. Why: alpha starts at {float(fade['alpha'][0].mean()):.2f}, "
+                     f"{pm(vs_mean(t90, SHAPE_CONTROL))}. Why: alpha starts at {float(alpha[0].mean()):.2f}, "
                      f"so FADE's sum|A| starts at {float(scale[0]):.2f}x mean's and grows to "
                      f"{float(scale[30]):.2f}x by step 30 as alpha anneals to 1; Adam's second moment still remembers "
                      f"the small early gradients, so the effective step grows. Under SGD, where the scale is the step, "
@@ -498,27 +529,7 @@ def exp7_fade_schedule(out_dir: str) -> dict:
                        f"{float(delta[-1].mean()):.2f}: delta = 1 + H_hat - H_target moves by the entropy deficit in "
                        f"nats, so it bites late and softly"),
     ]
-    fig, (ax0, ax1, ax2) = report.figure(3, width=16, height=4.4)
-    for label, color in zip(arms, [f"C{i}" for i in range(len(labels))] + ["k", "C4", "C5"]):
-        h = hist[label].mean(-1)
-        style = ":" if label in (SCALE_CONTROL, SHAPE_CONTROL) else "-"
-        ax0.plot(h[:, 0], style, color=color, label=label)
-        if label in final:
-            ax1.plot(h[:, 0], h[:, 3], color=color, label=label)
-    ax0.axhline(MATCH_P, color="0.6", lw=0.8)
-    ax0.set(title=f"7a. mean solve rate (Adam, mean of {SEEDS} seeds;\ndotted: the two controls)", xlabel="step",
-            ylabel="solve rate", xlim=(0, 100))
-    ax0.legend(fontsize=7)
-    ax1.set(title=f"7b. coverage@{COVERAGE_K} of correct answers vs solve rate", xlabel="mean solve rate",
-            ylabel=f"coverage@{COVERAGE_K}", xlim=(0.6, 1.0))
-    ax2.plot(range(ADAM_STEPS), fade["scale"][:ADAM_STEPS].mean(1), color="k", label="sum|A|: FADE / mean")
-    ax2.plot(range(ADAM_STEPS), fade["alpha"][:ADAM_STEPS].mean(1), color="C1", label="alpha")
-    ax2.plot(range(ADAM_STEPS), delta.mean(1), color="C2", label="delta")
-    ax2.axhline(1, color="0.6", lw=0.8)
-    ax2.set(title="7c. FADE's knobs and its advantage scale\nrelative to mean's (mean of seeds)", xlabel="step")
-    ax2.legend(fontsize=7)
-    png = report.save(fig, out_dir, "exp7_fade_schedule.png")
-    return {"numbers": numbers, "claims": claims, "png": png.split("/")[-1], "runs": sims, "sgd": sgd}
+    return claims
 
 
 def fade_speed_label(vs_static: torch.Tensor, vs_scale: torch.Tensor, vs_mean_sgd: torch.Tensor) -> str:
