@@ -537,7 +537,7 @@ def validate(cfg: Config) -> None:
     for name in ("alpha_start", "alpha_end", "delta_end", "total_steps"):
         need(cfg.sched.schedule == "decay" or getattr(cfg.sched, name) == getattr(SchedulerConfig(), name),
              f"--{name} {getattr(cfg.sched, name)} is read only by --schedule decay, not {cfg.sched.schedule}")
-    bare = tasks.get(cfg.data).bare_wording
+    bare = getattr(tasks.TASKS.get(cfg.data), "bare_wording", None)       # named tasks only: no file read here
     need(cfg.model != "tiny" or bare is None,
          f"--data {cfg.data} is worded for chat models; the embedded model reads --data {bare}")
     need(cfg.report_to in trackers.TRACKERS, f"--report_to must be one of {', '.join(trackers.TRACKERS)}, "

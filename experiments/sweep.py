@@ -44,7 +44,8 @@ it wrote done.json, which is then written); any other run without done.json (kil
 rebooted) restarts with train.py --resume, which continues exactly from its last
 checkpoint (or from step 0 if there is none); a directory holding a run with OTHER flags
 is an error (choose another --out, or remove it), never overwritten and never mixed into
-a table. A failing run does not stop the others: sweep.py lets them finish, writes the
+a table. A run whose data is already committed with the same flags is skipped too
+(committed_labels): a part cut short goes on elsewhere. A failing run does not stop the others: sweep.py lets them finish, writes the
 reports from the runs that did, then exits 1 with one line per failed run naming its log.
 A sweep may so be finished over several sessions; `report` rebuilds every report from
 whatever has finished.
@@ -144,6 +145,25 @@ def plan_runs(sweep: Sweep, arms: list[str], warmup_seeds: list[int], seeds: lis
                 warmup = _embedded_warmup(cfg) if cfg.model == "tiny" else None
                 runs.append(RunSpec(sweep.name, arm, w, seed, cfg.out_dir, args, cfg.steps, warmup))
     return runs
+
+
+def committed_labels(runs: list[RunSpec], docs: str, task: str) -> set[str]:
+    """Labels of the runs whose data is already committed (docs/sweep_TASK_NAME.jsonl.gz)
+    with the same train.py flags, --out_dir aside.
+
+    A part cut short by the end of a sitting goes on later, on any machine and with an
+    empty runs/, without running those again: `report` takes their numbers from the
+    committed data. A run whose flags changed since is run again.
+    """
+    labels = set()
+    for name in {r.sweep for r in runs}:
+        committed = {(c.arm, c.warmup_seed, c.seed): c.record.get("args")
+                     for c in pages.read_run_data(os.path.join(docs, f"sweep_{task}_{name}.jsonl.gz"))}
+        for r in runs:
+            args = committed.get((r.arm, r.warmup_seed, r.seed)) if r.sweep == name else None
+            if args is not None and _but_out_dir(args) == _but_out_dir(r.args):
+                labels.add(r.label)
+    return labels
 
 
 def select_part(runs: list[RunSpec], part: int, parts: int) -> list[RunSpec]:
@@ -403,6 +423,8 @@ def main(argv: list[str] | None = None) -> None:
             plans = {name: select_part(runs, *part) for name, runs in plans.items()}
         every = [r for runs in plans.values() for r in runs]
         states = {r.label: run_state(r) for r in every}
+        for label in committed_labels(every, args.docs, args.task):
+            states[label] = "committed" if states[label] == "new" else states[label]
     except ValueError as e:
         parser.error(str(e))
 
@@ -424,10 +446,11 @@ def main(argv: list[str] | None = None) -> None:
             write_done(r, (_read_last(os.path.join(r.dir, "metrics.jsonl")) or {}).get("time/elapsed", 0.0))
             say(r, "done.json written (its metrics were complete; the sweep had been stopped)")
             states[r.label] = "finished"
-    skipped = [r for r in every if states[r.label] == "finished"]
+    skipped = [r for r in every if states[r.label] in ("finished", "committed")]
     for r in skipped:
-        say(r, "skipped (finished before)")
-    todo = [(r, states[r.label]) for r in every if states[r.label] != "finished"]
+        say(r, "skipped (finished before)" if states[r.label] == "finished" else
+            f"skipped (its data is committed in {args.docs}/sweep_{args.task}_{r.sweep}.jsonl.gz)")
+    todo = [(r, states[r.label]) for r in every if states[r.label] not in ("finished", "committed")]
     todo.sort(key=lambda item: -item[0].steps)          # longest first: the pool's tail stays short
     if todo:
         ensure_warmup([r for r, _ in todo], lambda text: tqdm.write(text))

@@ -469,6 +469,24 @@ def test_parts_slice_the_plan_by_warm_up_seed_and_cover_it_once(tmp_path):
     assert runs[0].dir.endswith(os.path.join("addition", "credit", "grpo", "warmup_0", "seed_0"))
 
 
+@pytest.mark.slow
+def test_a_run_committed_with_the_same_flags_is_not_run_again_on_another_machine(tmp_path):
+    """A part cut short at the end of a sitting goes on elsewhere with an empty runs/: the
+    runs whose data is committed with the same flags are skipped, from any --out; a run
+    committed with other flags (here --steps) is run again."""
+    spec = designs.credit("addition")
+    here = sweep.plan_runs(spec, list(spec.arms), [0], [0, 1], 10, str(tmp_path / "there"), [], "addition")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    committed = [pages.RunData(r.arm, r.warmup_seed, r.seed, [{"step": 10}], dict(pages.EMPTY_RECORD, args=r.args))
+                 for r in here[:2]]
+    committed[1].record["args"] = [a if a != "10" else "12" for a in here[1].args]        # other --steps
+    pages.write_run_data(committed, str(docs / "sweep_addition_credit.jsonl.gz"))
+    elsewhere = sweep.plan_runs(spec, list(spec.arms), [0], [0, 1], 10, str(tmp_path / "new_out"), [], "addition")
+    assert sweep.committed_labels(elsewhere, str(docs), "addition") == {here[0].label}
+    assert sweep.committed_labels(elsewhere, str(tmp_path / "no_docs"), "addition") == set()
+
+
 def test_plan_prints_the_budget_and_every_part_command(capsys):
     sweep.main(["plan"])
     out = capsys.readouterr().out
