@@ -425,12 +425,10 @@ def compute_advantages(name: str, rewards: Tensor, **hyper) -> Tensor:
 
     The one place that checks input; each check raises a one-line ValueError naming the
     bad value, in this order:
-      1. an unknown name (listing the known ones), a hyper-parameter the method does not
-         take (naming it and the accepted ones), instead of Python's TypeError deep
-         inside a training step;
-      2. rewards: a torch.Tensor of shape [N, G], non-empty, finite. NaN/inf are reported
-         with the first offending position, because a NaN reward almost always means a
-         verifier crashed and silently turning it into 0 would train on a wrong signal;
+      1. an unknown name, or a hyper-parameter the method does not take (naming the
+         accepted ones), instead of a TypeError deep inside a training step;
+      2. rewards: a torch.Tensor [N, G], non-empty, finite; NaN/inf reported with the first
+         position (a NaN reward almost always means a crashed verifier: never train on 0);
       3. the method's reward domain (BINARY_REWARDS, UNIT_REWARDS, NONNEGATIVE_REWARDS),
          with the first offending value and position;
       4. its group size (MIN_GROUP_SIZE);

@@ -72,20 +72,17 @@ def minibatch_indices(advantages: Tensor, n_minibatches: int, mode: str,
                       generator: torch.Generator, lengths: Tensor | None = None) -> list[Tensor]:
     """Split one rollout batch into `n_minibatches` optimizer steps.
 
-    advantages: [N, G] float, the advantages that will be trained on (their signs; their
-        values only in mass_balanced; plus lengths in query_balanced). NaN/inf is an error.
-    n_minibatches: number of optimizer steps k, 1 <= k <= N*G (and k <= N for the two
-        group-preserving modes, which cannot make more steps than there are groups).
-    mode: one of MODES (see the module header).
-    generator: a seeded torch.Generator; the result is a deterministic function of its
-        state, and the generator is advanced, so the next call (next epoch) reshuffles.
-    lengths: optional [N, G] response token counts (>= 0); only query_balanced uses them,
-        to balance token masses instead of rollout counts.
-
-    Returns a list of k LongTensors of flat rollout indices b = n*G + g, each sorted
-    ascending, that together partition range(N*G) exactly (every rollout once).
-    Step sizes: random, query and mass_balanced give near-equal chunks (sizes differ by at
-    most one rollout, resp. one group); balanced and query_balanced: see their helpers.
+    advantages: [N, G] float, the advantages that will be trained on (signs; values only in
+        mass_balanced). NaN/inf is an error.
+    n_minibatches: k, 1 <= k <= N*G (k <= N for the group-preserving modes).
+    mode: one of MODES (module header; docs/math.md §5).
+    generator: seeded torch.Generator; the result is a deterministic function of its state,
+        and it advances, so the next call (next epoch) reshuffles.
+    lengths: optional [N, G] response token counts (>= 0), used by query_balanced only.
+    Returns k LongTensors of flat rollout indices b = n*G + g, each sorted ascending, that
+    partition range(N*G) exactly. random, query and mass_balanced give near-equal chunks
+    (sizes differ by at most one rollout, resp. one group); balanced and query_balanced:
+    see their helpers.
     """
     n_prompts, group_size = _check_advantages(advantages)
     if lengths is not None:
@@ -128,19 +125,13 @@ def _balanced(advantages: Tensor, k: int, generator: torch.Generator) -> list[Te
     """Reward-balanced steps [recon]: deal positives and negatives round-robin, aligned.
 
     Rule (ours; the paper's exact rule is unknown):
-      1. shuffle the P positive rollouts and deal them round-robin over steps 0..k-1,
-         so step s gets floor(P/k) + [s < P mod k] of them;
-      2. shuffle the Q negatives and deal them round-robin ALSO starting at step 0, so the
-         steps that got an extra positive also get an extra negative;
-      3. shuffle the neutrals and give each to the currently smallest step (lowest index
-         on ties), which evens out the step sizes.
-    Why aligned: it makes every step's d_s = n_pos - n_neg equal to floor or ceil of
-    (P - Q)/k. Since sum_s d_s = P - Q is fixed, no split does better: in particular
-    max_s |d_s| = ceil(|P - Q| / k), the count bound (tested).
-    The price, stated candidly: without enough neutrals, step sizes can differ by up to
-    2 rollouts instead of 1. Example: P = Q = 3, k = 2 gives sizes 4 and 2 with d = 0, 0;
-    equal sizes 3 and 3 would force d = +1, -1. We prefer balance (this mode's purpose).
-    Groups are split freely, as in random mode.
+      1. shuffle the P positives and deal them round-robin over steps 0..k-1;
+      2. shuffle the Q negatives and deal them round-robin ALSO from step 0;
+      3. shuffle the neutrals and give each to the smallest step (lowest index on ties).
+    Aligned dealing gives every step d_s = n_pos - n_neg = floor or ceil of (P - Q)/k, so
+    max_s |d_s| = ceil(|P - Q| / k), which no split beats (tested). The price: without
+    enough neutrals, step sizes differ by up to 2 (P = Q = 3, k = 2: sizes 4 and 2).
+    Groups are split freely, as in random mode. Details: docs/math.md §5.1.
     """
     flat = advantages.reshape(-1)
     buckets: list[list[int]] = [[] for _ in range(k)]
@@ -160,32 +151,16 @@ def _balanced(advantages: Tensor, k: int, generator: torch.Generator) -> list[Te
 def _mass_balanced(advantages: Tensor, k: int, generator: torch.Generator) -> list[Tensor]:
     """Steps whose advantages sum to (nearly) zero [recon]: greedy number partitioning.
 
-    Target: for every step s, S_s = sum_{b in s} A_b as close to 0 as the batch allows
-    (sum_s S_s = sum of all advantages is fixed, so the best possible is S_s = that sum / k
-    each; for zero-sum advantages, 0). Why the sum: under token-mean aggregation, on the
-    first step of an epoch (every ratio 1), a token that has the same gradient g in every
-    rollout of the step (a template at the same context) gets (S_s / n_tokens) g, whatever
-    the rollouts' lengths; so lengths are not used here.
-    Rule (ours; the paper balances rewards, its exact rule is unknown):
-      1. shuffle all rollouts (random tie-breaking), then stable-sort the non-neutral ones
-         by |A_b| descending (largest first, the usual cheap heuristic for partitioning);
-      2. put each into the step, among those not yet full, that minimises |S_s + A_b|;
-         on a tie, the step holding fewer rollouts, then the lower index;
-      3. neutrals (A_b = 0) fill the remaining places, smallest step first;
-      4. repair what the greedy pass left (its last, small rollouts may find the fitting
-         steps full): while it narrows the gap, swap one rollout of the step with the
-         largest sum for one of the step with the smallest sum, the pair that brings the
-         two sums closest (a neutral counts, so mass can move without changing sizes).
-    Step s holds at most floor(B/k) + [s < B mod k] rollouts (B = N*G), as in random mode.
-    Example: G = 4, mean-centred groups solved 1/4 (+.75, -.25 x3), 2/4 (+.5 x2, -.5 x2),
-    3/4 (+.25 x3, -.75) and 0/4, k = 4: every step sums to exactly 0 (tested), while
-    count-balancing (`balanced`) leaves steps such as {+.75, -.5, 0, 0} (sum +.25).
-    Groups are split freely, so a token whose gradient differs between prompts (a prompt's
-    own wording) is balanced only by the rollouts of its own group: keeping groups whole
-    (query) is still the sure way; this mode is for when a step cannot hold whole groups,
-    or when the advantages are not zero-sum per group (psr, asym, FADE with delta < 1), where
-    query cannot balance anything. Greedy is not optimal in general (NP-hard) and makes no
-    promise beyond what the tests check.
+    Target: every step's S_s = sum_{b in s} A_b as close to 0 as the batch allows (at best
+    sum_b A_b / k each). Why: under token-mean at ratio 1, a token with the same gradient g
+    in every rollout of the step moves by (S_s / n_tokens) g, whatever the lengths.
+    Rule (ours): non-neutral rollouts by |A_b| descending (shuffled first for ties), each
+    into the non-full step minimising |S_s + A_b|; neutrals fill the remaining places;
+    then swap pairs between the largest- and smallest-sum steps while that narrows the gap.
+    Step s holds at most floor(B/k) + [s < B mod k] rollouts, as in random mode.
+    Groups are split: for steps too small for whole groups, or non-zero-sum advantages
+    (psr, asym, FADE with delta < 1), where query balances nothing. Greedy, not optimal.
+    Worked example and the full rule: docs/math.md §5.1.
     """
     values = advantages.reshape(-1).tolist()
     total = len(values)
@@ -224,20 +199,14 @@ def _query_balanced(advantages: Tensor, k: int, generator: torch.Generator,
                     lengths: Tensor | None) -> list[Tensor]:
     """Whole groups packed so each step's positive and negative masses balance [recon].
 
-    Each group n has an imbalance e_n = (positive mass) - (negative mass), where mass is
-    the rollout count (no lengths) or the token count (lengths given):
+    Group n's imbalance, mass = rollout count (no lengths) or token count (lengths given):
         e_n = sum_{g: A>0} w_ng - sum_{g: A<0} w_ng,   w = 1 or w = lengths.
-    A step's imbalance is the sum of its groups' e_n. Greedy rule (ours): shuffle the
-    groups (random tie-breaking), stable-sort them by |e_n| descending, and put each group
-    into the step, among those not yet full, that minimises |step imbalance + e_n|; on a
-    tie, the step holding fewer groups, then the lower index. Step s holds at most
-    floor(N/k) + [s < N mod k] groups, so group counts (and, as every group has G
-    rollouts, rollout counts) per step are near-equal.
-    Example: G = 8, two groups at solve rate 1/8 (e = 1 - 7 = -6) and two at 7/8 (e = +6),
-    k = 2: each step gets one of each, 8 positives and 8 negatives (tested).
-    Greedy is not optimal in general (exact balanced partition is NP-hard) and makes no
-    promise beyond what the tests check; "largest first" is the usual cheap heuristic for
-    number partitioning, because the small groups placed last can patch what is left.
+    Greedy (ours): shuffle the groups, stable-sort by |e_n| descending, put each into the
+    non-full step minimising |step imbalance + e_n| (ties: fewer groups, then lower index).
+    Step s holds at most floor(N/k) + [s < N mod k] groups, so group and rollout counts
+    per step are near-equal. Example: G = 8, two groups solved 1/8 (e = -6) and two 7/8
+    (e = +6), k = 2: each step gets one of each, 8 positives and 8 negatives (tested).
+    Not optimal in general (NP-hard); docs/math.md §5.1.
     """
     n_prompts, group_size = advantages.shape
     weight = torch.ones_like(advantages) if lengths is None else lengths.to(advantages.dtype)
@@ -265,20 +234,14 @@ def minibatch_stats(indices: list[Tensor], advantages: Tensor,
                     lengths: Tensor | None = None) -> list[dict]:
     """Composition of each optimizer step, one dict per step.
 
-    Keys:
-      n_rollouts      rollouts in the step
-      n_groups        distinct groups (prompts) with at least one rollout in the step
-      n_whole_groups  groups with ALL G rollouts in the step (cancellation possible)
-      n_pos, n_neg, n_neutral   rollouts with A > 0, A < 0, A == 0
-      pos_tokens, neg_tokens    sum of `lengths` over positive / negative rollouts
-                      (None when lengths is None)
-      pos_mass        sum of A over positive rollouts       (m_S of the step)
-      neg_mass        sum of |A| over negative rollouts     (m_F of the step)
-    Example: G = 2, advantages [[+0.5, -0.5], [0, 0]], indices [[0, 2], [1, 3]]:
-      step 0 has n_groups 2, n_whole_groups 0, n_pos 1, n_neg 0, n_neutral 1,
-      pos_mass 0.5. A zero-sum group that is whole in one step contributes equal pos_mass
-      and neg_mass to it.
-    indices: list of LongTensors of flat indices b = n*G + g (any partition, or not).
+    Keys: n_rollouts; n_groups (groups with a rollout in the step); n_whole_groups (groups
+    with ALL G rollouts in it: cancellation possible); n_pos, n_neg, n_neutral (A > 0,
+    < 0, == 0); pos_tokens, neg_tokens (sum of `lengths` over positive / negative
+    rollouts, None without lengths); pos_mass = sum of A over positives (m_S of the step),
+    neg_mass = sum of |A| over negatives (m_F).
+    Example: G = 2, advantages [[+0.5, -0.5], [0, 0]], indices [[0, 2], [1, 3]]: step 0
+    has n_groups 2, n_whole_groups 0, n_pos 1, n_neg 0, n_neutral 1, pos_mass 0.5.
+    indices: LongTensors of flat indices b = n*G + g (any partition, or not).
     advantages: [N, G]; lengths: optional [N, G].
     """
     n_prompts, group_size = _check_advantages(advantages)

@@ -65,37 +65,19 @@ def after_update(model, tokenizer, ro: rollout.Rollouts, old_logp: Tensor, new_l
                  task: str, answers: list[str], *, prompts: list[str] | None = None, tau: float = TAU,
                  value_samples: int = 0, value_k: int = 8, coupling_pairs: int = 0, seed: int = 0, step: int = 0,
                  max_new_tokens: int = 48, temperature: float = 1.0) -> dict:
-    """All token diagnostics of one step, as a flat dict of metrics (keys below).
+    """All token diagnostics of one step, as a flat dict of metrics (docs/metrics.md).
 
-    Call after the optimizer step(s) of a rollout batch, with the batch's log-probs
-    under the sampling weights (old_logp) and under the updated weights (new_logp),
-    both [B, T] on the CPU from the same teacher-forced pass (rollout.token_logprobs),
-    and with the model in eval mode. What runs, and what it costs:
-      flip/*      token_flips                     free (tensor arithmetic)
-      where/*     where_updates_go                free; only for tasks with a template
-                                                  (tasks.template_token_mask; skipped for
-                                                  "math")
-      coupling/*  coupling_stats, coupling_pairs  one forward over the rollouts holding
-                  pairs per class (0 = off)       the sampled occurrences
-      value/*     value_stats, value_samples      2 * value_samples * value_k sampled
-                  positions (0 = off)             continuations: the expensive one
-    plus time/diag_coupling and time/diag_value (seconds) when those run. Measured on
-    the embedded model after one step of the default run (32 x 8 rollouts, one torch
-    thread, a shared 2-core CPU, so noisy): flips + where ~2 ms; coupling, 256 pairs
-    per class, ~0.13 s (about one rescoring pass); value, 64 positions x k = 8, ~0.8 s,
-    and linear in positions x k (128 x 8 ~1.8 s). Almost all of the value's time is
-    rollout.sample.
-
-    ro: the step's Rollouts; adv_flat: [B] advantages (adv.reshape(-1)); task: the
-    rows' tasks.Task (its checker and template); answers: the N
-    reference answers, one per prompt (rollout b answers answers[b // G]); prompts: the N
-    prompt texts, for the verifiers that read the question (countdown's holds the
-    numbers; verify.score refuses None for it); max_new_tokens and temperature: the
-    run's sampling settings (the value continuations use them). seed, step: the value
-    and coupling samples come from streams seeded by (seed, step), and the sampling
-    runs inside torch.random.fork_rng, so calling this never moves the training RNG
-    streams and is reproducible on resume.
-    Checks at the door: shapes, counts and settings; ValueError naming the bad one.
+    Call after the optimizer step(s) of a rollout batch, model in eval mode, with the
+    batch's log-probs under the sampling weights (old_logp) and the updated ones
+    (new_logp), both [B, T] on the CPU from one teacher-forced pass. Runs flip/* and
+    where/* (free; where/* only for tasks with a template), coupling/* if coupling_pairs
+    > 0 (one forward) and value/* if value_samples > 0 (2 * value_samples * value_k
+    continuations: the expensive one), timing the last two; costs in docs/metrics.md.
+    ro: the step's Rollouts; adv_flat: [B]; task: the rows' tasks.Task; answers: N
+    reference answers (rollout b answers answers[b // G]); prompts: the N prompt texts
+    (countdown's verifier reads them); max_new_tokens, temperature: the run's sampling
+    settings. Samples come from streams seeded by (seed, step) inside fork_rng: the
+    training RNG never moves, and resumes reproduce. ValueError names a bad input.
     """
     B, T = ro.response_ids.shape
     for name, t in (("old_logp", old_logp), ("new_logp", new_logp)):
@@ -198,22 +180,15 @@ class NoProbe:
 class StepProbe:
     """Records, during one step's update, what the step's diagnostics need afterwards.
 
-    active: True, so forward.carries_gradient runs every rollout (the token diagnostics
-    need every rollout's log-probs).
-    micro_batch: keeps the micro-batch's sampling log-probs (logp_old) and its rollout
-      coefficients m_i (loss.rollout_coefficients: one extra backward through the loss
-      head only, never through the model);
-    optimizer_step: the cancellation residual R_g over the optimizer step's whole groups
-      (micro-batches cut groups; an optimizer step holds them whole or not, as batching
-      decided);
-    report: after the update, one no-grad pass under the updated weights, then
-      after_update (flips, where updates go, coupling, token values), the step's mean
-      residual and the residual of its first optimizer step alone, as metrics (in the
-      first optimizer step the sampling policy is the current one, ratio 1, so only the
-      batching, the advantages and the aggregation decide that residual: with whole
-      groups and a zero-sum advantage it is 0 to float rounding, an identity the sweeps
-      check; later optimizer steps add the importance ratios' own spread); rows are the step's N data rows (prompt and answer: the token
-      values rescore continuations with the task's verifier, which may read the prompt).
+    active: True, so forward.carries_gradient runs every rollout (the diagnostics need
+    every rollout's log-probs).
+    micro_batch: keeps logp_old and the rollout coefficients m_i (loss.rollout_coefficients:
+      one extra backward through the loss head only, never through the model);
+    optimizer_step: the cancellation residual R_g over the optimizer step's whole groups;
+    report: one no-grad pass under the updated weights, then after_update, the step's mean
+      residual and that of its first optimizer step alone (ratio 1 there, so with whole
+      groups and a zero-sum advantage it is 0 to float rounding; docs/metrics.md); rows are
+      the step's N data rows (the token values' verifier may read the prompt).
     """
 
     active = True
@@ -304,23 +279,13 @@ def where_updates_go(new_logp: Tensor, old_logp: Tensor, mask: Tensor, adv_flat:
         share(c)        = sum_{tokens of class c} |Δ|  /  sum_{all real tokens} |Δ|
         dlogp(c, sign)  = mean of Δ over the tokens of class c in the rollouts of that sign
 
-    with Δ = logp_new - logp_old and the classes from the task
-    (tasks.template_token_mask): template = `template & mask`, reasoning = `mask &
-    ~template`. Keys: "where/template_share", "where/reasoning_share" (they sum to 1),
-    "where/template_tokens" (the template's share of the real tokens: a share equal to
-    it means the change is spread evenly over tokens), "where/dlogp_{template,
-    reasoning}_{pos,neg}", and "where/abs_dlogp_{template,reasoning}" = mean |Δ| per
-    token of the class (the template's is the "template drift" sweep.py's batching
-    sweep reports: a step whose updates cancel on the shared tokens leaves it small).
-    The shares and mean |Δ| use every real token, A = 0 rollouts included (their
-    tokens move through shared parameters too); the signed means use the positive
-    (A > 0) or negative (A < 0) rollouts only.
-    The paper's finding: compared with positive-only training (psr), critic-free RL
-    moves the share toward the reasoning tokens: a template token appears in right and
-    wrong rollouts alike, so its pushes up and down cancel. [recon]: the paper's
-    token classes and normalisation are not public; ours are by token type.
-    Edge cases: no change at all (sum |Δ| = 0) -> no share keys; a class with no token
-    in a sign -> no key for it. A template token whose log-prob did not move adds 0.
+    Δ = logp_new - logp_old; template = `template & mask`, reasoning = `mask & ~template`
+    (tasks.template_token_mask). Shares and mean |Δ| per class use every real token, A = 0
+    rollouts included (they move through shared parameters too); signed means use A > 0 or
+    A < 0 rollouts only. Keys: docs/metrics.md; why (template pushes cancel under critic-free
+    RL, not under psr): docs/math.md §6.4. [recon]: the paper's classes and normalisation
+    are not public; ours are by token type.
+    Edge cases: sum |Δ| = 0 -> no share keys; a class with no token in a sign -> no key.
     Shapes: new_logp, old_logp, mask, template [B, T]; adv_flat [B].
     """
     real = mask != 0
@@ -384,34 +349,16 @@ def token_values(model, tokenizer, ro: rollout.Rollouts, rows: Tensor, cols: Ten
     """[recon] Monte Carlo success probabilities from a prefix with and without a token.
 
     For the sampled token o_t of rollout b (position (rows[s], cols[s])):
-
         V_with    = P(success | q, o_{<=t})  ~  mean over k continuations of q + o_{<=t}
         V_without = P(success | q, o_{<t})   ~  mean over k continuations of q + o_{<t}
-        value     = V_with - V_without
+        value     = V_with - V_without    (standard error of each V: sqrt(V(1-V)/k))
 
-    Continuations are sampled from the CURRENT policy (the caller's model: in the
-    trainer, the weights after this step's update) at the run's temperature, by
-    rollout.sample, with the budget the rollout had left: max_new_tokens - |prefix|
-    tokens, so a prefix that would have hit the length limit still does. Each full
-    response (prefix + continuation, cut after its first EOS) is decoded and scored
-    by the task's verifier (verify.score, key "reward"), exactly as a rollout is.
-    V_without counts o_t's alternatives too, so value is an advantage of the token
-    under the current policy: positive when choosing o_t raised the chance of success.
-    No sampling is needed when the prefix with the token is already complete (o_t is
-    EOS, or the budget is used up): V_with is then the prefix's own score, exactly.
-    The paper's estimator is not public; this is the plain one, with k samples per
-    prefix, so each V has binomial standard error sqrt(V(1-V)/k).
-
-    Batching: every prefix that needs continuations is a "prompt" of one rollout.sample
-    call with G = k (prompts of different lengths are left-padded, as rollout.pad_rows(left=True)
-    does for prompts); the call runs to the largest budget of its prefixes and each
-    row is cut at its own budget (ancestral sampling, so cutting a longer sample is
-    the same as sampling a shorter one). Prefixes are grouped so that a call has at
-    most max_batch_rows rows; with the defaults (64 positions, k = 8) that is ONE call.
-    Consumes torch's global RNG: wrap in torch.random.fork_rng (after_update does).
-
+    Continuations: the CURRENT policy at the run's temperature, the rollout's remaining
+    budget, scored by the task's verifier as a rollout is; a complete prefix (EOS, budget
+    used) is scored exactly, unsampled. Calls of at most max_batch_rows rows (G = k each);
+    details in docs/math.md §6.5. Consumes torch's global RNG: wrap in fork_rng.
     ro: the Rollouts the positions index; answers: N reference answers (answers[b // G]);
-    prompts: the N prompt texts, or None for verifiers that do not read them (addition, math).
+    prompts: the N prompt texts, or None for verifiers that do not read them.
     Returns (v_with [S] float64, v_without [S] float64).
     """
     pad_id, eos_ids = rollout.special_ids(model, tokenizer)
@@ -488,24 +435,15 @@ def output_layer_coupling(p1: Tensor, p2: Tensor, a: Tensor, b: Tensor, h1: Tens
                           temperature: float = 1.0, bias: bool = False) -> Tensor:
     """[recon] Output-layer coupling of two token occurrences (docs/math.md §6.3).
 
-    Occurrence 1 is token a predicted from final hidden state h (distribution p =
-    softmax(W h / T)); occurrence 2 is token b from h' (p'). Through the output matrix
-    W alone (h, h' held fixed), grad_W log p_a = (e_a - p) h^T / T, so
+    Occurrence 1 is token a from final hidden state h (p = softmax(W h / T)), occurrence 2
+    token b from h' (p'). Through W alone, grad_W log p_a = (e_a - p) h^T / T, so
 
         <grad_W log p_a, grad_W log p'_b> = ([a == b] - p'_a - p_b + p . p') (h . h') / T^2
 
-    (expand (e_a - p) . (e_b - p'); with an output bias, h . h' becomes h . h' + 1).
-    A gradient step of size lr on occurrence 1's log-prob changes occurrence 2's by
-    lr times this (to first order): it is the "change of one occurrence's log-prob
-    caused by another's gradient", per unit learning rate, for plain SGD.
-    Reading the bracket: identical tokens (a == b) with both predicted improbably give
-    ~ 1 - p'_a - p_a + p.p' ~ 1 (strong positive coupling, if the contexts' features
-    align); both confident give ~ 0 (at p_a = p'_a = 1 exactly 0); different tokens
-    give -p'_a - p_b + p.p', small or negative.
-    [recon] and partial: only the output layer's term of the full gradient inner
-    product (which sums over all parameters; with tied embeddings, as in the embedded
-    model, the matrix's input-embedding use is left out too), and Adam rescales the
-    step per coordinate. It is the one term that costs a single forward pass.
+    (with an output bias, h . h' + 1). An SGD step lr on occurrence 1's log-prob moves
+    occurrence 2's by lr times this, to first order. ~1 for the same token predicted
+    improbably at both places, ~0 when both are confident, small or negative for different
+    tokens. Partial: the output layer's term only, and Adam rescales per coordinate.
     Shapes: p1, p2 [M, V]; a, b [M] long; h1, h2 [M, d]. Returns [M] (dtype of p1).
     """
     bracket = ((a == b).to(p1.dtype) - p2.gather(1, a.unsqueeze(1)).squeeze(1)
@@ -518,21 +456,16 @@ def sample_coupling_pairs(token_ids: Tensor, mask: Tensor, old_logp: Tensor, n: 
                           generator: torch.Generator) -> dict[str, tuple[Tensor, Tensor]]:
     """[recon] n pairs of distinct token occurrences per class, uniformly among the class's pairs.
 
-    Occurrences are the real response tokens of the batch, identified by their flat
-    index b * T + t. Classes (confidence = pi_old of the sampled token = exp(old_logp)):
+    Occurrences: the real response tokens, by flat index b * T + t; confidence = pi_old =
+    exp(old_logp) of the sampled token. Classes:
       same_low   the same token id, both occurrences with pi_old < 0.5
       same_high  the same token id, both with pi_old >= 0.5
       different  different token ids, any confidence (the control)
-    Pairs with one low and one high occurrence are in no class. Within a class every
-    ordered pair of distinct occurrences is equally likely (drawn with replacement):
-    for same_*, a token id with c occurrences is chosen with weight c (c - 1), then two
-    distinct occurrences of it; for different, two occurrences are drawn uniformly and
-    redrawn while their ids match (at most 32 rounds; a batch of one repeated token has
-    no such pair). Pairs in the same rollout or the same position of two rollouts
-    count like any other: the update sums over all of them.
-    token_ids, mask, old_logp: [B, T]. Returns {class: (first [n'], second [n'])}, with
-    n' = n, or fewer (down to 0) when the class has no pair (or, for different, when
-    32 rounds found fewer than n).
+    Mixed low/high pairs are in no class. Every ordered pair of distinct occurrences in a
+    class is equally likely, drawn with replacement (how: docs/math.md §6.3).
+    token_ids, mask, old_logp: [B, T]. Returns {class: (first [n'], second [n'])}, n' = n,
+    or fewer (down to 0) when the class has no pair (or, for different, when 32 rounds of
+    redrawing found fewer than n).
     """
     flat = (mask.flatten() != 0).nonzero().squeeze(1)
     tok = token_ids.flatten()[flat]

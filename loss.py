@@ -190,19 +190,12 @@ def aggregate(per_token: Tensor, mask: Tensor, agg: str, norm: StepNorm) -> Tens
         seq-mean-token-sum       sum_{i,t} l / n_seqs(step)
         seq-mean-token-sum-norm  sum_{i,t} l / (n_seqs(step) * max_len)   (Dr. GRPO)
 
-    Only seq-mean-token-mean gives a token a weight that depends on its own sequence's
-    length, 1/|o_i|: a shared template token then weighs more in short rollouts than in
-    long ones, and its updates stop cancelling (Dr. GRPO calls the same factor a length
-    bias: short correct answers are pushed up harder, long wrong ones pushed down less).
-    Every mode is a sum over rollouts divided by step constants, so micro-batch losses
-    add up to the step's loss exactly.
-
-    Names are verl's, but seq-mean-token-sum-norm has meant two things there. Up to at
-    least verl 0.6.1 it divided the token sum by the length constant L_max ONLY (the loss,
-    and the gradient, grow with the number of sequences B); ours divides by B * L_max, Dr.
-    GRPO's formula, which keeps the scale independent of the batch size, so the two differ
-    by the factor B. verl 0.9.1 divides by (non-empty sequences) * L, as we do, with L the
-    padded width unless loss_scale_factor is set (tests/test_integration_verl.py pins it).
+    Only seq-mean-token-mean weights a token by its own rollout's length, 1/|o_i|: a shared
+    template token then weighs more in short rollouts and its updates stop cancelling
+    (Dr. GRPO's length bias; docs/math.md §3.7). Every mode is a sum over rollouts divided
+    by step constants, so micro-batch losses add up to the step's loss exactly (§3.4).
+    Names are verl's; seq-mean-token-sum-norm is Dr. GRPO's formula, which older verl did
+    not follow (docs/math.md §9).
     """
     masked = per_token * mask
     if agg == "token-mean":
@@ -310,25 +303,12 @@ def dfpo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, group_index:
         w~   = dfpo_transform(w, A) over the KEPT rollouts of each group;  w~ = 0 if dropped
         l_{i,t} = -w~_i A_i exp(log pi_t - sg(log pi_t))     (value -w~A, grad -w~A grad log pi)
 
-    [recon] The paper's exact rule is not public. Ours uses two ratios, on purpose:
-      - which rollouts are dropped is GSPO's own decision, on s_i with the rollout's own
-        length: DFPO is GSPO with exchangeable weights, so its trust region is GSPO's;
-      - the weight the transform acts on, w_i, has a normaliser that is the same for every
-        rollout of the group. GSPO's own 1/|o_i| would make a shared token's weight depend
-        on its rollout's length and break exchangeability again (docs/math.md §3.7).
-    The two differ by the length: w_i = s_i^(|o_i| / L_g), pulled toward 1 for a rollout
-    shorter than the group's longest. Deciding on w would make the trust region depend on
-    the length: a 2-token rollout with per-token log-ratio 1 (s = e = 2.72) in a group whose
-    longest member has 100 tokens has w = e^0.02 = 1.02 and would never be clipped.
-    A dropped rollout stays dropped, at exactly zero gradient: the transform only sees
-    the kept ones. (Transforming first and then clipping would let `orth` give a dropped
-    rollout a non-zero weight, pushing it further out of the trust region, and `min`
-    would take the dropped rollout's 0 as the group's minimum and zero the whole group.)
-    After `orth`, sum_{kept} w~_i A_i = 0 exactly (a group the clip left with kept
-    rollouts of one sign is zeroed: dfpo_transform's one-sided rule); after `min`, every
-    kept rollout has the same weight, so a shared token gets w_min * sum_{kept} A_i, which
-    is 0 unless the clip dropped some rollouts of the group.
-    Use a token-sum aggregation (LossConfig enforces it). adv: [B]; group_index: [B].
+    [recon] Two ratios on purpose: GSPO's s_i decides the trust region; w_i's group-shared
+    normaliser keeps a shared token's weight independent of its rollout's length (§3.7).
+    Clip first, then transform: a dropped rollout stays at exactly zero gradient. After
+    orth, sum_kept w~_i A_i = 0; after min, a shared token gets w_min sum_kept A_i. Why
+    each choice: docs/math.md §3.8, §3.11. Use a token-sum aggregation (LossConfig
+    enforces it). adv: [B]; group_index: [B].
     """
     lengths = mask.sum(dim=1)
     groups, inverse = torch.unique(group_index, return_inverse=True)
@@ -345,52 +325,17 @@ def dfpo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, group_index:
 def dfpo_transform(w: Tensor, adv: Tensor, group_index: Tensor, mode: str, kept: Tensor | None = None) -> Tensor:
     """The DFPO weight transforms (arXiv 2604.13088) that restore exchangeability, and two controls.
 
-    w: [B] detached per-rollout weights; adv: [B]; group_index: [B]; kept: [B] bool
-    (default all). Per group g, over its kept rollouts K, and M = those of K with A != 0
-    (the ones that move anything):
+    w: [B] detached per-rollout weights; adv: [B]; group_index: [B]; kept: [B] bool (default
+    all). Per group, over its kept rollouts K, and M = those of K with A != 0:
         min:   w~_i = min_{j in M} w_j                  every kept rollout the same weight
         orth:  w~_K = w_K - (A_K.w_K / A_K.A_K) A_K     remove w's component along A
         keep:  w~_i = w_i                               control: GSPO's sequence weights as they are
         equal: w~_i = 1                                 control: GSPO's clip alone
-    and w~_i = 0 for the rollouts not kept. The controls take GSPO's two breaks of
-    exchangeability apart on one path (the same token-sum aggregation and group-constant
-    length normaliser as min and orth): `keep` with a clip range the sequence ratios
-    never reach (e.g. --eps_low 0.5 --eps_high 1; clip_frac_low/high then read 0) leaves
-    only the unequal weights, `equal` with GSPO's clip range leaves only the dropped
-    rollouts. A shared token then gets sum_K w_i A_i (keep: 0 only if the weights are
-    equal; equal: sum_K A_i, 0 only if the clip dropped nothing from a zero-sum group). After orth, sum_{i in K} w~_i A_i = 0 always;
-    after min, whenever sum_{i in K} A_i = 0. min is conservative (the whole group moves
-    at its most pessimistic weight); orth keeps w's spread where it is orthogonal to the
-    advantages. A group with no kept rollout gets zeros; one whose kept rollouts all have
-    A = 0 keeps w (it moves nothing either way).
-
-    min ignores A = 0 rollouts: they get no gradient whatever their weight (w~ A = 0),
-    but one far off-policy A = 0 rollout (w = 0.1, say) would otherwise set the whole
-    group's weight to 0.1. They get the group's min too.
-
-    orth's one-sided rule [recon]: when the kept rollouts with A != 0 all have ONE sign
-    (the clip dropped every rollout of the other sign, e.g. the group's only success),
-    they all get w~ = 0: the group is dropped with its other side. Why: orth's condition
-    sum_K w~_i A_i = 0 with every A_i of one sign has exactly one solution without a
-    negative weight, w~ = 0. The formula's own answer meets it with weights of both signs:
-    equal A_i give w~ = w - mean(w), so off-policy about half of the kept failures get a
-    negative weight and are pushed UP, by how far the policy happened to move (on-policy
-    it is 0 up to rounding); unequal A_i flip signs even on-policy. The other natural
-    choice, leaving such a group untransformed (w~ = w), keeps its failures' push but
-    gives up cancellation exactly there (a shared token then drifts with sum_K w_i A_i,
-    as under min); we keep what orth is for, exact cancellation in every group, and pay
-    with the learning signal of these groups. policy_loss counts them (n_groups_one_sided;
-    train.py logs the share as dfpo_one_sided) so that the cost is measured. A single
-    kept rollout with A != 0 is one-sided. With binary rewards a kept set with both signs
-    never gets a negative w~ on-policy; other advantages can, and are not guarded.
-
-    What orth does to advantages that do NOT sum to zero (FADE with delta < 1, asym,
-    psr, nsr, w_reinforce): on-policy (w = 1) the effective coefficients become
-    w~_i A_i = A_i - (sum A / A.A) A_i^2, which sum to zero: orth RE-CENTRES them and
-    undoes the imbalance the advantage chose on purpose (FADE's delta; psr's all-positive
-    push becomes exactly 0). policy_loss therefore refuses orth with such advantages.
-    Only the rollouts present in this call are a "group": pass whole groups (the
-    query-preserved batching of batching.py does).
+    and w~_i = 0 off K. After orth sum_K w~_i A_i = 0; after min, whenever sum_K A_i = 0.
+    Edge cases: no kept rollout -> zeros; all kept A = 0 -> w kept; orth's one-sided rule
+    [recon]: kept A != 0 all of one sign (incl. a single one) -> zeros. Pass whole groups:
+    only rollouts in this call form a group. Why min skips A = 0, the one-sided rule, and
+    orth re-centring non-zero-sum advantages (refused by policy_loss): docs/math.md §3.8, §3.11.
     """
     kept = torch.ones_like(w, dtype=torch.bool) if kept is None else kept
     out = torch.zeros_like(w)
@@ -561,30 +506,14 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
 
     logp: [B, T] log pi(o_t) under the current policy (differentiable); old_logp: [B, T]
     under the sampling policy; advantages: [B] per rollout (or [B, T] per token for ppo and
-    cispo); mask: [B, T] response-token mask; norm: from `step_normaliser` on the WHOLE
-    step; group_index: [B] group ids (DFPO needs it); ref_logp: [B, T] (needed iff
-    kl_coef > 0); entropy: [B, T] full-vocabulary entropy (differentiable if
-    entropy_coef > 0).
-
-    Stats (python floats; token-means over THIS call, which train.py weights by
-    "n_tokens" to combine micro-batches, except the "n_*" counts, which add up):
-      clip_frac_low / _high           tokens the clip acted on at the low / high bound
-                                      (0 by construction with one step per batch: rho = 1).
-                                      ppo, gspo, dfpo: their gradient was removed (A < 0
-                                      below 1 - eps_low, A > 0 above 1 + eps_high; gspo
-                                      and dfpo count every token of a clipped sequence).
-                                      cispo: their importance weight was clamped to the
-                                      bound, whatever the sign of A; CISPO removes no
-                                      gradient, it rescales it (see `cispo`)
-      clip_frac_dual                  tokens whose gradient the dual clip removed (ppo)
-      approx_kl                       k3 estimate of KL(pi_old || pi) (Schulman's)
-      entropy, kl_ref                 when given
-      n_tokens                        response tokens of this call
-      n_rollouts, n_dropped, n_groups_mixed, n_groups_one_sided
-                                      dfpo only: what the clip did to the groups
-                                      (dfpo_group_counts)
-    The cancellation residual is a separate diagnostic, `cancellation_residual_of_loss`,
-    so that the training path pays nothing for it.
+    cispo); mask: [B, T]; norm: from `step_normaliser` on the WHOLE step; group_index: [B]
+    (DFPO needs it); ref_logp: [B, T] (iff kl_coef > 0); entropy: [B, T] full-vocabulary
+    entropy (differentiable if entropy_coef > 0).
+    Stats, python floats, token-means over THIS call (combine micro-batches weighted by
+    "n_tokens"; the "n_*" counts add up): clip_frac_low/_high/_dual (0 by construction with
+    one step per batch), approx_kl (k3 of KL(pi_old || pi)), entropy, kl_ref, n_tokens, and
+    for dfpo the group counts of dfpo_group_counts. Definitions: docs/metrics.md. The
+    cancellation residual is separate (cancellation_residual_of_loss): training pays nothing.
     """
     _check_inputs(logp, old_logp, advantages, mask, cfg, group_index, ref_logp)
     mask = mask.to(logp.dtype)
@@ -648,24 +577,16 @@ def rollout_coefficients(logp: Tensor, old_logp: Tensor, advantages: Tensor, mas
                          cfg: LossConfig, norm: StepNorm, group_index: Tensor) -> Tensor:
     """m_i: the coefficient a typical token of rollout i gets on grad log pi, [B] float64.
 
-    The coefficient of grad log pi at token t of rollout i is c_{i,t} = -dLoss/dlogp_{i,t}.
-    A token shared by the whole group at the same context gets sum_i c_{i,t} times its
-    gradient, so m_i = mean_t c_{i,t} is what rollout i adds to a shared token, and
-    cancellation_residual(m, group_index) says how far the group is from cancelling.
-    With the step-fixed normaliser `norm`, m_i depends only on rollout i (and, for DFPO,
-    on its group, which train.py keeps in one micro-batch), so the m of several
-    micro-batches can be concatenated and the residual taken over an optimizer step's groups.
-    Float rounding is not a weight: m_i is set to 0 where |m_i| <= RESIDUAL_REL_TOL * |A_i| u_i,
-    with u_i the coefficient the aggregation gives a rollout of weight 1 (the same
-    aggregation's derivative, mean over the rollout's tokens). Why: a weight that is 0 in
-    exact arithmetic can come out ~1e-8 in float32, and a group of such noise reads
-    R_g = 1 (all of one sign) instead of "nothing to cancel". It happened with orth's
-    formula on groups whose kept rollouts share one advantage (w - mean(w)), and made the
-    dfpo sweep's orth residual 0.12 instead of ~0; dfpo_transform now gives those groups
-    exact zeros (orth's one-sided rule), and this rule stays as the guard for any other.
-    Cost: one backward through the surrogate and the aggregation only (never through the
-    model), so call it when a diagnostic wants the number, not on every micro-batch.
-    KL and entropy terms are left out: they are not functions of the advantages.
+        c_{i,t} = -dLoss/dlogp_{i,t},   m_i = mean_t c_{i,t}
+
+    A token shared by the group at the same context gets sum_i c_{i,t} times its gradient,
+    so m_i is what rollout i adds to it and cancellation_residual(m, group_index) says how
+    far the group is from cancelling. With the step-fixed `norm`, m_i depends only on
+    rollout i (and its group, for DFPO), so m of several micro-batches can be concatenated.
+    Float rounding is not a weight: m_i = 0 where |m_i| <= RESIDUAL_REL_TOL * |A_i| u_i, u_i
+    the aggregation's coefficient for a rollout of weight 1 (docs/math.md §3.9 says why).
+    One backward through surrogate and aggregation, never the model: call it when a
+    diagnostic wants the number. KL and entropy terms are left out.
     logp, old_logp, mask: [B, T] (detached is fine); advantages, group_index: [B].
     """
     leaf = logp.detach().clone().requires_grad_(True)

@@ -66,22 +66,17 @@ _ANSWER_RE = re.compile(r"(?:\b(?i:answer)|(?<![A-Za-z0-9_])A)[ \t]*:[ \t]*([^\n
 def extract_answer(text) -> str | None:
     """The final answer of a response, as a string, or None if there is none.
 
-    Precedence (the first rule that applies decides; inside a rule the LAST occurrence
-    wins, because models restate, correct themselves, and finish with the answer):
+    Precedence (the first rule that applies decides; inside a rule the LAST occurrence wins):
       1. \\boxed{...}  if the text contains "\\boxed" at all. The last "\\boxed" must be
-         well formed: followed by "{", braces balanced (nesting allowed, e.g.
-         \\boxed{\\frac{1}{2}}), closed within MAX_BOXED_CHARS. Otherwise -> None, even
-         if an earlier \\boxed was fine: a response truncated inside its final box has
-         not given an answer, and crediting a box it abandoned would reward it.
+         well formed ("{", balanced braces, nesting allowed, closed within MAX_BOXED_CHARS),
+         else None even if an earlier box was fine: a response truncated inside its final
+         box has not answered.
       2. "#### <rest of line>"    (GSM8K's marker)
-      3. "Answer: <rest of line>" (case-insensitive) or "A:<rest of line>" (the
-         addition task's answer line).
-    For rules 2-3 the captured line is stripped and one trailing "." removed
-    ("Answer: 42." -> "42"). An empty capture ("\\boxed{}", "A:") -> None.
-
-    No normalisation happens here ("1,234" stays "1,234"): deciding that it equals 1234
-    is math_equal's job. None, "" and non-str input -> None (a failed generation is
-    scored, not crashed on).
+      3. "Answer: <rest of line>" (case-insensitive) or "A:<rest of line>" (addition).
+    For rules 2-3 the line is stripped and one trailing "." removed ("Answer: 42." -> "42").
+    An empty capture ("\\boxed{}", "A:") -> None. No normalisation ("1,234" stays): that is
+    math_equal's job. None, "" and non-str input -> None (a failed generation is scored,
+    not crashed on). Why each rule: docs/math.md §10.
     """
     if not isinstance(text, str) or not text:
         return None
@@ -161,26 +156,14 @@ def math_equal(pred, ref, timeout: float = 2.0) -> bool:
       1. non-str or empty (after stripping) -> False.
       2. full-width characters mapped to ASCII; identical strings -> True.
       3. longer than MAX_ANSWER_CHARS, or braces nested deeper than MAX_BRACE_DEPTH
-         -> False. This is a policy, not only a speed-up: a 100000-digit "answer" is
-         not credited even if it happened to parse.
-      4. both plain integers ("-?[0-9]+") -> integer comparison ("0432" == "432" here;
-         the addition task is stricter, see check_addition), done on canonical strings.
-      5. otherwise math-verify, in a sandboxed child process (machinery/sandbox.py),
-         with at most `timeout` seconds of wall time (not counting a worker's one-time
-         start-up). A timeout, a crash or a parse failure -> False.
-    Both strings are wrapped as "$...$" before math-verify's parse, which makes it read
-    them as LaTeX; ref is passed as the gold (math-verify's verify is not symmetric:
-    it simplifies assignments like "x=3" on the prediction side).
-
-    Conventions inherited from math-verify 0.9.0, pinned in tests: "1,234" == "1234"
-    (thousands separator); "\\frac{1}{2}" == "0.5"; "2\\sqrt{2}" == "\\sqrt{8}";
-    "−3" (U+2212) == "-3"; "π" == "\\pi"; "10\\%" == "0.1"; "2,3" == "3,2" (read as a
-    set of solutions).
-
-    Thread-safe: callable from any thread; calls beyond sandbox.POOL_SIZE concurrent
-    ones wait for a free worker. Measured cost: ~5 us for the integer fast path; tens of
-    ms per math-verify call, most of it the fork (docs/LOG.md); a few seconds once per
-    worker start-up (importing sympy, scoring MATH_WARMUP); a hang costs `timeout`.
+         -> False (a policy: a 100000-digit "answer" is not credited even if it parses).
+      4. both plain integers ("-?[0-9]+") -> integer comparison ("0432" == "432").
+      5. else math-verify on "$pred$" vs gold "$ref$", in a sandboxed child process
+         (machinery/sandbox.py) within `timeout` seconds of wall time; a timeout, a crash
+         or a parse failure -> False.
+    Thread-safe; calls beyond sandbox.POOL_SIZE concurrent ones wait for a worker. Cost:
+    ~5 us on the integer path, tens of ms per math-verify call, `timeout` for a hang.
+    math-verify's conventions ("1,234" == "1234", "2,3" == "3,2", ...): docs/math.md §10.
     """
     if not (isinstance(pred, str) and isinstance(ref, str)):
         return False
@@ -263,28 +246,17 @@ def check_addition(response, answer: str, prompt: str | None = None) -> dict:
     """Exact checker for the synthetic addition task (tasks/addition.py).
 
     Returns {"format", "correct", "scratchpad_ok", "reward"} with values in {0.0, 1.0}:
-      format         the whole response matches
-                     (r"[0-9]\\+[0-9]\\+[01]=[0-9]{2}\\n")+ r"A:[0-9]+" r"\\n"?
-                     and nothing else (no text before, no trailing garbage, no spaces).
-      correct        the rest of the line after the LAST "A:" is the canonical decimal
-                     string of the reference (no sign, no spaces, no leading zeros):
-                     "A:432" is right, "A:0432", "A: 432", "A:432foo" are wrong. Why
-                     strict: the answer format is fixed by every training target, so a
-                     non-canonical answer is a formatting slip, and a string test is
-                     exact where a lenient parse would need its own rules.
+      format         the whole response is (r"[0-9]\\+[0-9]\\+[01]=[0-9]{2}\\n")+ r"A:[0-9]+"
+                     r"\\n"? and nothing else (no text around, no spaces).
+      correct        the line after the LAST "A:" is the canonical decimal string of the
+                     reference: "A:432" right; "A:0432", "A: 432", "A:432foo" wrong.
                      Independent of format: "junk\\nA:432\\nmore" is correct (c=1, f=0).
-      scratchpad_ok  format holds and the column arithmetic is consistent: each line
-                     has x+y+c == 10d+s, the first carry-in is 0, each carry-in equals
-                     the previous column's carry-out d, and the answer line equals the
-                     number the columns spell (d of the last column, then the s digits,
-                     most significant first). With prompt "a+b\\n" given, the columns
-                     must also be exactly a's and b's digits (zero-padded to the longer
-                     operand). A consistent scratchpad with the right operands can only
-                     end in the right answer; a right answer after a wrong scratchpad
-                     (a lucky guess or memorisation) has scratchpad_ok 0.
+      scratchpad_ok  format holds and the columns are consistent: x+y+c == 10d+s per line,
+                     first carry-in 0, carries chained, the answer spelled by the columns;
+                     with prompt "a+b\\n", the columns are a's and b's digits.
       reward         = correct.
-    answer must be a canonical decimal string (ValueError otherwise); response may be
-    None or non-str (a failed generation), which scores all zeros.
+    Why strict, and what scratchpad_ok catches: docs/math.md §10. answer must be canonical
+    (ValueError otherwise); a None or non-str response scores all zeros.
     """
     if not (isinstance(answer, str) and _CANONICAL_RE.fullmatch(answer)):
         raise ValueError(f"check_addition needs a canonical decimal answer, got {answer!r}")

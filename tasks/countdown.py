@@ -160,19 +160,16 @@ def instruct_prompt(bare: str) -> str:
     """A countdown prompt worded for a chat model (--data countdown_instruct): the rules,
     the answer line the checker reads, and the bare problem as the last line.
 
-    The embedded model learns the bare "13 14 2 -> 29" format in its warm-up; a hub
-    model has never seen it, and its answer is credited only on a line that starts with
-    "answer: " (answer_line; "Answer:" or "**answer:**" is not), so the
-    prompt says so. The checker reads the numbers and the target from the prompt's last
-    line, which is the bare problem, unchanged. reasoning-gym's countdown
-    (--data reasoning_gym:countdown) is the alternative with its own wording (an answer
-    in <answer></answer> tags) and its own scorer, and five numbers instead of three.
+    A hub model has never seen the warm-up's bare "13 14 2 -> 29" format, and its answer
+    is credited only on a line starting "answer: " (answer_line; not "Answer:" or
+    "**answer:**"), so the prompt says so. The checker reads numbers and target from the
+    last line, the bare problem unchanged. reasoning-gym's countdown (--data
+    reasoning_gym:countdown) is the alternative, with its own wording, scorer and five numbers.
 
-    "13 14 2 -> 29\n" ->
-        "Use the numbers 13, 14, 2, each exactly once, with + - * / and parentheses, to
-         make 29. Think step by step. Then write the expression alone on the last line,
-         after "answer: ", for example:\nanswer: (1 + 2) * 3\n\nThe numbers, then the
-         target:\n13 14 2 -> 29\n"   (the first sentence is one line)
+    Example: "13 14 2 -> 29" becomes one line "Use the numbers 13, 14, 2, each exactly
+    once, with + - * / and parentheses, to make 29. Think step by step. Then write the
+    expression alone on the last line, after "answer: ", for example:", the line
+    "answer: (1 + 2) * 3", a blank line, "The numbers, then the target:" and the problem.
     """
     numbers, target = bare.strip().split(" -> ")
     return (f"Use the numbers {', '.join(numbers.split())}, each exactly once, with + - * / and parentheses, "

@@ -110,17 +110,15 @@ def solution_diversity(solutions: dict) -> dict:
 
     solutions: prompt -> [the solution key of each correct sample] (evaluation, n samples
     per prompt). Returns
-      eval/distinct_solutions  mean over prompts with >= 1 correct sample of the number of
-                               distinct solutions among them;
-      eval/solution_entropy    mean over prompts with >= 2 correct samples of the entropy
-                               (nats) of the empirical distribution over those solutions:
-                               0 when every correct sample gives the same solution, log 2
-                               for an even split between two. Our reading [recon] of
-                               the design-conditions paper's "solution probability
-                               drift": unequal sequence weights drive it to 0
-                               (docs/math.md §3.7).
-    NaN when no prompt qualifies. The entropy grows with the number of correct samples,
-    so compare it between runs with the same evaluation settings only.
+      eval/distinct_solutions  mean, over prompts with >= 1 correct sample, of the number
+                               of distinct solutions among them;
+      eval/solution_entropy    mean, over prompts with >= 2 correct samples, of the entropy
+                               (nats) of those solutions' empirical distribution: 0 when all
+                               agree, log 2 for an even split of two. [recon] Our reading of
+                               the design-conditions paper's "solution probability drift":
+                               unequal sequence weights drive it to 0 (docs/math.md §3.7).
+    NaN when no prompt qualifies. The entropy grows with the number of correct samples:
+    compare runs with the same evaluation settings only.
     """
     counts = [[keys.count(k) for k in set(keys)] for keys in solutions.values() if keys]
     entropies = [-sum(c / sum(cs) * math.log(c / sum(cs)) for c in cs) for cs in counts if sum(cs) >= 2]
