@@ -8,21 +8,10 @@ verifier. An *advantage* turns those G rewards into G weights; the policy gradie
 Everything in this file is a different answer to one question: how much should a success
 push up, and a failure push down, and on which prompts?
 
-Two numbers summarise any answer (the FADE paper's decomposition, Decugis et al. 2026,
-arXiv 2607.01490): per group, the success mass and the failure mass
-
-    m_S = sum_{A_i > 0} A_i          m_F = sum_{A_i < 0} |A_i|
-
-- the SIGN axis is their ratio m_S / m_F. The paper's claim: success-biased updates
-  (m_S > m_F) collapse entropy, failure-biased ones collapse the weight geometry. Careful
-  with the mechanism (docs/math.md §2.3): in expectation, under plain SGD on logits, the
-  imbalance m_S - m_F has NO first-order effect on entropy (a constant shift of the
-  advantages is a baseline, and E_pi[grad log pi] = 0); whatever effect the sign axis
-  has on entropy comes from second-order sources: Adam's per-coordinate normalisation,
-  clipping, finite groups (psr never cancels its all-correct groups), and function
-  approximation. toy/ tests it with Adam, with SGD as the control;
-- the DIFFICULTY axis is where the total m_S(p) + m_F(p) peaks as a function of the solve
-  rate p: GRPO peaks at p = 1/2, `power` with exponent alpha at p = 1/(1 + alpha).
+Two numbers summarise any answer, per group: the success mass m_S = sum_{A_i > 0} A_i
+and the failure mass m_F = sum_{A_i < 0} |A_i| (the FADE paper's decomposition). Their
+ratio is the SIGN axis, where their total peaks over the solve rate the DIFFICULTY axis;
+mass.py measures both for every advantage here, and docs/math.md §2 derives them.
 
 Why mean-centring matters (the Cancellation Hypothesis, arXiv 2605.08666, and the
 "design conditions" paper, arXiv 2604.13088): if sum_i A_i = 0 inside a group and every
@@ -45,9 +34,8 @@ Conventions (pinned here, tested in tests/test_advantages.py):
 
 Usage:
     A = compute_advantages("grpo", rewards)            # validated entry point
-    m_S, m_F = gradient_mass(A)                        # per-group masses, [N] each
-    python advantages.py --plot masses.png             # all mass curves in one PNG
-    python advantages.py --table                       # closed-form table at G=8
+    python advantages.py [--G 8]                       # closed-form table: a success's and a
+                                                       # failure's advantage at each c correct
 """
 
 from __future__ import annotations
@@ -583,61 +571,6 @@ def with_defaults(name: str, flags: AdvantageConfig, keep_none: tuple = ()) -> A
 
 
 # ---------------------------------------------------------------------------------------
-# Gradient mass: the sign and difficulty axes (docs/math.md §2, FADE paper)
-# ---------------------------------------------------------------------------------------
-
-def gradient_mass(adv: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-group success and failure mass of an advantage tensor.
-
-    m_S[n] = sum_{g: A[n,g] > 0} A[n,g]        m_F[n] = sum_{g: A[n,g] < 0} |A[n,g]|
-
-    adv: [N, G]. Returns two [N] tensors. These are group SUMS; divide by G for the
-    per-rollout masses the FADE paper writes as m_S = w_S p, m_F = w_F (1 - p).
-    m_S = m_F for every zero-sum method; m_S - m_F is the net push a token shared by the
-    whole group receives. It does NOT drive entropy at first order: for one group under
-    SGD on logits, dH ~ -(eta/G) [ sum_i A_i pi(o_i)(log pi(o_i) + H) - (m_S - m_F) kappa ],
-    kappa = sum_a pi_a^2 (log pi_a + H), and in expectation over on-policy samples the
-    mass term drops out (docs/math.md §2.3, corrected; Cui et al. 2025's covariance form).
-    """
-    if adv.dim() != 2:
-        raise ValueError(f"gradient_mass: adv must have shape [N, G], got {tuple(adv.shape)}")
-    return adv.clamp(min=0).sum(dim=1), (-adv).clamp(min=0).sum(dim=1)
-
-
-def mass_curve(name: str, G: int = 64, **hyper) -> tuple[Tensor, Tensor, Tensor]:
-    """Population mass curves m_S(p), m_F(p) of a registered advantage.
-
-    Built by CALLING the advantage on synthetic binary groups (one group per c = 0..G,
-    so p = c/G exactly), not by a second hand-written formula: a curve that disagrees
-    with a closed form in the docstrings is a bug in one of them, and the tests check
-    both. Returns (p [G+1], m_S [G+1], m_F [G+1]) per rollout (group sums / G).
-
-    For `reinforce_pp`, whose scale depends on the whole batch, the curve is for a batch
-    made of exactly these G+1 groups; read its shape, not its scale.
-    """
-    c = torch.arange(G + 1)
-    rewards = (torch.arange(G).unsqueeze(0) < c.unsqueeze(1)).double()   # row c: c ones
-    m_S, m_F = gradient_mass(compute_advantages(name, rewards, **hyper))
-    return c.double() / G, m_S / G, m_F / G
-
-
-def expected_mass_curve(name: str, ps: Tensor, G: int = 8, **hyper) -> tuple[Tensor, Tensor]:
-    """Expected per-rollout masses for a prompt of TRUE solve rate p at finite G.
-
-    E_{c ~ Binomial(G, p)} [ m_S(c) / G ], same for m_F. This is what training with G
-    rollouts actually applies on average; at small G it differs from the large-G
-    `mass_curve` (e.g. all-correct/all-wrong groups, probability p^G + (1-p)^G, give
-    zero for zero-sum methods). ps: [K] in [0, 1]. Returns two [K] tensors.
-    """
-    ps = torch.as_tensor(ps, dtype=torch.float64)
-    _, m_S, m_F = mass_curve(name, G=G, **hyper)
-    c = torch.arange(G + 1, dtype=torch.float64)
-    binom = torch.tensor([math.comb(G, int(ci)) for ci in c], dtype=torch.float64)
-    prob = binom * ps.unsqueeze(1) ** c * (1 - ps.unsqueeze(1)) ** (G - c)   # [K, G+1]
-    return prob @ (m_S * G) / G, prob @ (m_F * G) / G
-
-
-# ---------------------------------------------------------------------------------------
 # Evaluation: the unbiased pass@k estimator (Chen et al. 2021)
 # ---------------------------------------------------------------------------------------
 
@@ -662,7 +595,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 # ---------------------------------------------------------------------------------------
-# Command line: the closed-form table and the mass-curve plot
+# Command line: the closed-form table (the mass curves: python mass.py --plot PNG)
 # ---------------------------------------------------------------------------------------
 
 def print_table(G: int = 8) -> None:
@@ -680,72 +613,18 @@ def print_table(G: int = 8) -> None:
         print(name.ljust(13) + "".join(cell.rjust(16) for cell in cells))
 
 
-def plot_masses(path: str, G: int = 64) -> None:
-    """Draw every registered advantage on the difficulty and the sign axis into a PNG.
-
-    Left: the difficulty axis, total mass (m_S + m_F)(p) scaled to peak 1, so the peak
-    location (GRPO 1/2, power alpha=2 at 1/3, maxrl at p -> 0) is what you compare.
-    Middle: the sign axis, m_S / (m_S + m_F): 0.5 is balanced (cancellation possible),
-    1 is success-only (psr), 0 failure-only (nsr). Right: raw m_S (solid) and m_F
-    (dashed) for the FADE family, the paper's p(1-p)^alpha and p(1-p)^alpha / delta.
-    """
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(17, 5.2))
-    cmap = plt.get_cmap("tab20")
-    for i, name in enumerate(ADVANTAGES):
-        p, m_S, m_F = mass_curve(name, G=G)
-        total = m_S + m_F
-        style = dict(color=cmap(i % 20), label=name, lw=1.6)
-        if total.max() > 0:
-            axes[0].plot(p, total / total.max(), **style)
-        inner = total > 0
-        axes[1].plot(p[inner], (m_S / total)[inner], **style)
-    for (label, hyper), color in zip([("fade a=1 d=1 (Dr. GRPO)", dict(alpha=1.0, delta=1.0)),
-                                      ("fade a=2 d=1", dict(alpha=2.0, delta=1.0)),
-                                      ("fade a=3 d=0.5", dict(alpha=3.0, delta=0.5))],
-                                     ["C0", "C1", "C3"]):
-        p, m_S, m_F = mass_curve("fade", G=G, **hyper)
-        axes[2].plot(p, m_S, color=color, label=label + "  m_S")
-        axes[2].plot(p, m_F, color=color, ls="--", label=label + "  m_F")
-    axes[0].set(title="difficulty axis: (m_S+m_F)(p) / max", xlabel="group solve rate p")
-    axes[1].set(title="sign axis: m_S / (m_S+m_F)", xlabel="group solve rate p", ylim=(-0.05, 1.05))
-    axes[2].set(title="FADE family masses per rollout", xlabel="group solve rate p")
-    handles, labels = axes[1].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=9, fontsize=8, frameon=False)
-    axes[2].legend(fontsize=7)
-    fig.suptitle(f"gradient mass of every advantage (binary rewards, G={G}; from advantages.py itself)")
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 MAX_CLI_G = 1024       # a larger --G builds a table no one reads; at 10**8 it runs out of memory
 
 
 def main(argv: list[str] | None = None) -> None:
-    from machinery import door              # the shared check of an output path
-
-    parser = argparse.ArgumentParser(prog="advantages.py", description="Advantage closed forms and mass curves.")
+    parser = argparse.ArgumentParser(prog="advantages.py",
+                                     description="Every advantage's value for a success and a failure, at c = 1..G-1.")
     parser.error = lambda message: parser.exit(2, f"{parser.prog}: error: {message}\n")   # one line, exit 2
-    parser.add_argument("--plot", metavar="PNG", help="draw all mass curves into this PNG")
-    parser.add_argument("--G", type=int, default=None,
-                        help="group size, for both the table and the curves (default: 8 for the table, 64 for the curves)")
-    parser.add_argument("--table", action="store_true", help="print the closed-form table (the default without --plot)")
+    parser.add_argument("--G", type=int, default=8, help="group size of the table")
     args = parser.parse_args(argv)
-    if args.G is not None and not 2 <= args.G <= MAX_CLI_G:     # the table is a [G-1, G] matrix
+    if not 2 <= args.G <= MAX_CLI_G:                 # the table is a [G-1, G] matrix
         parser.error(f"--G must be in [2, {MAX_CLI_G}], got {args.G}")
-    if args.plot and (problem := door.writable_file_problem(args.plot)):     # before the work, not after
-        parser.error(f"--plot {args.plot!r}: {problem}")
-    if not args.plot and not args.table:
-        args.table = True
-    if args.table:
-        print_table(args.G or 8)
-    if args.plot:
-        plot_masses(args.plot, G=args.G or 64)
-        print(f"wrote {args.plot}")
+    print_table(args.G)
 
 
 if __name__ == "__main__":

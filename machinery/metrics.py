@@ -19,8 +19,8 @@ import time
 import numpy as np
 import torch
 
-import advantages
 import batching
+import mass
 
 
 @contextlib.contextmanager
@@ -87,7 +87,7 @@ def step_metrics(*, rewards, scores, adv, entropy, mask, truncated, template, sc
     lengths = mask.sum(1)
     split = {} if template is None else {"entropy/template": masked_mean(entropy, template.float()),
                                          "entropy/reasoning": masked_mean(entropy, mask * ~template)}
-    m_S, m_F = advantages.gradient_mass(adv)
+    m_S, m_F = mass.gradient_mass(adv)
     const = (rewards.max(1).values == rewards.min(1).values).float()
     return {
         "reward": float(rewards.mean()),

@@ -2,7 +2,7 @@
 
 The FADE paper (Decugis et al. 2026, arXiv 2607.01490) splits any advantage into a
 success mass m_S = sum_{A_i > 0} A_i and a failure mass m_F = sum_{A_i < 0} |A_i|
-(advantages.gradient_mass). The DIFFICULTY axis is where m_S(p) + m_F(p) peaks over the
+(mass.gradient_mass). The DIFFICULTY axis is where m_S(p) + m_F(p) peaks over the
 solve rate p; the SIGN axis is m_S versus m_F. Its claims, and those of Zhu et al. 2025
 (psr / nsr): success-biased updates (m_S > m_F) collapse entropy, failure-biased ones keep
 it up; and a schedule of both axes (scheduler.py) reaches peak accuracy sooner and keeps
@@ -26,6 +26,7 @@ import math
 import torch
 
 import advantages as adv_lib
+import mass
 import scheduler as sched_lib
 from toy import plots, report
 from toy.answers import (COVERAGE_K, DTYPE, G, MATCH_P, PROMPTS, SEEDS, answer_groups, expected_path,
@@ -176,8 +177,8 @@ def differs(x: torch.Tensor, sign: int) -> bool:
 
 
 def mass_curves() -> dict:
-    """{advantage: (p, m_S, m_F)}: advantages.mass_curve of every registered advantage at G = 64."""
-    return {name: adv_lib.mass_curve(name, G=64) for name in adv_lib.ADVANTAGES}
+    """{advantage: (p, m_S, m_F)}: mass.mass_curve of every registered advantage at G = 64."""
+    return {name: mass.mass_curve(name, G=64) for name in adv_lib.ADVANTAGES}
 
 
 def mass_peaks(curves: dict) -> dict:
@@ -190,7 +191,7 @@ def mass_peaks(curves: dict) -> dict:
 
 
 def mass_crosscheck() -> float:
-    """max |E_groups[gradient_mass / G] - advantages.expected_mass_curve| over advantages and p.
+    """max |E_groups[gradient_mass / G] - mass.expected_mass_curve| over advantages and p.
 
     Two independent routes to the expected masses of a prompt with solve rate p: the
     enumeration of all answer groups with their probabilities, and expected_mass_curve's
@@ -206,8 +207,8 @@ def mass_crosscheck() -> float:
         prob = (log_coef + torch.log_softmax(z, 0)[combos].sum(1)).exp()
         rewards = correct[combos].to(DTYPE)
         for name in names:
-            m_S, m_F = adv_lib.gradient_mass(adv_lib.compute_advantages(name, rewards))
-            e_S, e_F = adv_lib.expected_mass_curve(name, torch.tensor([p], dtype=DTYPE), G=G)
+            m_S, m_F = mass.gradient_mass(adv_lib.compute_advantages(name, rewards))
+            e_S, e_F = mass.expected_mass_curve(name, torch.tensor([p], dtype=DTYPE), G=G)
             worst = max(worst, abs(float((prob * m_S).sum() / G - e_S[0])), abs(float((prob * m_F).sum() / G - e_F[0])))
     return worst
 
@@ -221,8 +222,8 @@ def exp6_sign_and_difficulty(out_dir: str) -> dict:
 
     The model: a prompt is one softmax over 8 answers, some correct; a group is G = 4
     answers; the update is loss.policy_loss's gradient (module header).
-    6a: advantages.mass_curve for every registered advantage and where its total mass
-    peaks, and a cross-check of advantages.expected_mass_curve against the enumeration of
+    6a: mass.mass_curve for every registered advantage and where its total mass
+    peaks, and a cross-check of mass.expected_mass_curve against the enumeration of
     all 330 answer groups. 6b: the exact expected entropy change of ONE SGD step (lr 1)
     at solve rate p for psr, asym delta=2, mean, asym delta=0.5, w_reinforce and nsr; the
     part of it from all-equal groups; and the entropy spent per unit of solve rate gained
