@@ -399,7 +399,7 @@ def advantages(task: str = "countdown") -> Sweep:
               ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")],
         curves=[("eval/pass@1", "held-out pass@1"), ("entropy", "entropy (nats/token)"),
                 ("m_S", "success mass m_S per rollout"), ("m_F", "failure mass m_F per rollout"),
-                (f"eval/pass@{settings(task, 'fade')['eval_samples']}", "held-out pass@k, largest k")],
+                (f"eval/pass@{settings(task, 'advantages')['eval_samples']}", "held-out pass@k, largest k")],
         claims=claims, checks=checks)
 
 
