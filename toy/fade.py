@@ -320,26 +320,27 @@ def exp6_judge(data: dict) -> list[dict]:
     """Experiment 6's six claims, from exp6_compute's dict: 6a's peaks, then one sign-axis claim per method but mean."""
     numbers, peaks, step, matched = data["numbers"], data["peaks"], data["step"], data["matched"]
     beyond, speed = data["beyond"], data["speed"]
+    adam_lrs, sgd_lr, match_p = data["adam_lrs"], data["sgd_lr"], data["match_p"]
     base = "mean (balanced)"
     gap = lambda runs_at, label: runs_at[label] - runs_at[base]          # [4, seeds], paired by seed
     pm = lambda x: f"{mean_se(x)[0]:+.3f} ± {mean_se(x)[1]:.3f}"
 
     def verdict(label: str, sign: int, name: str, hyper: dict) -> tuple[str, str]:
         holds = lambda d: differs(d[1], sign) and differs(d[2], sign)
-        on_adam = [holds(gap(matched["adam"][lr], label)) for lr in ADAM_LRS]
+        on_adam = [holds(gap(matched["adam"][lr], label)) for lr in adam_lrs]
         on_sgd = holds(beyond[label])
-        where = [f"{lr:g}" for lr, h in zip(ADAM_LRS, on_adam) if h]
+        where = [f"{lr:g}" for lr, h in zip(adam_lrs, on_adam) if h]
         first_gap = gap(matched["path"], label)
         constant = max(speed[label]) - min(speed[label]) < 1e-12
         why = ("0 up to the integration: a_1 - a_0 does not depend on p, so it follows mean's path" if constant else
                f"a first-order difficulty effect: a_1 - a_0 = {speed[label][0]:.3f} / {speed[label][1]:.3f} / "
                f"{speed[label][2]:.3f} at p = 0.1 / 0.5 / 0.9 shifts the update toward "
                f"{'hard' if speed[label][0] > speed[label][2] else 'easy'} prompts")
-        text = (f"Adam: holds at lr {', '.join(where) if where else 'none'} of {', '.join(f'{lr:g}' for lr in ADAM_LRS)} "
-                f"(vs mean at solve rate {MATCH_P}, entropy / among correct: "
+        text = (f"Adam: holds at lr {', '.join(where) if where else 'none'} of {', '.join(f'{lr:g}' for lr in adam_lrs)} "
+                f"(vs mean at solve rate {match_p}, entropy / among correct: "
                 + "; ".join(f"lr {lr:g} {pm(gap(matched['adam'][lr], label)[1])} / {pm(gap(matched['adam'][lr], label)[2])}"
-                            for lr in ADAM_LRS)
-                + f"). SGD lr {SGD_LR}: {pm(gap(matched['sgd'], label)[1])} / {pm(gap(matched['sgd'], label)[2])}, of "
+                            for lr in adam_lrs)
+                + f"). SGD lr {sgd_lr}: {pm(gap(matched['sgd'], label)[1])} / {pm(gap(matched['sgd'], label)[2])}, of "
                 f"which the exact lr → 0 path gives {mean_se(first_gap[1])[0]:+.3f} / {mean_se(first_gap[2])[0]:+.3f} "
                 f"({why}); beyond first order {pm(beyond[label][1])} / {pm(beyond[label][2])}: "
                 f"{'holds' if on_sgd else 'does not hold'}")
@@ -438,7 +439,8 @@ def exp7_compute() -> dict:
     {label: steps to MATCH_P [seeds]}; "final" {label: [4, seeds]} at ADAM_STEPS for the
     static baselines and FADE; "fastest" static label; "statics", "arms" (labels); FADE's
     "alpha" [T+1, seeds], "delta" [ADAM_STEPS, seeds], "scale" [ADAM_STEPS] (mean over
-    seeds) of its sum|A| relative to mean's; the settings "match_p", "seeds", "coverage_k"}.
+    seeds) of its sum|A| relative to mean's; the settings "match_p", "seeds", "coverage_k",
+    "adam_lr", "adam_steps"}.
     """
     sims = runs("adam")[ADAM_LR]
     sgd = runs("sgd")[SGD_LR]
@@ -479,13 +481,16 @@ def exp7_compute() -> dict:
     }
     return {"numbers": numbers, "runs": sims, "sgd": sgd, "hist": hist, "t90": t90, "t90_sgd": t90_sgd,
             "final": final, "fastest": fastest, "statics": labels, "arms": arms, "alpha": fade["alpha"],
-            "delta": delta, "scale": scale, "match_p": MATCH_P, "seeds": SEEDS, "coverage_k": COVERAGE_K}
+            "delta": delta, "scale": scale, "match_p": MATCH_P, "seeds": SEEDS, "coverage_k": COVERAGE_K,
+            "adam_lr": ADAM_LR, "adam_steps": ADAM_STEPS}
 
 
 def exp7_judge(data: dict) -> list[dict]:
     """Experiment 7's two claims, from exp7_compute's dict: FADE's speed (fade_speed_label) and its final trade-off."""
     numbers, t90, t90_sgd, final, fastest = data["numbers"], data["t90"], data["t90_sgd"], data["final"], data["fastest"]
     labels, alpha, delta, scale = data["statics"], data["alpha"], data["delta"], data["scale"]
+    match_p, seeds, coverage_k = data["match_p"], data["seeds"], data["coverage_k"]
+    adam_lr, adam_steps = data["adam_lr"], data["adam_steps"]
     pm = lambda x: f"{mean_se(x)[0]:+.1f} ± {mean_se(x)[1]:.1f}"
     vs_mean = lambda t, label: t[label] - t["mean (balanced)"]
     gain = t90[FADE_RUN] - t90[fastest]
@@ -509,7 +514,7 @@ def exp7_judge(data: dict) -> list[dict]:
     claims = [
         report.claim("FADE reaches peak accuracy sooner than the best static baseline",
                      label_1,
-                     f"{reading}. Steps to solve rate {MATCH_P} (Adam lr {ADAM_LR}, {SEEDS} seeds, paired): FADE "
+                     f"{reading}. Steps to solve rate {match_p} (Adam lr {adam_lr}, {seeds} seeds, paired): FADE "
                      f"{mean_se(t90[FADE_RUN])[0]:.1f}, {pm(gain)} vs the fastest static ({fastest}); mean at FADE's "
                      f"sum|A| {pm(vs_mean(t90, SCALE_CONTROL))} vs mean, FADE {pm(vs_mean(t90, FADE_RUN))}, FADE minus "
                      f"the scale-matched control {pm(vs_scale)}; FADE's (alpha, delta) at mean's scale "
@@ -520,7 +525,7 @@ def exp7_judge(data: dict) -> list[dict]:
                      f"FADE is {pm(sgd_gain)} steps vs mean"),
         report.claim("FADE ends with a better accuracy-diversity trade-off than static baselines",
                      report.agrees_if(not rivals),
-                     f"at step {ADAM_STEPS}, solve rate / entropy among correct / coverage@{COVERAGE_K}: FADE "
+                     f"at step {adam_steps}, solve rate / entropy among correct / coverage@{coverage_k}: FADE "
                      f"{fin(FADE_RUN, 0):.3f} / {fin(FADE_RUN, 2):.3f} / {fin(FADE_RUN, 3):.3f}; "
                      + "; ".join(f"{label} {fin(label, 0):.3f} / {fin(label, 2):.3f} / {fin(label, 3):.3f}"
                                  for label in labels)
