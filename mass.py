@@ -30,7 +30,6 @@ from torch import Tensor
 from advantages import ADVANTAGES, compute_advantages
 
 
-
 def gradient_mass(adv: Tensor) -> tuple[Tensor, Tensor]:
     """Per-group success and failure mass of an advantage tensor.
 

@@ -537,9 +537,10 @@ def validate(cfg: Config) -> None:
     for name in ("alpha_start", "alpha_end", "delta_end", "total_steps"):
         need(cfg.sched.schedule == "decay" or getattr(cfg.sched, name) == getattr(SchedulerConfig(), name),
              f"--{name} {getattr(cfg.sched, name)} is read only by --schedule decay, not {cfg.sched.schedule}")
-    bare = getattr(tasks.TASKS.get(cfg.data), "bare_wording", None)       # named tasks only: no file read here
-    need(cfg.model != "tiny" or bare is None,
-         f"--data {cfg.data} is worded for chat models; the embedded model reads --data {bare}")
+    for flag, source in (("--data", cfg.data), ("--eval_data", cfg.eval_data)):
+        bare = getattr(tasks.TASKS.get(source), "bare_wording", None)    # named tasks only: no file read here
+        need(cfg.model != "tiny" or bare is None,
+             f"{flag} {source} is worded for chat models; the embedded model reads {flag} {bare}")
     need(cfg.report_to in trackers.TRACKERS, f"--report_to must be one of {', '.join(trackers.TRACKERS)}, "
          f"got {cfg.report_to!r}")
     # The advantage's own checks (group size, hyper-parameter ranges), on a batch of this shape.

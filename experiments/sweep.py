@@ -45,8 +45,9 @@ rebooted) restarts with train.py --resume, which continues exactly from its last
 checkpoint (or from step 0 if there is none); a directory holding a run with OTHER flags
 is an error (choose another --out, or remove it), never overwritten and never mixed into
 a table. A run whose data is already committed with the same flags is skipped too
-(committed_labels): a part cut short goes on elsewhere. A failing run does not stop the others: sweep.py lets them finish, writes the
-reports from the runs that did, then exits 1 with one line per failed run naming its log.
+(committed_labels): a part cut short goes on elsewhere. A failing run does not stop the
+others: sweep.py lets them finish, writes the reports from the runs that did, then exits 1
+with one line per failed run naming its log.
 A sweep may so be finished over several sessions; `report` rebuilds every report from
 whatever has finished.
 
@@ -151,8 +152,8 @@ def committed_labels(runs: list[RunSpec], docs: str, task: str) -> set[str]:
     """Labels of the runs whose data is already committed (docs/sweep_TASK_NAME.jsonl.gz)
     with the same train.py flags, --out_dir aside.
 
-    A part cut short by the end of a sitting goes on later, on any machine and with an
-    empty runs/, without running those again: `report` takes their numbers from the
+    A part stopped before it finished goes on later, on any machine and with an empty
+    runs/, without running those again: `report` takes their numbers from the
     committed data. A run whose flags changed since is run again.
     """
     labels = set()
@@ -381,7 +382,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--arms", help="comma-separated subset of the sweep's arms (one sweep only)")
     parser.add_argument("--jobs", type=int, default=JOBS, help="train.py processes at a time")
     parser.add_argument("--out", default=OUT, help="root directory of the sweeps")
-    parser.add_argument("--docs", default=DOCS, help="report: where the pages go")
+    parser.add_argument("--docs", default=DOCS, help="where the pages and the committed run data are: report writes them, a sweep skips the runs committed there")
     parser.add_argument("--readme", default="README.md", help="report: the README whose tables are rewritten")
     args = parser.parse_args(own)
     if args.name == "report":

@@ -287,9 +287,9 @@ def load_or_warmup(cfg: WarmupConfig | None = None, cache_dir: str | None = None
     1. shipped_dir/<key>: the committed weights (None skips them);
     2. cache_dir/<key>: an earlier local warm-up;
     3. a new warm-up, cached. If cfg is one the repository should ship (shipped_configs)
-       but shipped_dir lacks it, the
-       shipped weights are stale (the warm-up code changed since they were built): `say`
-       reports it in one line first, because the run will not start from shipped bytes.
+       but shipped_dir lacks it, the shipped weights are stale (the warm-up code changed
+       since they were built): `say` reports it in one line first, because the run will
+       not start from shipped bytes.
     An entry counts only if it is complete (it holds warmup.json, written last).
     """
     cfg = cfg or WarmupConfig()

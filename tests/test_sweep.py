@@ -469,11 +469,11 @@ def test_parts_slice_the_plan_by_warm_up_seed_and_cover_it_once(tmp_path):
     assert runs[0].dir.endswith(os.path.join("addition", "credit", "grpo", "warmup_0", "seed_0"))
 
 
-@pytest.mark.slow
 def test_a_run_committed_with_the_same_flags_is_not_run_again_on_another_machine(tmp_path):
-    """A part cut short at the end of a sitting goes on elsewhere with an empty runs/: the
+    """A part stopped before it finished goes on elsewhere with an empty runs/: the
     runs whose data is committed with the same flags are skipped, from any --out; a run
-    committed with other flags (here --steps) is run again."""
+    committed with other flags (here --steps), with no flags recorded, or in another sweep's
+    file (the same arm and seeds) is run again."""
     spec = designs.credit("addition")
     here = sweep.plan_runs(spec, list(spec.arms), [0], [0, 1], 10, str(tmp_path / "there"), [], "addition")
     docs = tmp_path / "docs"
@@ -481,9 +481,16 @@ def test_a_run_committed_with_the_same_flags_is_not_run_again_on_another_machine
     committed = [pages.RunData(r.arm, r.warmup_seed, r.seed, [{"step": 10}], dict(pages.EMPTY_RECORD, args=r.args))
                  for r in here[:2]]
     committed[1].record["args"] = [a if a != "10" else "12" for a in here[1].args]        # other --steps
+    committed.append(pages.RunData(here[2].arm, here[2].warmup_seed, here[2].seed, [{"step": 10}],
+                                   dict(pages.EMPTY_RECORD)))                             # data with no flags
     pages.write_run_data(committed, str(docs / "sweep_addition_credit.jsonl.gz"))
+    pages.write_run_data([pages.RunData(here[3].arm, here[3].warmup_seed, here[3].seed, [{"step": 10}],
+                                        dict(pages.EMPTY_RECORD, args=here[3].args))],
+                         str(docs / "sweep_addition_advantages.jsonl.gz"))                # another sweep's file
     elsewhere = sweep.plan_runs(spec, list(spec.arms), [0], [0, 1], 10, str(tmp_path / "new_out"), [], "addition")
-    assert sweep.committed_labels(elsewhere, str(docs), "addition") == {here[0].label}
+    adv = designs.advantages("addition")
+    others = sweep.plan_runs(adv, ["psr"], [0], [0, 1], 10, str(tmp_path / "new_out"), [], "addition")
+    assert sweep.committed_labels(elsewhere + others, str(docs), "addition") == {here[0].label}
     assert sweep.committed_labels(elsewhere, str(tmp_path / "no_docs"), "addition") == set()
 
 

@@ -125,6 +125,8 @@ def test_beta_exits_2_naming_kl_coef(tmp_path):
     (["--report_to", "mlflow"], "--report_to must be one of none, tensorboard, trackio, wandb, got 'mlflow'"),
     (["--lr_warmup_steps", "-1"], "--lr_warmup_steps must be >= 0"),
     (["--data", "countdown_instruct"], "worded for chat models; the embedded model reads --data countdown"),
+    (["--data", "countdown", "--eval_data", "countdown_instruct"],
+     "--eval_data countdown_instruct is worded for chat models; the embedded model reads --eval_data countdown"),
 ])
 def test_flags_that_would_change_nothing_or_mean_something_else_exit_2(argv, needle, capsys):
     assert needle in cli_error(argv, capsys)

@@ -18,8 +18,8 @@ softmax over final answers), toy/fade.py (6, 7 on it: the sign and difficulty ax
 FADE's schedule), toy/plots.py (the seven figures), toy/report.py (verdicts and the summary).
 
 Each experiment N is three steps, and the function in EXPERIMENTS only chains them:
-expN_compute() returns a plain dict of numbers, expN_judge(numbers) turns it into the
-papers' claims with their verdicts, and plots.expN(numbers, out_dir) draws the figure.
+expN_compute() returns a plain dict of numbers (data), expN_judge(data) turns it into the
+papers' claims with their verdicts, and plots.expN(data, out_dir) draws the figure.
 The first two live in the experiment's chapter, the figure in toy/plots.py, so a verdict
 can be read, or tested on numbers made by hand, without any plotting code.
 """

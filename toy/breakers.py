@@ -371,8 +371,8 @@ def versus_random(drift_abs: dict, mode: str) -> tuple[float, float, float]:
 def exp4_judge(data: dict) -> list[dict]:
     """Experiment 4's four claims (one per mode that is not random), from exp4_compute's dict."""
     numbers, drift_abs = data["numbers"], data["drift_abs"]
-    template_prob, slippy_prob = data["template_prob"], data["slippy_prob"]
-    drift = {m: numbers[m]["E|drift|"] for m in MODES}
+    template_prob, slippy_prob, modes = data["template_prob"], data["slippy_prob"], data["modes"]
+    drift = {m: numbers[m]["E|drift|"] for m in modes}
     slip = {m: float(v.mean()) for m, v in drift_abs[slippy_prob].items()}
 
     def reduces(mode: str) -> bool:

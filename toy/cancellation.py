@@ -327,10 +327,19 @@ def coupling_classes(bandit, W, closed: torch.Tensor, occ: list) -> dict:
     return {kind: (float(value[m].mean()) if bool(m.any()) else float("nan"), int(m.sum())) for kind, m in kinds.items()}
 
 
+def mean(xs: list) -> float:
+    """Mean of a list of per-batch numbers."""
+    return sum(xs) / len(xs)
+
+
+def sign_gap(run: dict, kind: str, part: str = "all") -> float:
+    """Fraction of `kind` ("boost" / "suppress") tokens in A>0 rollouts minus in A<0 ones, means over batches."""
+    return mean(run[f"{kind}_pos_{part}"]) - mean(run[f"{kind}_neg_{part}"])
+
+
 def flip_gap(run: dict) -> float:
     """The flips verdict's number: max(|boosted A>0 - A<0|, |suppressed A>0 - A<0|), means over batches."""
-    mean = lambda xs: sum(xs) / len(xs)
-    return max(abs(mean(run[f"{kind}_pos_all"]) - mean(run[f"{kind}_neg_all"])) for kind in ("boost", "suppress"))
+    return max(abs(sign_gap(run, kind)) for kind in ("boost", "suppress"))
 
 
 def exp5_flips_and_coupling(out_dir: str, lr: float = 1.0) -> dict:
@@ -390,9 +399,7 @@ def exp5_compute(lr: float = 1.0) -> dict:
     kinds = coupling_classes(filler_bandit, W, closed, occ)
     kinds_c = coupling_classes(filler_bandit, W_confident, closed_c, occ)
     p_confident = B.logp_table(filler_bandit, W_confident).exp()[1:N_FILLER + 1, B.IDX[CONFIDENT_FILLER]]
-    mean = lambda xs: sum(xs) / len(xs)
     ms = {key: mean_se(v) for key, v in new.items() if isinstance(v, list)}
-    gap = lambda run, kind, part="all": mean(run[f"{kind}_pos_{part}"]) - mean(run[f"{kind}_neg_{part}"])
     fmt4 = lambda run, part="all": (f"{mean(run[f'boost_pos_{part}']):.3f} / {mean(run[f'boost_neg_{part}']):.3f}, "
                                     f"{mean(run[f'suppress_pos_{part}']):.3f} / {mean(run[f'suppress_neg_{part}']):.3f}")
     gap_by_fillers = {F: flip_gap(run) for F, run in by_fillers.items()}
@@ -410,7 +417,7 @@ def exp5_compute(lr: float = 1.0) -> dict:
         "5c fillers, 1 group per step: boosted A>0 / A<0, suppressed A>0 / A<0": fmt4(one_group),
         "5c 3 tokens, 64 groups per step: boosted A>0 / A<0, suppressed A>0 / A<0": fmt4(no_filler),
         "5c irrelevant tokens, boosted A>0 minus A<0: 1 group vs 64 groups per step":
-            [gap(one_group, "boost", "irrelevant"), gap(new, "boost", "irrelevant")],
+            [sign_gap(one_group, "boost", "irrelevant"), sign_gap(new, "boost", "irrelevant")],
         f"5e flips gap by filler positions, {FLIP_GROUPS} groups per step (verdict: <= 0.1)": {
             F: round(g, 3) for F, g in gap_by_fillers.items()},
         f"5e flips gap by groups per step, {N_FILLER} filler positions": {
@@ -437,33 +444,32 @@ def exp5_judge(data: dict) -> list[dict]:
     old, new, one_group, no_filler = data["old"], data["new"], data["one_group"], data["no_filler"]
     gap_by_fillers, gap_by_groups = data["gap_by_fillers"], data["gap_by_groups"]
     numbers, ms, kinds, kinds_c = data["numbers"], data["new_mean_se"], data["kinds"], data["kinds_c"]
-    mean = lambda xs: sum(xs) / len(xs)
-    gap = lambda run, kind, part="all": mean(run[f"{kind}_pos_{part}"]) - mean(run[f"{kind}_neg_{part}"])
+    groups, n_filler, confident = data["flip_groups"], data["n_filler"], data["confident_filler"]
     old_gap = max(abs(old["boost_pos_all"] - old["boost_neg_all"]), abs(old["suppress_pos_all"] - old["suppress_neg_all"]))
-    new_gap = max(abs(gap(new, "boost")), abs(gap(new, "suppress")))
+    new_gap = flip_gap(new)
     gap_se = {kind: mean_se([p - q for p, q in zip(new[f"{kind}_pos_all"], new[f"{kind}_neg_all"])])
               for kind in ("boost", "suppress")}
     return [
         report.claim("Positive and negative rollouts have similar fractions of boosted and suppressed tokens "
                      "(we call |difference| <= 0.1 similar)",
                      report.agrees_if(new_gap <= 0.1),
-                     f"new design (17 of 19 tokens reward-irrelevant, one step over {FLIP_GROUPS} groups): boosted "
+                     f"new design ({n_filler + 1} of {data['L']} tokens reward-irrelevant, one step over {groups} groups): boosted "
                      f"{ms['boost_pos_all'][0]:.3f} ± {ms['boost_pos_all'][1]:.3f} (A>0) vs "
                      f"{ms['boost_neg_all'][0]:.3f} ± {ms['boost_neg_all'][1]:.3f} (A<0), suppressed "
                      f"{ms['suppress_pos_all'][0]:.3f} vs {ms['suppress_neg_all'][0]:.3f}; gaps "
                      f"{gap_se['boost'][0]:+.3f} ± {gap_se['boost'][1]:.3f} and {gap_se['suppress'][0]:+.3f} ± "
                      f"{gap_se['suppress'][1]:.3f}. "
                      f"Old design (3 tokens, each group its own step): gap {old_gap:.3f}. Both changes matter: "
-                     f"fillers with one group per step leave a gap of {gap(one_group, 'boost'):.3f}, 3-token "
-                     f"responses with {FLIP_GROUPS} groups per step {gap(no_filler, 'boost'):.3f}. In a one-group step "
+                     f"fillers with one group per step leave a gap of {sign_gap(one_group, 'boost'):.3f}, 3-token "
+                     f"responses with {groups} groups per step {sign_gap(no_filler, 'boost'):.3f}. In a one-group step "
                      "a token's change follows its own rollout's advantage; in a many-group step a reward-irrelevant "
                      "token moves with the sum over all its coupled occurrences, whose signs do not depend on its "
                      "own rollout, and only the few decisive tokens keep a sign-dependent change. The verdict depends "
                      "on the analog's size (5e): gap "
                      + " / ".join(f"{g:.3f}" for g in gap_by_fillers.values()) + " at "
-                     + " / ".join(map(str, gap_by_fillers)) + f" filler positions ({FLIP_GROUPS} groups per step), "
+                     + " / ".join(map(str, gap_by_fillers)) + f" filler positions ({groups} groups per step), "
                      + " / ".join(f"{g:.3f}" for g in gap_by_groups.values()) + " at "
-                     + " / ".join(map(str, gap_by_groups)) + f" groups per step ({N_FILLER} fillers): it holds with "
+                     + " / ".join(map(str, gap_by_groups)) + f" groups per step ({n_filler} fillers): it holds with "
                      f"{', '.join(str(F) for F, g in gap_by_fillers.items() if g <= 0.1)} fillers and "
                      f"{', '.join(str(k) for k, g in gap_by_groups.items() if g <= 0.1)} groups per step. The "
                      "gap shrinks steadily toward the paper's setting (hundreds of tokens, many groups per step); "
@@ -478,11 +484,11 @@ def exp5_judge(data: dict) -> list[dict]:
                                       and kinds_c["identical, p < 0.5"][0] > 2 * max(kinds_c["identical, p >= 0.5"][0],
                                                                                       kinds_c["different"][0])
                                       and kinds["identical, p < 0.5"][0] > 2 * kinds["different"][0]),
-                     f"pairs of different occurrences in the {N_FILLER}-filler bandit (self-pairs excluded): identical "
+                     f"pairs of different occurrences in the {n_filler}-filler bandit (self-pairs excluded): identical "
                      f"tokens {kinds['identical, p < 0.5'][0]:.3f} ({kinds['identical, p < 0.5'][1]} pairs, all low "
-                     f"confidence) vs different tokens {kinds['different'][0]:.3f}; with '{CONFIDENT_FILLER}' made "
+                     f"confidence) vs different tokens {kinds['different'][0]:.3f}; with '{confident}' made "
                      f"confident: identical low-confidence {kinds_c['identical, p < 0.5'][0]:.3f}, identical confident "
-                     f"('{CONFIDENT_FILLER}' with itself at two positions) {kinds_c['identical, p >= 0.5'][0]:.3f}, "
+                     f"('{confident}' with itself at two positions) {kinds_c['identical, p >= 0.5'][0]:.3f}, "
                      f"different {kinds_c['different'][0]:.3f}; closed form - autograd "
                      f"{numbers['5d coupling: max |closed form - autograd| (both policies)']:.0e}"),
     ]

@@ -176,6 +176,17 @@ def differs(x: torch.Tensor, sign: int) -> bool:
     return sign * m > 2 * se
 
 
+def vs_mean(runs_at: dict, label: str) -> torch.Tensor:
+    """label's seed-paired difference from mean (balanced): runs_at[label] - runs_at["mean (balanced)"]."""
+    return runs_at[label] - runs_at["mean (balanced)"]
+
+
+def pm(x: torch.Tensor, digits: int = 3) -> str:
+    """"+m ± se" of a [seeds] tensor, to `digits` decimals."""
+    m, se = mean_se(x)
+    return f"{m:+.{digits}f} ± {se:.{digits}f}"
+
+
 def mass_curves() -> dict:
     """{advantage: (p, m_S, m_F)}: mass.mass_curve of every registered advantage at G = 64."""
     return {name: mass.mass_curve(name, G=64) for name in adv_lib.ADVANTAGES}
@@ -274,11 +285,9 @@ def exp6_compute() -> dict:
                         for lr in ADAM_LRS},
                "sgd": {label: at_solve_rate(sgd[label]["hist"], MATCH_P) for label in labels},
                "path": {label: at_solve_rate(path[:, c], MATCH_P) for c, label in enumerate(labels)}}
-    gap = lambda runs_at, label: runs_at[label] - runs_at[base]          # [4, seeds], paired by seed
-    beyond = {label: gap(matched["sgd"], label) - gap(matched["path"], label) for label in labels}
+    beyond = {label: vs_mean(matched["sgd"], label) - vs_mean(matched["path"], label) for label in labels}
     ps = torch.tensor([0.1, 0.5, 0.9], dtype=DTYPE)
     speed = {label: rollout_gap(name, ps, **hyper).tolist() for label, name, hyper in METHODS}
-    pm = lambda x: f"{mean_se(x)[0]:+.3f} ± {mean_se(x)[1]:.3f}"
     three = lambda d: f"{pm(d[1])}, {pm(d[2])}, {pm(d[3])}"
     others = [label for label in labels if label != base]
     numbers = {
@@ -295,21 +304,21 @@ def exp6_compute() -> dict:
     numbers[f"6c exact lr → 0 path of SGD, at solve rate {MATCH_P}: entropy (mean over {SEEDS} populations)"] = {
         label: round(mean_se(matched["path"][label][1])[0], 4) for label in labels}
     numbers["6c   ... minus mean's: entropy, entropy among correct, coverage@16 (mean ± SE)"] = {
-        label: three(gap(matched["path"], label)) for label in others}
+        label: three(vs_mean(matched["path"], label)) for label in others}
     numbers[f"6c SGD lr {SGD_LR}, at solve rate {MATCH_P}, minus mean's (paired): entropy, among correct, "
-            f"coverage@{COVERAGE_K}"] = {label: three(gap(matched["sgd"], label)) for label in others}
+            f"coverage@{COVERAGE_K}"] = {label: three(vs_mean(matched["sgd"], label)) for label in others}
     numbers["6c   ... minus the exact path's difference: the sign axis under SGD beyond first order"] = {
         label: three(beyond[label]) for label in others}
     for lr in ADAM_LRS:
         numbers[f"6c Adam lr {lr:g}, at solve rate {MATCH_P}, minus mean's (paired): entropy, among correct, "
-                f"coverage@{COVERAGE_K}"] = {label: three(gap(matched["adam"][lr], label)) for label in others}
+                f"coverage@{COVERAGE_K}"] = {label: three(vs_mean(matched["adam"][lr], label)) for label in others}
     numbers[f"6c Adam lr {ADAM_LR}, at solve rate {MATCH_P}: entropy, among correct, coverage@{COVERAGE_K}"] = {
         label: ", ".join(f"{mean_se(matched['adam'][ADAM_LR][label][i])[0]:.3f}" for i in (1, 2, 3))
         for label in labels}
     numbers[f"6c steps to solve rate {MATCH_P}: Adam lr {', '.join(f'{lr:g}' for lr in ADAM_LRS)}; SGD lr {SGD_LR}"] = {
         label: [round(mean_se(steps_to(adam[lr][label]["hist"], MATCH_P))[0], 1) for lr in ADAM_LRS]
         + [round(mean_se(steps_to(sgd[label]["hist"], MATCH_P))[0], 1)] for label in labels}
-    adam_correct = {label: [mean_se(gap(matched["adam"][lr], label)[2]) for lr in ADAM_LRS] for label in labels}
+    adam_correct = {label: [mean_se(vs_mean(matched["adam"][lr], label)[2]) for lr in ADAM_LRS] for label in labels}
     return {"numbers": numbers, "curves": curves, "peaks": peaks, "step": step, "adam": adam, "sgd": sgd,
             "path": path, "matched": matched, "beyond": beyond, "speed": speed, "adam_correct_vs_mean": adam_correct,
             "labels": labels, "one_step_ps": ONE_STEP_PS, "adam_lrs": ADAM_LRS, "adam_lr": ADAM_LR, "sgd_lr": SGD_LR,
@@ -320,26 +329,24 @@ def exp6_judge(data: dict) -> list[dict]:
     """Experiment 6's six claims, from exp6_compute's dict: 6a's peaks, then one sign-axis claim per method but mean."""
     numbers, peaks, step, matched = data["numbers"], data["peaks"], data["step"], data["matched"]
     beyond, speed = data["beyond"], data["speed"]
-    base = "mean (balanced)"
-    gap = lambda runs_at, label: runs_at[label] - runs_at[base]          # [4, seeds], paired by seed
-    pm = lambda x: f"{mean_se(x)[0]:+.3f} ± {mean_se(x)[1]:.3f}"
+    adam_lrs, sgd_lr, match_p = data["adam_lrs"], data["sgd_lr"], data["match_p"]
 
-    def verdict(label: str, sign: int, name: str, hyper: dict) -> tuple[str, str]:
+    def verdict(label: str, sign: int) -> tuple[str, str]:
         holds = lambda d: differs(d[1], sign) and differs(d[2], sign)
-        on_adam = [holds(gap(matched["adam"][lr], label)) for lr in ADAM_LRS]
+        on_adam = [holds(vs_mean(matched["adam"][lr], label)) for lr in adam_lrs]
         on_sgd = holds(beyond[label])
-        where = [f"{lr:g}" for lr, h in zip(ADAM_LRS, on_adam) if h]
-        first_gap = gap(matched["path"], label)
+        where = [f"{lr:g}" for lr, h in zip(adam_lrs, on_adam) if h]
+        first_gap = vs_mean(matched["path"], label)
         constant = max(speed[label]) - min(speed[label]) < 1e-12
         why = ("0 up to the integration: a_1 - a_0 does not depend on p, so it follows mean's path" if constant else
                f"a first-order difficulty effect: a_1 - a_0 = {speed[label][0]:.3f} / {speed[label][1]:.3f} / "
                f"{speed[label][2]:.3f} at p = 0.1 / 0.5 / 0.9 shifts the update toward "
                f"{'hard' if speed[label][0] > speed[label][2] else 'easy'} prompts")
-        text = (f"Adam: holds at lr {', '.join(where) if where else 'none'} of {', '.join(f'{lr:g}' for lr in ADAM_LRS)} "
-                f"(vs mean at solve rate {MATCH_P}, entropy / among correct: "
-                + "; ".join(f"lr {lr:g} {pm(gap(matched['adam'][lr], label)[1])} / {pm(gap(matched['adam'][lr], label)[2])}"
-                            for lr in ADAM_LRS)
-                + f"). SGD lr {SGD_LR}: {pm(gap(matched['sgd'], label)[1])} / {pm(gap(matched['sgd'], label)[2])}, of "
+        text = (f"Adam: holds at lr {', '.join(where) if where else 'none'} of {', '.join(f'{lr:g}' for lr in adam_lrs)} "
+                f"(vs mean at solve rate {match_p}, entropy / among correct: "
+                + "; ".join(f"lr {lr:g} {pm(vs_mean(matched['adam'][lr], label)[1])} / {pm(vs_mean(matched['adam'][lr], label)[2])}"
+                            for lr in adam_lrs)
+                + f"). SGD lr {sgd_lr}: {pm(vs_mean(matched['sgd'], label)[1])} / {pm(vs_mean(matched['sgd'], label)[2])}, of "
                 f"which the exact lr → 0 path gives {mean_se(first_gap[1])[0]:+.3f} / {mean_se(first_gap[2])[0]:+.3f} "
                 f"({why}); beyond first order {pm(beyond[label][1])} / {pm(beyond[label][2])}: "
                 f"{'holds' if on_sgd else 'does not hold'}")
@@ -367,10 +374,10 @@ def exp6_judge(data: dict) -> list[dict]:
                                     f" nsr does not cancel all-wrong groups: one SGD step at p=0.05 costs E[ΔH] "
                                     f"{nsr_low['dH']:+.4f}, of which {nsr_low['dH_all_equal_groups']:+.4f} from "
                                     "all-equal groups.")}
-    for label, name, hyper in METHODS:
+    for label in data["labels"]:                      # METHODS' order
         if label in texts:
             sign, text, extra = texts[label]
-            lab, evidence = verdict(label, sign, name, hyper)
+            lab, evidence = verdict(label, sign)
             claims.append(report.claim(text, lab, evidence + "." + extra))
     return claims
 
@@ -438,7 +445,8 @@ def exp7_compute() -> dict:
     {label: steps to MATCH_P [seeds]}; "final" {label: [4, seeds]} at ADAM_STEPS for the
     static baselines and FADE; "fastest" static label; "statics", "arms" (labels); FADE's
     "alpha" [T+1, seeds], "delta" [ADAM_STEPS, seeds], "scale" [ADAM_STEPS] (mean over
-    seeds) of its sum|A| relative to mean's; the settings "match_p", "seeds", "coverage_k"}.
+    seeds) of its sum|A| relative to mean's; the settings "match_p", "seeds", "coverage_k",
+    "adam_lr", "adam_steps"}.
     """
     sims = runs("adam")[ADAM_LR]
     sgd = runs("sgd")[SGD_LR]
@@ -457,14 +465,12 @@ def exp7_compute() -> dict:
     n_correct = 1 + torch.arange(PROMPTS) % 4
     reach = max_entropy(mean_se(final[FADE_RUN][0])[0], n_correct)
     names = ("solve rate", "entropy", "entropy among correct", f"coverage@{COVERAGE_K}")
-    pm = lambda x: f"{mean_se(x)[0]:+.1f} ± {mean_se(x)[1]:.1f}"
-    vs_mean = lambda t, label: t[label] - t["mean (balanced)"]
     numbers = {
         f"steps to solve rate {MATCH_P}, Adam (mean ± SE over {SEEDS} seeds)":
             {label: f"{mean_se(t90[label])[0]:.1f} ± {mean_se(t90[label])[1]:.1f}" for label in arms},
-        "  ... minus mean's, paired": {label: pm(vs_mean(t90, label)) for label in arms if label != "mean (balanced)"},
+        "  ... minus mean's, paired": {label: pm(vs_mean(t90, label), 1) for label in arms if label != "mean (balanced)"},
         f"steps to solve rate {MATCH_P}, SGD lr {SGD_LR}, minus mean's (mean's own: "
-        f"{mean_se(t90_sgd['mean (balanced)'])[0]:.1f})": {label: pm(vs_mean(t90_sgd, label)) for label in t90_sgd
+        f"{mean_se(t90_sgd['mean (balanced)'])[0]:.1f})": {label: pm(vs_mean(t90_sgd, label), 1) for label in t90_sgd
                                                             if label != "mean (balanced)"},
         "FADE's batch sum|A| / mean's on the same rewards, at steps 0, 10, 20, 30, 60, 100, 149": [
             round(float(scale[t]), 3) for t in (0, 10, 20, 30, 60, 100, ADAM_STEPS - 1)],
@@ -479,15 +485,16 @@ def exp7_compute() -> dict:
     }
     return {"numbers": numbers, "runs": sims, "sgd": sgd, "hist": hist, "t90": t90, "t90_sgd": t90_sgd,
             "final": final, "fastest": fastest, "statics": labels, "arms": arms, "alpha": fade["alpha"],
-            "delta": delta, "scale": scale, "match_p": MATCH_P, "seeds": SEEDS, "coverage_k": COVERAGE_K}
+            "delta": delta, "scale": scale, "match_p": MATCH_P, "seeds": SEEDS, "coverage_k": COVERAGE_K,
+            "adam_lr": ADAM_LR, "adam_steps": ADAM_STEPS}
 
 
 def exp7_judge(data: dict) -> list[dict]:
     """Experiment 7's two claims, from exp7_compute's dict: FADE's speed (fade_speed_label) and its final trade-off."""
     numbers, t90, t90_sgd, final, fastest = data["numbers"], data["t90"], data["t90_sgd"], data["final"], data["fastest"]
     labels, alpha, delta, scale = data["statics"], data["alpha"], data["delta"], data["scale"]
-    pm = lambda x: f"{mean_se(x)[0]:+.1f} ± {mean_se(x)[1]:.1f}"
-    vs_mean = lambda t, label: t[label] - t["mean (balanced)"]
+    match_p, seeds, coverage_k = data["match_p"], data["seeds"], data["coverage_k"]
+    adam_lr, adam_steps = data["adam_lr"], data["adam_steps"]
     gain = t90[FADE_RUN] - t90[fastest]
     vs_scale = t90[FADE_RUN] - t90[SCALE_CONTROL]
     sgd_gain = vs_mean(t90_sgd, FADE_RUN)
@@ -509,18 +516,18 @@ def exp7_judge(data: dict) -> list[dict]:
     claims = [
         report.claim("FADE reaches peak accuracy sooner than the best static baseline",
                      label_1,
-                     f"{reading}. Steps to solve rate {MATCH_P} (Adam lr {ADAM_LR}, {SEEDS} seeds, paired): FADE "
-                     f"{mean_se(t90[FADE_RUN])[0]:.1f}, {pm(gain)} vs the fastest static ({fastest}); mean at FADE's "
-                     f"sum|A| {pm(vs_mean(t90, SCALE_CONTROL))} vs mean, FADE {pm(vs_mean(t90, FADE_RUN))}, FADE minus "
-                     f"the scale-matched control {pm(vs_scale)}; FADE's (alpha, delta) at mean's scale "
-                     f"{pm(vs_mean(t90, SHAPE_CONTROL))}. Why: alpha starts at {float(alpha[0].mean()):.2f}, "
+                     f"{reading}. Steps to solve rate {match_p} (Adam lr {adam_lr}, {seeds} seeds, paired): FADE "
+                     f"{mean_se(t90[FADE_RUN])[0]:.1f}, {pm(gain, 1)} vs the fastest static ({fastest}); mean at FADE's "
+                     f"sum|A| {pm(vs_mean(t90, SCALE_CONTROL), 1)} vs mean, FADE {pm(vs_mean(t90, FADE_RUN), 1)}, FADE minus "
+                     f"the scale-matched control {pm(vs_scale, 1)}; FADE's (alpha, delta) at mean's scale "
+                     f"{pm(vs_mean(t90, SHAPE_CONTROL), 1)}. Why: alpha starts at {float(alpha[0].mean()):.2f}, "
                      f"so FADE's sum|A| starts at {float(scale[0]):.2f}x mean's and grows to "
                      f"{float(scale[30]):.2f}x by step 30 as alpha anneals to 1; Adam's second moment still remembers "
                      f"the small early gradients, so the effective step grows. Under SGD, where the scale is the step, "
-                     f"FADE is {pm(sgd_gain)} steps vs mean"),
+                     f"FADE is {pm(sgd_gain, 1)} steps vs mean"),
         report.claim("FADE ends with a better accuracy-diversity trade-off than static baselines",
                      report.agrees_if(not rivals),
-                     f"at step {ADAM_STEPS}, solve rate / entropy among correct / coverage@{COVERAGE_K}: FADE "
+                     f"at step {adam_steps}, solve rate / entropy among correct / coverage@{coverage_k}: FADE "
                      f"{fin(FADE_RUN, 0):.3f} / {fin(FADE_RUN, 2):.3f} / {fin(FADE_RUN, 3):.3f}; "
                      + "; ".join(f"{label} {fin(label, 0):.3f} / {fin(label, 2):.3f} / {fin(label, 3):.3f}"
                                  for label in labels)

@@ -29,7 +29,7 @@ def exp1(data: dict, out_dir: str) -> str:
         i = B.IDX[tok]
         pairs = torch.unique(torch.stack([predicted[:, i], measured[:, i]], 1).round(decimals=12), dim=0)
         ax0.plot(pairs[:, 0], pairs[:, 1], "o", ms=3, color=color, label=tok)
-    ax0.set(title="1a. all 5985 groups: autograd through loss.py vs prediction",
+    ax0.set(title=f"1a. all {measured.shape[0]} groups: autograd through loss.py vs prediction",
             xlabel="G·Cov(A, n_a) / (G·L)", ylabel="update of W[a, 0] (token a's logit)")
     ax0.legend(fontsize=8)
     toks = list(B.VOCAB[:5])
