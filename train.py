@@ -541,8 +541,7 @@ def validate(cfg: Config) -> None:
         bare = getattr(tasks.TASKS.get(source), "bare_wording", None)    # named tasks only: no file read here
         need(cfg.model != "tiny" or bare is None,
              f"{flag} {source} is worded for chat models; the embedded model reads {flag} {bare}")
-    need(cfg.report_to in trackers.TRACKERS, f"--report_to must be one of {', '.join(trackers.TRACKERS)}, "
-         f"got {cfg.report_to!r}")
+    need(cfg.report_to in trackers.TRACKERS, f"--report_to must be one of {', '.join(trackers.TRACKERS)}, got {cfg.report_to!r}")
     # The advantage's own checks (group size, hyper-parameter ranges), on a batch of this shape.
     example = (torch.arange(cfg.group_size) % 2).float().unsqueeze(0)
     advantages.compute_advantages(cfg.advantage, example, **advantage_hyper(cfg, {}))
