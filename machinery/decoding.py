@@ -177,17 +177,11 @@ class LlamaDecoder:
       padded              [R]              the slot's prompt has left padding
       next_pos            [R]              the position of each slot's next token
       slot                [U]              node u lives in row slot[u]
-    How the cache grows. Each step writes its new key and value into column L in place,
-    and the attention reads columns 0..L of the first U rows, a view. When the buffer is
-    full, `_widen` copies the live rows into one COLUMN_SLACK columns wider. Why not one
-    column at a time, as transformers' DynamicCache does (torch.cat): that copies the
-    whole cache at every step, O(T^2) bytes over a response, which was a quarter of the
-    sampler's time on countdown. Why not every column at once: the attention kernel
-    reads a row's keys more slowly the more unused columns separate them from the next
-    row's (a full-width buffer made it about twice as slow). Measured on the bench's
-    batches against one column at a time: 4 at a time took 5% off the sampler on
-    countdown (median of 30 paired batches) and changed nothing measurable on addition;
-    2-6 were alike, 16 and more were slower.
+    Each step writes its new key and value into column L in place; the attention reads
+    columns 0..L of the first U rows, a view. A full buffer is widened by COLUMN_SLACK
+    columns (`_widen`): not one column a step (a copy of the whole cache each step) nor
+    all at once (the kernel reads widely spaced rows slowly). The measurements:
+    docs/sampler.md, "The decoding step".
     """
 
     def __init__(self, model, prompt_ids: Tensor, prompt_mask: Tensor, rows: int, width: int):

@@ -275,24 +275,14 @@ def share_prompts(model, ro: rollout.Rollouts, micro: list[torch.Tensor], micro_
                   off: str | None = None) -> SharedPrompts | None:
     """The keys and values of this optimizer step's prompts, computed once, with grad.
 
-    A rollout's tokens are its prompt's P tokens and its response's. The G rollouts of a
-    prompt share the first P, and a causal model computes those positions from the prompt
-    alone, so every rollout of the group repeats the same prompt computation (TRL and verl
-    do). Here each distinct prompt of the step runs once (chunks of micro_batch prompts),
-    without its last token, and the micro-batches run their responses on top of its keys
-    and values (`forward`, rollout.token_logprobs' prompt_kv). The gradient is the same sum:
-        dL/dtheta = sum over rollouts of (response part) + sum over rollouts of
-                    dL/dK_prompt dK_prompt/dtheta
-                  = (response parts) + (sum over the group's rollouts of dL/dK_prompt) dK_prompt/dtheta
-    The micro-batches' backward stops at detached copies of the prompts' keys and values
-    (key_leaves) and adds up there; backward_prompts then runs the prompts' backward once
-    with those sums. Exact up to float rounding: the responses attend to the same keys and
-    values, computed in a batch of another shape (the update's gradient differs by ~1e-6
-    relative, tested, against ~1 when a group's prompt gradient is left out).
-
-    Saves, per optimizer step, (rollouts - prompts) x (P - 1) token positions of the
-    forward and the backward; on countdown (15 prompt columns, ~29 response tokens,
-    ~175 rollouts with gradient from 32 prompts) about a quarter of the update's tokens.
+    The G rollouts of a prompt share its P tokens, and a causal model computes those
+    positions from the prompt alone. So each distinct prompt of the step runs once (chunks of
+    micro_batch prompts, without its last token), and the micro-batches run their responses
+    on top of its keys and values (rollout.token_logprobs' prompt_kv). The gradient is the
+    same sum: the micro-batches' backward stops at detached copies of the keys and values
+    (key_leaves) and adds up there; backward_prompts runs the prompts' backward once with
+    those sums. Exact to float rounding (~1e-6 relative on the update, tested). The
+    derivation and what it saves: docs/sampler.md, "Shared prompts in the update".
     model: the training model (as `forward` gets it); micro: the step's micro-batches
     (micro_batches); off: prompt_sharing_off's answer for the run. None when there is
     nothing to share (no micro-batch, every prompt one column wide) or sharing is off.

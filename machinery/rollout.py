@@ -152,46 +152,15 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, G: int, max_new_token
         z_t = logits of the next token given prompt + o_{<t};   o_t ~ softmax(z_t / T)
         (top_p < 1: drawn from the nucleus of that distribution, see top_p_filter)
 
-    Rows that have drawn the same tokens so far share one forward. Call a distinct
-    history (a prompt plus the tokens drawn after it) a *node*: all G rollouts of a
-    prompt start in one node, and a node splits when its rows draw different tokens,
-    so the nodes at step t are the branches of the trie of the G responses cut at depth
-    t. The forward runs once per node, and each row draws its own token from its node's
-    distribution. Rows of a node have identical inputs, so they have identical logits:
-    sharing them computes nothing differently, it only stops computing the same numbers
-    several times. (vLLM shares a prompt's KV cache among its G samples; this goes on
-    sharing down the responses, as long as they agree. On the bench's batches, from a
-    warmed policy: ~2,400-2,800 node forwards for ~7,500 response tokens, a third.)
-
-    Steps:
-    1. Prefill: one forward over the N prompts (one node each), filling a KV cache with
-       one row per node (machinery/decoding.py: the model's keys and values).
-    2. Draw: every live row draws from its node's softmax(z / T) (`draw`: one uniform
-       number per live row, rows in batch order), and records the token's log-prob and
-       the node's full-vocabulary entropy.
-    3. Branch: rows that drew an EOS leave; the others regroup into the next nodes, the
-       distinct (node, token) pairs, and one decoding step feeds every new node its token
-       (`decoder.step(parent, token)`): a node whose rows drew k different tokens
-       continues as k nodes, each with a copy of its history in the cache, and a node
-       whose rows all stopped is dropped. Position ids continue each prompt's own count
-       (a prompt of L real tokens has positions 0..L-1, so response token t sits at
-       L + t, exactly as token_logprobs numbers it); the attention mask is the prompt's
-       mask plus ones, so left padding stays invisible. For the Llama family the step
-       runs the model's arithmetic directly and moves only the cache rows that change
-       place (decoding.LlamaDecoder); any other model is called through its own forward
-       (decoding.TransformersDecoder). The two give identical bits (tested).
-    The loop ends when no row is left or after max_new_tokens draws. Each row's
-    computation depends only on its own history (the attention mask keeps cache rows
-    apart), so neither the grouping nor a finished row leaving changes the distribution
-    a row samples from; they change which random number a row consumes only through
-    which rows are still live.
-
-    prompt_ids, prompt_mask: [N, P], every row with >= 1 real token (pad_rows, left=True).
-    Returns (tokens [N*G, T] long: pad after a row's EOS; logp [N*G, T] float32: log
-    softmax(z_t / T) at the drawn token, untruncated even when top_p < 1; entropy
-    [N*G, T] float32: full-vocabulary entropy of softmax(z_t / T)), 0 after EOS.
-    T = the longest response, <= max_new_tokens. Consumes torch's global RNG.
-    Call under torch.no_grad() in eval mode (generate_rollouts does).
+    Rows that have drawn the same tokens so far share one forward: a *node* is a distinct
+    history; the G rows of a prompt start in one, and a node splits when its rows draw
+    different tokens. Each step every live row draws from its node's distribution (`draw`),
+    rows that drew EOS leave, and one decoding step (machinery/decoding.py) feeds each new
+    node its token. A node's rows have identical inputs: sharing changes no bit (docs/sampler.md).
+    prompt_ids, prompt_mask: [N, P], each row with >= 1 real token. Returns (tokens [N*G, T]
+    long, pad after EOS; logp [N*G, T]: log softmax(z_t / T) at the drawn token, untruncated
+    by top_p; entropy [N*G, T]: full vocabulary), 0 after EOS; T <= max_new_tokens.
+    Consumes torch's global RNG; call under torch.no_grad() in eval mode.
     """
     N, P = prompt_ids.shape
     B, device = N * G, prompt_ids.device
@@ -265,65 +234,20 @@ def top_p_filter(probs: Tensor, top_p: float) -> Tensor:
 def token_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor,
                    response_mask: Tensor, temperature: float = 1.0, with_entropy: bool = False,
                    merge_duplicates: bool = False, prompt_kv: tuple | None = None) -> tuple[Tensor, Tensor | None]:
-    """Per-token log-probs of the response under `model`, in one forward pass.
+    """Per-token log-probs (and entropies) of the responses under `model`, in one forward.
 
-        logp[b, t]    = log softmax(z_{b,t} / T)[response_ids[b, t]]
-        entropy[b, t] = -sum_v p_v log p_v,   p = softmax(z_{b,t} / T)
+        logp[b, t] = log softmax(z_{b,t} / T)[response_ids[b, t]];   entropy[b, t] = -sum_v p_v log p_v
 
-    where z_{b,t} are the logits that predict response token t, i.e. the output at the
-    position just before it (the last prompt token for t = 0). The entropy is that of
-    the whole next-token distribution, not the surprisal -logp of the sampled token
-    (the two agree only in expectation).
-
-    Left padding: input = [prompt | response] with attention mask [prompt_mask |
-    response_mask]; position ids are cumsum(mask) - 1 (clamped at 0 on padding), so a
-    prompt's first real token sits at position 0 however much padding precedes it,
-    exactly as `sample` numbers them. (For rotary models such as Llama and Qwen a
-    constant shift of all positions changes nothing but rounding, since attention sees
-    only position differences; for absolute position embeddings, GPT-2 style, it is
-    essential.) The attention mask is what keeps the pads out: with it, a row's
-    log-probs do not depend on the other rows of its batch (tested). Right padding
-    after EOS needs nothing: a causal model never looks ahead, and those positions are
-    zeroed.
-
-    Padding columns are not computed: the forward runs only from the first column
-    where some prompt is real to the last column where some response is real. The
-    columns cut are padding in EVERY row of this batch (masked keys, or positions after
-    every row's end), so this changes nothing but float rounding (tested); the outputs
-    are padded back with zeros to [B, T]. In the default run the longest response of
-    a 64-rollout micro-batch is often ~35 tokens of 48. Grouping rollouts of similar
-    length into the same call makes the cut larger.
-    Bit-exactness: two calls on the same rows give identical bits (train or eval mode,
-    with or without gradients; tested), which is what makes the PPO ratio exactly 1
-    when logp_old and logp are computed over the same chunks of rollouts. The same row
-    inside a different set of rows agrees only to ~1e-6: the set decides the width
-    of the forward, and the width the rounding.
-
-    Shapes: prompt_ids/prompt_mask [B, P]; response_ids/response_mask [B, T].
-    Returns (logp [B, T] float32, entropy [B, T] float32 or None), 0 where
-    response_mask is 0. Differentiable: call under torch.no_grad() for old/ref
-    log-probs, with gradients for the policy loss. Only the response positions'
-    logits are materialised (logits_to_keep), which matters for a 150k-token vocabulary.
-    Memory: [B, T, V] floats for the log-softmax; micro-batch B for big vocabularies.
-
-    merge_duplicates=True computes each distinct row (same prompt, same response) once
-    and copies its outputs to the rows that repeat it (`distinct_rows`). Exact: a
-    deterministic forward gives identical inputs identical outputs, and the backward of
-    the copy (an index) sums the gradient of every copy into the row that was computed,
-    which is the sum the copies would have contributed one by one (up to float summation
-    order). The caller sees the same [B, T] tensors either way, so nothing downstream
-    (loss, ratios, statistics) changes. Why it pays: a policy with low entropy repeats
-    itself. In bench.py's batches of 32 prompts x 8 rollouts, 124-138 of the 256 rollouts
-    are distinct, so the update's forward and backward run on about half the rows
-    (TRL and verl compute every copy). Not for a model with active dropout: the copies
-    would share one dropout mask (Llama and Qwen configs have dropout 0). Leave it off
-    where a caller reads the forward's hidden states row by row (diagnostics' hooks).
-
-    prompt_kv = (keys, values), per layer [B, H_kv, P - 1, D]: the prompts already ran
-    (forward.share_prompts), and these are their keys and values for prompt columns
-    0..P-2. The forward then runs over [last prompt column | response] only
-    (`_after_prompts`), the same log-probs to float rounding, and the gradient flows into
-    keys and values too.
+    z_{b,t}: the logits that predict response token t (the output one position earlier).
+    prompt_ids/prompt_mask [B, P] left-padded, response_ids/response_mask [B, T]; position ids
+    cumsum(mask) - 1, as `sample` numbers them; columns padded in every row are not run.
+    Returns (logp [B, T], entropy [B, T] or None), float32, 0 where response_mask is 0;
+    differentiable (call under no_grad for old and reference log-probs). The same rows give
+    the same bits; a row in another set of rows agrees to ~1e-6 (the width sets the rounding).
+    merge_duplicates: each distinct row computed once, its outputs and gradients shared (not
+    with active dropout). prompt_kv: per layer (keys, values) [B, H_kv, P - 1, D] of the
+    prompts (forward.share_prompts); the forward then runs from the last prompt column.
+    Why each choice is exact, and what it saves: docs/sampler.md, "Log-probs of given responses".
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")

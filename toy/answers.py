@@ -60,6 +60,23 @@ correct answers the policy keeps.
 
 Here: the exact pieces (one prompt, every group: 6a, 6b), the learning simulations with
 sampled groups (SGD or Adam, many prompts: 6c, 7), and the exact lr -> 0 path of SGD.
+
+The configs of `simulate`. A static advantage is (label, advantage name, hyper-parameters
+as a tuple of (key, value)). (label, "FADE", SchedulerConfig) is the `fade` advantage with
+alpha, delta from scheduler.AdvantageScheduler, one scheduler per seed, fed each step that
+seed's batch solve rate and mean entropy. Two controls split what FADE changes into its
+two parts: (label, "FADE scale", FADE label) is Dr. GRPO's `mean` on its own rewards,
+multiplied each step (per seed) so that its batch sum |A| equals the FADE run's at that
+step (FADE's step size with mean's shape); (label, "FADE shape", FADE label) is `fade` with
+the FADE run's (alpha, delta) of the step, multiplied so that its sum |A| equals `mean`'s
+on the same rewards (FADE's shape at mean's step size). A scalar factor on a step's
+advantages is a step size: under SGD it scales the update directly; under Adam it cancels
+out in the long run, but not while Adam's second moment (beta2 = 0.999, a memory of ~1000
+steps) still remembers smaller gradients, so a GROWING scale is a growing effective step
+(experiment 7). Every config gets the SAME uniform numbers for its draws (common random
+numbers, one stream seeded 1000): two configs whose policies agree draw the same answers,
+so their paired difference carries less sampling noise, and adding a config changes
+nobody else's run.
 """
 
 from __future__ import annotations
@@ -241,32 +258,13 @@ def _diversity(lp: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
 def simulate(configs: tuple, optimizer: str, lr, steps: int, seeds: int = SEEDS, M: int = PROMPTS) -> dict:
     """Train every config on `seeds` populations of M prompts at once; return the trajectories.
 
-    configs: tuple of (label, kind, parameters), one of
-      (label, advantage name, hyper-parameters as a tuple of (key, value)): a static advantage;
-      (label, "FADE", SchedulerConfig): the `fade` advantage with alpha, delta from
-          scheduler.AdvantageScheduler, one scheduler per seed, fed each step that seed's
-          batch solve rate and mean entropy;
-      (label, "FADE scale", label of a FADE config): the scale-matched control. Dr. GRPO's
-          `mean` advantage on this config's own rewards, multiplied each step (per seed)
-          by one number so that its batch sum |A| equals the FADE run's sum |A| at the
-          same step: FADE's step size with mean's shape;
-      (label, "FADE shape", label of a FADE config): the shape-only control. `fade` with
-          the FADE run's (alpha, delta) of the same step, multiplied by one number so that
-          its sum |A| equals `mean`'s on the same rewards: FADE's shape at mean's step size.
-    The two controls split what FADE changes into its two parts. A scalar factor on a
-    step's advantages is a step size: under SGD it scales the update directly; under Adam
-    it cancels out in the long run, but not while Adam's second moment (beta2 = 0.999, a
-    memory of ~1000 steps) still remembers smaller gradients, so a GROWING scale is a
-    growing effective step (experiment 7).
+    configs: tuple of (label, kind, parameters): a static advantage (kind = its name), "FADE",
+    or its two controls "FADE scale" and "FADE shape" (the module header says what each is).
     optimizer: "sgd" (z += lr Delta z) or "adam" (breakers.adam_step on the loss gradient
-    -Delta z, torch.optim.Adam's defaults). lr: one float, or a tuple with one per config
-    (experiment 6 runs the same advantages at several Adam step sizes in one batch).
-    Seed s: population(s), the same initial prompts for every config. The answers are
-    drawn by inverse-CDF sampling, and every config gets the SAME uniform numbers
-    (common random numbers, one stream seeded 1000): two configs whose policies agree
-    draw the same answers, so their paired difference carries less sampling noise, and
-    adding a config to the batch changes nobody else's run. Delta z is `logit_update`,
-    equal to loss.policy_loss's gradient (tested).
+    -Delta z, torch.optim.Adam's defaults). lr: one float, or a tuple with one per config.
+    Seed s: population(s), the same initial prompts for every config; every config draws its
+    answers from the same uniform numbers (common random numbers). Delta z is
+    `logit_update`, equal to loss.policy_loss's gradient (tested).
     Returns {"hist": [steps + 1, C, 4, seeds] `diversity` before each step and at the end,
     "alpha", "delta": {label: [steps, seeds]} for FADE configs, "scale": {label: [steps,
     seeds]} the FADE run's batch sum |A| divided by what `mean` would give its rewards}.
@@ -382,19 +380,16 @@ def _log_softmax(z: torch.Tensor) -> torch.Tensor:
 def rollout_gap(name: str, p: torch.Tensor, **hyper) -> torch.Tensor:
     """a_1(p) - a_0(p): a correct rollout's expected advantage minus a wrong one's, exactly.
 
-    A rollout's advantage depends on its own reward and on the other G - 1 rewards of its
-    group, which for a prompt of solve rate p are Binomial(G - 1, p). So
-
         a_1(p) = sum_k B(k; G-1, p) A_correct(k + 1 correct of G)
         a_0(p) = sum_k B(k; G-1, p) A_wrong(k correct of G)
 
-    with A_correct(c), A_wrong(c) read off the advantage function itself on a group with c
-    correct rollouts (advantages.compute_advantages; no second formula). By fact 1 of the
-    module header E[Delta z] = lr (a_1 - a_0) grad_z p: this is the SPEED at which a prompt
-    of solve rate p moves along its one direction. psr and nsr give 1, w_reinforce 1 + lam,
-    mean (G-1)/G, all independent of p; asym delta gives (G-1)/G (1 - p + p/delta), which
-    is not (tested). p: a tensor of any shape; returns the same shape. Advantages that
-    look beyond their group (reinforce_pp's batch whitening) have no such closed form.
+    A rollout's advantage depends on its own reward and on the other G - 1 rewards of its
+    group, Binomial(G - 1, p); A_correct(c), A_wrong(c) are read off the advantage function
+    itself (advantages.compute_advantages; no second formula). By fact 1 of the module
+    header E[Delta z] = lr (a_1 - a_0) grad_z p: the SPEED at which a prompt of solve rate p
+    moves. psr and nsr give 1, w_reinforce 1 + lam, mean (G-1)/G, all independent of p; asym
+    delta gives (G-1)/G (1 - p + p/delta), which is not (tested). p: any shape; returns the
+    same shape. Advantages that look beyond their group (reinforce_pp) have no closed form.
     """
     return _binomial_mix(p, _gap_by_others(name, **hyper))
 

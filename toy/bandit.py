@@ -243,18 +243,14 @@ def step_updates(bandit: Bandit, W: Tensor, tokens: Tensor, mask: Tensor, adv: T
     """The update each step would make on its own: Delta W_s = -dLoss_s/dW, [n, V, D].
 
     tokens, mask: [n, R, L]. Row s is ONE optimizer step of R rollouts: one group (R = G,
-    experiments 1-3) or many groups side by side (R = k*G, experiment 5; rollout r
-    belongs to group r // G of its step). Its loss is the project's loss.policy_loss on
-    per-token log-probs built from the toy policy; autograd does the rest (there is no
-    hand-written gradient here). Trick: every step gets its own copy W_s of the weights
-    ([n, V, D]), so the summed loss of all steps, differentiated once, gives every step's
-    gradient separately (step s's loss only touches W_s).
-
-    adv: [n, R] advantages. cfg: LossConfig (default: PPO, token-mean). old_W: the policy
-    that sampled the rollouts (default W itself: on-policy, every ratio is 1).
-    The step normaliser is loss.step_normaliser of R full-length responses, so token-mean
-    divides by R*L: a constant, the same for every rollout (with unequal lengths a real
-    step divides by its token count, also one constant per step).
+    experiments 1-3) or many side by side (R = k*G, experiment 5; rollout r in group r // G).
+    Its loss is the project's loss.policy_loss on per-token log-probs of the toy policy;
+    autograd does the rest. Trick: every step gets its own copy W_s of the weights, so the
+    summed loss of all steps, differentiated once, gives each step's gradient separately.
+    adv: [n, R]. cfg: LossConfig (default: PPO, token-mean). old_W: the sampling policy
+    (default W: on-policy, every ratio 1). The step normaliser is loss.step_normaliser of R
+    full-length responses, so token-mean divides by R*L, one constant for every rollout (a
+    real step divides by its token count, also one constant per step).
     Returns the ASCENT direction (what an SGD step with lr=1 adds to W).
     """
     cfg = loss_lib.LossConfig() if cfg is None else cfg

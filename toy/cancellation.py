@@ -251,19 +251,17 @@ def sampled_flips(n_filler: int = N_FILLER, groups_per_step: int = FLIP_GROUPS, 
                   n_batches: int = FLIP_BATCHES, tau: float = FLIP_TAU, name: str = "grpo", seed: int = 0) -> dict:
     """[recon] THE NEW DESIGN: flip fractions after ONE step over MANY groups, responses mostly filler.
 
-    The paper's setting: LLM responses (mostly reward-irrelevant tokens that positive and
-    negative rollouts share, a few decisive ones) and one optimizer step over the many
-    groups of a rollout batch. Here: the filler bandit (n_filler filler positions, the
-    template, 2 digits); n_batches independent batches of FLIP_GROUPS groups of G = 4
-    sampled from pi (seeds seed .. seed + n_batches - 1); GRPO advantages per group; each
-    batch cut into steps of groups_per_step groups, and every step ONE SGD step of size lr
-    from the same starting W on its own loss (loss.policy_loss, PPO on-policy, token-mean
-    over the step); every sampled token rescored exactly, boosted / suppressed at tau as
-    in `flip_fractions`. groups_per_step = 1 and n_filler = 0 give the two halves of the
-    old design, which is how experiment 5 separates the two causes.
-    Returns, per quantity, the list over the n_batches batches (fractions among the
-    tokens of the batch's A>0 resp. A<0 rollouts), parts "all", "irrelevant" (template
-    and fillers) and "decisive" (the two digits).
+    The paper's setting: responses mostly of reward-irrelevant tokens that positive and
+    negative rollouts share, and one optimizer step over the many groups of a batch. Here:
+    the filler bandit (n_filler filler positions, the template, 2 digits); n_batches batches
+    of FLIP_GROUPS groups of G = 4 sampled from pi (seeds seed .. seed + n_batches - 1); GRPO
+    advantages; each batch cut into steps of groups_per_step groups, each ONE SGD step of
+    size lr from the same W on its own loss (loss.policy_loss, PPO on-policy, token-mean);
+    every sampled token rescored exactly, boosted / suppressed at tau as in `flip_fractions`.
+    groups_per_step = 1 and n_filler = 0 give the two halves of the old design, which is how
+    experiment 5 separates the two causes. Returns, per quantity, the list over batches
+    (fractions among the tokens of A>0 resp. A<0 rollouts), parts "all", "irrelevant"
+    (template and fillers) and "decisive" (the two digits).
     """
     if FLIP_GROUPS % groups_per_step:
         raise ValueError(f"groups_per_step must divide {FLIP_GROUPS}, got {groups_per_step}")
