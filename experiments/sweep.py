@@ -457,6 +457,9 @@ def main(argv: list[str] | None = None) -> None:
         ensure_warmup([r for r, _ in todo], lambda text: tqdm.write(text))
     results = execute(todo, args.jobs, len(skipped), say)
     for s in sweeps:
+        if not pages.local_runs(args.out, args.task, s):          # every run skipped as committed
+            tqdm.write(f"{s.name}: no finished run under {args.out}; its runs are in the committed data")
+            continue
         mine = {label: res for label, res in results.items() if label.startswith(f"{s.name}/")}
         tqdm.write(f"wrote {write_summary(s, args.task, args.out, mine, meta)}")
     for f in logs.values():

@@ -337,6 +337,21 @@ def finished_sweep(tmp_path_factory, tiny_dir):
 
 
 @pytest.mark.slow
+def test_a_part_whose_runs_are_all_committed_runs_nothing_elsewhere(finished_sweep, tiny_dir, tmp_path, capsys):
+    """On another machine (a new --out) with the finished runs committed: no train.py starts,
+    and no summary of zero runs is written."""
+    docs = tmp_path / "docs"
+    pages.report(str(finished_sweep), str(docs), str(tmp_path / "no_readme.md"))
+    elsewhere = tmp_path / "elsewhere"
+    sweep.main([*ARGV, "--out", str(elsewhere), "--docs", str(docs), *train_extra(tiny_dir)])
+    out = capsys.readouterr()
+    assert "its runs are in the committed data" in out.out + out.err
+    assert sum(line.count("skipped (its data is committed") for line in (out.out + out.err).splitlines()) == 4
+    assert not (elsewhere / "addition" / "advantages" / "grpo").exists()
+    assert not (elsewhere / "addition" / "advantages" / "summary.md").exists()
+
+
+@pytest.mark.slow
 def test_end_to_end_run_dirs_and_table_equal_the_metrics_files(finished_sweep):
     root = finished_sweep / "addition" / "advantages"
     for label in LABELS:
