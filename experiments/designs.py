@@ -107,7 +107,7 @@ SEEDS = (0, 1, 2, 3, 4)      # RL seeds per warm-up seed: 2 x 5 = 10 pairs per c
 # docs/results.md), the cost model of the budget (seconds: process start-up and model
 # load, per evaluation sample; measured by a pilot, see `cost`), and per sweep: steps,
 # evaluation (every, prompts, samples per prompt), seconds per training step (pilot),
-# and the number of parts it runs in.
+# the number of parts it runs in, and any flags of its own on that task.
 TASKS = {
     "countdown": {
         "flags": ["--data", "countdown"], "threshold": 0.40,
@@ -124,7 +124,12 @@ TASKS = {
         "flags": [], "threshold": 0.75,
         "cost": {"start_s": 10.7, "sample_s": 0.00099},
         "sweeps": {
-            "batching": {"steps": 100, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 1.07, "parts": 2},
+            # lr 1e-4: 4 Adam steps per batch at the default 4e-4 collapse some addition runs
+            # (dfpo's, and a pilot: seed 1 fell from 0.50 to 0.02 in 15 steps, grpo, random
+            # mini-batches); at 1e-4 the pilot's 3 seeds all learned (0.84-0.88 by step 15).
+            # Set before the batching runs of this design, not after them.
+            "batching": {"steps": 100, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 1.07, "parts": 2,
+                         "flags": ["--lr", "1e-4"]},
             "advantages": {"steps": 120, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 0.59,
                            "parts": 2},
             "fade": {"steps": 300, "eval_every": 20, "n_eval": 200, "eval_samples": 16, "step_s": 0.63, "parts": 4},
@@ -313,7 +318,8 @@ def batching(task: str = "countdown") -> Sweep:
         claim="Keeping each group's rollouts in one optimizer step keeps the updates of shared "
               "(template) tokens cancelling (Cancellation Hypothesis paper); splitting groups "
               "(random mini-batches) leaves them to drift.",
-        flags=[*TASKS[task]["flags"], "--minibatches", "4", "--coupling_pairs", "0"],
+        flags=[*TASKS[task]["flags"], "--minibatches", "4", *settings(task, "batching").get("flags", []),
+               "--coupling_pairs", "0"],
         arms={mode: ["--minibatch_mode", mode] for mode in modes},
         rows=[("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
               ("final pass@k", final_max_pass(), "held-out pass@k at the last step, the largest k evaluated"),
