@@ -27,7 +27,7 @@ import math
 import torch
 from torch import Tensor
 
-from advantages import ADVANTAGES, compute_advantages
+from advantages import ADVANTAGES, MAX_CLI_G, compute_advantages
 
 
 def gradient_mass(adv: Tensor) -> tuple[Tensor, Tensor]:
@@ -123,9 +123,6 @@ def plot_masses(path: str, G: int = 64) -> None:
     plt.close(fig)
 
 
-MAX_CLI_G = 1024       # a larger --G draws nothing more; far larger runs out of memory
-
-
 def main(argv: list[str] | None = None) -> None:
     from machinery import door              # the shared check of an output path
 
@@ -134,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plot", metavar="PNG", required=True, help="draw all mass curves into this PNG")
     parser.add_argument("--G", type=int, default=64, help="group size of the curves")
     args = parser.parse_args(argv)
-    if not 2 <= args.G <= MAX_CLI_G:
+    if not 2 <= args.G <= MAX_CLI_G:                 # mass_curve builds a [G+1, G] batch, as the table
         parser.error(f"--G must be in [2, {MAX_CLI_G}], got {args.G}")
     if problem := door.writable_file_problem(args.plot):     # before the work, not after
         parser.error(f"--plot {args.plot!r}: {problem}")

@@ -347,6 +347,15 @@ def batching(task: str = "countdown") -> Sweep:
         claims=claims, checks=checks)
 
 
+# The rows of the two sweeps whose arms run at a set or scheduled alpha and delta: the
+# checks read them (power at alpha 2, asym at delta 0.5, FADE inside its clip), and the wall clock.
+SCHEDULE_ROWS = [("alpha min", min_of("sched/alpha"), "smallest alpha of the run"),
+                 ("alpha max", max_of("sched/alpha"), "largest alpha of the run"),
+                 ("delta min", min_of("sched/delta"), "smallest delta of the run"),
+                 ("delta max", max_of("sched/delta"), "largest delta of the run"),
+                 ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")]
+
+
 def advantages(task: str = "countdown") -> Sweep:
     """The FADE paper's two axes, each against mean (Dr. GRPO), on the same task.
 
@@ -398,11 +407,7 @@ def advantages(task: str = "countdown") -> Sweep:
               ("m_S - m_F", difference(mean_of("m_S"), mean_of("m_F")), "the sign axis' imbalance"),
               ("m_F / m_S", ratio(mean_of("m_F"), mean_of("m_S")), "failure mass per unit of success mass"),
               ("cancellation residual", mean_of("cancellation_residual"), "mean over diagnostic steps of R_g"),
-              ("alpha min", min_of("sched/alpha"), "smallest alpha of the run"),
-              ("alpha max", max_of("sched/alpha"), "largest alpha of the run"),
-              ("delta min", min_of("sched/delta"), "smallest delta of the run"),
-              ("delta max", max_of("sched/delta"), "largest delta of the run"),
-              ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")],
+              *SCHEDULE_ROWS],
         curves=[("eval/pass@1", "held-out pass@1"), ("entropy", "entropy (nats/token)"),
                 ("m_S", "success mass m_S per rollout"), ("m_F", "failure mass m_F per rollout"),
                 (f"eval/pass@{settings(task, 'advantages')['eval_samples']}", "held-out pass@k, largest k")],
@@ -459,11 +464,7 @@ def fade(task: str = "countdown") -> Sweep:
               ("entropy, last 10 steps", tail_mean("entropy", 10), "mean token entropy, nats"),
               ("final solution entropy", final("eval/solution_entropy"),
                "entropy over distinct correct solutions (countdown), last evaluation"),
-              ("alpha min", min_of("sched/alpha"), "smallest alpha of the run"),
-              ("alpha max", max_of("sched/alpha"), "largest alpha of the run"),
-              ("delta min", min_of("sched/delta"), "smallest delta of the run"),
-              ("delta max", max_of("sched/delta"), "largest delta of the run"),
-              ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")],
+              *SCHEDULE_ROWS],
         curves=[("eval/pass@1", "held-out pass@1"), ("eval/pass@16", "held-out pass@16"),
                 ("entropy", "entropy (nats/token)"), ("sched/alpha", "alpha"), ("sched/delta", "delta"),
                 ("sched/H_hat", "smoothed entropy H_hat")],

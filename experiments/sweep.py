@@ -209,8 +209,7 @@ def ensure_warmup(runs: list[RunSpec], say: Callable[[str], None]) -> None:
     torch.set_num_threads(1)                   # this process warms up while no run is going
     configs = {tinymodel.cache_key(r.warmup): r.warmup for r in runs if r.warmup is not None}
     for key, cfg in sorted(configs.items()):
-        roots = (tinymodel.SHIPPED_DIR, tinymodel.DEFAULT_CACHE_DIR)        # load_or_warmup's order
-        if not any(os.path.isfile(os.path.join(root, key, "warmup.json")) for root in roots):
+        if tinymodel.existing_warmup(cfg) is None:
             say(f"warm-up of the embedded model ({cfg.task}; 1-3 min, once): "
                 f"{os.path.join(tinymodel.DEFAULT_CACHE_DIR, key)}")
         tinymodel.load_or_warmup(cfg)
@@ -295,14 +294,18 @@ def execute(todo: list[tuple[RunSpec, str]], jobs: int, n_skipped: int, say: Cal
 # 3. This machine's summary of a sweep (the docs pages: `report`, experiments/pages.py)
 # ---------------------------------------------------------------------------------------
 
-def write_summary(sweep: Sweep, task: str, out: str, results: dict, meta: dict) -> str:
+def write_summary(sweep: Sweep, task: str, out: str, results: dict, meta: dict) -> str | None:
     """OUT/TASK/NAME/summary.md, curves.png and verdicts.json from the sweep's finished runs under OUT.
 
     The runs of the newest design (pages.one_design), so a summary never mixes flags.
-    Returns summary.md's path.
+    Returns summary.md's path; None, writing nothing, when no run under OUT has finished
+    (every run of the part was skipped as committed).
     """
     root = os.path.join(out, task, sweep.name)
-    runs, set_aside, recorded = pages.one_design(pages.local_runs(out, task, sweep), sweep)
+    local = pages.local_runs(out, task, sweep)
+    if not local:
+        return None
+    runs, set_aside, recorded = pages.one_design(local, sweep)
     mine = [results[r] for r in results if "start" in results[r]]
     note = []
     if mine:
@@ -457,11 +460,10 @@ def main(argv: list[str] | None = None) -> None:
         ensure_warmup([r for r, _ in todo], lambda text: tqdm.write(text))
     results = execute(todo, args.jobs, len(skipped), say)
     for s in sweeps:
-        if not pages.local_runs(args.out, args.task, s):          # every run skipped as committed
-            tqdm.write(f"{s.name}: no finished run under {args.out}; its runs are in the committed data")
-            continue
         mine = {label: res for label, res in results.items() if label.startswith(f"{s.name}/")}
-        tqdm.write(f"wrote {write_summary(s, args.task, args.out, mine, meta)}")
+        path = write_summary(s, args.task, args.out, mine, meta)
+        tqdm.write(f"wrote {path}" if path else
+                   f"{s.name}: no finished run under {args.out}; its runs are in the committed data")
     for f in logs.values():
         f.close()
     failed = [res["error"] for res in results.values() if not res["ok"]]

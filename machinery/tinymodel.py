@@ -294,13 +294,22 @@ def load_or_warmup(cfg: WarmupConfig | None = None, cache_dir: str | None = None
     """
     cfg = cfg or WarmupConfig()
     key = cache_key(cfg)
-    for root in (shipped_dir, cache_dir or DEFAULT_CACHE_DIR):
-        if root and os.path.isfile(os.path.join(root, key, "warmup.json")):
-            return os.path.join(root, key)
+    if found := existing_warmup(cfg, cache_dir, shipped_dir):
+        return found
     if shipped_dir and cfg in shipped_configs():
         say(f"{os.path.relpath(shipped_dir, REPO_DIR)}/ has no {key} (the shipped warm-ups are stale; "
             "python -m machinery.tinymodel rebuilds them): warming up locally")
     return warmup(cfg, cache_dir)
+
+
+def existing_warmup(cfg: WarmupConfig, cache_dir: str | None = None, shipped_dir: str | None = SHIPPED_DIR) -> str | None:
+    """The directory of cfg's finished warm-up (shipped first, then cached), or None: rules 1
+    and 2 of load_or_warmup. Finished = it holds warmup.json, written last."""
+    key = cache_key(cfg)
+    for root in (shipped_dir, cache_dir or DEFAULT_CACHE_DIR):
+        if root and os.path.isfile(os.path.join(root, key, "warmup.json")):
+            return os.path.join(root, key)
+    return None
 
 
 def weights_sha256(path: str) -> str | None:
