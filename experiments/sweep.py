@@ -462,8 +462,10 @@ def main(argv: list[str] | None = None) -> None:
     for s in sweeps:
         mine = {label: res for label, res in results.items() if label.startswith(f"{s.name}/")}
         path = write_summary(s, args.task, args.out, mine, meta)
+        n_failed = sum(not res["ok"] for res in mine.values())
         tqdm.write(f"wrote {path}" if path else
-                   f"{s.name}: no finished run under {args.out}; its runs are in the committed data")
+                   f"{s.name}: no finished run under {args.out}; " +
+                   (f"{n_failed} failed (below)" if n_failed else "its runs are in the committed data"))
     for f in logs.values():
         f.close()
     failed = [res["error"] for res in results.values() if not res["ok"]]

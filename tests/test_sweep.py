@@ -448,6 +448,22 @@ def test_failing_arm_exits_nonzero_naming_the_run_and_its_log(tiny_dir, tmp_path
     assert "INCOMPLETE" in (root / "summary.md").read_text()
 
 
+def test_a_part_whose_runs_all_failed_says_so_not_that_its_data_is_committed(tiny_dir, tmp_path, capsys,
+                                                                              monkeypatch):
+    def broken(task):
+        spec = designs.advantages(task)
+        spec.arms = {"broken": ["--data", str(tmp_path / "missing.jsonl")]}
+        return spec
+    monkeypatch.setitem(sweep.SWEEPS, "advantages", broken)
+    with pytest.raises(SystemExit) as e:
+        sweep.main(["advantages", "--task", "addition", "--arms", "broken", "--warmup_seeds", "0", "--seeds", "0",
+                    "--steps", "2", "--out", str(tmp_path), *train_extra(tiny_dir)])
+    out = capsys.readouterr()
+    assert e.value.code == 1
+    assert "advantages: no finished run under" in out.out + out.err and "1 failed (below)" in out.out + out.err
+    assert "its runs are in the committed data" not in out.out + out.err
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["nope"], "invalid choice: 'nope'"),
     (["advantages", "--arms", "grpo,gpro"], "--arms: gpro not in sweep advantages"),
