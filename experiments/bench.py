@@ -227,7 +227,25 @@ def lower_bound(model, ro, rows: list[dict], task: str, micro_batch: int) -> dic
     t2, c2 = time.perf_counter(), time.process_time()
     model.zero_grad(set_to_none=True)
     model.train(was_training)
-    return {"wall": t2 - t0, "cpu": c2 - c0, "forward": t1 - t0, "update": t2 - t1}
+    nodes, tokens = prefix_tree_size(ro, carry)
+    return {"wall": t2 - t0, "cpu": c2 - c0, "forward": t1 - t0, "update": t2 - t1,
+            "tree_nodes": nodes, "tree_tokens": tokens}
+
+
+def prefix_tree_size(ro, rows: torch.Tensor) -> tuple[int, int]:
+    """(nodes, tokens): a prefix tree over each group's responses among `rows`, and their tokens.
+
+    A response position whose prefix (prompt and the response before it) another rollout
+    of the group shares computes the same hidden state in both, so an update could run it
+    once. tokens - nodes is how many such repeats there are, the most that sharing
+    response prefixes (as share_prompts shares prompts) could take off the update.
+    """
+    lengths = ro.response_mask.sum(1).long()
+    prefixes = set()
+    for i in rows.tolist():
+        seq = tuple(ro.response_ids[i, :lengths[i]].tolist())
+        prefixes.update((i // ro.G, seq[:t]) for t in range(1, len(seq) + 1))
+    return len(prefixes), int(lengths[rows].sum())
 
 
 def ablation(run, cfg, ro, rows: list[dict], task: str, seed: int) -> dict:
@@ -386,6 +404,10 @@ def print_ours(steps: list[dict], peak: float) -> None:
           f"with gradient): median {med(bound, 'wall'):.3f} s/step wall ({med(bound, 'forward'):.3f} + "
           f"{med(bound, 'update'):.3f}), {med(bound, 'cpu'):.3f} s CPU")
     print(f"ratio ours/lower bound: {wall / med(bound, 'wall'):.2f} (wall), {med(steps, 'cpu') / med(bound, 'cpu'):.2f} (CPU)")
+    nodes, tokens = sum(b["tree_nodes"] for b in bound), sum(b["tree_tokens"] for b in bound)
+    print(f"  shared response prefixes (prefix_tree_size, rollouts with gradient): {nodes} tree nodes for {tokens} "
+          f"response tokens ({nodes / max(tokens, 1):.2f}); {100 * (1 - nodes / max(tokens, 1)):.0f}% of the "
+          f"update's response positions repeat a prefix")
 
 
 def print_ablation(ablations: list[dict]) -> None:

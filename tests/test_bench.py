@@ -1,9 +1,11 @@
-"""experiments/bench.py's checks at the door (the benchmark itself is a script that prints
-numbers, not a test: docs/results.md has them)."""
+"""experiments/bench.py's checks at the door and its counting (the benchmark itself is a
+script that prints numbers, not a test: docs/results.md has them)."""
 
 import sys
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 from experiments import bench
 from machinery import tinymodel
@@ -25,3 +27,14 @@ def test_bad_flags_exit_2(argv, needle, capsys):
     with pytest.raises(SystemExit) as e:
         bench.main(argv)
     assert e.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_prefix_tree_size_counts_repeated_prefixes_within_a_group_only():
+    ids = torch.tensor([[5, 6, 7], [5, 6, 8], [5, 0, 0], [5, 9, 0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 1], [1, 0, 0], [1, 1, 0]], dtype=torch.float)
+    ro = SimpleNamespace(G=2, response_ids=ids, response_mask=mask)
+    # group 0 shares "5 6" (4 nodes for 6 tokens); group 1 shares "5" (2 nodes for 3 tokens),
+    # and its "5" is not group 0's "5": a prefix is shared within a group only
+    assert bench.prefix_tree_size(ro, torch.arange(4)) == (6, 9)
+    assert bench.prefix_tree_size(ro, torch.tensor([0, 2])) == (4, 4)
+    assert bench.prefix_tree_size(ro, torch.tensor([1])) == (3, 3)
