@@ -1,6 +1,6 @@
 """sweep.py: run the papers' claims as sweeps (arms x warm-up seeds x RL seeds), judge them, write the reports.
 
-    python -m experiments.sweep plan                             # every sweep: runs, parts, minutes, the commands
+    python -m experiments.sweep plan                             # every sweep: runs, parts, minutes, the commands, what is done
     python -m experiments.sweep advantages --task addition       # one sweep, all its runs (2 at a time)
     python -m experiments.sweep fade --task countdown --part 2/6 # one part of a long sweep
     python -m experiments.sweep advantages --arms grpo,psr --warmup_seeds 0 --seeds 0,1 --steps 60
@@ -24,7 +24,7 @@ part is one warm-up seed. After each part: `python -m experiments.sweep report` 
 writes the finished runs' metrics into docs/sweep_TASK_NAME.jsonl.gz) and commit docs/
 and README.md. The next part may run on another machine with an empty runs/: `report`
 merges the committed data with the new runs. designs.TASKS declares each sweep's parts,
-and `plan` prints the commands.
+and `plan` prints the commands, each marked with how many of its runs are committed.
 
 Running. Each run is one `train.py` process with one torch thread (OMP_NUM_THREADS=1,
 --threads 1); --jobs of them run at a time (2 for the 2-core machine). Before any run
@@ -139,13 +139,19 @@ def plan_runs(sweep: Sweep, arms: list[str], warmup_seeds: list[int], seeds: lis
     for w in warmup_seeds:
         for arm in arms:
             for seed in seeds:
-                d = pages.run_dir(out, task, sweep.name, arm, w, seed)
-                args = ["--out_dir", d, "--seed", str(seed), "--warmup_seed", str(w), "--steps", str(steps),
-                        *eval_flags(task, sweep.name), "--threads", "1", *sweep.flags, *sweep.arms[arm], *extra]
+                args = run_args(sweep, arm, w, seed, steps, out, extra, task)
                 cfg = _check_train_args(f"{sweep.name}/{arm}/warmup_{w}/seed_{seed}", args)
                 warmup = _embedded_warmup(cfg) if cfg.model == "tiny" else None
                 runs.append(RunSpec(sweep.name, arm, w, seed, cfg.out_dir, args, cfg.steps, warmup))
     return runs
+
+
+def run_args(sweep: Sweep, arm: str, warmup_seed: int, seed: int, steps: int, out: str, extra: list[str],
+             task: str) -> list[str]:
+    """One run's train.py arguments, unchecked (plan_runs checks them)."""
+    return ["--out_dir", pages.run_dir(out, task, sweep.name, arm, warmup_seed, seed), "--seed", str(seed),
+            "--warmup_seed", str(warmup_seed), "--steps", str(steps), *eval_flags(task, sweep.name), "--threads", "1",
+            *sweep.flags, *sweep.arms[arm], *extra]
 
 
 def committed_labels(runs: list[RunSpec], docs: str, task: str) -> set[str]:
@@ -167,7 +173,7 @@ def committed_labels(runs: list[RunSpec], docs: str, task: str) -> set[str]:
     return labels
 
 
-def select_part(runs: list[RunSpec], part: int, parts: int) -> list[RunSpec]:
+def select_part(runs: list, part: int, parts: int) -> list:
     """The part-th (from 1) of `parts` contiguous, near-equal slices of the plan.
 
     The plan is ordered (warm-up seed, arm, seed), so a slice holds one warm-up seed's runs
@@ -344,8 +350,25 @@ def pilot_costs(runs: list[RunSpec], results: dict) -> dict:
     return costs
 
 
-def plan_text(tasks: list[str]) -> str:
-    """The budget table (designs.budget_table) and the command of every part, per task."""
+def committed_in_part(task: str, name: str, part: int, parts: int, docs: str) -> tuple[int, int]:
+    """(committed, runs): how many of the runs of one part of a sweep have their data
+    committed in `docs` with the flags the design gives them today (committed_labels'
+    rule, on the arguments alone: planning every run through train.py's checks would take
+    half a minute)."""
+    spec = SWEEPS[name](task)
+    steps = settings(task, name)["steps"]
+    mine = select_part([(arm, w, seed) for w in WARMUP_SEEDS for arm in spec.arms for seed in SEEDS], part, parts)
+    committed = {(c.arm, c.warmup_seed, c.seed): c.record.get("args")
+                 for c in pages.read_run_data(os.path.join(docs, f"sweep_{task}_{name}.jsonl.gz"))}
+    same = sum(committed.get(key) is not None
+               and _but_out_dir(committed[key]) == _but_out_dir(run_args(spec, *key, steps, "OUT", [], task))
+               for key in mine)
+    return same, len(mine)
+
+
+def plan_text(tasks: list[str], docs: str = DOCS) -> str:
+    """The budget table (designs.budget_table) and the command of every part, per task,
+    each with how many of its runs are committed in `docs` (a finished part says "done")."""
     lines = [budget_table(), ""]
     long = [f"{name} on {task}" for task in tasks for name in SWEEPS
             if estimate_minutes(task, name) * len(SWEEPS[name](task).arms) * len(WARMUP_SEEDS) * len(SEEDS)
@@ -358,7 +381,11 @@ def plan_text(tasks: list[str]) -> str:
         for name in SWEEPS:
             parts = settings(task, name)["parts"]
             base = f"python -m experiments.sweep {name} --task {task}"
-            lines += [f"    {base}" + (f" --part {k}/{parts}" if parts > 1 else "") for k in range(1, parts + 1)]
+            for k in range(1, parts + 1):
+                done, n = committed_in_part(task, name, k, parts, docs)
+                status = "done" if done == n else f"{done} of {n} runs committed" if done else ""
+                command = base + (f" --part {k}/{parts}" if parts > 1 else "")
+                lines.append(f"    {command:<66}  # {status}" if status else f"    {command}")
     return "\n".join(lines)
 
 
@@ -395,7 +422,7 @@ def main(argv: list[str] | None = None) -> None:
     if problem := door.writable_dir_problem(args.out):
         parser.error(f"--out {args.out!r}: {problem}")
     if args.name == "plan":
-        print(plan_text(list(TASKS)))
+        print(plan_text(list(TASKS), args.docs))
         return
     seeds = _seed_list(parser, "--seeds", args.seeds, SEEDS)
     warmup_seeds = _seed_list(parser, "--warmup_seeds", args.warmup_seeds, WARMUP_SEEDS)
