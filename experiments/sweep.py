@@ -173,7 +173,7 @@ def committed_labels(runs: list[RunSpec], docs: str, task: str) -> set[str]:
     return labels
 
 
-def select_part(runs: list, part: int, parts: int) -> list:
+def select_part(runs: list[RunSpec], part: int, parts: int) -> list[RunSpec]:
     """The part-th (from 1) of `parts` contiguous, near-equal slices of the plan.
 
     The plan is ordered (warm-up seed, arm, seed), so a slice holds one warm-up seed's runs
@@ -350,20 +350,17 @@ def pilot_costs(runs: list[RunSpec], results: dict) -> dict:
     return costs
 
 
-def committed_in_part(task: str, name: str, part: int, parts: int, docs: str) -> tuple[int, int]:
-    """(committed, runs): how many of the runs of one part of a sweep have their data
-    committed in `docs` with the flags the design gives them today (committed_labels'
-    rule, on the arguments alone: planning every run through train.py's checks would take
-    half a minute)."""
-    spec = SWEEPS[name](task)
-    steps = settings(task, name)["steps"]
-    mine = select_part([(arm, w, seed) for w in WARMUP_SEEDS for arm in spec.arms for seed in SEEDS], part, parts)
-    committed = {(c.arm, c.warmup_seed, c.seed): c.record.get("args")
-                 for c in pages.read_run_data(os.path.join(docs, f"sweep_{task}_{name}.jsonl.gz"))}
-    same = sum(committed.get(key) is not None
-               and _but_out_dir(committed[key]) == _but_out_dir(run_args(spec, *key, steps, "OUT", [], task))
-               for key in mine)
-    return same, len(mine)
+def committed_per_part(task: str, name: str, docs: str) -> list[tuple[int, int]]:
+    """[(committed, runs)] for each part of a sweep: how many of the part's runs have their
+    data committed in `docs` with the flags the design gives them today (committed_labels,
+    on the runs' arguments unchecked: planning every run through train.py's checks would
+    take half a minute)."""
+    spec, steps, parts = SWEEPS[name](task), settings(task, name)["steps"], settings(task, name)["parts"]
+    runs = [RunSpec(name, arm, w, seed, "", run_args(spec, arm, w, seed, steps, "OUT", [], task), steps, None)
+            for w in WARMUP_SEEDS for arm in spec.arms for seed in SEEDS]
+    committed = committed_labels(runs, docs, task)
+    return [(sum(r.label in committed for r in part), len(part))
+            for part in (select_part(runs, k, parts) for k in range(1, parts + 1))]
 
 
 def plan_text(tasks: list[str], docs: str = DOCS) -> str:
@@ -381,8 +378,7 @@ def plan_text(tasks: list[str], docs: str = DOCS) -> str:
         for name in SWEEPS:
             parts = settings(task, name)["parts"]
             base = f"python -m experiments.sweep {name} --task {task}"
-            for k in range(1, parts + 1):
-                done, n = committed_in_part(task, name, k, parts, docs)
+            for k, (done, n) in enumerate(committed_per_part(task, name, docs), start=1):
                 status = "done" if done == n else f"{done} of {n} runs committed" if done else ""
                 command = base + (f" --part {k}/{parts}" if parts > 1 else "")
                 lines.append(f"    {command:<66}  # {status}" if status else f"    {command}")

@@ -537,14 +537,14 @@ def test_plan_marks_a_part_done_only_when_its_runs_are_committed_with_todays_fla
     docs = tmp_path / "docs"
     docs.mkdir()
     pages.write_run_data(data, str(docs / "sweep_addition_credit.jsonl.gz"))
-    assert sweep.committed_in_part("addition", "credit", 1, 1, str(docs)) == (20, 20)
+    assert sweep.committed_per_part("addition", "credit", str(docs)) == [(20, 20)]
     assert "python -m experiments.sweep credit --task addition" in sweep.plan_text(["addition"], str(docs))
     assert [line for line in sweep.plan_text(["addition"], str(docs)).splitlines()
             if line.strip().startswith("python -m experiments.sweep credit --task addition")][0].endswith("# done")
     data[5].record["args"] = [a if a != str(steps) else str(steps + 1) for a in data[5].record["args"]]
     pages.write_run_data(data, str(docs / "sweep_addition_credit.jsonl.gz"))
-    assert sweep.committed_in_part("addition", "credit", 1, 1, str(docs)) == (19, 20)
-    assert sweep.committed_in_part("addition", "credit", 1, 1, str(tmp_path / "none")) == (0, 20)
+    assert sweep.committed_per_part("addition", "credit", str(docs)) == [(19, 20)]
+    assert sweep.committed_per_part("addition", "credit", str(tmp_path / "none")) == [(0, 20)]
 
 
 def test_plan_prints_the_budget_and_every_part_command(capsys):
