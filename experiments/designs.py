@@ -64,9 +64,11 @@ embedded model (addition at width 128, countdown at 64) on a box shared with oth
 countdown (whose model is unchanged: the earlier countdown sweeps' own loop time, two runs
 sharing the 2 cores, was 0.43 s per step against the pilot's 1.44). A warm-up not yet
 cached or shipped costs more, once per warm-up seed and machine (~10 min each under that
-load for the current models). Each part is committed (`report`, then git add docs/
-README.md) before the next, so the work can continue on another machine with an empty
-runs/:
+load for the current models). `plan` prints, beside each estimate, the minutes per run
+measured on the committed runs (their records' wall seconds): how far the estimate is off
+on the machines that ran them, with whatever else those machines ran. Each part is
+committed (`report`, then git add docs/ README.md) before the next, so the work can
+continue on another machine with an empty runs/:
 
     sweep       task       arms  runs  steps  min/run  wall min  parts  min/part
     batching    countdown     5    50    150      1.7        42      2        21

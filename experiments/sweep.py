@@ -45,7 +45,7 @@ rebooted) restarts with train.py --resume, which continues exactly from its last
 checkpoint (or from step 0 if there is none); a directory holding a run with OTHER flags
 is an error (choose another --out, or remove it), never overwritten and never mixed into
 a table. A run whose data is already committed with the same flags is skipped too
-(committed_labels): a part cut short goes on elsewhere. A failing run does not stop the
+(committed_records): a part cut short goes on elsewhere. A failing run does not stop the
 others: sweep.py lets them finish, writes the reports from the runs that did, then exits 1
 with one line per failed run naming its log.
 A sweep may so be finished over several sessions; `report` rebuilds every report from
@@ -154,23 +154,25 @@ def run_args(sweep: Sweep, arm: str, warmup_seed: int, seed: int, steps: int, ou
             *sweep.flags, *sweep.arms[arm], *extra]
 
 
-def committed_labels(runs: list[RunSpec], docs: str, task: str) -> set[str]:
-    """Labels of the runs whose data is already committed (docs/sweep_TASK_NAME.jsonl.gz)
-    with the same train.py flags, --out_dir aside.
+def committed_records(runs: list[RunSpec], docs: str, task: str) -> dict[str, dict]:
+    """{label: its committed record} for the runs whose data is already committed
+    (docs/sweep_TASK_NAME.jsonl.gz) with the same train.py flags, --out_dir aside.
 
     A part stopped before it finished goes on later, on any machine and with an empty
     runs/, without running those again: `report` takes their numbers from the
-    committed data. A run whose flags changed since is run again.
+    committed data. A run whose flags changed since is run again. The record carries the
+    run's wall seconds, which `plan` reports beside its estimate.
     """
-    labels = set()
+    records = {}
     for name in {r.sweep for r in runs}:
-        committed = {(c.arm, c.warmup_seed, c.seed): c.record.get("args")
+        committed = {(c.arm, c.warmup_seed, c.seed): c.record
                      for c in pages.read_run_data(os.path.join(docs, f"sweep_{task}_{name}.jsonl.gz"))}
         for r in runs:
-            args = committed.get((r.arm, r.warmup_seed, r.seed)) if r.sweep == name else None
-            if args is not None and _but_out_dir(args) == _but_out_dir(r.args):
-                labels.add(r.label)
-    return labels
+            record = committed.get((r.arm, r.warmup_seed, r.seed)) if r.sweep == name else None
+            if record is not None and record.get("args") is not None \
+                    and _but_out_dir(record["args"]) == _but_out_dir(r.args):
+                records[r.label] = record
+    return records
 
 
 def select_part(runs: list[RunSpec], part: int, parts: int) -> list[RunSpec]:
@@ -350,35 +352,49 @@ def pilot_costs(runs: list[RunSpec], results: dict) -> dict:
     return costs
 
 
-def committed_per_part(task: str, name: str, docs: str) -> list[tuple[int, int]]:
-    """[(committed, runs)] for each part of a sweep: how many of the part's runs have their
-    data committed in `docs` with the flags the design gives them today (committed_labels,
-    on the runs' arguments unchecked: planning every run through train.py's checks would
-    take half a minute)."""
+def committed_per_part(task: str, name: str, docs: str) -> tuple[list[tuple[int, int]], float | None]:
+    """([(committed, runs)] for each part of a sweep, the mean minutes of a committed run).
+
+    A run counts when its data is committed in `docs` with the flags the design gives it
+    today (committed_records, on the runs' arguments unchecked: planning every run through
+    train.py's checks would take half a minute). Its minutes are train.py's start to exit
+    as the record holds them; None when no committed run has them.
+    """
     spec, steps, parts = SWEEPS[name](task), settings(task, name)["steps"], settings(task, name)["parts"]
     runs = [RunSpec(name, arm, w, seed, "", run_args(spec, arm, w, seed, steps, "OUT", [], task), steps, None)
             for w in WARMUP_SEEDS for arm in spec.arms for seed in SEEDS]
-    committed = committed_labels(runs, docs, task)
-    return [(sum(r.label in committed for r in part), len(part))
-            for part in (select_part(runs, k, parts) for k in range(1, parts + 1))]
+    committed = committed_records(runs, docs, task)
+    seconds = [rec["seconds"] for rec in committed.values() if rec.get("seconds")]
+    counts = [(sum(r.label in committed for r in part), len(part))
+              for part in (select_part(runs, k, parts) for k in range(1, parts + 1))]
+    return counts, (sum(seconds) / len(seconds) / 60 if seconds else None)
 
 
 def plan_text(tasks: list[str], docs: str = DOCS) -> str:
-    """The budget table (designs.budget_table) and the command of every part, per task,
-    each with how many of its runs are committed in `docs` (a finished part says "done")."""
+    """The budget table (designs.budget_table), the minutes per run measured on the
+    committed runs beside their estimate, and the command of every part, per task, each
+    with how many of its runs are committed in `docs` (a finished part says "done")."""
     lines = [budget_table(), ""]
     long = [f"{name} on {task}" for task in tasks for name in SWEEPS
             if estimate_minutes(task, name) * len(SWEEPS[name](task).arms) * len(WARMUP_SEEDS) * len(SEEDS)
             / JOBS / settings(task, name)["parts"] > 45]
     if long:
         lines += [f"WARNING: parts estimated over 45 min ({', '.join(long)}): raise their parts in designs.TASKS", ""]
-    lines += ["Commands, one sitting each; after each: python -m experiments.sweep report, then commit docs/ and "
+    committed = {(task, name): committed_per_part(task, name, docs) for task in tasks for name in SWEEPS}
+    lines += ["Minutes per run, estimated and measured (the committed runs, train.py start to exit; "
+              f"{JOBS} at a time):",
+              "    sweep       task       committed  estimate  measured"]
+    for (task, name), (counts, minutes) in committed.items():
+        measured = f"{minutes:>9.1f}" if minutes is not None else f"{'-':>9}"
+        lines.append(f"    {name:<11} {task:<10} {sum(c for c, _ in counts):>4} of {sum(n for _, n in counts):<3}"
+                     f"{estimate_minutes(task, name):>9.1f} {measured}")
+    lines += ["", "Commands, one sitting each; after each: python -m experiments.sweep report, then commit docs/ and "
               "README.md:"]
     for task in tasks:
         for name in SWEEPS:
             parts = settings(task, name)["parts"]
             base = f"python -m experiments.sweep {name} --task {task}"
-            for k, (done, n) in enumerate(committed_per_part(task, name, docs), start=1):
+            for k, (done, n) in enumerate(committed[task, name][0], start=1):
                 status = "done" if done == n else f"{done} of {n} runs committed" if done else ""
                 command = base + (f" --part {k}/{parts}" if parts > 1 else "")
                 lines.append(f"    {command:<66}  # {status}" if status else f"    {command}")
@@ -450,7 +466,7 @@ def main(argv: list[str] | None = None) -> None:
             plans = {name: select_part(runs, *part) for name, runs in plans.items()}
         every = [r for runs in plans.values() for r in runs]
         states = {r.label: run_state(r) for r in every}
-        for label in committed_labels(every, args.docs, args.task):
+        for label in committed_records(every, args.docs, args.task):
             states[label] = "committed" if states[label] == "new" else states[label]
     except ValueError as e:
         parser.error(str(e))

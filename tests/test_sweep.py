@@ -521,30 +521,34 @@ def test_a_run_committed_with_the_same_flags_is_not_run_again_on_another_machine
     elsewhere = sweep.plan_runs(spec, list(spec.arms), [0], [0, 1], 10, str(tmp_path / "new_out"), [], "addition")
     adv = designs.advantages("addition")
     others = sweep.plan_runs(adv, ["psr"], [0], [0, 1], 10, str(tmp_path / "new_out"), [], "addition")
-    assert sweep.committed_labels(elsewhere + others, str(docs), "addition") == {here[0].label}
-    assert sweep.committed_labels(elsewhere, str(tmp_path / "no_docs"), "addition") == set()
+    assert set(sweep.committed_records(elsewhere + others, str(docs), "addition")) == {here[0].label}
+    assert sweep.committed_records(elsewhere, str(tmp_path / "no_docs"), "addition") == {}
 
 
 def test_plan_marks_a_part_done_only_when_its_runs_are_committed_with_todays_flags(tmp_path, capsys):
     """credit on addition is one part of 20 runs: with all 20 committed with the design's
-    flags, plan says "done"; with one of them committed with other flags (--steps), it
-    counts 19; with no data, nothing."""
+    flags, plan says "done" and their mean minutes (90 s each: 1.5); with one of them
+    committed with other flags (--steps), it counts 19 and leaves its 300 s out of the mean;
+    with no data, nothing."""
     spec, steps = designs.credit("addition"), designs.settings("addition", "credit")["steps"]
     keys = [(arm, w, seed) for w in designs.WARMUP_SEEDS for arm in spec.arms for seed in designs.SEEDS]
     data = [pages.RunData(*key, [{"step": steps}],
-                          dict(pages.EMPTY_RECORD, args=sweep.run_args(spec, *key, steps, "/x", [], "addition")))
+                          dict(pages.EMPTY_RECORD, args=sweep.run_args(spec, *key, steps, "/x", [], "addition"),
+                               seconds=90.0))
             for key in keys]
     docs = tmp_path / "docs"
     docs.mkdir()
     pages.write_run_data(data, str(docs / "sweep_addition_credit.jsonl.gz"))
-    assert sweep.committed_per_part("addition", "credit", str(docs)) == [(20, 20)]
+    assert sweep.committed_per_part("addition", "credit", str(docs)) == ([(20, 20)], 1.5)
+    assert "    credit      addition     20 of 20       1.0       1.5" in sweep.plan_text(["addition"], str(docs))
     assert "python -m experiments.sweep credit --task addition" in sweep.plan_text(["addition"], str(docs))
     assert [line for line in sweep.plan_text(["addition"], str(docs)).splitlines()
             if line.strip().startswith("python -m experiments.sweep credit --task addition")][0].endswith("# done")
     data[5].record["args"] = [a if a != str(steps) else str(steps + 1) for a in data[5].record["args"]]
+    data[5].record["seconds"] = 300.0
     pages.write_run_data(data, str(docs / "sweep_addition_credit.jsonl.gz"))
-    assert sweep.committed_per_part("addition", "credit", str(docs)) == [(19, 20)]
-    assert sweep.committed_per_part("addition", "credit", str(tmp_path / "none")) == [(0, 20)]
+    assert sweep.committed_per_part("addition", "credit", str(docs)) == ([(19, 20)], 1.5)
+    assert sweep.committed_per_part("addition", "credit", str(tmp_path / "none")) == ([(0, 20)], None)
 
 
 def test_plan_prints_the_budget_and_every_part_command(capsys):
