@@ -30,7 +30,8 @@ The five sweeps:
               pass@1 (FADE paper).
   fade        FADE (the paper's delta rule, and the [recon] relative rule of scheduler.py)
               against the best static baseline: steps to peak pass@1, and pass@k at every
-              k = 1..16; long enough that the static arms peak.
+              k = 1..16; meant to be long enough that the static arms peak (the
+              page's "peak at the last evaluation" row says whether they did).
   dfpo        GSPO taken apart (its sequence weights with the clip out of reach; its clip
               with equal weights) and DFPO's orth against GSPO on sample efficiency,
               stability and final pass@1 (design-conditions paper).
@@ -420,7 +421,9 @@ STATIC = ("grpo", "mean", "power", "asym")       # the fade sweep's static basel
 
 
 def fade(task: str = "countdown") -> Sweep:
-    """FADE against the best static baseline, in runs long enough that the baselines peak.
+    """FADE against the best static baseline, in runs meant to be long enough that the
+    baselines peak: "earlier" needs a reference that has peaked, and the page's "peak at
+    the last evaluation" row shows, per run, whether it had.
 
     Two FADE arms: the paper's rule delta = clip(1 + H_hat - H_target, 0.3, 1) with the
     paper's best target 0.5 H0, and the [recon] relative rule delta = clip(H_hat /
