@@ -525,7 +525,7 @@ def test_a_run_committed_with_the_same_flags_is_not_run_again_on_another_machine
     assert sweep.committed_records(elsewhere, str(tmp_path / "no_docs"), "addition") == {}
 
 
-def test_plan_marks_a_part_done_only_when_its_runs_are_committed_with_todays_flags(tmp_path, capsys):
+def test_plan_marks_a_part_done_only_when_its_runs_are_committed_with_todays_flags(tmp_path):
     """credit on addition is one part of 20 runs: with all 20 committed with the design's
     flags, plan says "done" and their mean minutes (90 s each: 1.5); with one of them
     committed with other flags (--steps), it counts 19 and leaves its 300 s out of the mean;
@@ -540,9 +540,10 @@ def test_plan_marks_a_part_done_only_when_its_runs_are_committed_with_todays_fla
     docs.mkdir()
     pages.write_run_data(data, str(docs / "sweep_addition_credit.jsonl.gz"))
     assert sweep.committed_per_part("addition", "credit", str(docs)) == ([(20, 20)], 1.5)
-    assert "    credit      addition     20 of 20       1.0       1.5" in sweep.plan_text(["addition"], str(docs))
-    assert "python -m experiments.sweep credit --task addition" in sweep.plan_text(["addition"], str(docs))
-    assert [line for line in sweep.plan_text(["addition"], str(docs)).splitlines()
+    text = sweep.plan_text(["addition"], str(docs))
+    assert "    credit      addition     20 of 20       1.0       1.5" in text
+    assert "python -m experiments.sweep credit --task addition" in text
+    assert [line for line in text.splitlines()
             if line.strip().startswith("python -m experiments.sweep credit --task addition")][0].endswith("# done")
     data[5].record["args"] = [a if a != str(steps) else str(steps + 1) for a in data[5].record["args"]]
     data[5].record["seconds"] = 300.0
