@@ -36,6 +36,10 @@ likely sign patterns, not an approximation.
     Swapping the two runs of a pair is again one of 2^n equally likely patterns; the
     statistic is the difference of the two arms' standard deviations within a warm-up
     seed. Floor 2 / 2^n.
+  - interaction (Claim.minus: does arm's gain over reference grow from one setting to
+    another, e.g. from lr 1e-4 to 4e-4?): the same sign-flip test on the per-pair
+    difference of differences d_k = (x_arm - x_ref)(k) - (x_c - x_d)(k), all four runs
+    sharing the pair's start, prompts and samples.
   - every row (row a tuple, e.g. pass@k at every k): the intersection-union test (Berger
     1982). The claim holds only if it holds on each row, so its p is the largest of the
     rows' p-values; no correction across the rows is needed.
@@ -43,7 +47,9 @@ likely sign patterns, not an approximation.
     sort the m raw p-values, multiply the i-th smallest (i from 0) by m - i, take the
     running maximum, cap at 1. It keeps the chance of any false agrees/opposite in the
     family at 5% without assuming the tests independent (they share arms). 10 pairs'
-    floor survives Holm over up to 25 claims (25 x 0.00195 = 0.049).
+    floor survives Holm over up to 25 claims (25 x 0.00195 = 0.049). A sweep may declare
+    families of its own (Claim.family: its primary findings apart from its secondary
+    ones); Holm then runs within each.
 Verdicts (ALPHA = 0.05 on the Holm-adjusted p):
   agrees                  p_holm < ALPHA, predicted sign (equivalence: inside the margin)
   opposite                p_holm < ALPHA, the other sign (with a margin: short of it)
@@ -104,10 +110,22 @@ class Claim:
     """Given {arm: [run series, ...]}: None if the runs can test the claim, else why not."""
     note: Callable[[dict], str] | None = None
     """Given {arm: [run series, ...]}: what the verdict must also say (e.g. how far a schedule moved)."""
+    minus: tuple[str, str] | None = None
+    """An interaction: the pair's difference is (arm - reference) - (minus[0] - minus[1]), all four
+    runs of one (warm-up seed, RL seed); e.g. how much more query beats random at a large step
+    size than at a small one. The same exact sign-flip test on that difference."""
+    family: str = ""
+    """Holm's family within the sweep ("primary", "secondary"); one family when all are ''."""
 
     @property
     def rows(self) -> tuple[str, ...]:
         return self.row if isinstance(self.row, tuple) else (self.row,)
+
+    @property
+    def arms(self) -> tuple[str, ...]:
+        """Every arm the claim reads."""
+        refs = self.reference if isinstance(self.reference, tuple) else (self.reference,)
+        return tuple(a for a in (self.arm, *refs, *(self.minus or ())) if a is not None)
 
 
 @dataclass
@@ -304,7 +322,7 @@ def judge(claims: list[Claim], values: dict, series: dict) -> list[dict]:
         rec = {"claim": claim, "reference": reference, "n": 0, "effect": math.nan, "se": math.nan,
                "p": math.nan, "p_holm": math.nan, "floor": math.nan, "family": 0, "power80": math.nan}
         reason = claim.testable(series) if claim.testable else None
-        tests = [] if reason else [_paired(values, row, claim.arm, reference) for row in claim.rows]
+        tests = [] if reason else [_paired(values, row, claim.arm, reference, claim.minus) for row in claim.rows]
         if reason is None and min(len(t[0]) for t in tests) < 2:
             reason = f"fewer than 2 {'runs' if reference is None else 'pairs'} with a number " \
                      f"({min(len(t[0]) for t in tests)})"
@@ -314,9 +332,11 @@ def judge(claims: list[Claim], values: dict, series: dict) -> list[dict]:
             rec.update(_test(claim, tests))
             testable.append(rec)
         records.append(rec)
-    for rec, p_holm in zip(testable, holm([r["p"] for r in testable])):
-        rec["p_holm"], rec["family"] = p_holm, len(testable)
-        rec.update(_verdict(rec))
+    for family in dict.fromkeys(r["claim"].family for r in testable):     # Holm within each family
+        members = [r for r in testable if r["claim"].family == family]
+        for rec, p_holm in zip(members, holm([r["p"] for r in members])):
+            rec["p_holm"], rec["family"] = p_holm, len(members)
+            rec.update(_verdict(rec))
     for rec in records:                     # e.g. how far FADE's delta and alpha moved, testable or not
         if rec["claim"].note is not None:
             rec["detail"] = "; ".join(x for x in (rec["detail"], rec["claim"].note(series)) if x)
@@ -332,8 +352,18 @@ def _resolve_reference(claim: Claim, values: dict) -> str | None:
     return max(finite, key=lambda a: (finite[a], -claim.reference.index(a))) if finite else claim.reference[0]
 
 
-def _paired(values: dict, row: str, arm: str, reference: str | None) -> tuple[np.ndarray, np.ndarray, list]:
-    """(x, y, keys): the arm's and the reference's numbers on the keys both have (y = 0 within a run)."""
+def _paired(values: dict, row: str, arm: str, reference: str | None,
+            minus: tuple[str, str] | None = None) -> tuple[np.ndarray, np.ndarray, list]:
+    """(x, y, keys): the arm's and the reference's numbers on the keys both have (y = 0 within a run).
+
+    An interaction (minus = (c, d)): x = arm - reference and y = c - d, on the keys all four have.
+    """
+    if minus is not None:
+        x1, y1, k1 = _paired(values, row, arm, reference)
+        x2, y2, k2 = _paired(values, row, *minus)
+        first, second = dict(zip(k1, x1 - y1)), dict(zip(k2, x2 - y2))
+        keys = sorted(set(first) & set(second))
+        return np.array([first[k] for k in keys]), np.array([second[k] for k in keys]), keys
     a = {k: v for k, v in values.get((row, arm), {}).items() if _finite(v)}
     if reference is None:
         keys = sorted(a)
@@ -453,13 +483,16 @@ def verdict_table(rows: list[dict]) -> str:
     for i, r in enumerate(rows, 1):
         c = r["claim"]
         versus = f"{c.arm} vs {r['reference']}" if r["reference"] else f"{c.arm} (within run)"
+        if c.minus:
+            versus = f"({c.arm} - {r['reference']}) - ({c.minus[0]} - {c.minus[1]})"
         if isinstance(c.reference, tuple):
             versus += f" (best of {', '.join(c.reference)} by {c.best_by})"
         effect = "-" if math.isnan(r["effect"]) else f"{_fmt(r['effect'])} ± {_fmt(r['se'])}"
         p = "-" if math.isnan(r["p"]) else format_p(r["p"], r["floor"])
         ph = "-" if math.isnan(r["p_holm"]) else f"{r['p_holm']:.4f}"
         verdict = f"**{r['verdict']}**" + (f" ({r['detail']})" if r["detail"] else "")
-        lines.append(f"| {i} | {c.paper} | {c.text} [{' / '.join(c.rows)}] | {versus} | {test_name(c)} | "
+        text = f"({c.family}) {c.text}" if c.family else c.text
+        lines.append(f"| {i} | {c.paper} | {text} [{' / '.join(c.rows)}] | {versus} | {test_name(c)} | "
                      f"{r['n'] or '-'} | {effect} | {p} | {ph} | {verdict} |")
     lines += ["", "Sources, verbatim:", ""]
     lines += [f"{i}. \"{r['claim'].quote}\"" for i, r in enumerate(rows, 1)]
@@ -486,6 +519,8 @@ def test_name(claim: Claim) -> str:
     if claim.direction == 0:
         return f"TOST ±{_fmt(claim.margin)}" + (" (runs)" if within else " (pairs)")
     name = "sign-flip" + (" (runs)" if within else " (pairs)")
+    if claim.minus:
+        name = "sign-flip (pairs), interaction"
     if claim.margin:
         name += f", margin {_fmt(claim.margin)}"
     return name + (", every row" if len(claim.rows) > 1 else "")

@@ -21,7 +21,7 @@ and arm B's run (w, s) differ only in the design choice, and each claim is teste
 per-pair differences: an exact sign-flip test, whose floor 2/2^10 = 0.00195 survives
 Holm's correction over up to 25 claims.
 
-The five sweeps:
+The six sweeps:
   batching    4 mini-batches per rollout batch, split five ways (batching.py): does
               keeping a group in one optimizer step keep the template from drifting, and
               does it learn better (Cancellation Hypothesis)?
@@ -37,6 +37,9 @@ The five sweeps:
               stability and final pass@1 (design-conditions paper).
   credit      GRPO against positive-only training with the token diagnostics: flips,
               where updates go, token values, coupling (Cancellation Hypothesis).
+  dose        the step size as a dose (addition only): lr 1e-4, 2e-4, 4e-4 x {random,
+              query} mini-batches and {GSPO, orth}: does what keeps cancellation alive
+              matter more as updates grow (both cancellation papers' stability claims)?
 
 Tasks. Countdown (tasks/countdown.py, the default) starts at held-out pass@1 ~0.23
 with pass@16 ~0.83, its tokens have entropy, and most prompts have several correct
@@ -82,6 +85,7 @@ continue on another machine with an empty runs/:
     fade        addition      6    60    300      4.1       124      4        31
     dfpo        addition      6    60    100      1.9        58      2        29
     credit      addition      2    20    100      1.0        10      1        10
+    dose        addition     12   120    100      3.0       179      5        36
 """
 
 from __future__ import annotations
@@ -92,7 +96,7 @@ from typing import Callable
 
 from experiments.claims import Check, Claim
 from machinery import tinymodel
-from experiments.quantities import (difference, final, final_max_pass, first_reach, head_mean, log_ratio,
+from experiments.quantities import (at_start, collapsed, difference, final, final_max_pass, first_reach, head_mean, log_ratio,
                                     max_of, mean_of, min_of, peak, peak_of, peak_step_of, peaked_at_end, pooled_n,
                                     nanmean, pooled_value, ratio, tail_mean, total)
 
@@ -138,6 +142,9 @@ TASKS = {
             "fade": {"steps": 300, "eval_every": 20, "n_eval": 200, "eval_samples": 16, "step_s": 0.63, "parts": 4},
             "dfpo": {"steps": 100, "eval_every": 5, "n_eval": 200, "eval_samples": 4, "step_s": 0.90, "parts": 2},
             "credit": {"steps": 100, "eval_every": 20, "n_eval": 200, "eval_samples": 4, "step_s": 0.46, "parts": 1},
+            # step_s from the committed addition dfpo runs (4 mini-batches, the same budget but
+            # evaluation every 5): 2.5-3.8 process-minutes a run, two at a time on 2 cores.
+            "dose": {"steps": 100, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 1.6, "parts": 5},
         }},
 }
 
@@ -197,6 +204,11 @@ def settings(task: str, name: str) -> dict:
     return TASKS[task]["sweeps"][name]
 
 
+def runs_on(task: str, name: str) -> bool:
+    """Whether the sweep is declared on the task (the dose-response sweep runs on addition only)."""
+    return name in TASKS[task]["sweeps"]
+
+
 def estimate_minutes(task: str, name: str) -> float:
     """Estimated minutes of one run: start + steps x step_s + evaluations x samples x sample_s."""
     s, cost = settings(task, name), TASKS[task]["cost"]
@@ -217,6 +229,8 @@ def budget_table(jobs: int = 2) -> str:
     lines = ["    sweep       task       arms  runs  steps  min/run  wall min  parts  min/part"]
     for task in TASKS:
         for name, make in SWEEPS.items():
+            if not runs_on(task, name):
+                continue
             arms, s = len(make(task).arms), settings(task, name)
             runs = arms * len(WARMUP_SEEDS) * len(SEEDS)
             wall = runs * estimate_minutes(task, name) / jobs
@@ -646,7 +660,103 @@ def credit(task: str = "countdown") -> Sweep:
         claims=claims, checks=checks)
 
 
-SWEEPS = {"batching": batching, "advantages": advantages, "fade": fade, "dfpo": dfpo, "credit": credit}
+LEARNING_RATES = ("1e-4", "2e-4", "4e-4")     # the dose: Adam's step size, with 4 optimizer steps per batch
+GSPO_CLIP = ["--eps_low", "3e-4", "--eps_high", "4e-4"]       # GSPO paper's sequence-ratio clip range
+
+
+def dose_arm(method: str, lr: str) -> str:
+    """The dose sweep's arm name: 'query_lr4e-4'."""
+    return f"{method}_lr{lr}"
+
+
+def no_collapse(*arms: str) -> Callable[[dict], str | None]:
+    """Not testable if no run of these arms collapsed (every pair's flag difference is 0)."""
+    def check(series: dict) -> str | None:
+        flags = [collapsed()(s) for a in arms for s in series.get(a, [])]
+        return None if any(f == 1.0 for f in flags) else f"no run of {' or '.join(arms)} collapsed"
+    return check
+
+
+def dose(task: str = "addition") -> Sweep:
+    """Update size as a dose: does keeping cancellation alive matter more as steps grow?
+
+    The only large differences of the earlier sweeps came where updates were large: on
+    addition at lr 4e-4 with 4 mini-batches grpo (query mini-batches), GSPO's sequence
+    weights alone and orth collapsed, while GSPO, its clip alone and min learned. The
+    papers' practical claims are about exactly that regime: keeping training stable when a
+    group's rollouts are split across optimizer steps (query-preserved mini-batching) or
+    weighted apart (DFPO's orth against GSPO). So the step size is the dose: Adam's lr in
+    {1e-4, 2e-4, 4e-4}, 4 mini-batches per rollout batch (the first optimizer step on
+    policy, the next three off it), and at each lr four arms that differ in one choice each:
+      random  grpo, groups split at random across the 4 optimizer steps;
+      query   grpo, each group whole in one optimizer step (the one change: the split);
+      gspo    GSPO (sequence ratio, its clip 3e-4 / 4e-4), query mini-batches;
+      orth    GSPO with DFPO's orth transform (the one change: the transform).
+    Primary findings, declared before any run: the INTERACTIONS, query's gain over random
+    at lr 4e-4 minus its gain at 1e-4 (and orth's over gspo), per pair on final pass@1:
+    the papers predict the gain grows with the dose. Secondary: final pass@1 and a collapse
+    flag (final pass@1 below half the start) at each lr. Two Holm families.
+    """
+    methods = {"random": ["--minibatch_mode", "random"], "query": ["--minibatch_mode", "query"],
+               "gspo": ["--minibatch_mode", "query", "--loss_type", "gspo", *GSPO_CLIP],
+               "orth": ["--minibatch_mode", "query", "--loss_type", "gspo", *GSPO_CLIP, "--weight_transform", "orth"]}
+    arms = {dose_arm(m, lr): [*flags, "--lr", lr] for lr in LEARNING_RATES for m, flags in methods.items()}
+    low, high = LEARNING_RATES[0], LEARNING_RATES[-1]
+    pairs = (("query", "random", CANCELLATION, Q_BATCHING_GAIN), ("orth", "gspo", DESIGN, Q_DFPO))
+    claims = [Claim(paper, f"{arm}'s gain over {ref} in final pass@1 is larger at lr {high} than at lr {low}",
+                    quote, "final pass@1", dose_arm(arm, high), dose_arm(ref, high), +1,
+                    minus=(dose_arm(arm, low), dose_arm(ref, low)), family="primary")
+              for arm, ref, paper, quote in pairs]
+    claims += [Claim(paper, f"lr {lr}: {arm} higher final pass@1 than {ref}", quote, "final pass@1",
+                     dose_arm(arm, lr), dose_arm(ref, lr), +1, family="secondary")
+               for arm, ref, paper, quote in pairs for lr in LEARNING_RATES]
+    claims += [Claim(paper, f"lr {lr}: {arm} collapses less often than {ref}", quote, "collapsed",
+                     dose_arm(arm, lr), dose_arm(ref, lr), -1, family="secondary",
+                     testable=no_collapse(dose_arm(arm, lr), dose_arm(ref, lr)))
+               for arm, ref, paper, quote in pairs for lr in LEARNING_RATES]
+    whole = tuple(dose_arm(m, lr) for lr in LEARNING_RATES for m in ("query", "gspo", "orth"))
+    checks = [Check("query mini-batches never split a group", "split groups / step", whole, "zero"),
+              Check("random mini-batches split groups", "split groups / step",
+                    tuple(dose_arm("random", lr) for lr in LEARNING_RATES), "positive"),
+              Check("whole groups, equal weights on-policy: the first optimizer step's residual is 0 to rounding",
+                    "first-step residual", tuple(dose_arm(m, lr) for lr in LEARNING_RATES for m in ("query", "orth")),
+                    "zero", tol=FIRST_STEP_TOL),
+              Check("orth: the kept rollouts' weights cancel in every group", "cancellation residual",
+                    tuple(dose_arm("orth", lr) for lr in LEARNING_RATES), "zero", tol=RESIDUAL_TOL)]
+    return Sweep(
+        name="dose",
+        claim="The step size as a dose: with 4 optimizer steps per rollout batch, keeping each group whole "
+              "(Cancellation Hypothesis paper) and DFPO's orth transform (design-conditions paper) should matter "
+              "more as Adam's lr grows from 1e-4 to 4e-4.",
+        flags=[*TASKS[task]["flags"], "--minibatches", "4", "--coupling_pairs", "0"],
+        arms=arms,
+        rows=[("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
+              ("start pass@1", at_start("eval/pass@1"), "held-out pass@1 of the starting weights (start.json)"),
+              ("collapsed", collapsed(), "1 if final pass@1 < half of start pass@1, else 0"),
+              ("peak pass@1", peak_of("eval/pass@1"), "best held-out pass@1 over the run's evaluations"),
+              ("min pass@1", min_of("eval/pass@1"), "worst held-out pass@1 over the run's evaluations"),
+              ("gain lost", difference(peak_of("eval/pass@1"), final("eval/pass@1")), "peak minus final pass@1"),
+              ("cancellation residual", mean_of("cancellation_residual"),
+               "mean over diagnostic steps of the per-group residual R_g"),
+              ("first-step residual", mean_of("cancellation_residual_first"),
+               "the same, first optimizer step of each batch only (ratio 1)"),
+              ("split groups / step", mean_of("mb/split_groups"),
+               "groups cut across optimizer steps, per optimizer step, mean over steps"),
+              ("clip frac (both)", total(mean_of("clip_frac_low"), mean_of("clip_frac_high")),
+               "clip fraction low + high, mean over steps"),
+              ("dropped rollouts", mean_of("dfpo_dropped"),
+               "share of rollouts GSPO's clip dropped, mean over steps (DFPO path arms only)"),
+              ("approx kl", mean_of("approx_kl"), "mean over steps of the sampling policy's KL to the updated one"),
+              ("grad norm", mean_of("grad_norm"), "mean over steps of the gradient norm before clipping"),
+              ("entropy, last 10 steps", tail_mean("entropy", 10), "mean token entropy, nats"),
+              ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")],
+        curves=[("eval/pass@1", "held-out pass@1"), ("entropy", "entropy (nats/token)"),
+                ("approx_kl", "approx KL to the sampling policy"), ("grad_norm", "gradient norm"),
+                ("cancellation_residual", "cancellation residual R_g")],
+        claims=claims, checks=checks)
+
+
+SWEEPS = {"batching": batching, "advantages": advantages, "fade": fade, "dfpo": dfpo, "credit": credit, "dose": dose}
 
 
 def threshold(task: str) -> float:

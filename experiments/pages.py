@@ -43,8 +43,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from experiments import claims as claims_lib
-from experiments import plot_runs
-from experiments.designs import SEEDS, SWEEPS, TASKS, WARMUP_SEEDS, Sweep, eval_flags, settings
+from experiments import plot_runs, quantities
+from experiments.designs import SEEDS, SWEEPS, TASKS, WARMUP_SEEDS, Sweep, eval_flags, runs_on, settings
 
 
 @dataclass
@@ -208,15 +208,26 @@ def judge_runs(sweep: Sweep, runs: list[RunData]) -> tuple[list[dict], list[dict
     values: {(row label, arm): {(warmup_seed, seed): number}}. Claims whose arms have no
     run are left out (a subset of arms was run).
     """
-    series = {r.label: plot_runs.series_from_rows(r.rows) for r in runs}
+    series = {r.label: with_start(plot_runs.series_from_rows(r.rows), r.record) for r in runs}
     arms = [a for a in sweep.arms if any(r.arm == a for r in runs)]
     by_arm = {a: [r for r in runs if r.arm == a] for a in arms}
     values = {(label, a): {r.key: fn(series[r.label]) for r in by_arm[a]} for label, fn, _ in sweep.rows for a in arms}
     arm_series = {a: [series[r.label] for r in by_arm[a]] for a in arms}
     refs = lambda c: c.reference if isinstance(c.reference, tuple) else (c.reference,)
-    claims = [c for c in sweep.claims if c.arm in arms and all(r is None or r in arms for r in refs(c))]
+    claims = [c for c in sweep.claims if c.arm in arms and all(r is None or r in arms for r in refs(c))
+              and all(m in arms for m in (c.minus or ()))]
     checks = [c for c in sweep.checks if any(a in arms for a in c.arms)]
     return claims_lib.judge(claims, values, arm_series), claims_lib.run_checks(checks, values), values, arm_series
+
+
+def with_start(series: dict, record: dict) -> dict:
+    """The run's series plus its start's held-out evaluation as "start/<key>" at step 0 (from
+    the record's start.json), for the rows that compare the end with the start
+    (quantities.at_start, collapsed). Separate keys: no curve or other row sees them."""
+    start_eval = (record.get("start") or {}).get("eval") or {}
+    extra = {quantities.START + k: (np.array([0]), np.array([float(v)])) for k, v in start_eval.items()
+             if isinstance(v, (int, float))}
+    return {**series, **extra}
 
 
 def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_path: str, meta: dict) -> dict:
@@ -443,6 +454,8 @@ def report(out: str, docs: str, readme: str) -> list[str]:
     os.makedirs(docs, exist_ok=True)
     for task in TASKS:
         for name, make in SWEEPS.items():
+            if not runs_on(task, name):
+                continue
             sweep, data_path = make(task), os.path.join(docs, f"sweep_{task}_{name}.jsonl.gz")
             runs = merge(read_run_data(data_path), local_runs(out, task, sweep), sweep)
             if not runs:
@@ -482,6 +495,9 @@ def verdict_cells(results: dict) -> dict:
     for task in TASKS:
         for name in SWEEPS:
             res = results.get((task, name))
+            if not runs_on(task, name):
+                cells[task, name] = {"status": "not declared", "verdicts": {}, "checks": {}}
+                continue
             if res is None:
                 cells[task, name] = {"status": "not run", "verdicts": {}, "checks": {}}
                 continue
@@ -515,8 +531,8 @@ def write_readme_tables(readme: str, results: dict) -> str:
 
     def summary(task: str, name: str) -> str:
         c = cells[task, name]
-        if c["status"] == "not run":
-            return "not run"
+        if c["status"] in ("not run", "not declared"):
+            return "-" if c["status"] == "not declared" else "not run"
         verdicts = list(c["verdicts"].values())
         counts = {v: verdicts.count(v) for v in VERDICT_ORDER if v in verdicts}
         findings = c["status"] or ", ".join(f"{n} {_shown(v)}" for v, n in counts.items()) or "no findings"
@@ -526,7 +542,7 @@ def write_readme_tables(readme: str, results: dict) -> str:
              f"One line per sweep; each claim's verdict per task: [docs/{CLAIMS_PAGE}](docs/{CLAIMS_PAGE}).", "",
              "| sweep | findings | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
     for name, make in SWEEPS.items():
-        lines.append(f"| {name} | {len(make(tasks[0]).claims)} | "
+        lines.append(f"| {name} | {len(make(_first_task(name)).claims)} | "
                      + " | ".join(summary(t, name) for t in tasks) + " |")
     lines += [""] + [f"[{links[t, n]}]: docs/sweep_{t}_{n}.md" for t in tasks for n in SWEEPS
                      if (t, n) in results] + ["", TABLES_END]
@@ -554,12 +570,13 @@ def write_claims_page(path: str, results: dict) -> str:
              "correction per sweep per task.", "",
              "| sweep | claim | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
     for name, make in SWEEPS.items():
-        for claim in make(tasks[0]).claims:
+        for claim in make(_first_task(name)).claims:
             row = []
             for task in tasks:
                 c, page = cells[task, name], f"sweep_{task}_{name}.md"
                 shown = c["status"] or _shown(c["verdicts"].get(claim.text, "not run"))
-                row.append(shown if c["status"] == "not run" else f"[{shown}]({page})")
+                row.append("-" if c["status"] == "not declared" else
+                           shown if c["status"] == "not run" else f"[{shown}]({page})")
             lines.append(f"| {name} | {claim.text} | " + " | ".join(row) + " |")
     lines += ["", "**Implementation checks** (identities the code must satisfy, measured on every run):", "",
               "| sweep | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
@@ -567,11 +584,16 @@ def write_claims_page(path: str, results: dict) -> str:
         row = []
         for task in tasks:
             c = cells[task, name]
-            row.append("not run" if c["status"] == "not run"
+            row.append("-" if c["status"] == "not declared" else "not run" if c["status"] == "not run"
                        else f"[{_checks_text(c['checks'])}](sweep_{task}_{name}.md)")
         lines.append(f"| {name} | " + " | ".join(row) + " |")
     _write(path, "\n".join(lines) + "\n")
     return path
+
+
+def _first_task(name: str) -> str:
+    """The first task the sweep is declared on (its claims' texts are the same on every task)."""
+    return next(t for t in TASKS if runs_on(t, name))
 
 
 def _write(path: str, text: str) -> None:

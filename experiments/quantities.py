@@ -200,3 +200,26 @@ def min_of(key: str) -> Callable[[dict], float]:
 def max_of(key: str) -> Callable[[dict], float]:
     """Largest logged value of the key."""
     return lambda series: float(np.nanmax(series[key][1])) if key in series else math.nan
+
+
+START = "start/"
+"""Prefix of the start's held-out evaluation in a run's series (pages.judge_runs adds it from
+the run's record: train.py's start.json), e.g. "start/eval/pass@1" at step 0."""
+
+
+def at_start(key: str) -> Callable[[dict], float]:
+    """The key's value when the run started (the start's evaluation, before step 1); NaN if not recorded."""
+    return lambda series: float(series[START + key][1][0]) if START + key in series else math.nan
+
+
+def collapsed(key: str = "eval/pass@1", share: float = 0.5) -> Callable[[dict], float]:
+    """1.0 if the run ended below `share` of where it started (final < share x start), else 0.0.
+
+    A flag per run, so the paired differences are -1, 0 or +1 and the sign-flip test counts
+    the pairs where one arm collapsed and the other did not. NaN without a start or a final.
+    Example: start 0.51, final 0.20 -> 1.0 (0.20 < 0.255); final 0.30 -> 0.0.
+    """
+    def value(series: dict) -> float:
+        start, end = at_start(key)(series), final(key)(series)
+        return float(end < share * start) if math.isfinite(start) and math.isfinite(end) else math.nan
+    return value

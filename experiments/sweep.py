@@ -86,7 +86,7 @@ from tqdm import tqdm
 from experiments import pages
 from experiments.pages import machine as _machine, now as _now, read_json as _read_json
 from experiments.designs import (SEEDS, SWEEPS, TASKS, WARMUP_SEEDS, Sweep, budget_table, estimate_minutes, eval_flags,
-                                settings)
+                                runs_on, settings)
 from machinery import door
 
 # ---------------------------------------------------------------------------------------
@@ -376,11 +376,12 @@ def plan_text(tasks: list[str], docs: str = DOCS) -> str:
     with how many of its runs are committed in `docs` (a finished part says "done")."""
     lines = [budget_table(), ""]
     long = [f"{name} on {task}" for task in tasks for name in SWEEPS
-            if estimate_minutes(task, name) * len(SWEEPS[name](task).arms) * len(WARMUP_SEEDS) * len(SEEDS)
+            if runs_on(task, name) and estimate_minutes(task, name) * len(SWEEPS[name](task).arms) * len(WARMUP_SEEDS) * len(SEEDS)
             / JOBS / settings(task, name)["parts"] > 45]
     if long:
         lines += [f"WARNING: parts estimated over 45 min ({', '.join(long)}): raise their parts in designs.TASKS", ""]
-    committed = {(task, name): committed_per_part(task, name, docs) for task in tasks for name in SWEEPS}
+    committed = {(task, name): committed_per_part(task, name, docs) for task in tasks for name in SWEEPS
+                 if runs_on(task, name)}
     lines += ["Minutes per run, estimated and measured (the committed runs, train.py start to exit; "
               f"{JOBS} at a time):",
               "    sweep       task       committed  estimate  measured"]
@@ -392,6 +393,8 @@ def plan_text(tasks: list[str], docs: str = DOCS) -> str:
               "README.md:"]
     for task in tasks:
         for name in SWEEPS:
+            if not runs_on(task, name):
+                continue
             parts = settings(task, name)["parts"]
             base = f"python -m experiments.sweep {name} --task {task}"
             for k, (done, n) in enumerate(committed[task, name][0], start=1):
@@ -445,7 +448,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.name == "pilot":
         pilot(args, extra)
         return
-    names = list(SWEEPS) if args.name == "all" else [args.name]
+    names = [n for n in SWEEPS if runs_on(args.task, n)] if args.name == "all" else [args.name]
+    if not runs_on(args.task, names[0]):
+        parser.error(f"sweep {names[0]} is not declared on --task {args.task} (designs.TASKS: "
+                     f"{', '.join(t for t in TASKS if runs_on(t, names[0]))})")
     if args.arms and len(names) > 1:
         parser.error("--arms needs one sweep, not 'all'")
     part = _part(parser, args, names)
@@ -522,6 +528,8 @@ def pilot(args, extra: list[str]) -> None:
     steps = args.steps or 12
     runs = []
     for name, make in SWEEPS.items():
+        if not runs_on(args.task, name):
+            continue
         s = make(args.task)
         runs += plan_runs(s, list(s.arms)[:1], [0], [0], steps, os.path.join(args.out, "pilot"),
                           ["--eval_every", str(max(steps // 2, 1)), "--save_every", "0", *extra], args.task)

@@ -558,8 +558,11 @@ def test_plan_prints_the_budget_and_every_part_command(capsys):
     assert designs.budget_table() in out
     for task in designs.TASKS:
         for name in designs.SWEEPS:
-            parts = designs.settings(task, name)["parts"]
             base = f"python -m experiments.sweep {name} --task {task}"
+            if not designs.runs_on(task, name):
+                assert base not in out
+                continue
+            parts = designs.settings(task, name)["parts"]
             assert (f"{base} --part {parts}/{parts}" if parts > 1 else base) in out
 
 
