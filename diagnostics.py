@@ -62,7 +62,8 @@ SEED_OFFSET = 7_000_003
 # ---------------------------------------------------------------------------------------
 
 def after_update(model, tokenizer, ro: rollout.Rollouts, old_logp: Tensor, new_logp: Tensor, adv_flat: Tensor,
-                 task: str, answers: list[str], *, prompts: list[str] | None = None, tau: float = TAU,
+                 task: str, answers: list[str], *, prompts: list[str] | None = None, rewards: Tensor | None = None,
+                 tau: float = TAU,
                  value_samples: int = 0, value_k: int = 8, coupling_pairs: int = 0, seed: int = 0, step: int = 0,
                  max_new_tokens: int = 48, temperature: float = 1.0) -> dict:
     """All token diagnostics of one step, as a flat dict of metrics (docs/metrics.md).
@@ -75,8 +76,8 @@ def after_update(model, tokenizer, ro: rollout.Rollouts, old_logp: Tensor, new_l
     continuations: the expensive one), timing the last two; costs in docs/metrics.md.
     ro: the step's Rollouts; adv_flat: [B]; task: the rows' tasks.Task; answers: N
     reference answers (rollout b answers answers[b // G]); prompts: the N prompt texts
-    (countdown's verifier reads them); max_new_tokens, temperature: the run's sampling
-    settings. Samples come from streams seeded by (seed, step) inside fork_rng: the
+    (countdown's verifier reads them); rewards: [B] or [N, G], for credit/specificity_* (none
+    without them); max_new_tokens, temperature: the run's sampling settings. Samples come from streams seeded by (seed, step) inside fork_rng: the
     training RNG never moves, and resumes reproduce. ValueError names a bad input.
     """
     B, T = ro.response_ids.shape
@@ -99,6 +100,9 @@ def after_update(model, tokenizer, ro: rollout.Rollouts, old_logp: Tensor, new_l
     mask = ro.response_mask.float()
     old_logp, new_logp, adv_flat = old_logp.float().cpu(), new_logp.float().cpu(), adv_flat.float().cpu()
     out = token_flips(new_logp, old_logp, mask, adv_flat, tau)
+    if rewards is not None:
+        out.update(specificity(new_logp, old_logp, mask, ro.response_ids.cpu(), rewards.reshape(-1).float().cpu(),
+                               ro.G))
     template = tasks.template_token_mask(task, tokenizer, ro.response_ids, ro.response_mask)
     if template is not None:
         out.update(where_updates_go(new_logp, old_logp, mask, adv_flat, template))
@@ -209,11 +213,11 @@ class StepProbe:
         self.residuals.append(_nanmean(loss.cancellation_residual(self.coef[step_idx], group_index[step_idx]).tolist()))
 
     def report(self, model, tokenizer, task, passes: forward.Passes, ro: rollout.Rollouts, adv: Tensor,
-               rows: list[dict]) -> dict:
+               rows: list[dict], rewards: Tensor | None = None) -> dict:
         cfg = self.cfg
         new_logp = forward.no_grad_pass(model, ro, passes)[0]
         out = after_update(model, tokenizer, ro, self.logp_old, new_logp, adv.reshape(-1), task,
-                           [r["answer"] for r in rows], prompts=[r["prompt"] for r in rows],
+                           [r["answer"] for r in rows], prompts=[r["prompt"] for r in rows], rewards=rewards,
                            value_samples=cfg.value_samples if self.value_step else 0, value_k=cfg.value_k,
                            coupling_pairs=cfg.coupling_pairs, seed=cfg.seed, step=self.step,
                            max_new_tokens=cfg.max_new_tokens, temperature=passes.temperature)
@@ -266,6 +270,58 @@ def token_flips(new_logp: Tensor, old_logp: Tensor, mask: Tensor, adv_flat: Tens
             continue
         out[f"flip/boost_{name}"] = float(((diff[rows] > tau).float() * m).sum()) / n
         out[f"flip/suppress_{name}"] = float(((diff[rows] < -tau).float() * m).sum()) / n
+    return out
+
+
+def specificity(new_logp: Tensor, old_logp: Tensor, mask: Tensor, token_ids: Tensor, rewards: Tensor,
+                G: int) -> dict:
+    """[recon] Are tokens specific to successful rollouts reinforced more than shared ones?
+
+    The Cancellation Hypothesis paper's central sentence: "opposing signals cancel out for
+    tokens shared by positive and negative rollouts, while tokens more specific to
+    successful rollouts receive stronger reinforcement". Measured per (group, token id)
+    cell, in the groups whose rewards differ (a group of equal rewards has no "specific"):
+
+        spec(g, a)  = #{successes of g containing a} / |S_g|  -  #{failures containing a} / |F_g|
+        reinf(g, a) = mean of Δ log π = logp_new - logp_old over a's occurrences in g's rollouts
+
+    successes: the rollouts with the group's highest reward, failures: its lowest (binary
+    rewards: right and wrong). spec is +1 for a token only successes contain, 0 for one
+    every rollout contains, -1 for one only failures contain. Under the paper's view reinf
+    rises with spec; the first-order update of a token every rollout weighs alike is G
+    Cov(A, n(a)) (docs/math.md), but what is measured here is the change after an Adam
+    step through shared parameters, with coupling, so it could come out either way.
+    Keys: "credit/specificity_corr" (Pearson correlation of spec and reinf over the step's
+    cells; absent with fewer than 3 cells or no spread) and "credit/specificity_cells".
+    [recon]: the paper's own measure is not public. Shapes: new_logp, old_logp, mask,
+    token_ids [B, T]; rewards [B], prompt-major groups of G.
+    Example: G = 2, one success with tokens (x, y), one failure with (x, z): spec(x) = 0,
+    spec(y) = 1, spec(z) = -1.
+    """
+    delta = (new_logp - old_logp).double()
+    real = mask != 0
+    specs, reinf = [], []
+    for g in range(len(rewards) // G):
+        rows = slice(g * G, (g + 1) * G)
+        r = rewards[rows]
+        if r.max() == r.min():
+            continue
+        member = real[rows]
+        ids, uniq_inverse = torch.unique(token_ids[rows][member], return_inverse=True)
+        rollout = torch.arange(G).unsqueeze(1).expand(G, member.shape[1])[member]
+        present = torch.zeros(G, len(ids), dtype=torch.float64)
+        present[rollout, uniq_inverse] = 1.0
+        specs.append(present[r == r.max()].mean(0) - present[r == r.min()].mean(0))
+        total = torch.zeros(len(ids), dtype=torch.float64).index_add_(0, uniq_inverse, delta[rows][member])
+        count = torch.zeros(len(ids), dtype=torch.float64).index_add_(0, uniq_inverse,
+                                                                      torch.ones_like(delta[rows][member]))
+        reinf.append(total / count)
+    if not specs:
+        return {}
+    x, y = torch.cat(specs), torch.cat(reinf)
+    out = {"credit/specificity_cells": float(len(x))}
+    if len(x) >= 3 and float(x.std()) > 0 and float(y.std()) > 0:
+        out["credit/specificity_corr"] = float(torch.corrcoef(torch.stack([x, y]))[0, 1])
     return out
 
 

@@ -342,7 +342,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
                        **update_metrics(opt_steps=opt_steps, adv=adv, lengths=lengths, tally=tally, has_grad=has_grad,
                                         grad_norms=grad_norms, duplicate_share=forward.duplicate_share(ro, has_grad),
                                         lr=run.optimizer.param_groups[0]["lr"], canary=run.canary.last),
-                       **probe.report(run.model, run.tokenizer, run.task, run.passes, ro, adv, rows)}
+                       **probe.report(run.model, run.tokenizer, run.task, run.passes, ro, adv, rows, rewards)}
             if run.llm is not None:
                 vllm_rollout.push_weights(run.llm, run.model)
         last = step == cfg.steps or bool(cfg.max_minutes and minutes() > cfg.max_minutes)

@@ -103,7 +103,8 @@ class Claim:
     margin: float = 0.0
     """direction +-1: the effect must exceed this; direction 0: the equivalence margin (> 0)."""
     statistic: str = "mean"
-    """"mean" (sign-flip test of the mean difference) or "spread" (paired swap test of the seed spread)."""
+    """"mean" (sign-flip test of the mean difference), "spread" (paired swap test of the seed spread)
+    or "not_lower" (one-sided: the arm is not lower than the reference by more than `margin`)."""
     best_by: str | None = None
     """With a tuple reference: the row whose highest mean over runs picks the reference arm."""
     testable: Callable[[dict], str | None] | None = None
@@ -115,7 +116,10 @@ class Claim:
     runs of one (warm-up seed, RL seed); e.g. how much more query beats random at a large step
     size than at a small one. The same exact sign-flip test on that difference."""
     family: str = ""
-    """Holm's family within the sweep ("primary", "secondary"); one family when all are ''."""
+    """Holm's family within the sweep ("primary", "secondary", "ours"); one family when all are ''."""
+    posthoc: bool = False
+    """Declared after its runs' data was public (a stricter restatement of an earlier claim, read
+    again on the same runs): shown as a re-reading, not as a test declared before its data."""
 
     @property
     def rows(self) -> tuple[str, ...]:
@@ -146,6 +150,10 @@ class Check:
     """"zero" (|x| <= tol), "positive" (x > tol), "equals" (|x - value| <= tol), "within" (value = (lo, hi))."""
     value: float | tuple[float, float] = 0.0
     tol: float = 0.0
+    kind: str = "identity"
+    """"identity": the code must satisfy it (pass / FAIL); "precondition": what a finding needs of
+    the training (a manipulation check, e.g. "the clip was never reached"), measured and shown
+    as met / NOT MET: the training, not the code, decides it."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -266,10 +274,12 @@ def holm(pvalues: list[float]) -> list[float]:
 # ---------------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def power_ratio(n: int, level: float, power: float = POWER, draws: int = 2000, seed: int = 0) -> float:
+def power_ratio(n: int, level: float, power: float = POWER, draws: int = 2000, seed: int = 0,
+                sided: str = "two") -> float:
     """r such that the exact two-sided sign-flip test at `level` detects, with the right
     sign, a shift r * s of n normal differences of standard deviation s with probability
-    `power`. inf when the test's floor 2 / 2^n is not below the level.
+    `power` (sided="greater": the one-sided test, #{sum eps d >= sum d} / 2^n). inf when
+    the test's floor (2 / 2^n two-sided, 1 / 2^n one-sided) is not below the level.
 
     By simulation: `draws` samples z [draws, n] of N(0, 1), the same ones for every r
     (common random numbers make the simulated power a deterministic, increasing step
@@ -280,23 +290,87 @@ def power_ratio(n: int, level: float, power: float = POWER, draws: int = 2000, s
     against the closed form r = Phi^-1(power^(1/n)) of levels below 4 / 2^n, where only
     the all-positive pattern is significant).
     """
-    if n < 1 or 2 / 2 ** n >= level:
+    if n < 1 or (2 if sided == "two" else 1) / 2 ** n >= level:
         return math.inf
     z = np.random.default_rng(seed).standard_normal((draws, n))
 
     def detected(r: float) -> float:
         d = z + r
+        if sided == "greater":
+            observed = d.sum(1) - _tolerance(d)
+            count = sum((s >= observed[:, None]).sum(1) for s in pattern_sums(d))
+            return float(np.mean(count / 2 ** n < level))
         observed = np.abs(d.sum(1)) - _tolerance(d)                             # [draws]
         count = sum((np.abs(s) >= observed[:, None]).sum(1) for s in pattern_sums(d))
         return float(np.mean((count / 2 ** n < level) & (d.sum(1) > 0)))
-    low, high = 0.0, 1.0
-    while detected(high) < power:
-        low, high = high, 2 * high
-        if high > 1e3:
+    return _bisect(detected, power)
+
+
+@functools.lru_cache(maxsize=None)
+def tost_ratio(n: int, level: float, power: float = POWER, draws: int = 2000, seed: int = 0) -> float:
+    """r0 such that TOST at `level` shows equivalence within a margin r0 * s, 4 times in 5
+    (power), when the n differences are normal around a TRUE difference of 0 with SD s:
+    the smallest margin this design could have shown. inf below the floor 1 / 2^n.
+    Simulated as power_ratio (common random numbers, bisection on the margin)."""
+    if n < 1 or 1 / 2 ** n >= level:
+        return math.inf
+    z = np.random.default_rng(seed).standard_normal((draws, n))
+
+    def one_sided(d: np.ndarray) -> np.ndarray:
+        observed = d.sum(1) - _tolerance(d)
+        return sum((s >= observed[:, None]).sum(1) for s in pattern_sums(d)) / 2 ** n
+
+    def shown(m: float) -> float:
+        return float(np.mean(np.maximum(one_sided(z + m), one_sided(m - z)) < level))
+    return _bisect(shown, power)
+
+
+@functools.lru_cache(maxsize=None)
+def spread_ratio(blocks: tuple, level: float, direction: int = -1, power: float = POWER, draws: int = 400,
+                 seed: int = 0) -> float:
+    """c such that the paired swap test of seed spread at `level` finds, with the predicted
+    sign, an arm whose within-block SD is c times the reference's (c < 1 for direction -1),
+    4 times in 5. blocks: the pairs' warm-up seeds, in order. inf if even c = 0 (or 10^3)
+    is not found 4 times in 5.
+
+    Simulated: per draw, each pair shares a block effect; the reference's runs add N(0, 1)
+    noise, the arm's c N(0, 1); the test is scale- and shift-free, so c depends only on the
+    blocks and the level. Fewer draws than power_ratio (each is a 2^n swap enumeration):
+    Monte Carlo error a few % of c.
+    """
+    n = len(blocks)
+    if n < 2 or 2 / 2 ** n >= level:
+        return math.inf
+    rng = np.random.default_rng(seed)
+    labels = np.unique(blocks)
+    shared = rng.standard_normal((draws, len(labels)))[:, np.searchsorted(labels, blocks)]
+    ex, ey = rng.standard_normal((draws, n)), rng.standard_normal((draws, n))
+
+    def found(c: float) -> float:
+        hits = 0
+        for k in range(draws):
+            x, y = shared[k] + c * ex[k], shared[k] + ey[k]
+            effect = within_block_sd(x, blocks) - within_block_sd(y, blocks)
+            hits += paired_swap_p(x, y, blocks) < level and np.sign(effect) == direction
+        return hits / draws
+    if direction < 0:                       # shrink c from 1 toward 0
+        if found(0.0) < power:
             return math.inf
-    for _ in range(24):                       # the bracket shrinks to 2^-24 of its width
+        return 1 - _bisect(lambda t: found(1 - t), power, high=1.0, cap=1.0, steps=12)
+    return 1 + _bisect(lambda t: found(1 + t), power, steps=12)
+
+
+def _bisect(rate, power: float, high: float = 1.0, cap: float = 1e3, steps: int = 24) -> float:
+    """The smallest x (to 2^-steps of the bracket) with rate(x) >= power; rate increases in x.
+    Doubles the bracket up to `cap` first; inf if rate(cap) < power."""
+    low = 0.0
+    while rate(high) < power:
+        low, high = high, 2 * high
+        if high > cap:
+            return math.inf
+    for _ in range(steps):
         mid = (low + high) / 2
-        low, high = (low, mid) if detected(mid) >= power else (mid, high)
+        low, high = (low, mid) if rate(mid) >= power else (mid, high)
     return high
 
 
@@ -377,7 +451,7 @@ def _test(claim: Claim, tests: list) -> dict:
     """effect, se, p, floor and n of one claim from its rows' (x, y, keys)."""
     per_row = []
     for x, y, keys in tests:
-        n = len(x)
+        n, spread = len(x), {}
         if claim.statistic == "spread":
             blocks = [k[0] for k in keys]
             effect = within_block_sd(x, blocks) - within_block_sd(y, blocks)
@@ -385,46 +459,93 @@ def _test(claim: Claim, tests: list) -> dict:
                     - within_block_sd(np.delete(y, i), np.delete(blocks, i)) for i in range(n)]
             se = math.sqrt((n - 1) / n * float(np.nansum((np.array(jack) - np.nanmean(jack)) ** 2)))
             p, floor = paired_swap_p(x, y, blocks), 2 / 2 ** n
+            spread = {"blocks": blocks, "sd_reference": within_block_sd(y, blocks)}
         else:
             d = x - y
             effect, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(n))
-            if claim.direction == 0:
+            if claim.statistic == "not_lower":              # H0: mean(d) <= -margin, one-sided
+                p, floor = sign_flip_p_greater(d + claim.margin), 1 / 2 ** n
+            elif claim.direction == 0:
                 p, floor = tost_p(d, claim.margin), 1 / 2 ** n
             else:
                 p, floor = sign_flip_p(d - claim.direction * claim.margin), 2 / 2 ** n
         per_row.append({"effect": effect, "se": se, "p": p, "floor": floor, "n": n,
-                        "sd": float(np.std(x - y, ddof=1))})
+                        "sd": float(np.std(x - y, ddof=1)), **spread})
     weakest = min(per_row, key=lambda r: (claim.direction or 1) * r["effect"]) if claim.direction \
         else max(per_row, key=lambda r: abs(r["effect"]))
     return {"effect": weakest["effect"], "se": weakest["se"], "n": weakest["n"], "sd": weakest["sd"],
             "p": max(r["p"] for r in per_row), "floor": max(r["floor"] for r in per_row),
-            "row_effects": [r["effect"] for r in per_row]}
+            "row_effects": [r["effect"] for r in per_row],
+            **{k: weakest[k] for k in ("blocks", "sd_reference") if k in weakest}}
 
 
 def _verdict(rec: dict) -> dict:
-    """agrees / opposite / no difference detected / no equivalence shown, with its detail."""
+    """agrees / opposite / no difference detected / no equivalence shown / no non-inferiority
+    shown, with its detail, which always ends with the claim's power statement (power80)."""
     claim = rec["claim"]
     significant = rec["p_holm"] < ALPHA
+    power80, power_text = power_statement(rec)
+    out = {"power80": power80}
+
+    def detail(*parts):
+        return "; ".join(p for p in (*parts, power_text) if p)
+    if claim.statistic == "not_lower":
+        out.update(verdict="agrees" if significant else "no non-inferiority shown",
+                   detail=detail(f"margin {_fmt(claim.margin)}"))
+        return out
     if claim.direction == 0:
         inside = abs(rec["effect"]) < claim.margin
-        return {"verdict": "agrees" if significant and inside else "no equivalence shown",
-                "detail": f"margin +-{_fmt(claim.margin)}"}
+        out.update(verdict="agrees" if significant and inside else "no equivalence shown",
+                   detail=detail(f"margin +-{_fmt(claim.margin)}"))
+        return out
     signs = {np.sign(e - claim.direction * claim.margin) for e in rec["row_effects"]}
+    margin = f"margin {_fmt(claim.margin)}" if claim.margin else ""
     if significant and signs == {claim.direction}:
-        return {"verdict": "agrees", "detail": f"margin {_fmt(claim.margin)}" if claim.margin else ""}
-    if significant and signs == {-claim.direction}:
-        return {"verdict": "opposite", "detail": f"margin {_fmt(claim.margin)}" if claim.margin else ""}
-    detail = []
-    if claim.statistic == "mean" and len(claim.rows) == 1:
-        ratio = power_ratio(rec["n"], ALPHA / rec["family"])
-        rec_power = claim.margin + ratio * rec["sd"] if math.isfinite(ratio) else math.inf
-        detail.append(f"80%-power effect {_fmt(rec_power)}" if math.isfinite(rec_power) else
-                      f"no effect detectable at 80% power with {rec['n']} "
-                      f"{'runs' if rec['reference'] is None else 'pairs'} among {rec['family']} claims")
-        return {"verdict": "no difference detected", "detail": "; ".join(detail), "power80": rec_power}
-    if len(signs) > 1 and significant:
-        detail.append("the rows disagree in sign")
-    return {"verdict": "no difference detected", "detail": "; ".join(detail)}
+        out.update(verdict="agrees", detail=detail(margin))
+    elif significant and signs == {-claim.direction}:
+        out.update(verdict="opposite", detail=detail(margin))
+    else:
+        out.update(verdict="no difference detected",
+                   detail=detail("the rows disagree in sign" if len(signs) > 1 and significant else ""))
+    return out
+
+
+def power_statement(rec: dict) -> tuple[float, str]:
+    """(the effect detectable at 80% power, how the page says it) for a testable claim.
+
+    At level ALPHA / m (Holm's strictest step), given the observed SD s of the per-pair
+    differences (every row: the weakest row's):
+      mean, direction +-1   margin + r s: the true effect found, with the predicted sign, 4 times in 5;
+      not_lower             r1 s - margin: a true difference at least this shows non-inferiority 4 times in 5;
+      equivalence (TOST)    r0 s: the margin a true difference of 0 would be shown within, 4 times in 5;
+      spread                (c - 1) x the reference's seed SD: the change in SD found 4 times in 5.
+    r, r1, r0, c by simulation of the exact tests (power_ratio, tost_ratio, spread_ratio).
+    """
+    claim, n, level = rec["claim"], rec["n"], ALPHA / rec["family"]
+    unit = "runs" if rec["reference"] is None else "pairs"
+    none = (math.inf, f"no effect detectable at 80% power with {n} {unit} among {rec['family']} claims")
+    if claim.statistic == "spread":
+        c = spread_ratio(tuple(rec["blocks"]), level, claim.direction)
+        if not math.isfinite(c):
+            return none
+        effect = (c - 1) * rec["sd_reference"]
+        return effect, f"80%-power effect {_fmt(effect)} (an SD {c:.2f} x the reference's)"
+    if claim.statistic == "not_lower":
+        r = power_ratio(n, level, sided="greater")
+        if not math.isfinite(r):
+            return none
+        effect = r * rec["sd"] - claim.margin
+        return effect, f"shown 4 times in 5 if the true difference is {_fmt(effect)} or more"
+    if claim.direction == 0:
+        r = tost_ratio(n, level)
+        if not math.isfinite(r):
+            return none
+        return r * rec["sd"], f"80%-power margin {_fmt(r * rec['sd'])} at a true difference of 0"
+    r = power_ratio(n, level)
+    if not math.isfinite(r):
+        return none
+    effect = claim.margin + r * rec["sd"]
+    return effect, f"80%-power effect {_fmt(effect)}" + (" (weakest row)" if len(claim.rows) > 1 else "")
 
 
 # ---------------------------------------------------------------------------------------
@@ -433,7 +554,8 @@ def _verdict(rec: dict) -> dict:
 
 def run_checks(checks: list[Check], values: dict) -> list[dict]:
     """One record per check: runs (how many had a number), low and high (the measured
-    range over them), result ("pass", "FAIL", or "not measured" when no run logged it)."""
+    range over them), result ("pass", "FAIL", or "not measured" when no run logged it; a
+    precondition: "met" or "NOT MET")."""
     records = []
     for check in checks:
         per_row = [[v for arm in check.arms for v in values.get((row, arm), {}).values() if _finite(v)]
@@ -441,10 +563,11 @@ def run_checks(checks: list[Check], values: dict) -> list[dict]:
         xs = [v for row in per_row for v in row]
         rec = {"check": check, "runs": max(map(len, per_row)), "low": min(xs, default=math.nan),
                "high": max(xs, default=math.nan)}
+        holds = ("pass", "FAIL") if check.kind == "identity" else ("met", "NOT MET")
         if not xs:
             rec["result"] = "not measured"
         else:
-            rec["result"] = "pass" if _holds(check, rec["low"], rec["high"]) else "FAIL"
+            rec["result"] = holds[0] if _holds(check, rec["low"], rec["high"]) else holds[1]
         records.append(rec)
     return records
 
@@ -491,7 +614,7 @@ def verdict_table(rows: list[dict]) -> str:
         p = "-" if math.isnan(r["p"]) else format_p(r["p"], r["floor"])
         ph = "-" if math.isnan(r["p_holm"]) else f"{r['p_holm']:.4f}"
         verdict = f"**{r['verdict']}**" + (f" ({r['detail']})" if r["detail"] else "")
-        text = f"({c.family}) {c.text}" if c.family else c.text
+        text = (f"({c.family}) " if c.family else "") + c.text + (" *re-read*" if c.posthoc else "")
         lines.append(f"| {i} | {c.paper} | {text} [{' / '.join(c.rows)}] | {versus} | {test_name(c)} | "
                      f"{r['n'] or '-'} | {effect} | {p} | {ph} | {verdict} |")
     lines += ["", "Sources, verbatim:", ""]
@@ -516,6 +639,8 @@ def test_name(claim: Claim) -> str:
     within = claim.reference is None
     if claim.statistic == "spread":
         return "paired swap, seed spread"
+    if claim.statistic == "not_lower":
+        return f"sign-flip one-sided, not lower by {_fmt(claim.margin)}" + (" (runs)" if within else " (pairs)")
     if claim.direction == 0:
         return f"TOST ±{_fmt(claim.margin)}" + (" (runs)" if within else " (pairs)")
     name = "sign-flip" + (" (runs)" if within else " (pairs)")

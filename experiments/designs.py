@@ -14,29 +14,34 @@ before the runs (experiments/claims.py):
     predicted direction (or "similar", with a declared margin). Judged by exact paired
     tests with Holm's correction per sweep per task.
 
-The design. Every arm runs from the same 2 x 5 pairs (WARMUP_SEEDS x SEEDS): the
+The design. Every arm runs from the same 2 x 5 pairs (WARMUP_SEEDS x SEEDS; a sweep that
+retests what earlier runs suggested uses FRESH_SEEDS, RL seeds no earlier sweep ran): the
 warm-up seed picks the embedded model's starting weights (train.py --warmup_seed), the
 RL seed the training prompts, the held-out set and every sample. So arm A's run (w, s)
 and arm B's run (w, s) differ only in the design choice, and each claim is tested on 10
 per-pair differences: an exact sign-flip test, whose floor 2/2^10 = 0.00195 survives
 Holm's correction over up to 25 claims.
 
-The six sweeps:
+The sweeps:
   batching    4 mini-batches per rollout batch, split five ways (batching.py): does
               keeping a group in one optimizer step keep the template from drifting, and
               does it learn better (Cancellation Hypothesis)?
   advantages  the sign axis and the difficulty axis against mean (Dr. GRPO; power and
-              asym at alpha = delta = 1 ARE mean): psr, nsr, asym on entropy, power on
-              pass@1 (FADE paper).
+              asym at alpha = delta = 1 ARE mean): psr, nsr, asym on entropy (FADE
+              paper); power's arm for its checks and rows (its claim: tradeoff).
   fade        FADE (the paper's delta rule, and the [recon] relative rule of scheduler.py)
-              against the best static baseline: steps to peak pass@1, and pass@k at every
-              k = 1..16; meant to be long enough that the static arms peak (the
-              page's "peak at the last evaluation" row says whether they did).
-  dfpo        GSPO taken apart (its sequence weights with the clip out of reach; its clip
-              with equal weights) and DFPO's orth against GSPO on sample efficiency,
-              stability and final pass@1 (design-conditions paper).
+              against mean, FADE with its schedule off: the step of the smoothed peak of
+              pass@1 (censored at the run's end), that peak not lower, and pass@k at every
+              k = 1..16; meant to be long enough that the reference peaks.
+  dfpo        GSPO taken apart (equal weights and its sequence weights, the clip out of
+              reach; its clip with equal weights) and DFPO's orth against GSPO on sample
+              efficiency, stability, final pass@1 and drift (design-conditions paper).
   credit      GRPO against positive-only training with the token diagnostics: flips,
               where updates go, token values, coupling (Cancellation Hypothesis).
+  tradeoff    power (alpha 2) against mean on pass@16 and pass@1, on fresh RL seeds: the
+              trade-off the fade sweep's runs suggested (FADE paper), countdown only.
+  specificity are tokens specific to successes reinforced more, under GRPO than psr, and
+              the flips' factor 2, declared before fresh runs (Cancellation Hypothesis).
   dose        the step size as a dose (addition only): lr 1e-4, 2e-4, 4e-4 x {random,
               query} mini-batches and {GSPO, orth}: does what keeps cancellation alive
               matter more as updates grow (both cancellation papers' stability claims)?
@@ -78,13 +83,16 @@ continue on another machine with an empty runs/:
     batching    countdown     5    50    150      1.7        42      2        21
     advantages  countdown     6    60    150      1.3        40      2        20
     fade        countdown     6    60    600      5.9       176      5        35
-    dfpo        countdown     6    60    150      2.2        65      2        33
+    dfpo        countdown     7    70    150      2.2        76      2        38
     credit      countdown     2    20    120      1.1        11      1        11
+    tradeoff    countdown     2    20    600      5.9        59      2        29
+    specificity countdown     2    20    120      1.1        11      1        11
     batching    addition      5    50    100      2.1        52      2        26
     advantages  addition      6    60    120      1.5        46      2        23
     fade        addition      6    60    300      4.1       124      4        31
-    dfpo        addition      6    60    100      1.9        58      2        29
+    dfpo        addition      7    70    100      1.9        68      2        34
     credit      addition      2    20    100      1.0        10      1        10
+    specificity addition      2    20    100      1.0        10      1        10
     dose        addition     12   120    100      3.0       179      5        36
 """
 
@@ -96,11 +104,12 @@ from typing import Callable
 
 from experiments.claims import Check, Claim
 from machinery import tinymodel
-from experiments.quantities import (at_start, collapsed, difference, final, final_max_pass, first_reach, head_mean, log_ratio,
+from experiments.quantities import (at_start, censored, collapsed, difference, smoothed_peak, smoothed_peak_step, final, final_max_pass, first_reach, head_mean, log_ratio,
                                     max_of, mean_of, min_of, peak, peak_of, peak_step_of, peaked_at_end, pooled_n,
                                     nanmean, pooled_value, ratio, tail_mean, total)
 
 CANCELLATION = "Cancellation Hypothesis"
+OURS = "ours (no paper)"      # a question this project added: on the pages, outside the papers' tables
 DESIGN = "Token Gradient Cancellation (design conditions)"
 FADE = "FADE"
 
@@ -108,6 +117,7 @@ FADE = "FADE"
 WARMUP_SEEDS = tinymodel.SHIPPED_SEEDS   # starting checkpoints (train.py --warmup_seed), the blocks:
                                         # the shipped ones, so every machine starts from the same bytes
 SEEDS = (0, 1, 2, 3, 4)      # RL seeds per warm-up seed: 2 x 5 = 10 pairs per comparison
+FRESH_SEEDS = (5, 6, 7, 8, 9)   # RL seeds no earlier sweep ran: claims suggested by earlier runs are tested here
 
 # Per task: the flags every run gets, the pass@1 level of "steps to threshold" (set
 # before the runs, about halfway between the start of RL and where the default run ends:
@@ -126,6 +136,10 @@ TASKS = {
             "fade": {"steps": 600, "eval_every": 25, "n_eval": 100, "eval_samples": 16, "step_s": 0.53, "parts": 5},
             "dfpo": {"steps": 150, "eval_every": 25, "n_eval": 100, "eval_samples": 16, "step_s": 0.77, "parts": 2},
             "credit": {"steps": 120, "eval_every": 30, "n_eval": 100, "eval_samples": 16, "step_s": 0.45, "parts": 1},
+            # fresh RL seeds (FRESH_SEEDS); step costs from the fade and credit sweeps' own arms
+            "tradeoff": {"steps": 600, "eval_every": 25, "n_eval": 100, "eval_samples": 16, "step_s": 0.53, "parts": 2},
+            "specificity": {"steps": 120, "eval_every": 30, "n_eval": 100, "eval_samples": 16, "step_s": 0.45,
+                            "parts": 1},
         }},
     "addition": {
         "flags": [], "threshold": 0.75,
@@ -144,6 +158,8 @@ TASKS = {
             "credit": {"steps": 100, "eval_every": 20, "n_eval": 200, "eval_samples": 4, "step_s": 0.46, "parts": 1},
             # step_s from the committed addition dfpo runs (4 mini-batches, the same budget but
             # evaluation every 5): 2.5-3.8 process-minutes a run, two at a time on 2 cores.
+            "specificity": {"steps": 100, "eval_every": 20, "n_eval": 200, "eval_samples": 4, "step_s": 0.46,
+                            "parts": 1},
             "dose": {"steps": 100, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 1.6, "parts": 5},
         }},
 }
@@ -152,11 +168,6 @@ TASKS = {
 Q_FLIPS = ("In contrast, we study critic-free RL from a token-level perspective, revealing the token-flipping "
            "phenomenon: positive and negative rollouts exhibit remarkably similar proportions of tokens whose "
            "probabilities are boosted or suppressed during RL training.")
-Q_OWN_ADVANTAGE = ("To explain this phenomenon, we further show that a token's change in probability is not fully "
-                   "determined by its own advantage; coupled gradient interactions with other tokens also play a "
-                   "non-negligible role.")
-Q_COUPLING = ("Specifically, these token coupling effects occur primarily between identical tokens that are both "
-              "predicted with low confidence.")
 Q_TEMPLATE = ("(1) Compared with training on only positive rollouts, critic-free RL shifts updates from template "
               "and formatting tokens toward reasoning tokens;")
 Q_VALUE = ("(2) Tokens boosted by critic-free RL consistently demonstrate higher value than suppressed tokens, "
@@ -169,10 +180,20 @@ Q_BATCHING_GAIN = ("Despite their simplicity, these interventions improve RLVR t
 Q_MECHANISMS = 'We show that two common mechanisms disrupting exchangeability make "non-cancellation" a structural norm.'
 Q_DFPO = ("Experimental results demonstrate that these transformations stabilize training, improve sample "
           "efficiency, and enhance final performance, validating the value of this design condition.")
+Q_EXCHANGE = ("This paper presents a necessary condition for algorithm design from a token-level credit assignment "
+              "perspective: to prevent reward-irrelevant drift, intra-group objectives must maintain gradient "
+              "exchangeability across token updates, enabling gradient cancellation on weak-credit/high-frequency "
+              "tokens.")
 Q_DRIFT = ("However, long-term training often leads to issues like ineffective update accumulation (learning tax), "
            "solution probability drift, and entropy collapse.")
 Q_SIGN = "On the sign axis, imbalanced updates collapse either entropy or weight geometry."
 Q_DIFFICULTY = "On the difficulty axis, hard-problem focus sharpens signal but costs sample size."
+Q_PHASES = ("These trade-offs shift during training: exploration favors balance and hard focus while exploitation "
+            "favors suppression and medium focus.")
+Q_SPECIFIC = ("Building upon this analysis, we propose the cancellation hypothesis: as a result of coupling, opposing "
+              "signals cancel out for tokens shared by positive and negative rollouts, while tokens more specific to "
+              "successful rollouts receive stronger reinforcement, thereby inducing hidden token-level credit "
+              "assignment from rollout-level rewards.")
 Q_FADE = ("FADE reaches peak pass@1 20k steps earlier than the best static baseline at the 7B scale and 2k steps "
           "earlier at the 32B , while achieving the best accuracy-diversity trade-off across all pass@k on "
           "LiveCodeBench and AIME.")
@@ -197,6 +218,9 @@ class Sweep:
     """The findings the sweep tests, judged by experiments/claims.py."""
     checks: list[Check] = field(default_factory=list)
     """The identities its runs must satisfy (experiments/claims.py run_checks)."""
+    seeds: tuple[int, ...] = SEEDS
+    """The RL seeds of its pairs: SEEDS, or FRESH_SEEDS for a sweep that retests on runs no
+    earlier claim has seen (with the same warm-up seeds)."""
 
 
 def settings(task: str, name: str) -> dict:
@@ -232,7 +256,7 @@ def budget_table(jobs: int = 2) -> str:
             if not runs_on(task, name):
                 continue
             arms, s = len(make(task).arms), settings(task, name)
-            runs = arms * len(WARMUP_SEEDS) * len(SEEDS)
+            runs = arms * len(WARMUP_SEEDS) * len(make(task).seeds)
             wall = runs * estimate_minutes(task, name) / jobs
             lines.append(f"    {name:<11} {task:<10} {arms:>4} {runs:>5} {s['steps']:>6} "
                          f"{estimate_minutes(task, name):>8.1f} {wall:>9.0f} {s['parts']:>6} {wall / s['parts']:>9.0f}")
@@ -263,20 +287,16 @@ def logged(key: str, arm: str) -> Callable[[dict], str | None]:
     return check
 
 
-def peaked_before_end(arms: tuple[str, ...], key: str = "eval/pass@1") -> Callable[[dict], str | None]:
-    """Not testable if the best of `arms` (highest mean peak of `key`) peaked at its last
-    evaluation in more than half of its runs: the runs ended before it peaked, so "steps to
-    peak" would measure the run length."""
+def reference_peaked(arm: str, key: str = "eval/pass@1") -> Callable[[dict], str | None]:
+    """Not testable if the reference arm's smoothed curve peaked at its last evaluation
+    (censored) in more than half of its runs: the runs ended before it peaked."""
     def check(series: dict) -> str | None:
-        peaks = {a: nanmean([peak(*s[key])[1] for s in series.get(a, []) if key in s]) for a in arms}
-        finite = {a: p for a, p in peaks.items() if math.isfinite(p)}
-        if not finite:
+        flags = [censored(key)(s) for s in series.get(arm, []) if key in s]
+        if not flags:
             return f"{key} was not logged"
-        best = max(finite, key=lambda a: (finite[a], -arms.index(a)))
-        runs = [s for s in series[best] if key in s]
-        at_end = sum(peak(*s[key])[0] == s[key][0][-1] for s in runs)
-        if at_end > len(runs) / 2:
-            return f"{best} (the best static arm) peaked at its last evaluation in {at_end} of {len(runs)} runs"
+        if sum(flags) > len(flags) / 2:
+            return f"{arm}'s smoothed {key.split('/')[-1]} peaked at its last evaluation in {int(sum(flags))} of " \
+                   f"{len(flags)} runs"
         return None
     return check
 
@@ -322,7 +342,12 @@ def batching(task: str = "countdown") -> Sweep:
     modes = ("random", "query", "balanced", "query_balanced", "mass_balanced")
     claims = [*[Claim(CANCELLATION, f"{mode} mini-batches: less template drift than random", Q_BATCHING,
                       "template drift", mode, "random", -1, testable=logged("where/abs_dlogp_template", mode))
-                for mode in modes[1:]],
+                for mode in modes[1:4]],
+              # mass_balanced balances advantage MASS, not counts: a mode this project added
+              # (docs/math.md), so its question is ours, in a family of its own.
+              Claim(OURS, "mass_balanced mini-batches: less template drift than random", Q_BATCHING,
+                    "template drift", "mass_balanced", "random", -1, family="ours",
+                    testable=logged("where/abs_dlogp_template", "mass_balanced")),
               *[Claim(CANCELLATION, f"{mode} mini-batches: higher final pass@1 than random", Q_BATCHING_GAIN,
                       "final pass@1", mode, "random", +1) for mode in ("query", "balanced")]]
     checks = [Check("whole groups, zero-sum advantage: the first optimizer step's residual is 0 to rounding",
@@ -383,9 +408,10 @@ def advantages(task: str = "countdown") -> Sweep:
     Every arm passes only the hyper-parameter its advantage reads.
     """
     zero_sum = ("grpo", "mean", "power")
-    claims = [Claim(FADE, "hard-prompt focus (power, alpha 2): higher final pass@1 than mean", Q_DIFFICULTY,
-                    "final pass@1", "power", "mean", +1),
-              Claim(FADE, "more failure mass (asym, delta 0.5): higher entropy than mean", Q_SIGN,
+    # power (alpha 2) is no finding here: the source states a trade-off ("sharpens signal but
+    # costs sample size"), not a higher pass@1; the trade-off is declared in the tradeoff
+    # sweep, on runs of its own. The power arm stays for its checks and the page's rows.
+    claims = [Claim(FADE, "more failure mass (asym, delta 0.5): higher entropy than mean", Q_SIGN,
                     "entropy, last 10 steps", "asym", "mean", +1),
               Claim(FADE, "success mass only (psr): entropy collapses below mean's", Q_SIGN,
                     "entropy, last 10 steps", "psr", "mean", -1),
@@ -431,23 +457,35 @@ def advantages(task: str = "countdown") -> Sweep:
         claims=claims, checks=checks)
 
 
-STATIC = ("grpo", "mean", "power", "asym")       # the fade sweep's static baselines
+STATIC = ("grpo", "mean", "power", "asym")       # the fade sweep's static arms
+PEAK_MARGIN = 0.02      # "not lower": FADE's smoothed peak pass@1 at most 0.02 below mean's (about 3
+                        # evaluation SEs of a 10-pair mean on countdown, 0.006; 8 on addition)
 
 
 def fade(task: str = "countdown") -> Sweep:
-    """FADE against the best static baseline, in runs meant to be long enough that the
-    baselines peak: "earlier" needs a reference that has peaked, and the page's "peak at
-    the last evaluation" row shows, per run, whether it had.
+    """FADE against the same advantage with its schedule off, in runs meant to be long enough
+    that the reference peaks: "earlier" needs a reference that has peaked.
 
     Two FADE arms: the paper's rule delta = clip(1 + H_hat - H_target, 0.3, 1) with the
     paper's best target 0.5 H0, and the [recon] relative rule delta = clip(H_hat /
     H_target, 0.3, 1) (scheduler.py, docs/math.md §4) with target 0.8 H0: the mean token
     entropy of countdown keeps its free template wording (~0.6 nats) and fell to ~70% of
     H0 in 300 steps of GRPO, so a target of half of H0 is never reached and delta never
-    moves. The best static baseline is the static arm with the highest mean peak pass@1
-    (chosen on the runs, by the row the claims do NOT test). Each FADE verdict says how
-    far delta and alpha moved. pass@k at every k = 1..16 needs 16 evaluation samples on
-    both tasks.
+    moves. The reference is `mean`, declared, not chosen on the runs: FADE's advantage at
+    alpha = delta = 1 IS mean, so mean is FADE with one change, its schedule off (the paper's
+    "best static baseline" is chosen among arms that differ in more than that; grpo, power
+    and asym stay as descriptive arms, their numbers on the page).
+
+    The peak, made testable: the step where the 3-point moving average of held-out pass@1
+    peaks (quantities.smoothed_peak_step), censored when that is the last evaluation (the
+    run ended before the peak: it counts as later than any observed peak); "earlier" is
+    only half of the claim, so a second finding asks that FADE's smoothed peak be not
+    lower than mean's by more than PEAK_MARGIN (a non-inferiority test). Not testable when
+    mean's smoothed peak is censored in more than half of its runs (the runs were too
+    short to say when the reference peaks), or when delta never moved. Each FADE verdict
+    says how far delta and alpha moved. pass@k at every k = 1..16 needs 16 evaluation
+    samples on both tasks. These findings restate earlier ones (best static baseline, raw
+    argmax) after their runs were public: re-readings (posthoc), not tests declared first.
     """
     ks = (1, 2, 4, 8, 16)
     fade_arms = {"fade": ["--advantage", "fade", "--schedule", "fade"],
@@ -455,11 +493,14 @@ def fade(task: str = "countdown") -> Sweep:
     claims = []
     for arm in fade_arms:
         moved = schedule_moved(arm, "sched/delta", 0.98, 1.0)
-        claims += [Claim(FADE, f"{arm}: peak pass@1 at an earlier step than the best static baseline", Q_FADE,
-                         "step of peak", arm, STATIC, -1, best_by="peak pass@1",
-                         testable=first_reason(moved, peaked_before_end(STATIC)), note=schedule_range(arm)),
-                   Claim(FADE, f"{arm}: higher final pass@k than the best static baseline at every k = 1..16", Q_FADE,
-                         tuple(f"final pass@{k}" for k in ks), arm, STATIC, +1, best_by="peak pass@1",
+        claims += [Claim(FADE, f"{arm}: smoothed pass@1 peaks at an earlier step than with the schedule off (mean)",
+                         Q_FADE, "step of smoothed peak", arm, "mean", -1, posthoc=True,
+                         testable=first_reason(moved, reference_peaked("mean")), note=schedule_range(arm)),
+                   Claim(FADE, f"{arm}: smoothed peak pass@1 not lower than mean's (margin {PEAK_MARGIN})", Q_FADE,
+                         "smoothed peak pass@1", arm, "mean", +1, margin=PEAK_MARGIN, statistic="not_lower",
+                         posthoc=True, testable=moved, note=schedule_range(arm)),
+                   Claim(FADE, f"{arm}: higher final pass@k than mean at every k = 1..16", Q_FADE,
+                         tuple(f"final pass@{k}" for k in ks), arm, "mean", +1, posthoc=True,
                          testable=moved, note=schedule_range(arm))]
     checks = [Check("FADE's alpha stays in its clip [1, 3]", ("alpha min", "alpha max"), tuple(fade_arms), "within",
                     (1.0, 3.0)),
@@ -478,6 +519,11 @@ def fade(task: str = "countdown") -> Sweep:
         rows=[("peak pass@1", peak_of("eval/pass@1"), "best held-out pass@1 over the run's evaluations"),
               ("step of peak", peak_step_of("eval/pass@1"), "its step (the first, on ties)"),
               ("peak at the last evaluation", peaked_at_end("eval/pass@1"), "1 if the run peaked at its end"),
+              ("smoothed peak pass@1", smoothed_peak("eval/pass@1"),
+               "largest value of the 3-point moving average of held-out pass@1"),
+              ("step of smoothed peak", smoothed_peak_step("eval/pass@1"),
+               "its step; one evaluation past the end when it is the last evaluation (censored)"),
+              ("smoothed peak censored", censored("eval/pass@1"), "1 if the smoothed curve peaks at the run's end"),
               ("gain lost", difference(peak_of("eval/pass@1"), final("eval/pass@1")), "peak minus final pass@1"),
               *[(f"final pass@{k}", final(f"eval/pass@{k}"), f"held-out pass@{k} at the last step") for k in ks],
               ("entropy, last 10 steps", tail_mean("entropy", 10), "mean token entropy, nats"),
@@ -504,20 +550,27 @@ def dfpo(task: str = "countdown") -> Sweep:
     GSPO weighs each rollout by its own (clipped) sequence ratio, so after the first
     mini-batch a token shared by the group no longer cancels. The design-conditions
     paper names two mechanisms; our reading [recon] of GSPO's are its sequence weights and
-    its clip (which drops rollouts). Two arms take them apart on DFPO's token-sum path
-    (loss.dfpo_transform's controls): seq_weights keeps GSPO's sequence weights with a clip
-    range they never reach (--eps_low 0.5 --eps_high 1; a check confirms the clip never
-    acted), clip_only keeps GSPO's clip (3e-4 / 4e-4, GSPO paper) with weight 1 for every
-    rollout it keeps. GSPO and the DFPO arms use GSPO's own clip range; grpo PPO's 0.2.
-    orth against GSPO: sample efficiency (steps to the task's pass@1 threshold), stability
-    (the seed spread of final pass@1 within a warm-up seed, the gain lost after the peak),
-    final pass@1, and (countdown) the entropy among equivalent correct solutions.
+    its clip (which drops rollouts), and GSPO has a third, undeclared by the paper: its
+    per-sequence length normalisation 1/|o_i| (a check: it alone leaves a residual on the
+    first optimizer step, where every weight is 1). Three arms take them apart on DFPO's
+    token-sum path (loss.dfpo_transform's controls), each one change from the next:
+      equal_noclip  weight 1 for every rollout, a clip range the sequence ratio never
+                    reaches (--eps_low 0.5 --eps_high 1): GSPO's surrogate with neither mechanism;
+      seq_weights   GSPO's sequence weights, the same unreachable clip (the one change: the weights);
+      clip_only     GSPO's clip (3e-4 / 4e-4, GSPO paper) with weight 1 for every rollout it
+                    keeps: dropping rollouts breaks zero-sum by construction, so its residual
+                    is a check, not a finding.
+    That the clip is never reached is what the first two need of the training: a
+    precondition (manipulation check), measured, met or not. GSPO and the DFPO arms use
+    GSPO's own clip range; grpo PPO's 0.2. orth against GSPO: sample efficiency (steps to
+    the task's pass@1 threshold), stability (the seed spread of final pass@1 within a
+    warm-up seed, the gain lost after the peak), final pass@1, template drift, and
+    (countdown) the entropy among equivalent correct solutions.
     """
     gspo_clip = ["--eps_low", "3e-4", "--eps_high", "4e-4"]
-    claims = [Claim(DESIGN, "GSPO's sequence weights alone (clip out of reach): more residual than GRPO", Q_MECHANISMS,
-                    "cancellation residual", "seq_weights", "grpo", +1),
-              Claim(DESIGN, "GSPO's clip alone (equal weights): more residual than GRPO", Q_MECHANISMS,
-                    "cancellation residual", "clip_only", "grpo", +1),
+    no_clip = ["--eps_low", "0.5", "--eps_high", "1"]                  # a range the sequence ratio never reaches
+    claims = [Claim(DESIGN, "GSPO's sequence weights alone (clip out of reach): more residual than equal weights",
+                    Q_MECHANISMS, "cancellation residual", "seq_weights", "equal_noclip", +1, posthoc=True),
               Claim(DESIGN, "orth reaches the task's pass@1 threshold in fewer steps than GSPO", Q_DFPO,
                     f"steps to pass@1 >= {threshold(task)}", "dfpo_orth", "gspo", -1),
               Claim(DESIGN, "orth: smaller seed spread of final pass@1 than GSPO", Q_DFPO, "final pass@1",
@@ -527,13 +580,20 @@ def dfpo(task: str = "countdown") -> Sweep:
               Claim(DESIGN, "orth: higher final pass@1 than GSPO", Q_DFPO, "final pass@1", "dfpo_orth", "gspo", +1),
               Claim(DESIGN, "orth: more entropy among equivalent correct solutions than GSPO", Q_DRIFT,
                     "final solution entropy", "dfpo_orth", "gspo", +1,
-                    testable=logged("eval/solution_entropy", "dfpo_orth"))]
+                    testable=logged("eval/solution_entropy", "dfpo_orth")),
+              Claim(DESIGN, "orth: less template drift than GSPO", Q_EXCHANGE, "template drift", "dfpo_orth", "gspo",
+                    -1, posthoc=True, testable=logged("where/abs_dlogp_template", "dfpo_orth"))]
     checks = [Check("orth: the kept rollouts' weights cancel in every group", "cancellation residual", ("dfpo_orth",),
                     "zero", tol=RESIDUAL_TOL),
               Check("equal weights on-policy: the first optimizer step's residual is 0 to rounding",
-                    "first-step residual", ("grpo", "seq_weights", "clip_only", "dfpo_min", "dfpo_orth"), "zero",
-                    tol=FIRST_STEP_TOL),
-              Check("seq_weights: its clip range is never reached", "clip frac (both)", ("seq_weights",), "zero")]
+                    "first-step residual", ("grpo", "equal_noclip", "seq_weights", "clip_only", "dfpo_min", "dfpo_orth"),
+                    "zero", tol=FIRST_STEP_TOL),
+              Check("GSPO's 1/|o_i| length normalisation weighs a shared token apart in each rollout: first-step "
+                    "residual above 0", "first-step residual", ("gspo",), "positive", tol=1e-3),
+              Check("GSPO's clip drops rollouts, so what is left of a group no longer sums to zero: residual above 0",
+                    "cancellation residual", ("clip_only",), "positive", tol=1e-3),
+              Check("seq_weights and equal_noclip: their clip range is never reached", "clip frac (both)",
+                    ("seq_weights", "equal_noclip"), "zero", kind="precondition")]
     return Sweep(
         name="dfpo",
         claim="Per-rollout weights (GSPO's sequence ratios, its clip) break the cancellation of shared tokens; "
@@ -541,6 +601,7 @@ def dfpo(task: str = "countdown") -> Sweep:
         flags=[*TASKS[task]["flags"], "--minibatches", "4", "--minibatch_mode", "query", "--coupling_pairs", "0"],
         arms={"grpo": [], "gspo": ["--loss_type", "gspo", *gspo_clip],
               "seq_weights": ["--loss_type", "gspo", "--weight_transform", "keep", "--eps_low", "0.5", "--eps_high", "1"],
+              "equal_noclip": ["--loss_type", "gspo", "--weight_transform", "equal", *no_clip],
               "clip_only": ["--loss_type", "gspo", "--weight_transform", "equal", *gspo_clip],
               "dfpo_min": ["--loss_type", "gspo", *gspo_clip, "--weight_transform", "min"],
               "dfpo_orth": ["--loss_type", "gspo", *gspo_clip, "--weight_transform", "orth"]},
@@ -556,6 +617,8 @@ def dfpo(task: str = "countdown") -> Sweep:
               ("final pass@k", final_max_pass(), "held-out pass@k at the last step, the largest k evaluated"),
               ("final solution entropy", final("eval/solution_entropy"),
                "entropy over distinct correct solutions (countdown), last evaluation"),
+              ("template drift", mean_of("where/abs_dlogp_template"),
+               "mean |Δ log π| per template token, mean over diagnostic steps"),
               ("final distinct solutions", final("eval/distinct_solutions"),
                "distinct correct solutions per solved prompt, last evaluation"),
               ("clip frac low", mean_of("clip_frac_low"), "mean over steps"),
@@ -575,7 +638,6 @@ def dfpo(task: str = "countdown") -> Sweep:
 
 
 FLIP_MARGIN = math.log(2)   # "similar": the two shares within a factor of 2
-SUPPRESSED_MARGIN = 0.01    # "not fully determined by its own advantage": more than 1% of psr's positive tokens fall
 
 
 def credit(task: str = "countdown") -> Sweep:
@@ -586,34 +648,39 @@ def credit(task: str = "countdown") -> Sweep:
     negative rollouts, 8 continuations each), a value cell pooled over the run's value
     steps. Under psr failures get A = 0, so there are no negative rollouts.
     Flips separate the paper from the naive view (each token follows its own rollout's
-    advantage): the two shares are tested as equivalent within a factor of 2, and psr's
-    suppressed share must exceed 1%; why that margin, and when it was declared:
-    docs/results.md, "The design". Coupling: the bracket is ~1 for identical low-confidence
-    tokens and ~0 for confident ones whatever the training (a check: same_low - different
-    > 0 in psr too); the finding is same_low against same_high.
+    advantage): the two shares are tested as equivalent within a factor of 2, a margin set
+    after earlier runs were public (re-readings here; the specificity sweep declares it
+    before fresh runs). Coupling: the output-layer bracket is ~1 for identical
+    low-confidence tokens and ~0 for confident ones whatever the training, so both of its
+    orderings are checks (psr shows them too), not findings.
     """
     cells = {"boosted_pos": "b+", "suppressed_pos": "s+", "boosted_neg": "b-", "suppressed_neg": "s-"}
+    # The factor-2 margins were set after earlier runs' shares were public: re-readings here;
+    # the specificity sweep tests them again on fresh RL seeds, declared before its runs.
     claims = [Claim(CANCELLATION, "boosted shares of negative and positive rollouts within a factor 2", Q_FLIPS,
-                    "flip log(b- / b+)", "grpo", None, 0, margin=FLIP_MARGIN),
+                    "flip log(b- / b+)", "grpo", None, 0, margin=FLIP_MARGIN, posthoc=True),
               Claim(CANCELLATION, "suppressed shares of positive and negative rollouts within a factor 2", Q_FLIPS,
-                    "flip log(s+ / s-)", "grpo", None, 0, margin=FLIP_MARGIN),
-              Claim(CANCELLATION, "psr (no negative advantage) still suppresses >1% of tokens", Q_OWN_ADVANTAGE,
-                    "flip suppress pos", "psr", None, +1, margin=SUPPRESSED_MARGIN),
+                    "flip log(s+ / s-)", "grpo", None, 0, margin=FLIP_MARGIN, posthoc=True),
               Claim(CANCELLATION, "less of the update on template tokens than psr", Q_TEMPLATE, "template share",
                     "grpo", "psr", -1, testable=logged("where/template_share", "grpo")),
               Claim(CANCELLATION, "boosted tokens of positive rollouts: higher value than suppressed", Q_VALUE,
                     "value b+ - s+", "grpo", None, +1),
               Claim(CANCELLATION, "boosted tokens of negative rollouts: higher value than suppressed", Q_VALUE,
-                    "value b- - s-", "grpo", None, +1),
-              Claim(CANCELLATION, "identical low-confidence tokens couple more than identical confident ones",
-                    Q_COUPLING, "coupling same_low - same_high", "grpo", None, +1)]
+                    "value b- - s-", "grpo", None, +1)]
+    # Not findings: "psr still suppresses >1% of its tokens" is near-certain under Adam (any
+    # shared parameter's normalised step moves other tokens) and does not isolate coupling;
+    # "identical low-confidence tokens couple more than identical confident ones" is the
+    # output-layer formula itself ((1 - p)^2 |h|^2 for identical tokens): psr shows the same
+    # gap. The second is a check below; the first stays a row of the page.
     checks = [Check("zero-sum advantage, one optimizer step: residual 0 to rounding", "cancellation residual",
                     ("grpo",), "zero", tol=RESIDUAL_TOL),
               Check("psr's one-signed advantage cannot cancel: residual exactly 1", "cancellation residual", ("psr",),
                     "equals", 1.0, tol=RESIDUAL_TOL),
               Check("psr gives failures no mass", "m_F (mean)", ("psr",), "zero"),
               Check("the coupling formula's bracket: same_low - different > 0 in every run, psr too",
-                    "coupling same_low - different", ("grpo", "psr"), "positive")]
+                    "coupling same_low - different", ("grpo", "psr"), "positive"),
+              Check("the coupling formula's bracket: identical low-confidence pairs above identical confident ones "
+                    "in every run, psr too", "coupling same_low - same_high", ("grpo", "psr"), "positive")]
     return Sweep(
         name="credit",
         claim="Tokens flip both ways in positive and negative rollouts; critic-free RL moves the "
@@ -658,6 +725,98 @@ def credit(task: str = "countdown") -> Sweep:
                 ("where/template_share", "template share of |Δ log π|"),
                 ("value/boosted_pos", "value, boosted tokens of positive rollouts")],
         claims=claims, checks=checks)
+
+
+def tradeoff(task: str = "countdown") -> Sweep:
+    """Hard-prompt focus as a trade-off, on runs that did not suggest it (countdown only).
+
+    In the fade sweep on countdown, static power (alpha 2, weight on hard prompts) ended
+    with pass@8 and pass@16 about 0.05 above grpo in 9 of 10 pairs and pass@1 about 0.036
+    below: the accuracy-diversity trade-off the FADE paper describes ("hard-problem focus
+    sharpens signal but costs sample size"; "exploration favors ... hard focus while
+    exploitation favors ... medium focus"). Seen there, not declared there; declared here
+    before fresh runs (FRESH_SEEDS: the same warm-ups, RL seeds no sweep has run), against
+    the one-change reference mean (power at alpha 1 IS mean), at the fade sweep's length.
+    """
+    return Sweep(
+        name="tradeoff",
+        claim="Weight on hard prompts (power, alpha 2) trades pass@1 for pass@k: more distinct problems solved "
+              "in 16 tries, fewer in one (FADE paper's difficulty axis).",
+        flags=[*TASKS[task]["flags"], "--coupling_pairs", "0"],
+        arms={"mean": ["--advantage", "mean"], "power": ["--advantage", "power", "--alpha", "2"]},
+        rows=[("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
+              ("final pass@8", final("eval/pass@8"), "held-out pass@8 at the last step"),
+              ("final pass@16", final("eval/pass@16"), "held-out pass@16 at the last step"),
+              ("peak pass@1", peak_of("eval/pass@1"), "best held-out pass@1 over the run's evaluations"),
+              ("final solution entropy", final("eval/solution_entropy"),
+               "entropy over distinct correct solutions, last evaluation"),
+              ("entropy, last 10 steps", tail_mean("entropy", 10), "mean token entropy, nats"),
+              *SCHEDULE_ROWS],
+        curves=[("eval/pass@1", "held-out pass@1"), ("eval/pass@16", "held-out pass@16"),
+                ("entropy", "entropy (nats/token)"), ("eval/solution_entropy", "entropy over correct solutions")],
+        claims=[Claim(FADE, "power (alpha 2): higher final pass@16 than mean", Q_PHASES, "final pass@16", "power",
+                      "mean", +1),
+                Claim(FADE, "power (alpha 2): lower final pass@1 than mean", Q_DIFFICULTY, "final pass@1", "power",
+                      "mean", -1)],
+        checks=[Check("power runs at alpha = 2 on every step", ("alpha min", "alpha max"), ("power",), "equals", 2.0)],
+        seeds=FRESH_SEEDS)
+
+
+def specificity(task: str = "countdown") -> Sweep:
+    """The Cancellation Hypothesis' central sentence, and its flips, on fresh runs.
+
+    "tokens more specific to successful rollouts receive stronger reinforcement": on each
+    diagnostic step, for every token id in a group with both successes and failures, its
+    specificity (the share of the group's successes that contain it minus the share of its
+    failures) against its reinforcement (the mean Δ log π of its occurrences after the
+    update); per step the correlation over the (group, token) cells (diagnostics.specificity).
+    Two findings: it is positive under GRPO, and larger than under positive-only training
+    (psr, the one change: failures get A = 0 instead of a negative advantage), which is what
+    cancellation adds: a token shared with failures is pushed up by psr and cancelled by GRPO.
+    The flips' factor-2 equivalence and the template share, declared again here, before runs
+    on FRESH_SEEDS. Diagnostics every 5th step, no token values (costly) and no coupling
+    (its orderings are checks of the formula, in the credit sweep).
+    """
+    return Sweep(
+        name="specificity",
+        claim="Tokens specific to successful rollouts are reinforced more than tokens shared with failures, and "
+              "more so under critic-free RL than under positive-only training (Cancellation Hypothesis paper).",
+        flags=[*TASKS[task]["flags"], "--flip_every", "5", "--coupling_pairs", "0"],
+        arms={"grpo": ["--advantage", "grpo"], "psr": ["--advantage", "psr"]},
+        rows=[("specificity corr", mean_of("credit/specificity_corr"),
+               "correlation of a token's specificity with its Δ log π, mean over diagnostic steps"),
+              ("specificity cells", mean_of("credit/specificity_cells"), "(group, token) cells per diagnostic step"),
+              ("flip log(b- / b+)", log_ratio(mean_of("flip/boost_neg"), mean_of("flip/boost_pos")),
+               "log of the boosted share in negative rollouts over that in positive ones (naive view: -inf)"),
+              ("flip log(s+ / s-)", log_ratio(mean_of("flip/suppress_pos"), mean_of("flip/suppress_neg")),
+               "log of the suppressed share in positive rollouts over that in negative ones (naive view: -inf)"),
+              *[(f"flip {k} {s}", mean_of(f"flip/{k}_{s}"), "share of the rollouts' tokens, mean over "
+                 "diagnostic steps") for s in ("pos", "neg") for k in ("boost", "suppress")],
+              ("template share", mean_of("where/template_share"),
+               "template tokens' share of sum |Δ log π|, mean over diagnostic steps"),
+              ("template tokens", mean_of("where/template_tokens"),
+               "template tokens' share of the tokens (the even-spread reference)"),
+              ("cancellation residual", mean_of("cancellation_residual"), "mean over diagnostic steps of R_g"),
+              ("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
+              ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")],
+        curves=[("eval/pass@1", "held-out pass@1"), ("credit/specificity_corr", "specificity vs Δ log π"),
+                ("flip/boost_neg", "boosted share, negative rollouts"),
+                ("where/template_share", "template share of |Δ log π|")],
+        claims=[Claim(CANCELLATION, "tokens more specific to successes are reinforced more (correlation above 0)",
+                      Q_SPECIFIC, "specificity corr", "grpo", None, +1),
+                Claim(CANCELLATION, "specificity and reinforcement correlate more than under psr", Q_SPECIFIC,
+                      "specificity corr", "grpo", "psr", +1),
+                Claim(CANCELLATION, "boosted shares of negative and positive rollouts within a factor 2", Q_FLIPS,
+                      "flip log(b- / b+)", "grpo", None, 0, margin=FLIP_MARGIN),
+                Claim(CANCELLATION, "suppressed shares of positive and negative rollouts within a factor 2", Q_FLIPS,
+                      "flip log(s+ / s-)", "grpo", None, 0, margin=FLIP_MARGIN),
+                Claim(CANCELLATION, "less of the update on template tokens than psr", Q_TEMPLATE, "template share",
+                      "grpo", "psr", -1, testable=logged("where/template_share", "grpo"))],
+        checks=[Check("zero-sum advantage, one optimizer step: residual 0 to rounding", "cancellation residual",
+                      ("grpo",), "zero", tol=RESIDUAL_TOL),
+                Check("psr's one-signed advantage cannot cancel: residual exactly 1", "cancellation residual",
+                      ("psr",), "equals", 1.0, tol=RESIDUAL_TOL)],
+        seeds=FRESH_SEEDS)
 
 
 LEARNING_RATES = ("1e-4", "2e-4", "4e-4")     # the dose: Adam's step size, with 4 optimizer steps per batch
@@ -756,7 +915,8 @@ def dose(task: str = "addition") -> Sweep:
         claims=claims, checks=checks)
 
 
-SWEEPS = {"batching": batching, "advantages": advantages, "fade": fade, "dfpo": dfpo, "credit": credit, "dose": dose}
+SWEEPS = {"batching": batching, "advantages": advantages, "fade": fade, "dfpo": dfpo, "credit": credit,
+          "tradeoff": tradeoff, "specificity": specificity, "dose": dose}
 
 
 def threshold(task: str) -> float:

@@ -44,7 +44,7 @@ import numpy as np
 
 from experiments import claims as claims_lib
 from experiments import plot_runs, quantities
-from experiments.designs import SEEDS, SWEEPS, TASKS, WARMUP_SEEDS, Sweep, eval_flags, runs_on, settings
+from experiments.designs import OURS, SWEEPS, TASKS, WARMUP_SEEDS, Sweep, eval_flags, runs_on, settings
 
 
 @dataclass
@@ -240,7 +240,7 @@ def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_p
     """
     verdicts, checks, values, arm_series = judge_runs(sweep, runs)
     arms = [a for a in sweep.arms if any(r.arm == a for r in runs)]
-    planned = [(a, w, s) for a in sweep.arms for w in WARMUP_SEEDS for s in SEEDS]
+    planned = [(a, w, s) for a in sweep.arms for w in WARMUP_SEEDS for s in sweep.seeds]
     done = sum((r.arm, *r.key) in set(planned) for r in runs)
     finished = sorted(r.record["finished"] for r in runs if r.record.get("finished"))
     machines = sorted({r.record["machine"] for r in runs if r.record.get("machine")})
@@ -255,7 +255,7 @@ def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_p
     lines += [f"- Command: `{meta['command']}`" + (f" for K = 1..{parts}" if parts > 1 else "")
               + "; this page: `python -m experiments.sweep report`",
               (f"- Runs: {done} of {len(planned)} planned ({len(sweep.arms)} arms x warm-up seeds "
-               f"{_list(WARMUP_SEEDS)} x RL seeds {_list(SEEDS)})"
+               f"{_list(WARMUP_SEEDS)} x RL seeds {_list(sweep.seeds)})"
                + ("" if done >= len(planned) else "; INCOMPLETE: the findings are not the declared test yet")
                + (f"; {len(runs) - done} more outside the plan" if len(runs) > done else ""))
               if meta["recorded"] else f"- Runs: {len(runs)}, of an earlier design",
@@ -269,15 +269,32 @@ def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_p
                                      for a in sweep.arms),
               "- Starting weights (sha256 of each warm-up seed's, train.py's start.json): " + start_hashes(runs),
               "- Evaluation noise: " + eval_noise(task, sweep, values), ""]
+    identities = [c for c in checks if c["check"].kind == "identity"]
+    preconditions = [c for c in checks if c["check"].kind != "identity"]
+    testable = [v for v in verdicts if v["verdict"] != "not testable"]
+    families = list(dict.fromkeys(v["claim"].family for v in testable))
+    if len(families) > 1:
+        family_text = "Holm's families: " + ", ".join(
+            f"{f or 'other'} ({sum(v['claim'].family == f for v in testable)} testable findings)" for f in families)
+    else:
+        family_text = f"Holm's family: the {len(testable)} testable findings of this sweep on this task"
+    posthoc = any(v["claim"].posthoc for v in verdicts)
     lines += ["## Implementation checks", "",
               "Identities the code must satisfy whatever the training does, measured on every run of the arms "
               "named and compared with the exact expectation. Not evidence for the papers.", "",
-              claims_lib.check_table(checks) if checks else "None measured.\n",
-              "## Findings", "",
-              f"Each claim was written before the runs (experiments/designs.py), quoting the sentence it tests. "
-              f"Runs are paired by (warm-up seed, RL seed); each test is exact (experiments/claims.py). Holm's "
-              f"family: the {sum(v['verdict'] != 'not testable' for v in verdicts)} testable findings of this "
-              f"sweep on this task; significant at p (Holm) < {claims_lib.ALPHA}. \"floor\": the smallest p the "
+              claims_lib.check_table(identities) if identities else "None measured.\n"]
+    if preconditions:
+        lines += ["## Preconditions", "",
+                  "What a finding needs of the training (manipulation checks), measured on every run of the arms "
+                  "named: met or NOT MET. The training decides them, not the code; a finding whose precondition is "
+                  "not met measures something else (its reading says what).", "",
+                  claims_lib.check_table(preconditions)]
+    lines += ["## Findings", "",
+              f"Each claim was written before the runs (experiments/designs.py), quoting the sentence it tests"
+              + (", except those marked *re-read*: restated after their runs were public, read again on the same "
+                 "runs (not a test declared before its data)" if posthoc else "") + ". "
+              f"Runs are paired by (warm-up seed, RL seed); each test is exact (experiments/claims.py). "
+              f"{family_text}; significant at p (Holm) < {claims_lib.ALPHA}. \"floor\": the smallest p the "
               f"test can give with n pairs (2/2^n two-sided, 1/2^n for TOST). 80%-power effect: the true effect "
               f"the test would find in 80% of repetitions at level {claims_lib.ALPHA}/m, given the observed "
               f"spread of the differences.", "",
@@ -348,7 +365,7 @@ def eval_noise(task: str, sweep: Sweep, values: dict) -> str:
     p = float(np.mean(finals)) if finals else 0.5
     samples = s["n_eval"] * s["eval_samples"]
     se = math.sqrt(p * (1 - p) / samples)
-    pairs = len(WARMUP_SEEDS) * len(SEEDS)
+    pairs = len(WARMUP_SEEDS) * len(sweep.seeds)
     return (f"held-out pass@1 averages {s['n_eval']} prompts x {s['eval_samples']} samples; its sampling SE is at "
             f"most sqrt(p(1-p)/{samples}) = {fmt(se)} at p = {fmt(p)} (the runs' mean final pass@1), "
             f"{fmt(se * math.sqrt(2))} for a paired difference, {fmt(se * math.sqrt(2 / pairs))} for the mean "
@@ -478,7 +495,8 @@ def report(out: str, docs: str, readme: str) -> list[str]:
 
 
 TABLES_BEGIN, TABLES_END = "<!-- claims:begin -->", "<!-- claims:end -->"
-VERDICT_ORDER = ("agrees", "opposite", "no difference detected", "no equivalence shown", "not testable")
+VERDICT_ORDER = ("agrees", "opposite", "no difference detected", "no equivalence shown", "no non-inferiority shown",
+                 "not testable")
 """The README's summary counts the verdicts in this order (experiments/claims.py's verdicts)."""
 CLAIMS_PAGE = "claims.md"
 """docs/claims.md: every claim on one line, its verdict per task (written by report)."""
@@ -496,16 +514,19 @@ def verdict_cells(results: dict) -> dict:
         for name in SWEEPS:
             res = results.get((task, name))
             if not runs_on(task, name):
-                cells[task, name] = {"status": "not declared", "verdicts": {}, "checks": {}}
+                cells[task, name] = {"status": "not declared", "verdicts": {}, "ours": {}, "checks": {}}
                 continue
             if res is None:
-                cells[task, name] = {"status": "not run", "verdicts": {}, "checks": {}}
+                cells[task, name] = {"status": "not run", "verdicts": {}, "ours": {}, "checks": {}}
                 continue
             status = ("earlier design" if not res["recorded"] else
                       f"{res['done']} of {res['planned']} runs" if res["done"] < res["planned"] else None)
             cells[task, name] = {"status": status,
-                                 "verdicts": {v["claim"].text: v["verdict"] for v in res["verdicts"]},
-                                 "checks": {r: n for r in ("pass", "FAIL", "not measured")
+                                 "verdicts": {v["claim"].text: v["verdict"] for v in res["verdicts"]
+                                              if v["claim"].paper != OURS},
+                                 "ours": {v["claim"].text: v["verdict"] for v in res["verdicts"]
+                                          if v["claim"].paper == OURS},
+                                 "checks": {r: n for r in ("pass", "FAIL", "not measured", "met", "NOT MET")
                                             if (n := sum(c["result"] == r for c in res["checks"]))}}
     return cells
 
@@ -516,7 +537,11 @@ def _shown(verdict: str) -> str:
 
 
 def _checks_text(checks: dict) -> str:
-    return ", ".join(f"{n} {'**FAIL**' if r == 'FAIL' else r}" for r, n in checks.items()) or "none measured"
+    """'3 pass, 1 **FAIL**' and, when a sweep has preconditions, '; preconditions: 1 met, 1 NOT MET'."""
+    identity = ", ".join(f"{n} {'**FAIL**' if r == 'FAIL' else r}" for r, n in checks.items()
+                         if r in ("pass", "FAIL", "not measured")) or "none measured"
+    pre = ", ".join(f"{n} {r}" for r, n in checks.items() if r in ("met", "NOT MET"))
+    return identity + (f"; preconditions: {pre}" if pre else "")
 
 
 def write_readme_tables(readme: str, results: dict) -> str:
@@ -542,7 +567,7 @@ def write_readme_tables(readme: str, results: dict) -> str:
              f"One line per sweep; each claim's verdict per task: [docs/{CLAIMS_PAGE}](docs/{CLAIMS_PAGE}).", "",
              "| sweep | findings | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
     for name, make in SWEEPS.items():
-        lines.append(f"| {name} | {len(make(_first_task(name)).claims)} | "
+        lines.append(f"| {name} | {sum(c.paper != OURS for c in make(_first_task(name)).claims)} | "
                      + " | ".join(summary(t, name) for t in tasks) + " |")
     lines += [""] + [f"[{links[t, n]}]: docs/sweep_{t}_{n}.md" for t in tasks for n in SWEEPS
                      if (t, n) in results] + ["", TABLES_END]
@@ -571,14 +596,34 @@ def write_claims_page(path: str, results: dict) -> str:
              "| sweep | claim | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
     for name, make in SWEEPS.items():
         for claim in make(_first_task(name)).claims:
+            if claim.paper == OURS:
+                continue
             row = []
             for task in tasks:
                 c, page = cells[task, name], f"sweep_{task}_{name}.md"
                 shown = c["status"] or _shown(c["verdicts"].get(claim.text, "not run"))
                 row.append("-" if c["status"] == "not declared" else
                            shown if c["status"] == "not run" else f"[{shown}]({page})")
+            lines.append(f"| {name} | {claim.text}{' *re-read*' if claim.posthoc else ''} | " + " | ".join(row) + " |")
+    ours = [(name, claim) for name, make in SWEEPS.items() for claim in make(_first_task(name)).claims
+            if claim.paper == OURS]
+    if ours:
+        lines += ["", "**Our own questions** (claims of no paper: a mode or a measure this project added; "
+                  "not counted with the papers' findings):", "",
+                  "| sweep | claim | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
+        for name, claim in ours:
+            row = []
+            for task in tasks:
+                c, page = cells[task, name], f"sweep_{task}_{name}.md"
+                shown = c["status"] or _shown(c["ours"].get(claim.text, "not run"))
+                row.append("-" if c["status"] == "not declared" else
+                           shown if c["status"] == "not run" else f"[{shown}]({page})")
             lines.append(f"| {name} | {claim.text} | " + " | ".join(row) + " |")
-    lines += ["", "**Implementation checks** (identities the code must satisfy, measured on every run):", "",
+    if any(claim.posthoc for name, make in SWEEPS.items() for claim in make(_first_task(name)).claims):
+        lines += ["", "*re-read*: a claim restated after its runs were public and read again on the same runs, "
+                  "not a test declared before its data."]
+    lines += ["", "**Implementation checks** (identities the code must satisfy, measured on every run; "
+              "preconditions: what a finding needs of the training, met or not):", "",
               "| sweep | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
     for name in SWEEPS:
         row = []

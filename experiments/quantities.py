@@ -223,3 +223,58 @@ def collapsed(key: str = "eval/pass@1", share: float = 0.5) -> Callable[[dict], 
         start, end = at_start(key)(series), final(key)(series)
         return float(end < share * start) if math.isfinite(start) and math.isfinite(end) else math.nan
     return value
+
+
+def smoothed(values) -> np.ndarray:
+    """A centred 3-point moving average of a curve (the two ends: the mean of 2 points).
+
+    The peak of a noisy curve sampled every 20-25 steps is mostly noise: the argmax of
+    its raw points jumps between evaluations that differ by less than their own SE.
+    Averaging each point with its neighbours cuts that SE by sqrt(3) (sqrt(2) at the ends)
+    at the cost of one evaluation interval of resolution. NaNs count as missing.
+    Example: [0.2, 0.5, 0.2, 0.8] -> [0.35, 0.3, 0.5, 0.5].
+    """
+    v = np.asarray(values, dtype=float)
+    out = np.full(len(v), math.nan)
+    for i in range(len(v)):
+        window = v[max(i - 1, 0):i + 2]
+        window = window[np.isfinite(window)]
+        if len(window):
+            out[i] = window.mean()
+    return out
+
+
+def smoothed_peak(key: str) -> Callable[[dict], float]:
+    """The largest value of the key's smoothed curve (smoothed)."""
+    return lambda series: peak(series[key][0], smoothed(series[key][1]))[1] if key in series else math.nan
+
+
+def smoothed_peak_step(key: str) -> Callable[[dict], float]:
+    """The step where the key's smoothed curve peaks, censored at the end of the run.
+
+    A run whose smoothed curve peaks at its LAST evaluation had not peaked yet (it was
+    still climbing, or flat): its peak step is unknown and later than the run. It counts
+    as one evaluation interval past the last step, later than any run that did peak,
+    which is all a paired sign test needs (the size of such a difference is a lower bound).
+    Two censored runs of a pair tie. NaN if the key was never logged.
+    """
+    def value(series: dict) -> float:
+        if key not in series or not len(series[key][0]):
+            return math.nan
+        steps = series[key][0]
+        step = peak(steps, smoothed(series[key][1]))[0]
+        if step == steps[-1]:
+            interval = steps[-1] - steps[-2] if len(steps) > 1 else steps[-1]
+            return float(steps[-1] + interval)
+        return step
+    return value
+
+
+def censored(key: str) -> Callable[[dict], float]:
+    """1.0 if the key's smoothed curve peaks at the run's last evaluation (smoothed_peak_step's censoring)."""
+    def value(series: dict) -> float:
+        if key not in series or not len(series[key][0]):
+            return math.nan
+        steps = series[key][0]
+        return float(peak(steps, smoothed(series[key][1]))[0] == steps[-1])
+    return value

@@ -362,7 +362,7 @@ def committed_per_part(task: str, name: str, docs: str) -> tuple[list[tuple[int,
     """
     spec, steps, parts = SWEEPS[name](task), settings(task, name)["steps"], settings(task, name)["parts"]
     runs = [RunSpec(name, arm, w, seed, "", run_args(spec, arm, w, seed, steps, "OUT", [], task), steps, None)
-            for w in WARMUP_SEEDS for arm in spec.arms for seed in SEEDS]
+            for w in WARMUP_SEEDS for arm in spec.arms for seed in spec.seeds]
     committed = committed_records(runs, docs, task)
     seconds = [rec["seconds"] for rec in committed.values() if rec.get("seconds")]
     counts = [(sum(r.label in committed for r in part), len(part))
@@ -376,7 +376,8 @@ def plan_text(tasks: list[str], docs: str = DOCS) -> str:
     with how many of its runs are committed in `docs` (a finished part says "done")."""
     lines = [budget_table(), ""]
     long = [f"{name} on {task}" for task in tasks for name in SWEEPS
-            if runs_on(task, name) and estimate_minutes(task, name) * len(SWEEPS[name](task).arms) * len(WARMUP_SEEDS) * len(SEEDS)
+            if runs_on(task, name) and estimate_minutes(task, name) * len(SWEEPS[name](task).arms) * len(WARMUP_SEEDS)
+            * len(SWEEPS[name](task).seeds)
             / JOBS / settings(task, name)["parts"] > 45]
     if long:
         lines += [f"WARNING: parts estimated over 45 min ({', '.join(long)}): raise their parts in designs.TASKS", ""]
@@ -422,7 +423,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--task", default=TASK, choices=list(TASKS), help="the task every run trains on")
     parser.add_argument("--part", help="K-th of N slices of the plan, as K/N (one sweep; designs.TASKS declares N)")
     parser.add_argument("--warmup_seeds", help=f"comma-separated warm-up seeds (default: {_join(WARMUP_SEEDS)})")
-    parser.add_argument("--seeds", help=f"comma-separated RL seeds (default: {_join(SEEDS)})")
+    parser.add_argument("--seeds", help=f"comma-separated RL seeds (default: the sweep's, {_join(SEEDS)} for most)")
     parser.add_argument("--steps", type=int, help="training steps per run (default per sweep: designs.TASKS)")
     parser.add_argument("--arms", help="comma-separated subset of the sweep's arms (one sweep only)")
     parser.add_argument("--jobs", type=int, default=JOBS, help="train.py processes at a time")
@@ -439,7 +440,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.name == "plan":
         print(plan_text(list(TASKS), args.docs))
         return
-    seeds = _seed_list(parser, "--seeds", args.seeds, SEEDS)
+    seeds = _seed_list(parser, "--seeds", args.seeds, SEEDS) if args.seeds else None     # None: each sweep's own
     warmup_seeds = _seed_list(parser, "--warmup_seeds", args.warmup_seeds, WARMUP_SEEDS)
     if args.steps is not None and args.steps < 1:
         parser.error(f"--steps must be >= 1, got {args.steps}")
@@ -465,7 +466,7 @@ def main(argv: list[str] | None = None) -> None:
                          f"(arms: {', '.join(sweeps[0].arms)})")
     try:
         out_lock = door.lock_dir(args.out, "--out")       # held until this process exits
-        plans = {s.name: plan_runs(s, arms if args.arms else list(s.arms), warmup_seeds, seeds,
+        plans = {s.name: plan_runs(s, arms if args.arms else list(s.arms), warmup_seeds, seeds or list(s.seeds),
                                    args.steps or settings(args.task, s.name)["steps"], args.out, extra, args.task)
                  for s in sweeps}
         if part:

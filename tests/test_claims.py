@@ -219,6 +219,74 @@ def test_start_and_collapse_flag_read_the_start_evaluation():
     assert Q.peak_of("eval/pass@1")(series) == 0.6          # the start is no point of the curve the other rows read
 
 
+def test_not_lower_is_one_sided_with_its_margin_and_every_verdict_has_a_power_statement():
+    rng = np.random.default_rng(7)
+    values = {}
+    values["peak", "f"], values["peak", "m"] = design_values(-0.005, rng)       # a little lower, within 0.02
+    values["peak", "bad"] = {k: v - 0.1 for k, v in values["peak", "m"].items()}   # far lower
+    close = Claim("P", "close", "q", "peak", "f", "m", +1, margin=0.02, statistic="not_lower")
+    far = Claim("P", "far", "q", "peak", "bad", "m", +1, margin=0.02, statistic="not_lower")
+    r_close, r_far = claims.judge([close, far], values, {})
+    d = np.array([values["peak", "f"][k] - values["peak", "m"][k] for k in KEYS])
+    assert r_close["p"] == claims.sign_flip_p_greater(d + 0.02) < 0.025 and r_close["verdict"] == "agrees"
+    assert r_close["floor"] == 1 / 1024
+    assert r_far["verdict"] == "no non-inferiority shown" and r_far["p"] == 1.0
+    r1 = claims.power_ratio(10, 0.05 / 2, sided="greater")
+    assert r_close["power80"] == pytest.approx(r1 * d.std(ddof=1) - 0.02)
+    assert "shown 4 times in 5 if the true difference is" in r_close["detail"]
+    assert "sign-flip one-sided, not lower by 0.02 (pairs)" in claims.verdict_table([r_close])
+    # agrees, opposite, equivalence and spread verdicts say their power too
+    rows = {r["claim"].text: r for r in claims.judge(
+        [Claim("P", "eq", "q", "peak", "f", None, 0, margin=5.0),
+         Claim("P", "spread", "q", "peak", "f", "m", -1, statistic="spread")], values, {})}
+    assert "80%-power margin" in rows["eq"]["detail"] and math.isfinite(rows["eq"]["power80"])
+    assert "80%-power effect" in rows["spread"]["detail"] and "x the reference's" in rows["spread"]["detail"]
+
+
+def test_one_sided_tost_and_spread_power_against_direct_simulation():
+    # one-sided at a level in [1/1024, 2/1024): significant iff all 10 are positive: r = Phi^-1(0.8^(1/10))
+    assert claims.power_ratio(10, 0.0015, sided="greater") == pytest.approx(
+        statistics.NormalDist().inv_cdf(0.8 ** 0.1), rel=0.03)
+    r0 = claims.tost_ratio(10, 0.05)
+    z = np.random.default_rng(11).standard_normal((400, 10))
+    shown = np.mean([claims.tost_p(row, r0) < 0.05 for row in z])
+    assert shown == pytest.approx(0.8, abs=0.06)            # an independent simulation at the found margin
+    assert claims.tost_ratio(10, 0.0009) == math.inf        # below TOST's floor 1/1024
+    blocks = (0,) * 5 + (5,) * 5
+    c = claims.spread_ratio(blocks, 0.05, -1)
+    assert 0 < c < 1
+    rng = np.random.default_rng(1)
+    hits = 0
+    for _ in range(600):
+        shared = np.repeat(rng.standard_normal(2), 5)
+        x, y = shared + c * rng.standard_normal(10), shared + rng.standard_normal(10)
+        hits += claims.paired_swap_p(x, y, list(blocks)) < 0.05 and \
+            claims.within_block_sd(x, list(blocks)) < claims.within_block_sd(y, list(blocks))
+    assert hits / 600 == pytest.approx(0.8, abs=0.06)
+
+
+def test_preconditions_read_met_or_not_met_and_stay_apart_from_identities():
+    values = {("clip", "a"): {(0, 0): 0.0, (0, 1): 7e-4}, ("clip", "b"): {(0, 0): 0.0}}
+    checks = [Check("never clipped", "clip", ("a",), "zero", kind="precondition"),
+              Check("never clipped", "clip", ("b",), "zero", kind="precondition")]
+    assert [r["result"] for r in claims.run_checks(checks, values)] == ["NOT MET", "met"]
+
+
+def test_smoothed_peak_and_its_censoring():
+    from experiments import quantities as Q
+    steps = np.array([25, 50, 75, 100])
+    assert Q.smoothed([0.2, 0.5, 0.2, 0.8]).tolist() == pytest.approx([0.35, 0.3, 0.5, 0.5])
+    climbing = {"eval/pass@1": (steps, np.array([0.2, 0.3, 0.4, 0.5]))}
+    assert Q.smoothed_peak_step("eval/pass@1")(climbing) == 125.0 and Q.censored("eval/pass@1")(climbing) == 1.0
+    peaked = {"eval/pass@1": (np.array([25, 50, 75, 100, 125]), np.array([0.2, 0.6, 0.6, 0.2, 0.1]))}
+    assert Q.smoothed_peak_step("eval/pass@1")(peaked) == 50.0 and Q.censored("eval/pass@1")(peaked) == 0.0
+    assert Q.smoothed_peak("eval/pass@1")(peaked) == pytest.approx((0.2 + 0.6 + 0.6) / 3)
+    # a raw argmax would pick the one noisy point: the smoothed curve does not
+    spike = {"eval/pass@1": (steps, np.array([0.5, 0.9, 0.5, 0.5]))}
+    assert Q.peak_step_of("eval/pass@1")(spike) == 50.0
+    assert Q.smoothed_peak_step("eval/pass@1")(spike) in (25.0, 50.0, 75.0)
+
+
 def test_checks_pass_fail_and_not_measured():
     values = {("res", "q"): {(0, 0): 3e-8, (0, 1): -2e-8}, ("res", "r"): {(0, 0): 0.7, (0, 1): 0.8},
               ("a", "p"): {(0, 0): 2.0}, ("b", "p"): {(0, 0): 2.0}, ("d", "f"): {(0, 0): 0.29}}

@@ -81,6 +81,23 @@ def test_token_flips_fractions_by_hand():
 # 2. Where updates go
 # ---------------------------------------------------------------------------------------
 
+def test_specificity_cells_and_correlation_by_hand():
+    # group 0 (rewards 1, 0): token 1 in both rollouts (spec 0), 2 only in the success (+1),
+    # 3 only in the failure (-1); token 1's reinforcement is the mean over its 3 occurrences
+    delta = torch.tensor([[0.1, 0.5, 0.1], [0.4, -0.3, 0.0]])
+    ids = torch.tensor([[1, 2, 1], [1, 3, 0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    out = D.specificity(delta, torch.zeros(2, 3), mask, ids, torch.tensor([1.0, 0.0]), 2)
+    spec, reinf = torch.tensor([0.0, 1.0, -1.0]), torch.tensor([0.2, 0.5, -0.3])
+    assert out["credit/specificity_cells"] == 3
+    assert out["credit/specificity_corr"] == pytest.approx(float(torch.corrcoef(torch.stack([spec, reinf]))[0, 1]))
+    # a group of equal rewards adds no cell; a reinforcement that ignores specificity gives 0
+    flat = D.specificity(torch.tensor([[0.2, 0.1, 0.2], [0.2, 0.1, 0.0]]), torch.zeros(2, 3), mask, ids,
+                                   torch.tensor([1.0, 0.0]), 2)
+    assert flat["credit/specificity_corr"] == pytest.approx(0.0, abs=1e-12)
+    assert D.specificity(delta, torch.zeros(2, 3), mask, ids, torch.tensor([1.0, 1.0]), 2) == {}
+
+
 def test_template_token_that_did_not_move_has_share_zero():
     template = torch.tensor([[True, False, True, False]])
     delta = torch.tensor([[0.0, 0.2, 0.0, -0.1]])

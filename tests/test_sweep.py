@@ -6,6 +6,7 @@ recomputation from the metrics files, resume by directory (finished runs untouch
 interrupted run continued), a failing arm, and the command line's bad-input contract."""
 
 import gzip
+import dataclasses
 import json
 import math
 import os
@@ -243,8 +244,8 @@ def test_report_merges_committed_data_with_new_runs_and_never_says_not_run(tmp_p
         json.dump({"args": r.record["args"]}, open(os.path.join(d, "sweep_args.json"), "w"))
         json.dump({"seconds": 60.0, "finished": r.record["finished"]}, open(os.path.join(d, "done.json"), "w"))
         json.dump({"model_path": "m", "weights_sha256": r.record["start"]["sha256"]}, open(os.path.join(d, "start.json"), "w"))
-    monkeypatch.setattr(designs, "SEEDS", (0,))
-    monkeypatch.setattr(pages, "SEEDS", (0,))
+    credit = designs.SWEEPS["credit"]
+    monkeypatch.setitem(designs.SWEEPS, "credit", lambda task: dataclasses.replace(credit(task), seeds=(0,)))
     pages.report(str(out), str(docs), str(readme))
     merged = pages.read_run_data(str(docs / "sweep_addition_credit.jsonl.gz"))
     w0, w1 = designs.WARMUP_SEEDS
@@ -258,9 +259,9 @@ def test_report_merges_committed_data_with_new_runs_and_never_says_not_run(tmp_p
     summary = next(line for line in text.splitlines() if line.startswith("| credit |"))
     cells = [line.split("|")[-2].strip() for line in claims_page.splitlines() if line.startswith("| credit |")]
     assert (cells.count("[no difference detected](sweep_addition_credit.md)"),
-            cells.count("[not testable](sweep_addition_credit.md)")) == (2, 5)
+            cells.count("[not testable](sweep_addition_credit.md)")) == (2, 3)
     assert summary.split("|")[-2].strip() == \
-        "[2 no difference detected, 5 not testable][a-credit]; checks: 4 not measured"    # the same verdicts, counted
+        "[2 no difference detected, 3 not testable][a-credit]; checks: 5 not measured"    # the same verdicts, counted
     assert summary.split("|")[-3].strip() == "not run"
     # a fresh machine: no runs/, the same page from the committed data alone
     before = {f: (docs / f).read_bytes() for f in os.listdir(docs)}
@@ -282,8 +283,8 @@ def test_a_report_that_sets_runs_aside_is_rebuilt_byte_for_byte(tmp_path, monkey
                                                                  args=[a if a != "20" else "10" for a in r.record["args"]]))
            for r in committed]
     pages.write_run_data([*committed, *old], str(docs / "sweep_addition_credit.jsonl.gz"))
-    monkeypatch.setattr(designs, "SEEDS", (0, 1))
-    monkeypatch.setattr(pages, "SEEDS", (0, 1))
+    credit = designs.SWEEPS["credit"]
+    monkeypatch.setitem(designs.SWEEPS, "credit", lambda task: dataclasses.replace(credit(task), seeds=(0, 1)))
     pages.report(str(out), str(docs), str(readme))
     assert "set aside 4 runs" in capsys.readouterr().out                # said once, where it happens
     first = {f: (docs / f).read_bytes() for f in os.listdir(docs)}
