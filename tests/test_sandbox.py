@@ -12,6 +12,7 @@ and sees it create its file: the answers are live, so the tests can fail.
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -244,3 +245,42 @@ def shields_signals() -> bool:
     """Can a child be kept from signalling this process? As root (it becomes nobody), or with
     Landlock's signal scope (ABI >= 6)."""
     return os.geteuid() == 0 or sandbox.landlock_abi() >= 6
+
+
+# --- the answer tags: found in linear time, the same answer as before --------------------
+
+OLD_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)   # the extraction before: quadratic
+
+
+def old_last_answer(text: str):
+    tagged = OLD_ANSWER_RE.findall(text[-100_000:])
+    return tagged[-1] if tagged else None
+
+
+def test_answer_tags_are_found_in_linear_time():
+    """Many opening tags and no closing one made the lazy regex rescan to the end from every
+    opening tag: 12,500 tags cost 5-14 s in the trainer's own process, outside any sandbox."""
+    entry = json.dumps({"metadata": {"numbers": [1, 2, 3], "target": 6}})
+    for response in ("<answer>" * 12500, "<answer>" * 12500 + "</answer>", "</answer><answer>" * 6000,
+                     "<answer>" * 200_000):
+        t0 = time.perf_counter()
+        result = reasoning_gym.score(response, entry, "countdown")
+        elapsed = time.perf_counter() - t0
+        assert elapsed < 1.0, (response[:40], len(response), elapsed)
+        assert result["reward"] == 0.0
+
+
+def test_answer_extraction_gives_the_old_regexs_answer():
+    ordinary = ["<answer>42</answer>", "think\n<answer>\n 1 2\n3 </answer>\n", "no tags at all", "",
+                "<answer>a</answer> then <answer>b</answer>", "<answer></answer>", "<answer>x",
+                "x</answer>", "</answer><answer>y</answer>", "<answer><answer>n</answer></answer>",
+                "<answer>a<answer>b</answer>c</answer>", "<answer>é→∑</answer>", "<ANSWER>u</ANSWER>",
+                "<answer>multi\nline\r\n</answer>", "<answer>a</answer><answer>", "<answer></answer></answer>",
+                "<answer>" * 3 + "</answer>" * 3, "<answer >s</answer>", "<<answer>>t<</answer>>",
+                "x" * 99_990 + "<answer>cut</answer>", "<answer>" + "y" * 100_000 + "</answer>",
+                "<answer>first</answer>" + "z" * 99_995 + "<answer>last</answer>"]
+    rng = __import__("random").Random(0)
+    pieces = ["<answer>", "</answer>", "<answer", "answer>", "</", "a", " ", "\n", "<", ">"]
+    fuzz = ["".join(rng.choice(pieces) for _ in range(rng.randrange(12))) for _ in range(3000)]
+    for text in ordinary + fuzz:
+        assert reasoning_gym.last_answer(text) == old_last_answer(text), repr(text[:80])
