@@ -17,8 +17,22 @@ process boundaries:
 
 What a child can NOT do (Linux; each line names the mechanism):
   - outlive its timeout: its worker kills it at `timeout` seconds of wall time (SIGKILL
-    to its process group); RLIMIT_CPU (timeout + 1 CPU seconds) and PR_SET_PDEATHSIG
-    (it dies with its worker) bound it even if the worker is gone;
+    to its process group); RLIMIT_CPU (timeout + 1 CPU seconds) bounds a spinning one;
+  - outlive its worker (killed by the trainer, the OOM killer, anyone): PR_SET_PDEATHSIG
+    sends it SIGKILL when the worker dies, and a seccomp filter refuses it the prctl
+    that would clear that (a sleeping child is bounded by neither timer once its
+    worker is gone; it would live on under PID 1);
+  - leave anything in the kernel behind: SysV shared memory, message queues and
+    semaphores (shmget, msgget, semget, ...) are refused by the same filter (on x86_64
+    and aarch64), POSIX message queues by RLIMIT_MSGQUEUE 0; such objects outlive their
+    creator, and shared memory is counted by no rlimit once detached;
+  - see the trainer's secrets: a worker's environment is built from nothing
+    (WORKER_ENV, never a copy of the trainer's), and the trainer's own, in
+    /proc/PID/environ, is closed to `nobody` and, with Landlock, to any process outside
+    the child's Landlock domain;
+  - put its own text in front of the trainer's user: the trainer keeps of a reply only
+    a bool or finite number and installed module names (_clean_reply), so no escape
+    code, secret or file reaches its stderr or logs;
   - fork or start threads: RLIMIT_NPROC 0, so a fork bomb is one failed fork;
   - use more than SCORER_MEMORY_BYTES beyond what it inherited: RLIMIT_AS (a memory
     bomb is a MemoryError), no core dump (RLIMIT_CORE 0), no file growth (RLIMIT_FSIZE 0);
@@ -47,10 +61,14 @@ What a child CAN still do (the limits of this sandbox; say so, do not hide it):
     (puzzle24, n_queens, polynomial_multiplication, ...) can be reward-hacked this way.
   - It can READ what its user can read (nothing restricts reads: the scorers import
     modules lazily), and use UDP or other non-TCP sockets (Landlock has no rules for
-    them), so a secret readable by `nobody` (or by you, not as root) can leave.
+    them), so a secret in a file readable by `nobody` (or by you, not as root) can
+    leave, over the network or encoded in its own score (a float carries 6 bytes).
   - Not root and no Landlock (kernels before 5.13, or Landlock disabled): the child runs
-    as you, so it can signal or write anything you own, the trainer included. The
-    first worker prints a warning saying so.
+    as you, so it can signal or write anything you own, the trainer included, and read
+    the trainer's environment in /proc. The first worker prints a warning saying so.
+  - Other architectures than x86_64 and aarch64: no seccomp filter (no system call
+    table here), so SysV IPC stays open and the parent-death signal can be cleared;
+    the first worker prints a warning saying so.
   - As root without Landlock: `nobody` can still write where everyone may (/tmp,
     /dev/shm, /var/tmp).
   - It is not a defence against kernel bugs; a container or VM is the next layer.
@@ -59,23 +77,37 @@ Cost: a fork per answer, which on a small virtual machine takes longer than
 math-verify's own comparison (docs/LOG.md has the numbers); in exchange a hang costs its
 timeout and nothing more, because the warm worker kills the child and stays.
 
-Written for Linux (where the tests run). Elsewhere there is no Landlock and no
-parent-death signal, and the rest is untested.
+Why a filter and not an IPC namespace of the child's own (unshare(CLONE_NEWIPC), whose
+objects die with it): the namespace needs CAP_SYS_ADMIN, which the child, `nobody` or
+you, does not have. It could take one only inside a user namespace of its own, which
+hands model-written code every capability within it and is refused or restricted on
+many hosts (Docker's default seccomp profile, Ubuntu's AppArmor default since 24.04);
+and inside its own namespace a child still fills memory for its whole timeout (1 GB of
+detached segments took 1.1-1.2 s on the 2-core machine: docs/faults_and_safety.md). The
+filter refuses the first shmget, as any user, on any kernel since 3.5.
+
+Written for Linux (where the tests run). Elsewhere there is no Landlock, no seccomp and
+no parent-death signal, and the rest is untested.
 """
 
 from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
 import json
 import logging
+import math
 import os
 import pkgutil
+import platform
 import queue
+import re
 import resource
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -98,7 +130,7 @@ _warned: set = set()                     # warnings already printed
 
 
 def run_scorer(library: str, args: list, timeout: float, warmup: list | None = None):
-    """Score one answer in a sandboxed child: the scorer's reply (a JSON value), or None.
+    """Score one answer in a sandboxed child: the scorer's value (a bool or a finite float), or None.
 
     library: what the worker imports and scores with, "math" or "reasoning_gym:NAME"
     (prepare_scorer). args: the scorer's arguments (JSON values). warmup: arguments
@@ -106,8 +138,9 @@ def run_scorer(library: str, args: list, timeout: float, warmup: list | None = N
     (so the library's lazy imports happen while its files are readable); only trusted
     text belongs there (a dataset's own reference answers, never model output).
     None means: no reply within `timeout` seconds, the child crashed (out of memory,
-    killed), or its reply was not JSON. A worker found dead is restarted and the answer
-    asked again, once; a worker that dies on the retry too scores None.
+    killed), or its reply was not JSON, or its value not a bool or a finite number
+    (_clean_reply). A worker found dead is restarted and the answer asked again, once;
+    a worker that dies on the retry too scores None.
     Thread-safe; calls beyond POOL_SIZE concurrent ones per library wait for a worker.
     """
     pool = _pool(library)
@@ -122,10 +155,10 @@ def run_scorer(library: str, args: list, timeout: float, warmup: list | None = N
                     _stop_worker(worker)     # the worker itself is stuck: never seen, but bounded
                     worker = None
                     return None
-                reply = json.loads(worker.conn.recv_bytes(2 * MAX_REPLY_BYTES))
-                if reply.get("missing"):
+                reply = _clean_reply(json.loads(worker.conn.recv_bytes(2 * MAX_REPLY_BYTES)))
+                if reply["missing"]:
                     _warn_missing(library, reply["missing"])
-                return reply.get("value")
+                return reply["value"]
             except (EOFError, OSError):      # dead: killed, or out of memory; start another
                 _stop_worker(worker)
                 worker = None
@@ -179,16 +212,15 @@ def _start_worker(library: str, warmup: list) -> Worker:
     and the scorer's library, never the trainer's main module, and it talks
     bytes (JSON), never pickles. -P keeps the working directory off sys.path.
     start_new_session: a session and process group of its own (setsid).
+    env: worker_env(), built from nothing, never a copy of the trainer's environment.
     """
     workdir = tempfile.mkdtemp(prefix="tokencredit-sandbox-")
     os.chmod(workdir, 0o555)                 # empty and read-only, for the worker's user too
     mine, theirs = socket.socketpair()
     code = (f"import sys; sys.path.insert(0, {REPO_DIR!r}); from machinery import sandbox; "
             f"sandbox.worker_main({theirs.fileno()})")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "PYTHONDONTWRITEBYTECODE": "1"}
     proc = subprocess.Popen([sys.executable, "-P", "-c", code], pass_fds=[theirs.fileno()], cwd=workdir,
-                            env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+                            env=worker_env(), stdin=subprocess.DEVNULL, start_new_session=True)
     theirs.close()
     worker = Worker(proc, Connection(mine.detach()), workdir)
     try:
@@ -211,6 +243,37 @@ def _start_worker(library: str, warmup: list) -> Worker:
     return worker
 
 
+# What a worker's environment holds: these values, set here, and nothing else. A trainer's
+# environment is where secrets live (WANDB_API_KEY, HF_TOKEN, AWS_SECRET_ACCESS_KEY, a
+# cloud's tokens, ...), and whatever a worker holds, its children hold too: code in a
+# child reads os.environ and can send it away (UDP is open; the module header), or encode
+# it in its own score. So the environment is built from nothing rather than filtered
+# from the trainer's, where a new secret would pass by default.
+WORKER_ENV = {
+    # One thread each: POOL_SIZE workers share the cores with the trainer, and a child
+    # cannot start threads at all (RLIMIT_NPROC 0), so no library should plan on a pool.
+    "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+    # A worker imports as the trainer's user (root, say) before it drops privileges:
+    # it writes no .pyc files into the trainer's Python.
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+# Passed on when the trainer has them: where its Python (the interpreter a worker runs,
+# sys.executable) finds its modules and libraries. Without them a worker may not import
+# the scorer the trainer would. Paths, not secrets. Everything else stays behind, e.g.
+# PATH (a worker starts by absolute path; Python's exec and shutil.which fall back to
+# /bin:/usr/bin, and a child may not execute anything where Landlock is on), HOME (Python
+# finds a user's site-packages through the password database, and a scorer has no use
+# for ~/.netrc or a token cache), TMPDIR (nothing a worker does writes a file),
+# VIRTUAL_ENV (a venv's Python finds its packages from its own path), LANG and LC_* (with
+# no locale set, Python reads and writes text as UTF-8: its C-locale rules, PEP 538/540).
+PASSED_ON = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "LD_LIBRARY_PATH")
+
+
+def worker_env() -> dict:
+    """The environment a worker starts with: WORKER_ENV plus the PASSED_ON variables the trainer has."""
+    return {**WORKER_ENV, **{name: os.environ[name] for name in PASSED_ON if name in os.environ}}
+
+
 def _stop_worker(worker: Worker | None) -> None:
     """Kill a worker (its busy child dies with it: parent-death signal), reap it, remove its directory."""
     if worker is None:
@@ -228,7 +291,12 @@ def _stop_worker(worker: Worker | None) -> None:
 
 
 def _warn_if_weak(info: dict) -> None:
-    """Warn once when a child could signal the trainer: same user and no Landlock signal scope."""
+    """Warn once when a child could signal the trainer (same user and no Landlock signal scope),
+    and once when it has no seccomp filter (an architecture without a system call table here)."""
+    if not info.get("seccomp"):
+        _warn_once("no-seccomp", f"the scorer sandbox has no seccomp filter on {platform.machine()}: a scored "
+                   "answer that runs code could leave SysV shared memory behind and outlive its worker "
+                   "(machinery/sandbox.py)")
     if info.get("uid") != os.getuid() or info.get("landlock", 0) >= 6:
         return
     _warn_once("weak", f"the scorer sandbox runs as your user (uid {os.getuid()}) without Landlock's signal scope "
@@ -237,8 +305,11 @@ def _warn_if_weak(info: dict) -> None:
 
 
 def _warn_missing(library: str, names: list) -> None:
-    """Warn once per library when a child could not import a module its worker's user cannot read."""
-    _warn_once(library, f"the sandboxed {library} scorer needed {', '.join(map(str, names[:3]))}, which its user "
+    """Warn once per library when a child could not import a module its worker's user cannot read.
+
+    names: module names that passed _clean_reply (a child's text never reaches this line otherwise).
+    """
+    _warn_once(library, f"the sandboxed {library} scorer needed {', '.join(names[:3])}, which its user "
                f"(uid {WORKER_INFO.get(library, {}).get('uid')}) cannot read: answers that need it score 0. Install "
                "Python where every user can read it, or add such an answer to MATH_WARMUP")
 
@@ -247,6 +318,61 @@ def _warn_once(key: str, message: str) -> None:
     if key not in _warned:
         _warned.add(key)
         print(f"warning: {message}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------
+# What the trainer takes from a reply: a value and module names, checked
+# ---------------------------------------------------------------------------------------
+
+MAX_MISSING = 20              # module names a reply may report (the warning prints 3)
+MAX_NAME_CHARS = 200          # a longer dotted name is not a module a scorer imports
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _clean_reply(reply) -> dict:
+    """{"value": a bool, a finite float or None, "missing": [module names]}: all the trainer
+    keeps of a reply.
+
+    A reply was written by a child that may run the answer's code, so every byte of it is
+    the answer's to choose (a payload can write to the reply pipe itself and exit). Left as
+    is, its value could be a string holding a secret, NaN or a 400-digit integer, and its
+    `missing` names, printed in a warning, could hold terminal escape codes (they can
+    clear or retitle the terminal, or write to its clipboard), a secret, or a file's
+    contents, straight to the trainer's stderr and its logs. Kept:
+      value: a bool as is; an int or float that is finite as a float, as float;
+        anything else is None (the scorer did not answer);
+      missing: at most MAX_MISSING names that match a dotted Python identifier of at most
+        MAX_NAME_CHARS characters AND whose top-level package the trainer's own Python
+        has (the child reports modules it failed to import, so a name the trainer does
+        not have was never one). The pattern leaves no control character, escape or
+        space; the installed set leaves no freely chosen word (a token shaped like a
+        module name) either: what can still reach stderr is a choice among installed
+        module names, once per library (the warning is printed once).
+    """
+    reply = reply if isinstance(reply, dict) else {}
+    value = reply.get("value")
+    if not isinstance(value, bool):
+        try:
+            value = float(value) if isinstance(value, (int, float)) else None
+        except OverflowError:                 # an int beyond float's range
+            value = None
+        if value is not None and not math.isfinite(value):
+            value = None
+    names = reply.get("missing")
+    names = [name for name in names if _is_installed_module_name(name)] if isinstance(names, list) else []
+    return {"value": value, "missing": names[:MAX_MISSING]}
+
+
+def _is_installed_module_name(name) -> bool:
+    return (isinstance(name, str) and len(name) <= MAX_NAME_CHARS and _MODULE_NAME.fullmatch(name) is not None
+            and name.partition(".")[0] in _installed_top_level())
+
+
+@functools.cache
+def _installed_top_level() -> frozenset:
+    """Top-level module names the trainer's Python can import: built in, standard library, or on sys.path."""
+    return frozenset({m.name for m in pkgutil.iter_modules()} | set(sys.builtin_module_names)
+                     | set(getattr(sys, "stdlib_module_names", ())))
 
 
 # ---------------------------------------------------------------------------------------
@@ -344,7 +470,8 @@ def worker_main(fd: int) -> None:
     # children then report the modules they failed to import (the module header).
     hidden = installed if any(not os.access(p, os.R_OK | os.X_OK) for p in path) else set()
     gc.freeze()                               # children then leave the inherited objects alone (no copies)
-    info = {"uid": uid, "landlock": abi, "pid": os.getpid(), "python_readable": not hidden}
+    info = {"uid": uid, "landlock": abi, "seccomp": seccomp_supported(), "pid": os.getpid(),
+            "python_readable": not hidden}
     if _score_in_child(lambda: True, [], STARTUP_TIMEOUT, abi, hidden) != {"value": True, "missing": []}:
         info["error"] = "a sandboxed child could not lock itself down and answer"
     conn.send_bytes(json.dumps(info).encode())
@@ -438,7 +565,7 @@ def _lock_down(keep_fd: int, cpu_seconds: int, memory_bytes: int, landlock: int)
     """The child's restrictions, applied before it reads the answer (the module header's list)."""
     parent = os.getppid()
     os.setpgid(0, 0)                          # its own process group: kill(0, ...) reaches only itself
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with its worker...
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with its worker (for good: the filter below)...
     if os.getppid() != parent:                # ...even one that died before the line above
         os._exit(1)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -447,15 +574,19 @@ def _lock_down(keep_fd: int, cpu_seconds: int, memory_bytes: int, landlock: int)
     os.closerange(3, keep_fd)                 # the trainer's pipe, /dev/null's extra descriptor, ...
     os.closerange(keep_fd + 1, 1 << 16)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a write past RLIMIT_FSIZE fails instead of killing
+    # RLIMIT_MSGQUEUE 0: no POSIX message queue (mq_open), which would outlive the child
+    # under its name, in kernel memory, like the SysV objects the filter below refuses.
     for limit, value in ((resource.RLIMIT_CPU, cpu_seconds), (resource.RLIMIT_AS, memory_bytes),
                          (resource.RLIMIT_NPROC, 0), (resource.RLIMIT_FSIZE, 0), (resource.RLIMIT_CORE, 0),
-                         (resource.RLIMIT_NOFILE, 64)):
+                         (resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_MSGQUEUE, 0)):
         resource.setrlimit(limit, (value, value))
     if landlock:
         _landlock_restrict_self(landlock)
+    if seccomp_supported():
+        _seccomp_restrict_self()
 
 
-# --- helpers of the worker: uid, prctl, Landlock ----------------------------------------
+# --- helpers of the worker: uid, prctl, Landlock, seccomp -------------------------------
 
 def _drop_root() -> int:
     """As root: become nobody for good (groups, gid, then uid; no way back). Returns the uid."""
@@ -524,6 +655,88 @@ def _landlock_restrict_self(abi: int) -> None:
     if libc.syscall(ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_long(fd), ctypes.c_long(0)) != 0:
         raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
     os.close(fd)
+
+
+# seccomp (kernel docs: userspace-api/seccomp_filter): a small classic-BPF program the
+# kernel runs at every system call of this process (and of any it could start), reading
+# the call's architecture, number and arguments (struct seccomp_data) and answering
+# ALLOW or ERRNO. Like Landlock it needs PR_SET_NO_NEW_PRIVS, not root, and stays for good.
+# The child's filter refuses (EPERM) two things nothing else here covers:
+#   - SysV IPC (shmget, msgget, semget and the calls that use their objects): a segment
+#     lives in the kernel, not in a process, so RLIMIT_AS does not count it once detached,
+#     Landlock has no rule for it, and it stays after its creator, its worker and the
+#     trainer are gone. Refusing shmget itself also bounds memory during the child's 2 s,
+#     which a private IPC namespace would not (the module header says why there is none);
+#   - prctl(PR_SET_PDEATHSIG, ...): the child set it to SIGKILL first thing, and may not
+#     clear it (then sleep and outlive its killed worker, reparented to PID 1).
+# System call numbers differ between architectures and there is no portable way to look
+# them up at run time, so this file carries the two tables it was checked on (from the
+# kernel's asm/unistd_64.h and asm-generic/unistd.h); elsewhere there is no filter, and
+# the worker reports "seccomp": false.
+_SYSCALLS = {   # platform.machine() -> (AUDIT_ARCH_* of the 64-bit ABI, {name: number})
+    "x86_64": (0xC000003E, {"shmget": 29, "shmat": 30, "shmctl": 31, "semget": 64, "semop": 65, "semctl": 66,
+                            "shmdt": 67, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71,
+                            "semtimedop": 220, "prctl": 157}),
+    "aarch64": (0xC00000B7, {"msgget": 186, "msgctl": 187, "msgrcv": 188, "msgsnd": 189, "semget": 190,
+                             "semctl": 191, "semtimedop": 192, "semop": 193, "shmget": 194, "shmctl": 195,
+                             "shmat": 196, "shmdt": 197, "prctl": 167}),
+}
+_SYSV_IPC = ("shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semctl", "semtimedop",
+             "msgget", "msgsnd", "msgrcv", "msgctl")
+_X32_SYSCALL_BIT = 0x40000000             # x86_64's x32 ABI: the same arch value, numbers with this bit
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+_SECCOMP_RET_ALLOW, _SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
+_BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_JGE_K, _BPF_RET_K = 0x20, 0x15, 0x35, 0x06   # BPF_LD|BPF_W|BPF_ABS, ...
+_ARCH_OFFSET, _NR_OFFSET, _ARG0_OFFSET = 4, 0, 16                         # in struct seccomp_data
+
+
+class _SockFilter(ctypes.Structure):      # struct sock_filter: one BPF instruction
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):       # struct sock_fprog: the program
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def seccomp_supported() -> bool:
+    """Is there a system call table here for the child's filter? (Linux, 64-bit Python, x86_64 or aarch64)."""
+    return sys.platform.startswith("linux") and platform.machine() in _SYSCALLS and struct.calcsize("P") == 8
+
+
+def seccomp_program(machine: str) -> list:
+    """The child's filter as (code, jt, jf, k) instructions. jt/jf: how many instructions to
+    skip when the test holds/fails; the last two are ALLOW and DENY (errno EPERM).
+
+        A = arch;  not this ABI (a 32-bit call on a 64-bit kernel, through int 0x80) -> DENY
+        A = nr;    x32 call -> DENY;  a SysV IPC call -> DENY
+        not prctl -> ALLOW;  A = low 32 bits of arg 0;  PR_SET_PDEATHSIG -> DENY;  else ALLOW
+
+    The prctl test reads only the low half of the 64-bit argument, as the kernel does
+    (prctl's option is an int): a value with high bits set cannot slip past it.
+    """
+    arch, numbers = _SYSCALLS[machine]
+    prog = [(_BPF_LD_W_ABS, 0, 0, _ARCH_OFFSET), (_BPF_JEQ_K, 0, "DENY", arch),
+            (_BPF_LD_W_ABS, 0, 0, _NR_OFFSET), (_BPF_JGE_K, "DENY", 0, _X32_SYSCALL_BIT)]
+    prog += [(_BPF_JEQ_K, "DENY", 0, numbers[name]) for name in _SYSV_IPC]
+    prog += [(_BPF_JEQ_K, 0, "ALLOW", numbers["prctl"]), (_BPF_LD_W_ABS, 0, 0, _ARG0_OFFSET),
+             (_BPF_JEQ_K, "DENY", "ALLOW", PR_SET_PDEATHSIG)]
+    labels = {"ALLOW": len(prog), "DENY": len(prog) + 1}       # where the two answers will be
+
+    def skip(target, i: int) -> int:                             # a label, or 0 (the next instruction)
+        return labels[target] - i - 1 if isinstance(target, str) else target
+    prog = [(code, skip(jt, i), skip(jf, i), k) for i, (code, jt, jf, k) in enumerate(prog)]
+    return prog + [(_BPF_RET_K, 0, 0, _SECCOMP_RET_ALLOW), (_BPF_RET_K, 0, 0, _SECCOMP_RET_ERRNO | 1)]
+
+
+def _seccomp_restrict_self() -> None:
+    """Install seccomp_program for this machine on this process, for good (OSError if refused)."""
+    prog = seccomp_program(platform.machine())
+    filters = (_SockFilter * len(prog))(*[_SockFilter(*instruction) for instruction in prog])
+    fprog = _SockFprog(len(prog), filters)
+    prctl(PR_SET_NO_NEW_PRIVS, 1)            # required, as for Landlock
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_SECCOMP, ctypes.c_ulong(_SECCOMP_MODE_FILTER), ctypes.byref(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
 
 
 def _address_space() -> int:
