@@ -109,7 +109,7 @@ class Config:
     warmup_seed: int = 0
     """Seed of the embedded model's warm-up (initial weights, warm-up problems and batch order); 'tiny' only."""
     data: str = "addition"
-    """'addition', 'countdown' (bare prompts: the embedded model's), 'countdown_instruct' (prompts a chat model can follow), 'gsm8k', 'math', 'reasoning_gym:NAME', or a {prompt, answer} .jsonl file."""
+    """'addition', 'countdown' (bare prompts: the embedded model's), 'addition_instruct', 'countdown_instruct' (prompts a chat model can follow), 'gsm8k', 'math', 'reasoning_gym:NAME', or a {prompt, answer} .jsonl file."""
     eval_data: str | None = None
     """Evaluate on this source (the same names as --data) instead of --data's test split; a .jsonl file is read whole."""
     digits: int = 3

@@ -1,6 +1,7 @@
 """Tasks: where the prompts, the reference answers and the checkers live, one file each.
 
     addition.py        the synthetic task the CPU default trains on (checker: verify.check_addition)
+    addition_instruct.py  the same problems worded for a chat model (the last number is the answer)
     countdown.py       the numbers game: several right answers, wording that varies
     expression.py      countdown's checker: an arithmetic grammar with nothing to execute
     math_datasets.py   GSM8K, MATH and {prompt, answer} JSONL files (checker: verify.score_math)
@@ -18,18 +19,19 @@ from __future__ import annotations
 
 import os
 
-from tasks import addition, countdown, math_datasets, reasoning_gym
+from tasks import addition, addition_instruct, countdown, math_datasets, reasoning_gym
 from tasks.task import Task, solution_diversity, template_token_mask   # noqa: F401  (the package's face)
 
 TASKS = {
     "addition": addition.TASK,
+    "addition_instruct": addition_instruct.TASK,
     "countdown": countdown.TASK,
     "countdown_instruct": countdown.INSTRUCT,
 }
 """The named tasks: --data NAME. Sources with a parameter are below (get)."""
 
-SOURCES = ("'addition', 'countdown', 'countdown_instruct', 'gsm8k', 'math', 'gsm8k:FILE.jsonl', 'math:FILE.jsonl', "
-           "'reasoning_gym:NAME'")
+SOURCES = ("'addition', 'addition_instruct', 'countdown', 'countdown_instruct', 'gsm8k', 'math', "
+           "'gsm8k:FILE.jsonl', 'math:FILE.jsonl', 'reasoning_gym:NAME'")
 
 
 def get(source: str) -> Task:

@@ -290,3 +290,20 @@ def test_a_local_copy_in_the_hub_format_loads_through_load_task(tmp_path):
     for bad in (f"gsm8k:{tmp_path}/none.jsonl", f"math:{tmp_path}", "gsm8k:"):
         with pytest.raises(ValueError, match="expected (gsm8k|math):FILE.jsonl with an existing file"):
             tasks.check_source(bad)
+
+
+# ---------------------------------------------------------------------- chat-worded addition
+
+def test_addition_instruct_asks_addition_problems_and_credits_the_last_number():
+    from tasks import addition_instruct
+    rows = addition_instruct.rows(50, "test", seed=0, digits=2)
+    pairs = [tuple(int(x) for x in r["prompt"].split("+")) for r in addition.rows(80, "test", seed=0, digits=2)]
+    pairs = [(a, b) for a, b in pairs if a and b][:50]                 # no zero operand (the header says why)
+    assert [r["prompt"] for r in rows] == [f"What is {a} + {b}? Answer with just the number." for a, b in pairs]
+    assert [r["answer"] for r in rows] == [str(a + b) for a, b in pairs]   # addition's problems, its held-out split
+    check = addition_instruct.check
+    assert check("23 + 48 = 71", "71") == {"format": 0.0, "correct": 1.0, "reward": 1.0}
+    assert check(" 71\n", "71") == {"format": 1.0, "correct": 1.0, "reward": 1.0}
+    for wrong in ("23 + 48 = 100", "71 or 72", "71.0", "071", "seventy-one", "", None):
+        assert check(wrong, "71")["correct"] == 0.0, wrong
+    assert check("72", "71") == {"format": 1.0, "correct": 0.0, "reward": 0.0}     # format is logged, not rewarded
