@@ -47,7 +47,8 @@ def rows(n: int | None, split: str, seed: int = 0, digits: int = 3) -> list[dict
 
     addition.py's rows (so the same held-out split: a problem is on the test side for
     both wordings or for neither), minus those with a zero operand (the module header
-    says why), each {"prompt", "answer"}. Deterministic in (n, split, seed, digits).
+    says why), each {"prompt", "answer", "target"}: target is a reference response in a
+    chat model's words, "23 + 48 = 71". Deterministic in (n, split, seed, digits).
     """
     n = addition.DEFAULT_N[split] if n is None else n
     k = n + 16
@@ -56,7 +57,7 @@ def rows(n: int | None, split: str, seed: int = 0, digits: int = 3) -> list[dict
         for r in addition.rows(k, split, seed=seed, digits=digits):
             a, b = (int(x) for x in r["prompt"].strip().split("+"))
             if a and b:
-                kept.append({"prompt": instruct_prompt(a, b), "answer": r["answer"]})
+                kept.append({"prompt": instruct_prompt(a, b), "answer": r["answer"], "target": f"{a} + {b} = {a + b}"})
         if len(kept) >= n:
             return kept[:n]
         k *= 2

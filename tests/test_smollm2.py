@@ -275,3 +275,33 @@ def test_a_prompt_is_never_truncated_and_the_engine_length_is_refused_past_8192(
     with pytest.raises(ValueError, match=r"exceeds the model's max_position_embeddings \(8192\)"):
         V.engine_max_model_len(model.config, ids, 16)                  # ... and a run refuses it at the door
     assert V.engine_max_model_len(model.config, [[1] * 8176], 16) == 8192
+
+
+# ---------------------------------------------------------------------------------------
+# RL on it: the recipe's file on the transformers backend, a few small steps
+# ---------------------------------------------------------------------------------------
+
+@needs_model
+@pytest.mark.slow
+def test_the_recipe_trains_on_the_transformers_backend_and_records_the_models_hashes(smol_dir, tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "train.py", "--config", "recipes/smollm2-135m-addition.yaml", "--backend", "transformers",
+           "--device", "cpu", "--out_dir", str(out), "--steps", "2", "--prompts_per_step", "4", "--group_size", "4",
+           "--max_new_tokens", "16", "--n_eval", "8", "--eval_samples", "2", "--eval_every", "2", "--save_every", "2",
+           "--lr_warmup_steps", "2"]              # the recipe's 10 would be longer than the run
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    start = json.load(open(out / "start.json"))
+    assert start["model"] == NAME and start["weights_sha256"] == SPEC.weights_sha256
+    assert start["source"]["gguf_sha256"] == SPEC.gguf_sha256 and start["source"]["weights_as_pinned"]
+    rows = [r for line in open(out / "metrics.jsonl") if (r := json.loads(line))["step"] >= 1]   # training steps
+    print(f"\nSmolLM2 on transformers, 2 steps of 4 x 4 x 16 tokens: {time.perf_counter() - t0:.0f} s in all; "
+          f"reward {[r['reward'] for r in rows]}; time/sample {[round(r['time/sample'], 1) for r in rows]}, "
+          f"time/update {[round(r['time/update'], 1) for r in rows]}")
+    assert [r["step"] for r in rows] == [1, 2] and all(r["resp_len_max"] <= 16 for r in rows)
+    assert "eval/pass@1" in rows[-1] and "eval/pass@1" in start["eval"]
+    samples = [json.loads(line) for line in open(out / "samples.jsonl")]
+    assert samples and all("<|im_" not in s["completion"] for s in samples)
+    assert os.path.isfile(out / "checkpoints" / "step_000002" / "manifest.json")

@@ -23,6 +23,10 @@ warm-up, gradient checkpointing, micro-batch 8, evaluation at temperature 0.6. T
 integers), so every reward of 1 comes from math-verify in verify.py's worker processes,
 running beside the in-process engine.
 
+The SmolLM2 recipe (recipes/smollm2-135m-addition.yaml) is rehearsed on the real model
+itself, SmolLM2-135M-Instruct from PyPI (machinery/hub_models.py; converted into
+.cache/hub_models/ by .ci/run's first step, or here), with only the budgets cut.
+
 Marked `vllm`; skipped where vLLM is not installed unless VLLM_REQUIRED=1 (.ci/run's vLLM step).
 """
 
@@ -136,3 +140,33 @@ def test_the_gsm8k_recipe_runs_on_vllm_with_a_chat_model(tmp_path):
     assert any(answer_text(s["answer"]) in s["completion"] for s in credited)    # "N.0" == "N": math-verify
     assert all("<|im_" not in s["completion"] for s in samples)          # EOS stopped and was cut
     assert os.path.isfile(out / "checkpoints" / "step_000002" / "manifest.json")
+
+
+def test_the_smollm2_recipe_runs_on_vllm_with_the_real_model(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "train.py", "--config", os.path.join("recipes", "smollm2-135m-addition.yaml"),
+           "--out_dir", str(out), "--steps", "2", "--prompts_per_step", "4", "--group_size", "4",
+           "--max_new_tokens", "16", "--eval_every", "2", "--n_eval", "8", "--eval_samples", "2", "--save_every", "2",
+           "--lr_warmup_steps", "2"]                  # the recipe's 10 would be longer than the run
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = json.load(open(out / "config.json"))
+    recipe = {"model": "smollm2-135m-instruct", "data": "addition_instruct", "digits": 2, "backend": "vllm",
+              "chat_template": True, "lr": 2e-6, "micro_batch": 32, "share_prompts": True,
+              "gradient_checkpointing": False, "temperature": 0.7, "top_p": 1.0}
+    assert {key: saved[key] for key in recipe} == recipe
+    start = json.load(open(out / "start.json"))
+    assert start["source"]["gguf_sha256"].startswith("b179c9523d0e") and start["source"]["weights_as_pinned"]
+    rows = [r for line in open(out / "metrics.jsonl") if (r := json.loads(line))["step"] >= 1]   # training steps
+    print(f"\nSmolLM2 recipe on vLLM CPU: reward {[r['reward'] for r in rows]}, canary "
+          f"{['%.1e' % r['vllm/canary_gap'] for r in rows]}, time/sample {[round(r['time/sample'], 1) for r in rows]}, "
+          f"time/update {[round(r['time/update'], 1) for r in rows]}, pass@1 {start['eval']['eval/pass@1']:.2f} -> "
+          f"{rows[-1]['eval/pass@1']:.2f}")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["lr"] for r in rows] == pytest.approx([1e-6, 2e-6])          # the warm-up, over the 2 steps
+    assert all(r["vllm/canary_gap"] < 1e-4 and r["vllm/canary_gap"] <= r["vllm/canary_bound"] for r in rows)
+    assert "stale" not in proc.stderr
+    samples = [json.loads(line) for line in open(out / "samples.jsonl")]
+    assert [s["step"] for s in samples] == [0] * 8 + [2] * 8
+    assert all("<|im_" not in s["completion"] for s in samples)          # EOS stopped and was cut
