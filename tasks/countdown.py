@@ -35,8 +35,9 @@ arithmetic, which includes everything the generator writes.
 
 Which tokens are template (`is_reasoning_text`, used by tasks.template_token_mask): by
 token text, exactly, because the phrase vocabulary and the arithmetic vocabulary are
-disjoint by construction. Reasoning: a token made only of digits and + - * / ( ).
-Template: every other token (the phrases, "=", newlines, EOS).
+disjoint by construction. Reasoning: a token made only of digits and + - * / ( ), spaces
+around them aside (a BPE model's " +"). Template: every other token (the phrases, "=",
+newlines, EOS).
 
 Held-out prompts are disjoint from training prompts by construction: a problem (its sorted
 numbers and target) is held out iff its crc32 falls in one bucket of ten.
@@ -211,8 +212,16 @@ def problem_key(numbers: list[int], target: int) -> str:
 
 
 def is_reasoning_text(token_text: str) -> bool:
-    """A token is reasoning iff its text is non-empty and made only of digits and + - * / ( )."""
-    return bool(token_text) and all(c in "0123456789+-*/()" for c in token_text)
+    """A token is reasoning iff its text, spaces stripped, is non-empty and made only of
+    digits and + - * / ( ).
+
+    Stripped: a BPE vocabulary writes an operator with the space before it as one token
+    (SmolLM2's " +", " *", " ("), and that token is the operator's choice, reasoning; a
+    token of spaces or newlines alone is layout, template. The embedded tokenizer has no
+    such tokens (its phrases hold letters), so for it the strip changes nothing.
+    """
+    text = token_text.strip()
+    return bool(text) and all(c in "0123456789+-*/()" for c in text)
 
 
 def prompt_from_reasoning_gym(entry: dict) -> str:

@@ -277,6 +277,22 @@ def test_a_prompt_is_never_truncated_and_the_engine_length_is_refused_past_8192(
     assert V.engine_max_model_len(model.config, [[1] * 8176], 16) == 8192
 
 
+@needs_model
+@pytest.mark.slow
+def test_countdowns_template_split_reads_the_bpe_operator_tokens_as_reasoning(smol):
+    import tasks
+    from tasks import countdown
+    model, tok = smol
+    text = "now 13+14=27\nanswer: (13 + 14) * 2 - 3 / 1"
+    ids = torch.tensor([tok(text, add_special_tokens=False)["input_ids"] + [EOS]])
+    pieces = [tok.decode([i]) for i in ids[0].tolist()]
+    assert {" +", " *", " -", " /", " ("} <= set(pieces)          # BPE: an operator with the space before it
+    template = tasks.template_token_mask(countdown.INSTRUCT, tok, ids, torch.ones_like(ids))[0].tolist()
+    reasoning = [p for p, t in zip(pieces, template) if not t]
+    assert "".join(reasoning).replace(" ", "") == "13+1427(13+14)*2-3/1"   # every digit, operator, bracket
+    assert {p for p, t in zip(pieces, template) if t} == {"now", " ", "=", "\n", "answer", ":", "<|im_end|>"}
+
+
 # ---------------------------------------------------------------------------------------
 # RL on it: the recipe's file on the transformers backend, a few small steps
 # ---------------------------------------------------------------------------------------
