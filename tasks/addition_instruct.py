@@ -21,8 +21,11 @@ reads as 71 (sums here are never negative).
 Problems with a zero operand are left out: "What is 0 + 48?" would be answered by
 echoing the question's last number, and the checker could not tell an echo from an
 answer. Free text has no fixed template, so the task has no template-token split
-(is_reasoning_text None), like tasks/math_datasets.py. Measured start of
-SmolLM2-135M-Instruct on it: docs/results.md.
+(is_reasoning_text None), like tasks/math_datasets.py.
+
+Where SmolLM2-135M-Instruct starts on it (--digits 2, held-out pass@1 over 200 problems x
+4 samples, 2026-11-27): 0.12 at temperature 0.7 with 16 new tokens, 0.13 with 32; at
+temperature 1, 0.05 with 16 and 0.075 with 32. recipes/smollm2-135m-addition.yaml trains it.
 """
 
 from __future__ import annotations
