@@ -395,14 +395,37 @@ MIN_GROUP_SIZE = {"rloo": 2, "passk": 2, "pkpo": 2}
 
 # Hyper-parameter ranges: name -> (test(value, G), what it needs). Every hyper-parameter
 # of the chosen method is checked, defaults included (passk's default k = 4 fails at G = 3).
+# The upper bounds catch a slip (1e30, a lost decimal point) before it trains nothing:
+# each sits a round factor past the published values, where the weights have collapsed
+# onto one kind of group or rollout, or into another method that exists under its own
+# name, and well before they underflow to 0 (no update) or overflow to inf (a gradient
+# norm of inf). Under Adam an advantage's overall scale hardly matters; its shape does.
 HYPER_RANGES = {
-    "eps": (lambda v, G: _real(v) and v > 0, "a finite eps > 0"),            # a denominator guard
-    "alpha": (lambda v, G: _real(v) and v > 0, "a finite alpha > 0"),
-    "delta": (lambda v, G: _real(v) and v > 0, "a finite delta > 0"),        # divides failures
-    "lam": (lambda v, G: _real(v) and v >= 0, "a finite lam >= 0"),
-    "gamma": (lambda v, G: _real(v) and v >= 0, "a finite gamma >= 0"),
-    "beta": (lambda v, G: _real(v) and v != 0, "a finite beta != 0"),         # divides
-    "dV": (lambda v, G: _real(v), "a finite dV"),
+    # A guard added to a denominator: the group's std (grpo, focal, reinforce_pp: >= 0.35
+    # for binary rewards at G = 8) or solve rate (maxrl: >= 1/G). At 0.01 it moves a
+    # 1-in-8 group's maxrl weight by 7%; at 1e30 it divides every advantage to ~0.
+    "eps": (lambda v, G: _real(v) and 0 < v <= 0.01, "a finite eps (--adv_eps) in (0, 0.01]"),
+    # (1 - p)^(alpha - 1): FADE moves alpha in [1, 3], the power probe uses 2. At 10 a
+    # success in a group solved 1 in 8 already weighs 5x one in a group solved 2 in 8 and
+    # 3e8x one solved 7 in 8; near 775 every float32 weight underflows to 0 (G = 8; 1e30:
+    # grad_norm 0, nothing trained).
+    "alpha": (lambda v, G: _real(v) and 0 < v <= 10, "a finite alpha in (0, 10]"),
+    # Failures are divided by delta (asym, fade; FADE keeps it in [0.3, 1]): past 1000 or
+    # below 0.001 one side carries under 0.1% of the update, and the method is psr or nsr.
+    "delta": (lambda v, G: _real(v) and 1e-3 <= v <= 1e3, "a finite delta in [0.001, 1000]"),
+    # A success's weight against a failure's -1 (the paper: 0.1). Past 100 a failure
+    # carries under 1% of a success's push, and the method is psr.
+    "lam": (lambda v, G: _real(v) and 0 <= v <= 100, "a finite lam in [0, 100]"),
+    # focal's (1 - p)^gamma, the focal loss's exponent (Lin et al. use 2): at 10 a
+    # success's weight spans 1e9 between a group solved 1 in 8 and one solved 7 in 8.
+    "gamma": (lambda v, G: _real(v) and 0 <= v <= 10, "a finite gamma in [0, 10]"),
+    # risk's utility exp(beta r): past |beta| ~ 20 e^-|beta| is ~0 and the weights are
+    # maxrl's divided by |beta| (risk-seeking) or its mirror; larger only shrinks them,
+    # and past ~1e8 they sink under Adam's eps (1e30: grad_norm 0). beta = 0 divides by 0.
+    "beta": (lambda v, G: _real(v) and 0 < abs(v) <= 100, "a finite beta (--risk_beta) with 0 < |beta| <= 100"),
+    # asymre's shift of the baseline: a success gets 1 - p - dV, a failure -p - dV. At
+    # dV <= -1 every failure is pushed UP, in every group; at dV >= 1 every success down.
+    "dV": (lambda v, G: _real(v) and -1 < v < 1, "a finite dV in (-1, 1)"),
     "k": (lambda v, G: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= G,
           "an integer k in [1, G={G}]"),
 }

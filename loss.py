@@ -64,6 +64,8 @@ AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-
 LOSS_TYPES = ("ppo", "cispo", "gspo")
 WEIGHT_TRANSFORMS = (None, "min", "orth", "keep", "equal")
 KL_ESTIMATORS = ("k1", "k2", "k3")
+MAX_KL_COEF = 10.0        # LossConfig says why these two bounds
+MAX_ENTROPY_COEF = 1.0
 
 # The aggregation each surrogate runs with when none is asked for. GSPO's is the only one
 # it accepts; DFPO's is a token-sum mode with a step constant (Dr. GRPO's), the closest
@@ -142,8 +144,23 @@ class LossConfig:
         if self.dual_clip is not None and self.surrogate != "ppo":
             raise ValueError(f"dual_clip={self.dual_clip} applies to loss_type='ppo' only; {self.surrogate} "
                              f"would ignore it (drop dual_clip)")
-        if self.kl_coef < 0 or self.entropy_coef < 0:
-            raise ValueError(f"kl_coef and entropy_coef must be >= 0, got {self.kl_coef}, {self.entropy_coef}")
+        # Upper bounds: where the coefficient stops shaping the update and starts freezing it
+        # (1e30 overflowed the gradient norm to inf at every step, and the run exited 0).
+        # With a penalty beta, the best policy per token is pi_ref(a) exp(A_a / beta) / Z
+        # for the KL and exp(A_a / beta) / Z for the entropy bonus (the Gibbs form of a
+        # regularised objective). Advantages are O(1) (GRPO's: within +-2.5 for G = 8, so
+        # two tokens' advantages differ by 5 at most). At kl_coef 10 the best policy's odds
+        # between two tokens are then within e^0.5 of the reference's: training is pinned
+        # to the start (GRPO used 0.04). At entropy_coef 1 they are within e^5 of EVEN
+        # odds, whatever the reward: close to uniform noise over the vocabulary (usual
+        # values: 0.001 to 0.01). NaN and inf are left to train.validate, which names them
+        # as such for every float field at once (flags.nonfinite_floats).
+        if math.isfinite(self.kl_coef) and not 0 <= self.kl_coef <= MAX_KL_COEF:
+            raise ValueError(f"kl_coef must be in [0, {MAX_KL_COEF}] (at {MAX_KL_COEF} the policy stays within odds "
+                             f"e^0.5 of the reference: frozen), got {self.kl_coef}")
+        if math.isfinite(self.entropy_coef) and not 0 <= self.entropy_coef <= MAX_ENTROPY_COEF:
+            raise ValueError(f"entropy_coef must be in [0, {MAX_ENTROPY_COEF}] (at {MAX_ENTROPY_COEF} the bonus "
+                             f"outweighs every reward: near-uniform noise), got {self.entropy_coef}")
         if self.neg_filter_frac is not None and not 0 < self.neg_filter_frac <= 1:
             raise ValueError(f"neg_filter_frac must be in (0, 1] (or None), got {self.neg_filter_frac}")
 

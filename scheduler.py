@@ -192,10 +192,15 @@ CONFIG_RANGES = {
     "p_init": (lambda v: _real(v) and 0.0 < v <= 1.0, "in (0, 1]"),
     "h_target": (lambda v: v is None or (_real(v) and v >= 0.0), "None or a finite number of nats >= 0"),
     "target_rel": (lambda v: _real(v) and v > 0.0, "finite and > 0"),
-    # alpha < 1 would make (1 - p)^(alpha - 1) infinite on all-correct groups (p = 1).
-    "alpha_start": (lambda v: _real(v) and v >= 1.0, "finite and >= 1"),
-    "alpha_end": (lambda v: _real(v) and v >= 1.0, "finite and >= 1"),
-    "delta_end": (lambda v: _real(v) and v > 0.0, "finite and > 0"),
+    # alpha < 1 would make (1 - p)^(alpha - 1) infinite on all-correct groups (p = 1);
+    # above 10 it leaves the fade advantage's own range (advantages.HYPER_RANGES says why).
+    # Checked here, not at a step: alpha_start 1e30 once passed, and the ramp's end
+    # 1e30 + 1 x (1 - 1e30) rounded to 0.0, refused at step 2 of a 3-step run by the
+    # advantage, far from its flag ("fade: needs a finite alpha > 0, got 0.0").
+    "alpha_start": (lambda v: _real(v) and 1.0 <= v <= 10.0, "finite and in [1, 10]"),
+    "alpha_end": (lambda v: _real(v) and 1.0 <= v <= 10.0, "finite and in [1, 10]"),
+    # delta goes from 1 to delta_end: the fade advantage's range for delta (HYPER_RANGES).
+    "delta_end": (lambda v: _real(v) and 1e-3 <= v <= 1e3, "finite and in [0.001, 1000]"),
 }
 
 

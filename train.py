@@ -49,6 +49,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib.util
+import math
 import os
 import random
 import re
@@ -67,13 +68,15 @@ import diagnostics
 import loss
 import tasks
 import verify
+from tasks import user_reward
 from advantages import AdvantageConfig
 from loss import LossConfig
 from machinery import checkpoint, door, evaluation, flags, forward, rollout, tinymodel, trackers
 from machinery import vllm_rollout          # imports vllm itself only when an engine is built
-from machinery.metrics import add_stats, log_metrics, masked_mean, step_metrics, timed, update_metrics
+from machinery.metrics import add_stats, log_metrics, masked_mean, nothing_to_learn, step_metrics, timed, update_metrics
 from machinery.run import Run, Sampling, format_prompts, old_policy_pass, optimizer_step, sample_rollouts
-from machinery.run import close, load_model, on_device, open_run_dir, pick_device, repeat, save_checkpoint, take
+from machinery.run import close, keep_best, keep_final, load_model, on_device, open_run_dir, pick_device, repeat
+from machinery.run import save_checkpoint, take
 from scheduler import AdvantageScheduler, SchedulerConfig
 
 
@@ -120,6 +123,8 @@ class Config:
     """Held-out prompts for evaluation (0 = the task's default: 100 for countdown, 200 otherwise)."""
     chat_template: bool = False
     """Wrap prompts in the tokenizer's chat template (instruct hub models)."""
+    reward: str | None = None
+    """MODULE:FUNCTION or FILE.py:FUNCTION, f(response, answer, prompt) -> reward in [0, 1] (or a dict with "reward"): replaces the task's checker (tasks/user_reward.py)."""
 
     # --- rollouts ---
     backend: str = "transformers"
@@ -178,6 +183,8 @@ class Config:
     # --- evaluation, diagnostics, checkpoints ---
     eval_every: int = 25
     """Evaluate held-out pass@k every this many steps (and at the end; 0 = never)."""
+    final_eval: int = 0
+    """After the last step, evaluate once more on this many held-out prompts, logged as final/pass@k (-1 = the whole held-out split, GSM8K's 1319; 0 = off): the curve's 200 x 4 is +-3 points."""
     eval_before_train: bool = True
     """Evaluate the starting model once before step 1 (verl's val_before_train); written to start.json, not metrics.jsonl."""
     eval_samples: int = 0
@@ -225,7 +232,7 @@ RESUME_SAFE = {
     # When the run stops, evaluates or saves. Evaluation samples in a forked RNG (see
     # evaluate) and saving draws nothing, so the continuation is bit-identical.
     "steps",                 # more steps: the run continues (fewer than the checkpoint's: refused)
-    "max_minutes", "eval_every", "save_every", "eval_before_train",
+    "max_minutes", "eval_every", "save_every", "eval_before_train", "final_eval",
     # How fast, on how much memory, and how often the diagnostics run. Each computes the
     # same update up to float rounding (tested in tests/test_train.py); the diagnostics
     # draw from their own seeded streams, and on a diagnostic step no zero-advantage
@@ -245,6 +252,34 @@ RESUME_SAFE = {
 # Not compared at all: where and how this invocation runs (the directory may be moved).
 NOT_COMPARED = ("out_dir", "resume", "overwrite")
 MAX_LR = 1.0             # --lr above this is refused (validate)
+MAX_DECAY_PER_STEP = 0.01   # --lr x --weight_decay above this is refused (validate says why)
+MIN_GRAD_CLIP = 1e-3        # --grad_clip below this (and not 0) is refused (validate says why)
+
+# Upper bounds of the counts, each with what a value past it would cost (validate's
+# message carries it). Without them a 31-digit --digits or --n_train hung with no output,
+# and a huge --threads, --micro_batch or --coupling_pairs died in C++ ("Overflow when
+# unpacking long long") without naming its flag. Each bound sits far past any useful
+# value; for scale, the embedded model samples ~1,000 rollouts a second on one CPU core.
+COUNT_LIMITS = {
+    "digits": (100, "a d-digit problem's worked answer is 10d + 5 tokens: 1,005 at 100 digits"),
+    "n_train": (10 ** 6, "drawing 10^6 prompts takes 20-90 s and ~0.5 GB of memory before step 1"),
+    "n_eval": (2 ** 16, "every evaluation samples --eval_samples rollouts for each held-out prompt"),
+    "eval_samples": (2 ** 10, "pass@k up to k = 1024; every held-out prompt costs this many rollouts per evaluation"),
+    "lr_warmup_steps": (2 ** 20, "a warm-up longer than any run (--steps < 2**20) never reaches --lr: 10^30 "
+                                 "trained every step at ~0"),
+    "epochs": (100, "every epoch is one more forward and backward over the whole batch; PPO takes 1 to 4"),
+    "max_new_tokens": (2 ** 17, "128k tokens, the longest context of today's open models; every rollout "
+                                "holds a key/value cache for its prompt and this many tokens"),
+    "value_samples": (2 ** 12, "each position costs 2 x --value_k sampled continuations"),
+    "value_k": (2 ** 10, "each of the 2 x --value_samples prefixes costs this many sampled continuations"),
+    "threads": (1024, f"threads beyond the CPU's cores ({os.cpu_count()} here) only wait on each other"),
+    "micro_batch": (2 ** 22, "a step holds at most 2**22 rollouts, and a larger micro-batch is the whole step"),
+    "coupling_pairs": (2 ** 12, "each pair holds two vocabulary-sized float64 rows, and at 4096 pairs the "
+                                "mean's standard error is already under 2% of the spread"),
+}
+MAX_EVAL_ROLLOUTS = 2 ** 20   # --n_eval x --eval_samples: ~17 minutes per evaluation for the embedded model
+MAX_VALUE_ROLLOUTS = 2 ** 20  # 2 x --value_samples x --value_k: ~17 minutes per token-value step
+MAX_PROMPT_CHARS = 2 ** 19    # a prompt longer than this is refused (check_prompts says why)
 
 
 # ---------------------------------------------------------------------------------------
@@ -257,9 +292,10 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
     run = run or setup(cfg)
     start = open_run_dir(run, cfg.out_dir, dataclasses.asdict(cfg), cfg.resume, cfg.overwrite, cfg.report_to,
                          cfg.project, cfg.run_name)
-    if not start:
+    if not start:                  # start.json, and with its evaluation metrics.jsonl's step 0 and RUN/best
         evaluation.record_start(run, cfg.out_dir, cfg.model, (lambda: evaluate(run, cfg, step=0))
                                 if cfg.eval_before_train and cfg.eval_every else None)
+    best = checkpoint.model_info(os.path.join(cfg.out_dir, "best"))   # the model at its best held-out pass@1
     N, G = cfg.prompts_per_step, cfg.group_size
     on_policy = cfg.epochs == 1 and cfg.minibatches == 1            # the policy trained is the one that sampled
     group_index = torch.arange(N * G) // G                          # rollout i answers prompt i // G
@@ -332,6 +368,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
                 probe.optimizer_step(step_idx, group_index)                              # the residual of whole groups
                 grad_norms.append(optimizer_step(run, cfg.grad_clip, ran_backward=bool(micro)))
             run.model.eval()
+        stop_if_not_finite(run, cfg, step, grad_norms)             # inf or NaN: nothing applied, one line
 
         # 7. log: metrics, diagnostics (token flips, residual), evaluation, checkpoint
         with timed("log", times):
@@ -348,14 +385,18 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         last = step == cfg.steps or bool(cfg.max_minutes and minutes() > cfg.max_minutes)
         if cfg.eval_every and (step % cfg.eval_every == 0 or last):
             with timed("evaluate", times):
-                metrics.update(evaluate(run, cfg, step))
+                metrics.update(evaluate(run, cfg, step, last))
+            best = keep_best(run, cfg.out_dir, metrics, best)       # RUN/best: a new high of held-out pass@1
         metrics.update(times, **{"time/elapsed": 60 * minutes()})
         log_metrics(cfg.out_dir, run.tracker, metrics, bar)
         history.append(metrics)
+        if note := nothing_to_learn(history):                      # every group all-equal, step after step
+            warn(note)
         if (cfg.save_every and step % cfg.save_every == 0) or last:
             save_checkpoint(run, cfg.out_dir, step, config=dataclasses.asdict(cfg))
         if last:
             break
+    keep_final(run, cfg.out_dir, history[-1]["step"] if history else start, best, minutes())   # RUN/final, the summary
     close(run)                                                      # another process may write here now
     return history
 
@@ -371,20 +412,40 @@ def setup(cfg: Config) -> Run:
     a bad path, a missing package or a run directory that must not be touched is one
     line before any download, warm-up or model load.
     """
-    resume_from, lock = check_inputs(cfg)
+    try:                    # the door: what the user named (paths, packages, the run directory, data files)
+        resume_from, lock = check_inputs(cfg)
+        device = pick_device(cfg.device)
+        train_rows, task = tasks.load(cfg.data, "train", n=cfg.n_train or None, seed=cfg.seed, digits=cfg.digits)
+        eval_split = "all" if str(cfg.eval_data).endswith(".jsonl") else "test"     # --eval_data FILE: all of it
+        eval_rows, eval_task = tasks.load(cfg.eval_data or cfg.data, eval_split, n=eval_budget(cfg)[0], seed=cfg.seed,
+                                          digits=cfg.digits)
+        final_rows = None if not cfg.final_eval else tasks.load(
+            cfg.eval_data or cfg.data, eval_split, n=None if cfg.final_eval < 0 else cfg.final_eval, seed=cfg.seed,
+            digits=cfg.digits)[0]
+        if cfg.reward:                               # the user's reward function replaces the checker
+            task = user_reward.with_reward(task, cfg.reward, train_rows[0])
+            eval_task = user_reward.with_reward(eval_task, cfg.reward, eval_rows[0])
+    except (ValueError, FileNotFoundError) as e:     # a bad value or file the user gave: one line (main)
+        raise door.UsageError(str(e)) from e
+    check_prompts(cfg, train_rows + eval_rows + (final_rows or []), lock)    # before any tokenizer sees them
+    if str(cfg.data).endswith(".jsonl") and ":" not in str(cfg.data) and cfg.eval_data is None:
+        print(f"train.py: --data {cfg.data}: {len(train_rows)} rows to train on, {len(eval_rows)} held out for "
+              "evaluation (1 prompt in 10, by a hash of its text; --eval_data FILE evaluates on another file)")
+    if cfg.model == "tiny" and tasks.get(cfg.data).warmup is None:
+        warn(f"--data {cfg.data} has no warm-up of the embedded model: it starts from addition's and cannot read "
+             "these prompts, so expect reward 0 and nothing to learn; give the task a warm-up (README, "
+             "'Add a task') or train a pretrained --model")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     hf_logging.disable_progress_bar()         # one progress bar (ours), not one per save
-    device = pick_device(cfg.device)
-    train_rows, task = tasks.load(cfg.data, "train", n=cfg.n_train or None, seed=cfg.seed, digits=cfg.digits)
-    eval_rows, eval_task = tasks.load(cfg.eval_data or cfg.data, "test", n=eval_budget(cfg)[0], seed=cfg.seed,
-                                      digits=cfg.digits)
     path, model, tokenizer = load_model(cfg.model, embedded_warmup(cfg), device)
+    check_room(cfg, model, tokenizer, path, train_rows + eval_rows + (final_rows or []), lock)   # memory, disk
     if cfg.gradient_checkpointing:       # active in train mode only: sampling (eval mode) keeps its KV cache
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     llm = None
     if cfg.backend == "vllm":            # max_model_len covers every prompt it will see (training and evaluation)
-        prompts = format_prompts([r["prompt"] for r in train_rows + eval_rows], tokenizer, cfg.chat_template)
+        prompts = format_prompts([r["prompt"] for r in train_rows + eval_rows + (final_rows or [])], tokenizer,
+                                 cfg.chat_template)
         ids = rollout.tokenize_prompts(tokenizer, prompts, cfg.chat_template)
         llm = vllm_rollout.make_engine(path, model, vllm_rollout.engine_max_model_len(model.config, ids, cfg.max_new_tokens),
                                        cfg.gpu_memory_utilization, cfg.seed, "bfloat16" if device.type == "cuda" else "float32")
@@ -407,7 +468,7 @@ def setup(cfg: Config) -> Run:
                optimizer=torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay),
                scheduler=AdvantageScheduler(cfg.sched), train_rows=train_rows, eval_rows=eval_rows, task=task,
                eval_task=eval_task, py_rng=random.Random(cfg.seed), mb_generator=torch.Generator().manual_seed(cfg.seed),
-               model_path=path, resume_from=resume_from, lock=lock,
+               model_path=path, resume_from=resume_from, lock=lock, final_eval_rows=final_rows,
                sampling=Sampling(cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.chat_template),
                passes=forward.Passes(cfg.temperature, cfg.micro_batch, cfg.merge_duplicates))
 
@@ -426,11 +487,17 @@ def embedded_warmup(cfg: Config) -> tinymodel.WarmupConfig | None:
     return tinymodel.warmup_config(tasks.embedded_warmup_task(cfg.data).name, cfg.digits, seed=cfg.warmup_seed)
 
 
-def evaluate(run: Run, cfg: Config, step: int) -> dict:
-    """Held-out pass@k (machinery/evaluation.py) at --eval_temperature, by default the training one."""
+def evaluate(run: Run, cfg: Config, step: int, last: bool = False) -> dict:
+    """Held-out pass@k (machinery/evaluation.py) at --eval_temperature, by default the training
+    one; after the last step also the final evaluation (--final_eval: final/pass@k)."""
     temperature = cfg.temperature if cfg.eval_temperature is None else cfg.eval_temperature
-    return evaluation.evaluate(run, step, samples=eval_budget(cfg)[1], temperature=temperature, seed=cfg.seed,
-                               log_completions=cfg.log_eval_completions, out_dir=cfg.out_dir)
+    out = evaluation.evaluate(run, step, samples=eval_budget(cfg)[1], temperature=temperature, seed=cfg.seed,
+                              log_completions=cfg.log_eval_completions, out_dir=cfg.out_dir)
+    if last and run.final_eval_rows is not None:
+        out.update(evaluation.evaluate(run, step, samples=eval_budget(cfg)[1], temperature=temperature, seed=cfg.seed,
+                                       log_completions=0, out_dir=cfg.out_dir, rows=run.final_eval_rows,
+                                       prefix="final/"))
+    return out
 
 
 def advantage_hyper(cfg: Config, sched: dict) -> dict:
@@ -438,6 +505,43 @@ def advantage_hyper(cfg: Config, sched: dict) -> dict:
     defaults parse_args filled in), then alpha and delta from the schedule when one sets
     them (advantages.step_hyper, the rule the TRL integration uses too)."""
     return advantages.step_hyper(advantages.hyper_from_flags(cfg.advantage, cfg.adv), sched)
+
+
+class NotFinite(door.UsageError):
+    """A step whose gradient norm is inf or NaN: the run stops, in one line (exit code 2).
+
+    Its cause is nearly always a setting, a coefficient or learning rate far too large,
+    so the remedy is a flag, and a traceback would point at the optimizer, not at it; a
+    type of its own so that a caller (a sweep) can tell a run that diverged from one
+    refused at the door. Before, such a run went on: every step's update was inf * 0 or
+    NaN, the weights never changed (or became NaN), and it exited 0.
+    """
+
+
+def stop_if_not_finite(run: Run, cfg: Config, step: int, grad_norms: list[float]) -> None:
+    """Raise NotFinite if a gradient norm of this step is inf or NaN, naming the likely flag.
+
+    optimizer_step did not apply the optimizer step whose norm it was (no NaN reaches the
+    weights), and nothing of this training step is logged or saved: metrics.jsonl and the
+    checkpoints end at the last good step. A NaN or inf loss always shows here too, since its gradient is NaN or inf.
+    The likely flag: of the coefficients that scale the gradient or the weights, the one
+    farthest above its usual value (in powers of ten).
+    """
+    bad = next((norm for norm in grad_norms if not math.isfinite(norm)), None)
+    if bad is None:
+        return
+    usual = {"kl_coef": 0.04, "entropy_coef": 0.01, "lr": Config.lr, "weight_decay": 0.1}
+    value = {"kl_coef": cfg.loss.kl_coef, "entropy_coef": cfg.loss.entropy_coef, "lr": cfg.lr,
+             "weight_decay": cfg.weight_decay}
+    for name, default in advantages.hyper_defaults(cfg.advantage).items():   # the advantage's own, vs its defaults
+        if isinstance(default, float) and default and getattr(cfg.adv, name) is not None:
+            usual[name], value[name] = abs(default), abs(getattr(cfg.adv, name))
+    above = [(math.log10(value[n] / usual[n]), f"--{n} {value[n]:g}") for n in usual if value[n] > usual[n]]
+    cause = (f"{max(above)[1]} is the likely cause" if above else
+             "no coefficient is above its usual value: lower --lr" + (", or clip with --grad_clip" if not
+                                                                      cfg.grad_clip else ""))
+    close(run)                                                  # the tracker, and out_dir's lock
+    raise NotFinite(f"step {step}: gradient norm is {bad}; {cause} (nothing of this step was logged or saved)")
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer, cfg: Config, step: int) -> None:
@@ -476,6 +580,17 @@ def validate(cfg: Config) -> None:
                  "weight_decay", "value_every", "coupling_pairs", "n_eval", "eval_samples", "warmup_seed",
                  "lr_warmup_steps", "log_eval_completions"):
         need(getattr(cfg, name) >= 0, f"--{name} must be >= 0, got {getattr(cfg, name)}")
+    for name, (limit, cost) in COUNT_LIMITS.items():
+        need(getattr(cfg, name) <= limit, f"--{name} must be at most {limit} ({cost}), got {getattr(cfg, name)}")
+    # What one evaluation and one token-value step cost, in rollouts sampled (0: the task's
+    # default evaluation budget, at most 200 prompts x 16 samples).
+    n_eval, samples = cfg.n_eval or 200, cfg.eval_samples or 16
+    need(n_eval * samples <= MAX_EVAL_ROLLOUTS,
+         f"--n_eval x --eval_samples must be at most {MAX_EVAL_ROLLOUTS} rollouts per evaluation (~17 minutes "
+         f"each for the embedded model), got {n_eval} x {samples}")
+    need(not cfg.value_every or 2 * cfg.value_samples * cfg.value_k <= MAX_VALUE_ROLLOUTS,
+         f"2 x --value_samples x --value_k must be at most {MAX_VALUE_ROLLOUTS} continuations per token-value step "
+         f"(~17 minutes each for the embedded model), got 2 x {cfg.value_samples} x {cfg.value_k}")
     # The ranges the random streams can take, checked here and not at step 1 after the
     # data, the model and the warm-up. Every rollout's sampling seed comes from
     # vllm_rollout.batch_seed (both backends), which keeps seeds distinct for run seeds
@@ -496,9 +611,27 @@ def validate(cfg: Config) -> None:
              f"--{name} must be in [{vllm_rollout.MIN_TEMPERATURE}, {vllm_rollout.MAX_TEMPERATURE}] "
              f"(vLLM's limits, used for both backends), got {value}")
     need(0 < cfg.top_p <= 1, f"--top_p must be in (0, 1], got {cfg.top_p}")
+    need(cfg.final_eval >= -1, f"--final_eval must be -1 (the whole held-out split), 0 (off) or a number of "
+                               f"prompts, got {cfg.final_eval}")
+    need(not cfg.final_eval or cfg.eval_every, "--final_eval runs with the last evaluation: it needs --eval_every > 0")
     # Adam moves each parameter by about lr per step whatever the gradient's scale, so an
     # lr above 1 wrecks any model in its first step, and the run would still exit 0.
     need(0 < cfg.lr <= MAX_LR, f"--lr must be in (0, {MAX_LR}], got {cfg.lr}")
+    # AdamW's decoupled decay (Loshchilov & Hutter) multiplies every weight by
+    # 1 - lr x weight_decay at each step, whatever the gradient: 4e-4 x 0.1 = 4e-5 is a
+    # usual share. At 0.01 the decay alone shrinks an idle weight to 5% in 300 steps; at 1
+    # or more it zeroes or flips every weight at once (--weight_decay 1e30: inf weights
+    # after step 1, reward 0, and exit 0).
+    need(cfg.lr * cfg.weight_decay <= MAX_DECAY_PER_STEP,
+         f"--lr x --weight_decay must be at most {MAX_DECAY_PER_STEP} (AdamW shrinks every weight by that share "
+         f"at each step), got {cfg.lr:g} x {cfg.weight_decay:g}")
+    # Adam divides each gradient by its root mean square plus eps = 1e-8. Clipped to a
+    # global norm c, a typical weight's gradient is c / sqrt(parameters), and once that
+    # nears eps the step shrinks toward nothing (--grad_clip 1e-30 trained nothing).
+    # c = 1e-3 keeps it above eps up to ~10^9 parameters.
+    need(cfg.grad_clip == 0 or cfg.grad_clip >= MIN_GRAD_CLIP,
+         f"--grad_clip must be 0 (off) or at least {MIN_GRAD_CLIP} (a smaller norm sinks under Adam's eps and "
+         f"nothing moves), got {cfg.grad_clip}")
     need(cfg.model == "tiny" or cfg.warmup_seed == 0,
          f"--warmup_seed {cfg.warmup_seed} seeds the embedded model's warm-up; --model {cfg.model!r} has none")
     need(0 < cfg.gpu_memory_utilization <= 1, f"--gpu_memory_utilization must be in (0, 1], got {cfg.gpu_memory_utilization}")
@@ -512,6 +645,16 @@ def validate(cfg: Config) -> None:
          f"--schedule {cfg.sched.schedule} drives the fade advantage; got --advantage {cfg.advantage!r}")
     need(cfg.minibatches <= cfg.prompts_per_step * cfg.group_size,
          f"--minibatches {cfg.minibatches} exceeds the {cfg.prompts_per_step * cfg.group_size} rollouts per batch")
+    # With one optimizer step per rollout batch the policy trained is the one that sampled,
+    # so every ratio (token or sequence) is exactly 1 and no clip can act: a clip range
+    # given then would be recorded but change nothing.
+    if cfg.epochs * cfg.minibatches == 1:
+        for name in ("eps_low", "eps_high", "dual_clip"):
+            need(getattr(cfg.loss, name) == getattr(LossConfig(), name),
+                 f"--{name} {getattr(cfg.loss, name)} cannot act with one optimizer step per rollout batch (the "
+                 "ratio is exactly 1): raise --minibatches or --epochs, or leave it out")
+    need(cfg.loss.kl_estimator == LossConfig().kl_estimator or cfg.loss.kl_coef > 0,
+         f"--kl_estimator {cfg.loss.kl_estimator} is read only with a KL penalty (--kl_coef > 0)")
     need(cfg.minibatch_mode in batching.MODES,
          f"--minibatch_mode must be one of {batching.MODES}, got {cfg.minibatch_mode!r}")
     transform = cfg.loss.weight_transform
@@ -564,6 +707,8 @@ def check_inputs(cfg: Config):
         tasks.check_source(cfg.eval_data, flag="--eval_data")
     if problem := trackers.missing_package(cfg.report_to):
         raise ValueError(f"--report_to {cfg.report_to} {problem}")
+    if problem := trackers.start_problem(cfg.report_to, cfg.out_dir):    # a login, a writable event-file directory
+        raise door.UsageError(f"--report_to {cfg.report_to} {problem}")
     door.check_model(cfg.model)
     lock = door.claim_run_dir(cfg.out_dir)
     try:
@@ -572,6 +717,81 @@ def check_inputs(cfg: Config):
     except BaseException:
         lock.close()
         raise
+
+
+def check_prompts(cfg: Config, rows: list[dict], lock) -> None:
+    """The data at the door: no prompt longer than MAX_PROMPT_CHARS characters.
+
+    Runs when the rows are loaded, before any model or tokenizer sees them. A 50 MB
+    prompt in a .jsonl file once reached the tokenizer, which ran out of memory inside
+    Rust and aborted the process (exit 134, no message); 10 MB took it 100 s. Raises
+    door.UsageError (one line; out_dir's lock released).
+    """
+    longest = max(rows, key=lambda r: len(r["prompt"]), default=None)
+    if longest is not None and len(longest["prompt"]) > MAX_PROMPT_CHARS:
+        lock.close()
+        raise door.UsageError(f"--data {cfg.data}" + (f" or --eval_data {cfg.eval_data}" if cfg.eval_data else "") +
+                              f": a prompt of {len(longest['prompt']):,} characters ({longest['prompt'][:24]!r}...); "
+                              f"at most {MAX_PROMPT_CHARS:,} (~128k tokens, the longest context of today's models)")
+
+
+def check_room(cfg: Config, model, tokenizer, model_path: str, rows: list[dict], lock) -> None:
+    """The checks at the door that need the model: memory for sampling, disk for checkpoints.
+
+    Memory (our sampler; vLLM sizes its own cache): every rollout keeps keys and values
+    for its prompt and up to --max_new_tokens tokens, 2 x layers x kv heads x head size
+    numbers per token (4 bytes each on a CPU, 2 under CUDA's bf16), for all rows of one
+    sampling call at once: a step's N x G, an evaluation's up to 256 (or --eval_samples),
+    a token-value call's up to 2048 (or --value_k). More than the machine's memory could
+    not run: --max_new_tokens 10^8 was killed by the kernel, larger values died in C++.
+    Disk: the checkpoints the run keeps at once (checkpoint.KEEP, and one being written),
+    each the weights and Adam's two moments (3 x the weights) and the tokenizer, and the
+    models kept at the end (RUN/final, RUN/best); what checkpoints/ already holds counts
+    as room (a resume keeps, --overwrite deletes it). Before, a full disk surfaced as a
+    traceback from the first save. Raises door.UsageError (one line; the lock released).
+    """
+    def refuse(message):
+        lock.close()
+        raise door.UsageError(message)
+    c = model.config
+    heads = getattr(c, "num_key_value_heads", None) or getattr(c, "num_attention_heads", None)
+    head_dim = getattr(c, "head_dim", None) or (c.hidden_size // c.num_attention_heads
+                                                if getattr(c, "hidden_size", None) and heads else None)
+    device = next(model.parameters()).device
+    if cfg.backend == "transformers" and getattr(c, "num_hidden_layers", None) and heads and head_dim:
+        per_token = 2 * c.num_hidden_layers * heads * head_dim * (2 if device.type == "cuda" else 4)
+        longest = max((r["prompt"] for r in rows), key=len)
+        prompt = len(rollout.tokenize_prompts(tokenizer, format_prompts([longest], tokenizer, cfg.chat_template),
+                                              cfg.chat_template)[0])
+        width = prompt + cfg.max_new_tokens
+        n_eval, samples = eval_budget(cfg)
+        calls = [(cfg.prompts_per_step * cfg.group_size, f"--prompts_per_step x --group_size = "
+                                                         f"{cfg.prompts_per_step * cfg.group_size}"),
+                 (min(n_eval, max(1, 256 // samples)) * samples, f"--eval_samples {samples}")]
+        if cfg.value_every:
+            calls.append((max(1, 2048 // cfg.value_k) * cfg.value_k, f"--value_k {cfg.value_k}"))
+        rollouts, what = max(calls)
+        need = rollouts * (width * per_token + cfg.max_new_tokens * 16)     # + the token, log-prob, entropy buffers
+        have = door.memory_bytes(device)
+        if have and need > have:
+            refuse(f"sampling {rollouts:,} rollouts at once ({what}) of up to {prompt:,} prompt tokens + "
+                   f"--max_new_tokens {cfg.max_new_tokens:,} could need {door.size_text(need)} of key/value cache, "
+                   f"more than this machine's {door.size_text(have)} of memory: lower --max_new_tokens or "
+                   f"{what.split(' ')[0]}")
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())          # tied weights once
+    extra = sum(os.path.getsize(os.path.join(model_path, n)) for n in os.listdir(model_path)
+                if not n.endswith((".safetensors", ".bin", ".pt", ".pth"))) if os.path.isdir(model_path) else 0
+    ckpt = 3 * weights + extra
+    saves = 1 if not cfg.save_every else cfg.steps // cfg.save_every + (cfg.steps % cfg.save_every > 0)
+    saves = min(checkpoint.KEEP + 1, saves)             # every save_every steps and at the end; pruned to KEEP
+    need = saves * ckpt + 2 * (weights + extra)
+    root = os.path.join(cfg.out_dir, "checkpoints")
+    held = sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(root) for n in names)
+    have = checkpoint.free_bytes(cfg.out_dir) + held
+    if need > have:
+        refuse(f"--out_dir {cfg.out_dir}: {door.size_text(have)} free for the run's files, and it needs "
+               f"~{door.size_text(need)} ({saves} checkpoints of {door.size_text(ckpt)} at once: weights, Adam's "
+               f"two moments, tokenizer; and RUN/final, RUN/best); free some space or choose another --out_dir")
 
 
 def warn(message: str) -> None:
@@ -593,6 +813,10 @@ def parse_args(argv: list[str] | None = None) -> Config:
     defaults.out_dir = None          # not the default run's directory: the one of the --data and --seed given
     values = flags.parse_flags(defaults, argv, description=__doc__.split("\n")[0], prog="train.py",
                                 hints=flags.OTHER_NAMES, not_from_file=("resume", "overwrite"))
+    for (name, value), hint in flags.VALUE_HINTS.items():     # another framework's value for one of our flags
+        if any(group.get(name) == value for group in values.values()):
+            print(f"train.py: error: --{name} {value}: {hint}", file=sys.stderr)
+            sys.exit(2)
     if values["sched"]["schedule"] == "decay" and values["sched"]["total_steps"] is None:
         values["sched"]["total_steps"] = max(values[""]["steps"], 2)     # the ramp spans the run
     try:
@@ -610,8 +834,10 @@ def main(argv: list[str] | None = None) -> None:
     cfg = parse_args(argv)
     try:
         train(cfg)
-    except (ValueError, FileNotFoundError) as e:
-        # Bad data files, a missing model path, ...: one line, exit code 2.
+    except door.UsageError as e:
+        # What the user gave was found wrong at the door (a data file, a model path, a run
+        # directory): one line, exit code 2. Any other exception is a bug, the user's or
+        # ours, and keeps its traceback, which says where it is.
         print(f"train.py: error: {e}", file=sys.stderr)
         sys.exit(2)
 

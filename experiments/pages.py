@@ -94,8 +94,9 @@ def local_runs(out: str, task: str, sweep: Sweep) -> list[RunData]:
                 done = read_json(os.path.join(d, "done.json"))
                 if done is None:
                     continue
-                with open(os.path.join(d, "metrics.jsonl")) as f:
-                    rows = [{k: v for k, v in json.loads(line).items() if keep_metric(k)} for line in f if line.strip()]
+                with open(os.path.join(d, "metrics.jsonl")) as f:     # training steps; the start is in the record
+                    rows = [{k: v for k, v in row.items() if keep_metric(k)}
+                            for row in map(json.loads, filter(str.strip, f)) if row["step"] != 0]
                 found.append(RunData(arm, int(w_dir[len("warmup_"):]), int(s_dir[len("seed_"):]), rows, {
                     "args": (read_json(os.path.join(d, "sweep_args.json")) or {}).get("args"),
                     "start": start_record(d), "seconds": done.get("seconds"),

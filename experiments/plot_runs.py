@@ -1,7 +1,7 @@
 """plot_runs.py: one or several run directories into one PNG of panels and a summary table.
 
     python -m experiments.plot_runs runs/addition_s0                    # -> runs/addition_s0/plots.png
-    python -m experiments.plot_runs runs/grpo runs/fade --out compare.png --smooth 5
+    python -m experiments.plot_runs runs/grpo runs/fade --smooth 5      # -> runs/grpo/compare.png
 
 What a run leaves behind. train.py appends one JSON object per training step to
 RUN_DIR/metrics.jsonl: {"step": 12, "reward": 0.61, "entropy": 0.07, ...}, with the keys of
@@ -48,14 +48,28 @@ from machinery import door              # noqa: E402  (the shared checks at the 
 # labelled by the rest of its name ("eval/pass@" -> pass@1, pass@2, ...).
 # ---------------------------------------------------------------------------------------
 PANELS = [
-    # Mean 0/1 reward of each training batch and its parts (verify.py's score dict).
-    # solve_rate equals reward for 0/1 rewards; it differs once reward is shaped.
-    ("reward (training batches)", [("reward", "reward"), ("solve_rate", "solve rate"),
-                                   ("reward/", None)]),
+    # The lesson first: did it learn (held-out pass@1 from step 0, the start), where did the
+    # updates go, and did the shared tokens' updates cancel. The plumbing after.
     # Unbiased pass@k on held-out prompts (Chen et al. 2021). Comparing runs: only pass@1
     # and the largest k, or the panel drowns. pass@k rising while pass@1 stalls is the
     # "exploration kept" signature; pass@1 up and pass@k flat is sharpening.
     ("held-out pass@k", [("eval/pass@", None)]),
+    # Where the step's change in log-prob went (diagnostics.where_updates_go, [recon]):
+    # template tokens' and reasoning tokens' shares of sum |Δ log π|, next to the template's
+    # share of the tokens themselves (a share equal to it = change spread evenly). The
+    # paper: critic-free RL moves the share toward reasoning tokens, compared with psr.
+    ("where updates go (share of |Δ log π|)", [("where/template_share", "template"),
+                                               ("where/reasoning_share", "reasoning"),
+                                               ("where/template_tokens", "template's share of tokens")]),
+    # Cancellation Hypothesis paper (loss.py): R_g = |sum_i w_i A_i| / sum_i |w_i A_i| per
+    # group, 0 when a token shared by the whole group gets updates that cancel exactly
+    # (per-rollout weights w, e.g. GSPO's, break it). Also: the share of groups with no
+    # signal at all (all rollouts equal, so all advantages 0).
+    ("cancellation", [("cancellation_residual", "residual R_g"), ("frac_all_equal", "all-equal groups")]),
+    # Mean 0/1 reward of each training batch and its parts (verify.py's score dict).
+    # solve_rate equals reward for 0/1 rewards; it differs once reward is shaped.
+    ("reward (training batches)", [("reward", "reward"), ("solve_rate", "solve rate"),
+                                   ("reward/", None)]),
     # Token entropy of the sampling policy, with FADE's smoothed estimate H_hat and the
     # target H_target its delta steers toward (docs/math.md §4). These two are scheduler
     # state, but they are only readable next to the entropy they track.
@@ -85,11 +99,6 @@ PANELS = [
     ("KL and clipping", [("approx_kl", "KL(old||new)"), ("kl_ref", "KL to ref"),
                          ("clip_frac_low", "clip low"), ("clip_frac_high", "clip high"),
                          ("clip_frac_dual", "clip dual")]),
-    # Cancellation Hypothesis paper (loss.py): R_g = |sum_i w_i A_i| / sum_i |w_i A_i| per
-    # group, 0 when a token shared by the whole group gets updates that cancel exactly
-    # (per-rollout weights w, e.g. GSPO's, break it). Also: the share of groups with no
-    # signal at all (all rollouts equal, so all advantages 0).
-    ("cancellation", [("cancellation_residual", "residual R_g"), ("frac_all_equal", "all-equal groups")]),
     # How optimizer steps cut the batch (batching.py): groups split across steps cannot
     # cancel inside one step; the largest |#positive - #negative| rollouts in one step.
     ("mini-batch composition", [("mb/split_groups", "split groups / step"),
@@ -97,13 +106,6 @@ PANELS = [
     # Share of response tokens whose log-prob rose (boost) or fell (suppress) by more than
     # a threshold after the update, in positive and negative rollouts. [recon] definition.
     ("token flips", [("flip/", None)]),
-    # Where the step's change in log-prob went (diagnostics.where_updates_go, [recon]):
-    # template tokens' and reasoning tokens' shares of sum |Δ log π|, next to the template's
-    # share of the tokens themselves (a share equal to it = change spread evenly). The
-    # paper: critic-free RL moves the share toward reasoning tokens, compared with psr.
-    ("where updates go (share of |Δ log π|)", [("where/template_share", "template"),
-                                               ("where/reasoning_share", "reasoning"),
-                                               ("where/template_tokens", "template's share of tokens")]),
     # Mean |Δ log π| per token of each class: the template's is the "template drift" that
     # splitting groups across mini-batches should raise (sweep.py batching).
     ("mean |Δ log π| per token", [("where/abs_dlogp_template", "template"),
@@ -324,8 +326,9 @@ def summarize(run_dir: str) -> dict:
     """Headline numbers of one run, for the table and the README.
 
     {"run": label, "steps": last logged step (0 if none), "final_reward": reward of the
-    last batch, "last_pass@1", "best_pass@1", "best_step": held-out pass@1 at the last
-    evaluation and at the best one, "minutes": wall clock}. Keys without data are left
+    last batch, "start_pass@1": held-out pass@1 of the starting model (metrics.jsonl's step
+    0), "last_pass@1", "best_pass@1", "best_step": at the last evaluation and at the best
+    one (the start included), "minutes": wall clock}. Keys without data are left
     out. Minutes come from time/elapsed (train.py's clock since the run started); a run
     without it gets the sum of its per-phase times, which misses time between phases.
     final_reward is one batch (N x G rollouts), so it is noisy; pass@1 is the number to
@@ -338,6 +341,8 @@ def summarize(run_dir: str) -> dict:
         out["final_reward"] = float(series["reward"][1][-1])
     if "eval/pass@1" in series:
         steps, values = series["eval/pass@1"]
+        if steps[0] == 0:
+            out["start_pass@1"] = float(values[0])
         out["last_pass@1"] = float(values[-1])
         if np.isfinite(values).any():
             best = int(np.nanargmax(values))
@@ -351,7 +356,8 @@ def summarize(run_dir: str) -> dict:
     return out
 
 
-SUMMARY_COLUMNS = ["run", "steps", "final_reward", "last_pass@1", "best_pass@1", "best_step", "minutes"]
+SUMMARY_COLUMNS = ["run", "steps", "final_reward", "start_pass@1", "last_pass@1", "best_pass@1", "best_step",
+                   "minutes"]
 
 
 def format_table(rows: list[dict]) -> str:
@@ -379,7 +385,7 @@ def main(argv: list[str] | None = None) -> None:
     # log. Same exit code (2) and the same "prog: error: message" form.
     parser.error = lambda message: parser.exit(2, f"{parser.prog}: error: {message}\n")
     parser.add_argument("runs", nargs="+", help="run directories, each holding metrics.jsonl")
-    parser.add_argument("--out", help="PNG path (default: RUN/plots.png for one run, ./compare.png for several)")
+    parser.add_argument("--out", help="PNG path (default: RUN/plots.png for one run, FIRST_RUN/compare.png for several)")
     parser.add_argument("--smooth", type=int, default=1, help="moving-average window in steps (1 = off)")
     args = parser.parse_args(argv)
     if args.smooth < 1:
@@ -389,7 +395,8 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"run directory {d!r} does not exist")
         if not os.path.isfile(os.path.join(d, "metrics.jsonl")):
             parser.error(f"no metrics.jsonl in {d!r}")
-    out = args.out or (os.path.join(args.runs[0], "plots.png") if len(args.runs) == 1 else "compare.png")
+    # Never the current directory (in a clone, the repository root): the first run's directory.
+    out = args.out or os.path.join(args.runs[0], "plots.png" if len(args.runs) == 1 else "compare.png")
     if problem := door.writable_file_problem(out):
         parser.error(f"--out {out!r}: {problem}")
     try:

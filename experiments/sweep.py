@@ -637,12 +637,15 @@ def _join(xs) -> str:
 
 
 def _metrics_complete(path: str, steps: int) -> bool:
-    """True iff metrics.jsonl holds exactly one record for each step 1..steps, in order."""
+    """True iff metrics.jsonl holds exactly one record for each step 1..steps, in order (after
+    the start's step 0, when the run evaluated its start)."""
     try:
         with open(path) as f:
             logged = [json.loads(line)["step"] for line in f if line.strip()]
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return False
+    if logged[:1] == [0]:
+        logged = logged[1:]
     return logged == list(range(1, steps + 1))
 
 

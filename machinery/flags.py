@@ -99,6 +99,10 @@ def read_config_file(path: str, types: dict, nested: set, hints: dict) -> dict:
     Every value is checked against its field's type here, once: YAML reads `1e-6`
     (no dot) as a string, which becomes the float 1e-06; a number where a string belongs,
     or a string that is no number where one belongs, is refused naming the key.
+    A field given twice is refused naming both places: at the top and nested
+    (`kl_coef: 0.1` and `loss: {kl_coef: 0.0}`), or one key twice in one mapping. JSON
+    and YAML parsers keep the last of the two without a word, so the run would use a
+    value the reader of the file may well not have seen (0.0 here, no KL penalty).
     """
     if not os.path.isfile(path):
         raise ValueError("no such file")
@@ -106,28 +110,56 @@ def read_config_file(path: str, types: dict, nested: set, hints: dict) -> dict:
         text = f.read()
     if path.endswith(".json"):
         try:
-            tree = json.loads(text)
+            tree = json.loads(text, object_pairs_hook=_json_object)
         except json.JSONDecodeError as e:
             raise ValueError(f"invalid JSON ({e.msg}, line {e.lineno})") from None
     elif path.endswith((".yaml", ".yml")):
         import yaml                              # PyYAML, a dependency of transformers
 
         try:
-            tree = yaml.safe_load(text)
+            tree = yaml.load(text, Loader=_unique_key_yaml_loader(yaml))
         except yaml.YAMLError as e:
             raise ValueError(f"invalid YAML ({str(e).splitlines()[0]})") from None
     else:
         raise ValueError("expected a .json, .yaml or .yml file")
     if not isinstance(tree, dict):
         raise ValueError(f"expected a mapping of field names to values, got {type(tree).__name__}")
-    flat = {}
+    flat, where = {}, {}                          # field -> value; field -> where the file gave it
     for key, value in tree.items():
         items = value.items() if key in nested and isinstance(value, dict) else [(key, value)]
         for name, v in items:
             if name not in types:
                 raise ValueError(f"unknown field {name!r}" + (f" ({hints[name]})" if name in hints else ""))
-            flat[name] = file_value(name, v, types[name])
+            place = name if name == key else f"{key}.{name}"
+            if name in flat:
+                raise ValueError(f"{name!r} is given twice, as {where[name]} and as {place}: keep one")
+            flat[name], where[name] = file_value(name, v, types[name]), place
     return flat
+
+
+def _json_object(pairs: list) -> dict:
+    """json.loads' object_pairs_hook: a dict, refusing a key given twice in one object."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"{key!r} is given twice in one object: keep one")
+        out[key] = value
+    return out
+
+
+def _unique_key_yaml_loader(yaml):
+    """A yaml.SafeLoader that refuses a key given twice in one mapping, naming both lines."""
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if isinstance(key, (str, int, float, bool)) and key in seen:
+                    raise ValueError(f"{key!r} is given twice in one mapping (lines {seen[key]} and "
+                                     f"{key_node.start_mark.line + 1}): keep one")
+                seen[key] = key_node.start_mark.line + 1
+            return super().construct_mapping(node, deep=deep)
+    return Loader
 
 
 def file_value(name: str, value, annotation: str):
@@ -215,4 +247,79 @@ OTHER_NAMES = {
     "max_steps": "TRL's max_steps is --steps here",
     "gamma": "verl's gamma is GAE's discount; critic-free RL has no value function to discount",
     "lam": "verl's lam is GAE's lambda; critic-free RL has no value function",
+    # TRL's GRPOConfig / TrainingArguments
+    "per_device_train_batch_size": "TRL's per_device_train_batch_size is --micro_batch here (rollouts per "
+                                   "forward/backward: memory only, the result does not depend on it)",
+    "gradient_accumulation_steps": "there is no accumulation count here: each optimizer step covers "
+                                   "--prompts_per_step x --group_size / --minibatches rollouts, accumulated "
+                                   "over micro-batches of --micro_batch",
+    "generation_batch_size": "TRL's generation_batch_size is --prompts_per_step x --group_size here",
+    "steps_per_generation": "TRL's steps_per_generation is --minibatches here (optimizer steps per rollout batch)",
+    "scale_rewards": "TRL's scale_rewards is the advantage here: 'group' is --advantage grpo, 'none' (Dr. GRPO) "
+                     "--advantage mean",
+    "save_steps": "TRL's save_steps (verl's save_freq) is --save_every here",
+    "eval_steps": "TRL's eval_steps (verl's test_freq) is --eval_every here",
+    "num_generations_eval": "TRL's num_generations_eval is --eval_samples here",
+    "vllm_gpu_memory_utilization": "TRL's vllm_gpu_memory_utilization is --gpu_memory_utilization here",
+    "importance_sampling_level": "TRL's importance_sampling_level='sequence' (GSPO) is --loss_type gspo here",
+    "torch_compile": "TRL's torch_compile (verl's use_torch_compile) is --compile here",
+    "max_prompt_length": "prompts are read whole here (no truncation); the engine sizes itself to the longest",
+    "num_train_epochs": "runs are counted in rollout batches here: --steps",
+    "logging_steps": "every step is logged here (metrics.jsonl; --report_to mirrors it)",
+    # verl's ppo_trainer.yaml (the last part of the dotted name)
+    "adv_estimator": "verl's algorithm.adv_estimator is --advantage here",
+    "norm_adv_by_std_in_grpo": "verl's norm_adv_by_std_in_grpo=True is --advantage grpo here, False --advantage mean",
+    "ppo_epochs": "verl's ppo_epochs is --epochs here",
+    "ppo_mini_batch_size": "verl's ppo_mini_batch_size is set by --minibatches here (train_batch_size / mini-batch)",
+    "ppo_micro_batch_size_per_gpu": "verl's ppo_micro_batch_size_per_gpu is --micro_batch here",
+    "clip_ratio_low": "verl's clip_ratio_low is --eps_low here",
+    "clip_ratio_high": "verl's clip_ratio_high is --eps_high here",
+    "clip_ratio_c": "verl's clip_ratio_c (the dual clip) is --dual_clip here",
+    "loss_mode": "verl's policy_loss.loss_mode is --loss_type here (vanilla: ppo)",
+    "kl_loss_type": "verl's kl_loss_type is --kl_estimator here (low_var_kl: k3)",
+    "use_kl_loss": "the KL penalty is on when --kl_coef > 0 here",
+    "train_batch_size": "verl's data.train_batch_size is --prompts_per_step here",
+    "max_response_length": "verl's max_response_length is --max_new_tokens here",
+    "total_training_steps": "verl's total_training_steps is --steps here",
+    "test_freq": "verl's test_freq is --eval_every here",
+    "save_freq": "verl's save_freq is --save_every here",
+    "use_torch_compile": "verl's use_torch_compile is --compile here",
+    "enable_gradient_checkpointing": "verl's enable_gradient_checkpointing is --gradient_checkpointing here",
+    "train_files": "verl's data.train_files is --data here",
+    "val_files": "verl's data.val_files is --eval_data here",
+    "path": "verl's model.path is --model here",
+    "apply_chat_template_kwargs": "the chat template is --chat_template here",
+    "n": "verl's rollout.n is --group_size here (rollout.val_kwargs.n: --eval_samples)",
+    "name": "verl's rollout.name=vllm is --backend vllm here",
+    "train_dataset": "TRL's train_dataset is --data here (a task name, reasoning_gym:NAME or a .jsonl file)",
+    "eval_dataset": "TRL's eval_dataset is --eval_data here",
+    "use_bias_correction_kl": "the KL estimator is --kl_estimator here (TRL's default is k3)",
+    "default_local_dir": "verl's trainer.default_local_dir is --out_dir here",
+    "resume_from_checkpoint": "TRL's resume_from_checkpoint is --resume here (it continues --out_dir)",
+    "resume_mode": "verl's trainer.resume_mode is --resume here (it continues --out_dir)",
+    "project_name": "verl's trainer.project_name is --project here (experiment_name: --run_name)",
+    "experiment_name": "verl's trainer.experiment_name is --run_name here",
+    "log_completions": "TRL's log_completions is --log_eval_completions here (RUN/samples.jsonl)",
+    "num_completions_to_print": "completions go to RUN/samples.jsonl here (--log_eval_completions)",
+    "log_val_generations": "verl's trainer.log_val_generations is --log_eval_completions here",
+}
+
+# Values another framework gives to a flag we also have, under its own meaning:
+# {(flag, value): one line}. train.py's parse_args refuses them with the line.
+VALUE_HINTS = {
+    ("loss_type", "dapo"): "TRL's loss_type='dapo' is the token-mean aggregation: --agg token-mean here (the "
+                           "default); --loss_type picks the surrogate (ppo, cispo, gspo)",
+    ("loss_type", "bnpo"): "TRL's loss_type='bnpo' normalises by the batch's tokens: --agg token-mean here; "
+                           "--loss_type picks the surrogate (ppo, cispo, gspo)",
+    ("loss_type", "grpo"): "TRL's loss_type='grpo' (1/|o_i| per sequence) is --agg seq-mean-token-mean here; "
+                           "--loss_type picks the surrogate (ppo, cispo, gspo)",
+    ("loss_type", "dr_grpo"): "TRL's loss_type='dr_grpo' (divide by max_completion_length) is --agg "
+                              "seq-mean-token-sum-norm here, with --advantage mean for Dr. GRPO's advantage",
+    ("loss_type", "vanilla"): "verl's loss_mode vanilla is --loss_type ppo here",
+    ("kl_estimator", "low_var_kl"): "verl's low_var_kl is --kl_estimator k3 here",
+    ("kl_estimator", "kl"): "verl's kl is --kl_estimator k1 here",
+    ("kl_estimator", "mse"): "verl's mse is --kl_estimator k2 here",
+    ("advantage", "dr_grpo"): "Dr. GRPO's advantage (no division by the group's std) is --advantage mean here",
+    ("advantage", "reinforce_plus_plus"): "verl's reinforce_plus_plus is --advantage reinforce_pp here",
+    ("agg", "dapo"): "TRL's 'dapo' is --agg token-mean here",
 }

@@ -21,6 +21,7 @@ import torch
 
 import batching
 import mass
+from machinery import checkpoint
 
 
 @contextlib.contextmanager
@@ -120,9 +121,83 @@ def update_metrics(*, opt_steps, adv, lengths, tally, has_grad, grad_norms, dupl
 def log_metrics(out_dir: str, tracker, metrics: dict, bar) -> None:
     """Append one line to metrics.jsonl, send the same numbers to the tracker (--report_to),
     and show the headline numbers on the progress bar."""
-    with open(os.path.join(out_dir, "metrics.jsonl"), "a") as f:
-        f.write(json.dumps(metrics) + "\n")
+    path = os.path.join(out_dir, "metrics.jsonl")
+    try:
+        with open(path, "a") as f:
+            f.write(json.dumps(metrics) + "\n")
+    except OSError as e:            # a full disk: one line; a resume drops the torn last line
+        checkpoint.refuse_write(e, path, f"the run stopped at step {metrics['step']}, and its checkpoints are "
+                                "intact: free some space, then --resume")
     if tracker is not None:
         tracker.log(metrics, step=metrics["step"])
-    bar.set_postfix(reward=f"{metrics['reward']:.2f}", H=f"{metrics['entropy']:.2f}",
-                    **({"pass@1": f"{metrics['eval/pass@1']:.2f}"} if "eval/pass@1" in metrics else {}))
+    if bar is not None:
+        bar.set_postfix(reward=f"{metrics['reward']:.2f}", H=f"{metrics['entropy']:.2f}",
+                        **({"pass@1": f"{metrics['eval/pass@1']:.2f}"} if "eval/pass@1" in metrics else {}))
+
+
+NOTHING_TO_LEARN_STEPS = 10     # steps in a row with every group all-equal before the warning
+
+
+def nothing_to_learn(history: list[dict], steps: int = NOTHING_TO_LEARN_STEPS) -> str | None:
+    """The warning of a run that trains nothing, once, at the `steps`-th step in a row on
+    which every group's rollouts had equal rewards (frac_all_equal = 1): then every
+    group-relative advantage is 0 and no update happens (GRPO learns only from groups with
+    both outcomes). Usually the task is out of the model's reach (all wrong: a task the
+    embedded model was never warmed up on, a checker that never matches) or mastered (all
+    right). None on every other step.
+    """
+    streak = 0
+    for m in reversed(history):
+        if m.get("frac_all_equal") != 1.0:
+            break
+        streak += 1
+    if streak != steps:
+        return None
+    reward = history[-1].get("reward", float("nan"))
+    why = ("all wrong: is the task within the model's reach, and does the checker read its answers? "
+           "(RUN/samples.jsonl shows what it wrote)" if reward == 0 else
+           "all right: the task is mastered" if reward == 1 else "rewards equal within each group")
+    return (f"nothing to learn: every group's rollouts have had equal rewards for {steps} steps in a row "
+            f"(reward {reward:.2f}, {why}), so every advantage is 0 and no update happens")
+
+
+def start_line(start_eval: dict) -> dict:
+    """metrics.jsonl's step 0: the starting model's held-out evaluation (train.py evaluates it
+    before step 1, --eval_before_train), so every curve, TensorBoard's included, starts where
+    RL starts. Only "eval/*" keys: no training happened at step 0. Readers that count training
+    steps skip it (experiments/pages.py keeps the start in the run's record instead)."""
+    return {"step": 0, **{k: v for k, v in start_eval.items() if k.startswith("eval/")}, "time/elapsed": 0.0}
+
+
+def closing_summary(out_dir: str, steps: int, minutes: float, start_eval: dict | None, last: dict | None,
+                    best: dict | None, final_dir: str) -> str:
+    """What a run says when it ends: held-out pass@1 at the start, at the end and at its best
+    (with the step), where the run and the model are, and the command that plots it.
+
+    start_eval: the step-0 evaluation (None if off); last: the last evaluation's metrics;
+    best: RUN/best's info.json ({"step", "eval/pass@1"}). Example (the default run):
+        train.py: done: 300 steps in 1.3 min; held-out pass@1 0.511 at the start, 0.896 at step 300,
+          best 0.956 at step 175
+          run:   runs/addition_s0 (metrics.jsonl, samples.jsonl, config.json, checkpoints/)
+          model: runs/addition_s0/final (step 300) and runs/addition_s0/best (step 175):
+                 AutoModelForCausalLM.from_pretrained(DIR), AutoTokenizer.from_pretrained(DIR)
+          plot:  python -m experiments.plot_runs runs/addition_s0
+    """
+    fmt = lambda m: f"{m['eval/pass@1']:.3f}"
+    parts = []
+    if start_eval and "eval/pass@1" in start_eval:
+        parts.append(f"{fmt(start_eval)} at the start")
+    if last and "eval/pass@1" in last:
+        parts.append(f"{fmt(last)} at step {last['step']}")
+    if best and "eval/pass@1" in best:
+        parts.append(f"best {fmt(best)} at step {best['step']}")
+    if last and "final/pass@1" in last:
+        parts.append(f"{last['final/pass@1']:.3f} on the final evaluation (--final_eval)")
+    scores = "held-out pass@1 " + ", ".join(parts) if parts else "no held-out evaluation (--eval_every 0)"
+    best_dir = os.path.join(out_dir, "best")
+    model = f"{final_dir} (step {steps})" + (f" and {best_dir} (step {best['step']})" if best else "")
+    return "\n".join([f"train.py: done: {steps} steps in {minutes:.1f} min; {scores}",
+                      f"  run:   {out_dir} (metrics.jsonl, samples.jsonl, config.json, checkpoints/)",
+                      f"  model: {model}:",
+                      "         AutoModelForCausalLM.from_pretrained(DIR), AutoTokenizer.from_pretrained(DIR)",
+                      f"  plot:  python -m experiments.plot_runs {out_dir}"])

@@ -23,8 +23,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import tasks
 from machinery import checkpoint
+from machinery import door
 from machinery import forward
 from machinery import hub_models
+from machinery import metrics
 from machinery import rollout
 from machinery import tinymodel
 from machinery import trackers
@@ -82,6 +84,8 @@ class Run:
     """out_dir's lock file (door.lock_dir): this process is its only writer until train() returns."""
     tracker: object | None = None
     """--report_to's tracker (machinery/trackers.py), opened by open_run_dir; None for 'none'."""
+    final_eval_rows: list[dict] | None = None
+    """The held-out rows of the evaluation after the last step (--final_eval), or None."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -117,7 +121,7 @@ def load_model(model: str, warmup: tinymodel.WarmupConfig | None, device: torch.
     except Exception as e:                # what door.check_model could not see: missing or damaged weights, the hub
         where = (f"the embedded model's warm-up {path} is damaged (delete that directory to rebuild it)"
                  if model == "tiny" else "it could not be loaded")
-        raise ValueError(f"--model {model!r}: {where}: {type(e).__name__}: "
+        raise door.UsageError(f"--model {model!r}: {where}: {type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else ''}") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -141,8 +145,10 @@ def open_run_dir(run: Run, out_dir: str, config: dict, resume: bool, overwrite: 
         if run.resume_from is not None:
             start = checkpoint.load_checkpoint(run.resume_from, run.model, run.optimizer, run.scheduler,
                                                run.py_rng, run.mb_generator)
-        checkpoint.truncate_metrics(metrics_path, start)
-        checkpoint.keep_samples_until(samples_path, start)
+        # Without a checkpoint the run starts over at step 0, whose evaluation it redoes:
+        # keep nothing (-1), or step 0's line and samples would be written twice.
+        checkpoint.truncate_metrics(metrics_path, start if start else -1)
+        checkpoint.keep_samples_until(samples_path, start if start else -1)
         if start and run.llm is not None:
             # The engine was built from the base model: give it the checkpoint's weights,
             # or the first resumed step samples from the wrong policy.
@@ -163,6 +169,26 @@ def save_checkpoint(run: Run, out_dir: str, step: int, config: dict) -> str:
     """checkpoint.save_checkpoint of everything a resume needs: weights, optimizer, schedule, streams."""
     state = checkpoint.training_state(step, run.optimizer, run.scheduler, run.py_rng, run.mb_generator)
     return checkpoint.save_checkpoint(out_dir, step, config, run.model, run.tokenizer, state)
+
+
+def keep_best(run: Run, out_dir: str, metrics: dict, best: dict | None) -> dict | None:
+    """RUN/best: the model at the highest held-out pass@1 so far (the first on ties); returns
+    its info ({"step", "eval/pass@1"}), a new one if this evaluation beat `best`."""
+    if "eval/pass@1" not in metrics or (best is not None and metrics["eval/pass@1"] <= best["eval/pass@1"]):
+        return best
+    return checkpoint.save_model(os.path.join(out_dir, "best"), run.model, run.tokenizer,
+                                 {"step": metrics["step"], "eval/pass@1": metrics["eval/pass@1"]})
+
+
+def keep_final(run: Run, out_dir: str, step: int, best: dict | None, minutes: float) -> None:
+    """RUN/final (the model after the last step), then the run's closing summary on stdout."""
+    final = os.path.join(out_dir, "final")
+    checkpoint.save_model(final, run.model, run.tokenizer, {"step": step})
+    lines = [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl")) if line.strip()]
+    evals = [m for m in lines if "eval/pass@1" in m]
+    start = next((m for m in evals if m["step"] == 0), None)
+    last = next((m for m in reversed(evals) if m["step"] > 0), None)
+    print(metrics.closing_summary(out_dir, step, minutes, start, last, best, final), flush=True)
 
 
 def close(run: Run) -> None:
@@ -230,6 +256,8 @@ def old_policy_pass(run: Run, ro: rollout.Rollouts, on_policy: bool):
 def optimizer_step(run: Run, grad_clip: float, ran_backward: bool) -> float:
     """Clip the global gradient norm (0: no clipping), take one AdamW step, zero the gradients; the norm.
 
+    A norm that is inf or NaN takes no step (the caller stops the run: train.stop_if_not_finite).
+
     ran_backward False: forward.carries_gradient left out every rollout of this optimizer
     step, so no backward ran and the gradients are None; they are set to zeros first,
     because AdamW skips a None gradient but still moves a parameter with a zero one
@@ -238,7 +266,11 @@ def optimizer_step(run: Run, grad_clip: float, ran_backward: bool) -> float:
     if not ran_backward:
         forward.zero_gradients(run.model)
     norm = float(torch.nn.utils.clip_grad_norm_(run.model.parameters(), grad_clip or math.inf))
-    run.optimizer.step()
+    # An inf or NaN norm: the clip has made the gradients 0 * inf = NaN (or they were), and
+    # AdamW would write NaN into the weights and its moments. No step then: the weights
+    # stay as they were, and train.py stops the run naming the likely flag.
+    if math.isfinite(norm):
+        run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
     return norm
 

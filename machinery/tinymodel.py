@@ -43,7 +43,10 @@ from it into a different result (docs/results.md). So the repository SHIPS the
 warmed-up weights (weights/<key>/, a model directory of 0.6-1.4 MB) for the warm-up
 seeds in SHIPPED_SEEDS, and a run starts from those bytes on
 every machine. Anything else (another seed, a changed WarmupConfig) warms up locally and
-is cached under <repo>/.cache/tinymodel/. Both are named by cache_key, a hash of the
+is cached under <repo>/.cache/tinymodel/. Before either is used its weights are checked
+against the SHA-256 recorded for them (SHIPPED_SHA256 for the shipped ones, warmup.json
+for a cache entry), so a flipped byte or a renamed tensor is one line, not a run that
+quietly starts from other weights. Both are named by cache_key, a hash of the
 WarmupConfig: a shipped directory whose key the code no longer produces is stale, and a
 run says so in one line and warms up instead (tests/test_tinymodel.py fails on a stale
 shipped directory). `python -m machinery.tinymodel` rebuilds the shipped set. Cache
@@ -72,6 +75,7 @@ import torch
 
 import tasks
 from machinery import rollout
+from machinery.door import UsageError
 from tasks import addition, countdown
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository root
@@ -81,6 +85,17 @@ SHIPPED_SEEDS = (0, 5)    # per task: the default run's start (0) and the sweeps
                           # any other warm-up seed (1-4 in docs/results.md) warms up locally
 CACHE_FORMAT = 4          # bump when the warm-up code changes in a way the config cannot see
                           # (4: the noisy teacher's draws and the seed in the key's name)
+# The SHA-256 (weights_sha256) of each shipped warm-up's weights: the bytes the README
+# promises every machine starts from, pinned here in the code rather than beside them.
+# A shipped directory whose weights differ (a flipped byte, a renamed tensor) is refused
+# (verify_warmup). After `python -m machinery.tinymodel` rebuilds weights/, paste the
+# lines it prints here; tests/test_tinymodel.py checks the table against weights/.
+SHIPPED_SHA256 = {
+    "addition-s0-b840513ee205": "5b98e55b39772de4f385cce9b2c6cdf12c715a7122e2ddaca91db75363c824c8",
+    "addition-s5-5880f97bf4a1": "f5051d30ffd0995cff354448c4cead9590ffd09391540beef89f2ab15d5f890c",
+    "countdown-s0-08e0ec43a83d": "491306ef98f22d34b9c79b5514fd258648224e3efc74f33b33970e76e49cb013",
+    "countdown-s5-0f9c47f85bb1": "b26b6c74b7ab1c9d17de434f08bed5a2c41d46d8e9c1723c7193de54f19b1f80",
+}
 
 
 # ---------------------------------------------------------------------------------------
@@ -218,6 +233,8 @@ class WarmupConfig:
     """Cosine decay of the learning rate to 0 at max_steps: the warm-up ends at rest, not mid-stride."""
     digit_noise: float = 0.0
     """Addition: probability that a training target's column result digit is replaced (a noisy teacher; tasks/addition.addition_response)."""
+    target_noise: float = 0.0
+    """Any task: probability that a training target is swapped for another training row's (a well-formed answer to another problem: a noisy teacher for any task with reference solutions, so the warm-up ends partly right and RL has room)."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     batch_size: int = 64
@@ -248,6 +265,8 @@ class WarmupConfig:
                              f"{self.lr_warmup_steps}, {self.weight_decay}")
         if not 0 <= self.digit_noise < 1:
             raise ValueError(f"WarmupConfig.digit_noise must be in [0, 1), got {self.digit_noise}")
+        if not 0 <= self.target_noise < 1:
+            raise ValueError(f"WarmupConfig.target_noise must be in [0, 1), got {self.target_noise}")
         if self.target_pass1 is not None and not 0 < self.target_pass1 <= 1:
             raise ValueError(f"WarmupConfig.target_pass1 must be in (0, 1], got {self.target_pass1}")
 
@@ -272,11 +291,19 @@ def max_response_tokens(cfg: WarmupConfig) -> int:
     return tasks.TASKS[cfg.task].max_response_tokens(cfg.digits)
 
 
+ADDED_LATER = ("target_noise",)
+"""WarmupConfig fields added after weights/ was built: in the hash only when set."""
+
+
 def cache_key(cfg: WarmupConfig) -> str:
     """Directory name of cfg's warm-up: "<task>-s<seed>-<hash>", hash = 12 hex of
     sha256(config json), which covers every other field (digits among them).
     Example: "addition-s0-3f2a9c81b0d4"."""
-    blob = json.dumps({"format": CACHE_FORMAT, **dataclasses.asdict(cfg)}, sort_keys=True)
+    fields = dataclasses.asdict(cfg)
+    for name in ADDED_LATER:            # at their default they leave the hash (and the shipped names) alone
+        if fields[name] == WarmupConfig.__dataclass_fields__[name].default:
+            del fields[name]
+    blob = json.dumps({"format": CACHE_FORMAT, **fields}, sort_keys=True)
     return f"{cfg.task}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
@@ -290,15 +317,24 @@ def load_or_warmup(cfg: WarmupConfig | None = None, cache_dir: str | None = None
        but shipped_dir lacks it, the shipped weights are stale (the warm-up code changed
        since they were built): `say` reports it in one line first, because the run will
        not start from shipped bytes.
-    An entry counts only if it is complete (it holds warmup.json, written last).
+    An entry counts only if it is complete (it holds warmup.json, written last), and it is
+    checked against its recorded SHA-256 before it is used (verify_warmup: a mismatch is
+    one line, UsageError).
     """
     cfg = cfg or WarmupConfig()
     key = cache_key(cfg)
     if found := existing_warmup(cfg, cache_dir, shipped_dir):
+        shipped = shipped_dir is not None and os.path.dirname(found) == os.path.normpath(shipped_dir)
+        verify_warmup(found, shipped, say)
         return found
-    if shipped_dir and cfg in shipped_configs():
+    shipped_tasks = {d.split("-s")[0] for d in os.listdir(shipped_dir)} if shipped_dir and os.path.isdir(shipped_dir) else set()
+    if shipped_dir and cfg in shipped_configs() and cfg.task in shipped_tasks:
         say(f"{os.path.relpath(shipped_dir, REPO_DIR)}/ has no {key} (the shipped warm-ups are stale; "
             "python -m machinery.tinymodel rebuilds them): warming up locally")
+    elif cfg.task not in shipped_tasks:     # a task of the user's: nothing shipped is expected
+        say(f"{cfg.task}: no warm-up of the embedded model ships for this task: warming it up here, once "
+            f"(up to {cfg.max_steps} supervised steps on its warm-up rows, a few minutes on one core; cached in "
+            f"{cache_dir or DEFAULT_CACHE_DIR}/{key})")
     return warmup(cfg, cache_dir)
 
 
@@ -325,6 +361,82 @@ def weights_sha256(path: str) -> str | None:
     if len(digests) == 1:
         return digests[0][1]
     return hashlib.sha256("".join(f"{n} {d}\n" for n, d in digests).encode()).hexdigest() if digests else None
+
+
+def recorded_sha256(path: str, shipped: bool) -> str | None:
+    """The SHA-256 a warm-up directory's weights were recorded with, or None if none was.
+
+    shipped: the directory is one of the repository's (SHIPPED_SHA256, by its key);
+    otherwise, or for a key the table lacks (a test's own shipped directory), the
+    "weights_sha256" its warmup.json got when the warm-up wrote it (_save_atomic).
+    """
+    key = os.path.basename(os.path.normpath(path))
+    if shipped and key in SHIPPED_SHA256:
+        return SHIPPED_SHA256[key]
+    try:
+        with open(os.path.join(path, "warmup.json")) as f:
+            recorded = json.load(f).get("weights_sha256")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return recorded if isinstance(recorded, str) else None
+
+
+def verify_warmup(path: str, shipped: bool, say=print) -> bool:
+    """Check a warm-up directory before it is loaded: True if its weights are the bytes
+    recorded for it, False if it has no record (a cache entry written before records
+    were kept: `say` notes it is used unverified); UsageError, one line, otherwise.
+
+    Refused: weights whose SHA-256 differs from the record (the message also names any
+    tensor that is missing, unexpected or of the wrong shape, weight_keys_problem: a
+    renamed embed_tokens loaded as random embeddings, trained nothing and exited 0); a
+    shipped directory with no record at all; an unrecorded entry with such a tensor.
+    Hashing the tiny model's 0.6-1.4 MB takes milliseconds.
+    """
+    key = os.path.basename(os.path.normpath(path))
+    remedy = (f"git checkout -- weights/{key} restores the repository's copy" if shipped
+              else "delete that directory to rebuild it")
+    expected, actual = recorded_sha256(path, shipped), weights_sha256(path)
+    keys = None if expected == actual else weight_keys_problem(path)
+    if expected is None:
+        if shipped:
+            raise UsageError(f"shipped warm-up {path} has no SHA-256 in tinymodel.SHIPPED_SHA256 (after "
+                             "python -m machinery.tinymodel, paste the lines it prints there)")
+        if keys:
+            raise UsageError(f"warm-up {path} is damaged: {keys}; {remedy}")
+        say(f"warm-up {path} records no SHA-256 (written before they were recorded): used unverified; "
+            "delete that directory to rebuild it with one")
+        return False
+    if expected != actual:
+        raise UsageError(f"{'shipped ' if shipped else ''}warm-up {path} is damaged: its weights do not match their "
+                         f"recorded SHA-256 ({expected[:12]}, got {str(actual)[:12]})"
+                         f"{f': {keys}' if keys else ''}; {remedy}")
+    return True
+
+
+def weight_keys_problem(path: str) -> str | None:
+    """What is wrong with the tensors of a model directory's model.safetensors, or None.
+
+    Compares the file's tensor names and shapes (its header, read without loading the
+    data) with the parameters the architecture in its config.json needs: a tensor
+    missing, one nobody asks for, or one of another shape. from_pretrained would load
+    such a file with a warning in a log and random values where the tensor belongs.
+    """
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        with safe_open(os.path.join(path, "model.safetensors"), framework="pt") as f:
+            found = {name: list(f.get_slice(name).get_shape()) for name in f.keys()}
+        with torch.device("meta"):                 # shapes only: no memory, no random draws
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+    except Exception as e:                         # unreadable: the hash, and then the load, say so
+        return f"model.safetensors cannot be read ({type(e).__name__})"
+    needed = {name: list(p.shape) for name, p in model.named_parameters()}   # tied weights once
+    problems = [f"no tensor {n}" for n in sorted(set(needed) - set(found))]
+    problems += [f"an unexpected tensor {n}" for n in sorted(set(found) - set(needed))]
+    problems += [f"{n} has shape {found[n]}, the model needs {needed[n]}" for n in sorted(set(found) & set(needed))
+                 if found[n] != needed[n]]
+    return ", ".join(problems) or None
 
 
 def shipped_configs() -> list[WarmupConfig]:
@@ -366,7 +478,8 @@ def warmup(cfg: WarmupConfig, cache_dir: str | None = None) -> str:
     cfg.target_pass1, the first evaluation at or above it stops early (if never reached,
     the model is saved and warmup.json says so).
     Writes <cache_dir>/<cache_key(cfg)>/ atomically (model, tokenizer, warmup.json: config,
-    eval history, seconds, parameter count; renamed into place when complete). Returns the
+    eval history, seconds, parameter count, the weights' SHA-256; renamed into place when
+    complete). Returns the
     path. CPU; the global torch RNG is untouched, so the result depends only on cfg.
     """
     from tqdm import tqdm
@@ -488,6 +601,10 @@ def _task_rows(cfg: WarmupConfig) -> tuple[list[dict], list[dict]]:
         train_rows = [{**r, "target": addition.addition_response(*map(int, r["prompt"].split("+")),
                                                                  digit_noise=cfg.digit_noise, rng=rng)}
                       for r in train_rows]
+    if cfg.target_noise:     # the noisy teacher of any task: another problem's (well-formed, wrong) target
+        rng, targets = random.Random(cfg.seed + 1), [r["target"] for r in train_rows]
+        train_rows = [{**r, "target": rng.choice(targets)} if rng.random() < cfg.target_noise else r
+                      for r in train_rows]
     return train_rows, task.rows(cfg.eval_prompts, "test", seed=cfg.seed + 7919, digits=cfg.digits)
 
 
@@ -518,6 +635,7 @@ def _save_atomic(model, tokenizer, summary: dict, final: str) -> str:
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        summary = {**summary, "weights_sha256": weights_sha256(tmp)}    # what verify_warmup checks later
         with open(os.path.join(tmp, "warmup.json"), "w") as f:     # last: marks completeness
             json.dump(summary, f, indent=1)
         if os.path.isdir(final) and not os.path.isfile(os.path.join(final, "warmup.json")):
@@ -535,6 +653,7 @@ def _save_atomic(model, tokenizer, summary: dict, final: str) -> str:
 
 
 if __name__ == "__main__":
-    # python -m machinery.tinymodel: rebuild weights/ (every task x SHIPPED_SEEDS), then commit it.
+    # python -m machinery.tinymodel: rebuild weights/ (every task x SHIPPED_SEEDS), then paste
+    # the lines printed into SHIPPED_SHA256 and commit both.
     for shipped in ship():
-        print(f"{shipped}  sha256 {weights_sha256(shipped)}")
+        print(f'    "{os.path.basename(shipped)}": "{weights_sha256(shipped)}",')

@@ -16,9 +16,10 @@ training step, from metrics.log_metrics, the loop's one logging point. A resumed
 opens a new tracker run and repeats the steps after its checkpoint there;
 metrics.jsonl is truncated to the checkpoint, so it has each step once.
 
-The packages are optional (requirements/trackers.txt). A tracker that is not installed
-is one line at the door (missing_package, called by train.check_inputs), before any
-data, download or warm-up.
+The packages are optional (requirements/trackers.txt). A tracker that is not installed,
+or one that could not start (start_problem: an event-file directory that cannot be
+written, wandb online with no login), is one line at the door (train.check_inputs calls
+both), before any data, download or warm-up, not an error after the model has loaded.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from __future__ import annotations
 import importlib.util
 import os
 from types import SimpleNamespace
+
+from machinery import door
 
 TRACKERS = ("none", "tensorboard", "trackio", "wandb")
 """The values of --report_to."""
@@ -36,6 +39,45 @@ def missing_package(name: str) -> str | None:
     if name == "none" or importlib.util.find_spec(name) is not None:
         return None
     return f"needs the {name} package, which is not installed (pip install -r requirements/trackers.txt)"
+
+
+def start_problem(name: str, out_dir: str) -> str | None:
+    """None if tracker `name` can start for a run in out_dir, else what stops it (a phrase
+    that follows "--report_to NAME").
+
+    tensorboard: RUN/tensorboard must be, or become, a directory this process can write
+    (door.writable_dir_problem; a file there, or a read-only directory, once failed in
+    SummaryWriter after the model had loaded). wandb: offline or disabled mode
+    (WANDB_MODE), or a login, found as wandb.init finds one: WANDB_API_KEY, the ~/.netrc
+    entry `wandb login` writes, wandb's settings. Online with none, wandb.init stopped
+    the run with its own UsageError after the model had loaded (or, at a terminal,
+    waited for an answer). The lookup uses wandb's own functions (wandb 0.31's layout,
+    requirements/trackers.txt); a wandb laid out otherwise is not checked here.
+    """
+    if name == "tensorboard":
+        path = os.path.join(out_dir, "tensorboard")
+        if problem := door.writable_dir_problem(path):
+            return f"writes its event files into {path}, which {problem}" if problem.startswith("is ") else \
+                f"writes its event files into {path}: {problem}"
+    if name == "wandb":
+        try:
+            from wandb.sdk import wandb_setup
+            from wandb.sdk.lib.wbauth import wbnetrc
+        except ImportError:
+            return None
+        settings = wandb_setup.singleton().settings          # environment and settings files, as wandb.init reads them
+        if settings.mode in ("offline", "dryrun", "disabled") or settings.api_key:
+            return None
+        if os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+            return None
+        try:
+            if wbnetrc.read_netrc_auth(host=settings.base_url):
+                return None
+        except Exception as e:                                # a ~/.netrc entry wandb cannot read
+            return f"cannot read its login ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        return ("has no login for " + settings.base_url + ": run `wandb login` (or set WANDB_API_KEY), or set "
+                "WANDB_MODE=offline to keep the run in RUN/wandb (wandb sync uploads it later)")
+    return None
 
 
 def open_tracker(name: str, out_dir: str, project: str, run_name: str, config: dict):

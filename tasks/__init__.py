@@ -53,9 +53,10 @@ def get(source: str) -> Task:
 
 def load(source: str, split: str = "train", n: int | None = None, seed: int = 0,
          digits: int = 3) -> tuple[list[dict], Task]:
-    """(rows, task) of one source and split. n None: the task's default (all rows of a file)."""
-    if split not in ("train", "test"):
-        raise ValueError(f"unknown split {split!r}; expected one of ('train', 'test')")
+    """(rows, task) of one source and split. n None: the task's default (all rows of a file).
+    split "all": every row of a file source (--eval_data FILE.jsonl), no held-out rule."""
+    if split not in ("train", "test", "all"):
+        raise ValueError(f"unknown split {split!r}; expected one of ('train', 'test', 'all')")
     if n is not None and n < 0:
         raise ValueError(f"load needs n >= 0 or None, got n={n}")
     task = get(source)

@@ -9,8 +9,10 @@ symbolically, in the sandbox):
 - any JSON Lines file of {prompt, answer} rows (errors name the file and the 1-based line).
 Prompts are raw text ending in an instruction to box the final answer (PROMPT_TEMPLATE);
 a chat template, if the model needs one, is applied by the model code, not here.
-Free text has no fixed template, so the task has no template-token split, and a file
-is its own split (no held-out rule: the benchmark's test split, or the file, is it).
+Free text has no fixed template, so the task has no template-token split. Held out: the
+benchmark's own test split; for a copy in the hub's format ("gsm8k:FILE.jsonl") the file
+is its split; a plain {prompt, answer} file is split by the shared rule (task.is_held_out,
+1 prompt in 10), unless train.py evaluates on another file (--eval_data, read whole).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import random
 import tempfile
 
 import verify
-from tasks.task import Task
+from tasks.task import HELD_OUT_BUCKETS, Task, is_held_out
 
 # ---------------------------------------------------------------------------------------
 # SECTION 1. {prompt, answer} rows in JSON Lines files
@@ -240,9 +242,26 @@ def load(source: str, split: str = "train") -> list[dict]:
 def task(source: str) -> Task:
     """The task of one source. n rows (rows(n, ...)): None keeps every row in file order;
     n = k keeps a seeded random sample of k (random.Random(seed).sample), and k larger
-    than the data is a ValueError rather than a silently smaller set."""
+    than the data is a ValueError rather than a silently smaller set.
+
+    A plain {prompt, answer} FILE.jsonl has no split of its own, so it gets the one rule
+    every generated task uses (task.is_held_out: 1 prompt in 10 by the crc32 of its text):
+    split "train" is the other 9 in 10, "test" the held-out tenth (at most n of them: a
+    small file's tenth may be short of the task's default budget), "all" the whole file
+    (train.py's --eval_data FILE). Otherwise "held-out" pass@k would be training accuracy.
+    The hub's splits and a "gsm8k:FILE.jsonl" copy (the file IS the split) are read as they are.
+    """
+    plain_file = str(source).endswith(".jsonl") and str(source).partition(":")[0] not in ("gsm8k", "math")
+
     def rows(n: int | None, split: str, seed: int = 0, digits: int = 3) -> list[dict]:
         out = load(source, split)
+        if plain_file and split != "all":
+            out = [r for r in out if is_held_out(r["prompt"]) == (split == "test")]
+            if not out:
+                raise ValueError(f"{source!r} has no {'held-out' if split == 'test' else 'training'} row "
+                                 f"(1 prompt in {HELD_OUT_BUCKETS} is held out, by a hash of its text): give "
+                                 "--eval_data FILE to evaluate on another file")
+            n = None if n is None or (split == "test" and n > len(out)) else n
         if n is None:
             return out
         if n > len(out):

@@ -143,9 +143,9 @@ def test_bad_inputs_name_the_value():
         compute_advantages("grpo", torch.ones(8))
     with pytest.raises(ValueError, match="no hyper-parameter 'alpha'"):
         compute_advantages("grpo", torch.ones(1, 4), alpha=2)
-    with pytest.raises(ValueError, match="alpha > 0, got -1"):
+    with pytest.raises(ValueError, match=r"alpha in \(0, 10\], got -1"):
         compute_advantages("power", torch.ones(1, 4), alpha=-1)
-    with pytest.raises(ValueError, match="delta > 0, got 0"):
+    with pytest.raises(ValueError, match=r"delta in \[0.001, 1000\], got 0"):
         compute_advantages("fade", torch.ones(1, 4), delta=0)
     with pytest.raises(ValueError, match="binary 0/1 rewards, got 0.5"):
         compute_advantages("psr", torch.tensor([[0.5, 1.0]]))
@@ -209,18 +209,18 @@ def test_every_hyper_parameter_has_a_range():
 
 # (advantage, hyper-parameter, values that must fail, values at the edge that must pass)
 RANGE_CASES = [
-    ("grpo", "eps", [0.0, -1e-6, float("nan"), float("inf")], [1e-12]),
-    ("focal", "eps", [0.0], [1e-12]),
-    ("maxrl", "eps", [0.0], [1e-12]),
-    ("reinforce_pp", "eps", [0.0], [1e-12]),
-    ("power", "alpha", [0.0, -1.0, float("nan"), float("inf")], [1e-3]),
-    ("fade", "alpha", [0.0], [1e-3]),
-    ("asym", "delta", [0.0, -0.5, float("inf")], [1e-3]),
-    ("fade", "delta", [0.0], [1e-3]),
-    ("w_reinforce", "lam", [-0.1, float("nan")], [0.0]),
-    ("focal", "gamma", [-1.0, float("inf")], [0.0]),
-    ("risk", "beta", [0.0, float("nan"), float("inf")], [-1.0, 1e-3]),
-    ("asymre", "dV", [float("nan"), float("inf")], [0.0, 0.7]),
+    ("grpo", "eps", [0.0, -1e-6, float("nan"), float("inf"), 0.011, 1e30], [1e-12, 0.01]),
+    ("focal", "eps", [0.0, 1e30], [1e-12, 0.01]),
+    ("maxrl", "eps", [0.0, 1e30], [1e-12, 0.01]),
+    ("reinforce_pp", "eps", [0.0, 1e30], [1e-12, 0.01]),
+    ("power", "alpha", [0.0, -1.0, float("nan"), float("inf"), 10.5, 1e30], [1e-3, 10.0]),
+    ("fade", "alpha", [0.0, 1e30], [1e-3, 10.0]),
+    ("asym", "delta", [0.0, -0.5, float("inf"), 9e-4, 1e-30, 1001.0, 1e30], [1e-3, 1e3]),
+    ("fade", "delta", [0.0, 1e-30, 1e30], [1e-3, 1e3]),
+    ("w_reinforce", "lam", [-0.1, float("nan"), 100.5, 1e30], [0.0, 100.0]),
+    ("focal", "gamma", [-1.0, float("inf"), 10.5, 1e30], [0.0, 10.0]),
+    ("risk", "beta", [0.0, float("nan"), float("inf"), 100.5, -100.5, 1e30, -1e30], [-1.0, 1e-3, 100.0, -100.0]),
+    ("asymre", "dV", [float("nan"), float("inf"), 1.0, -1.0, 1e30, -1e30], [0.0, 0.7, -0.99]),
     ("passk", "k", [0, 5, 2.0, True, "2"], [1, 4]),
     ("pkpo", "k", [0, 5, 2.0, True], [1, 4]),
 ]

@@ -110,6 +110,16 @@ def test_stacked_weights_in_a_one_row_product_would_be_caught(llama, monkeypatch
     # One prompt, one rollout: every decoding step is a product of one row.
     model, ids, mask, pad, eos = llama
     assert any(p.data_ptr() % 16 for p in model.parameters())       # the condition the rule is for
+    # Whether a one-row product's bits depend on where the weight lies is the CPU's BLAS
+    # path's doing (seen with MKL on AMD EPYC, not on every CPU): where it does not, the
+    # rule has nothing to prevent and this control nothing to catch.
+    attn = model.model.layers[0].self_attn
+    layers = (attn.q_proj, attn.k_proj, attn.v_proj)
+    x = torch.randn(1, attn.q_proj.in_features, generator=torch.Generator().manual_seed(0))
+    stacked = torch.cat([layer.weight for layer in layers])
+    if all(torch.equal(a, layer(x)) for a, layer in zip(torch.nn.functional.linear(x, stacked).split(
+            [layer.out_features for layer in layers], dim=-1), layers)):
+        pytest.skip("on this CPU a one-row product gives the same bits wherever the weight lies")
     one_row = lambda lean, seed: sample_with(model, ids[:1], mask[:1], pad, eos, seed, lean, G=1)[0]
     assert all(torch.equal(a, b) for seed in range(3) for a, b in zip(one_row(True, seed), one_row(False, seed)))
     monkeypatch.setattr(decoding, "_projections", lambda stacked, layers, x: torch.nn.functional.linear(

@@ -77,6 +77,96 @@ def test_every_float_of_the_api_configs_is_checked_for_finiteness():
             train.Config(lr=value)
 
 
+# --- numbers that train nothing, and counts past what they would cost ------------------------
+
+BIG = "1" + "0" * 30          # a 31-digit integer: hung (--digits, --n_train) or died in C++ without the flag
+
+
+@pytest.mark.parametrize("flags,needle", [
+    # Coefficients past where they freeze or wreck training (each ran to exit 0 before).
+    (["--weight_decay", "1e30"], "--lr x --weight_decay must be at most 0.01 (AdamW shrinks every weight by that "
+                                 "share at each step), got 0.0004 x 1e+30"),
+    (["--grad_clip", "1e-30"], "--grad_clip must be 0 (off) or at least 0.001 (a smaller norm sinks under Adam's "
+                               "eps and nothing moves), got 1e-30"),
+    (["--kl_coef", "1e30"], "kl_coef must be in [0, 10.0] (at 10.0 the policy stays within odds e^0.5 of the "
+                            "reference: frozen), got 1e+30"),
+    (["--entropy_coef", "1e30"], "entropy_coef must be in [0, 1.0] (at 1.0 the bonus outweighs every reward: "
+                                 "near-uniform noise), got 1e+30"),
+    (["--advantage", "w_reinforce", "--lam", "1e30"], "w_reinforce: needs a finite lam in [0, 100], got 1e+30"),
+    (["--advantage", "asymre", "--dV", "1e30"], "asymre: needs a finite dV in (-1, 1), got 1e+30"),
+    (["--advantage", "asymre", "--dV", "-1"], "asymre: needs a finite dV in (-1, 1), got -1.0"),
+    (["--advantage", "power", "--alpha", "1e30"], "power: needs a finite alpha in (0, 10], got 1e+30"),
+    (["--advantage", "focal", "--gamma", "1e30"], "focal: needs a finite gamma in [0, 10], got 1e+30"),
+    (["--advantage", "risk", "--risk_beta", "1e30"], "risk: needs a finite beta (--risk_beta) with 0 < |beta| "
+                                                     "<= 100, got 1e+30"),
+    (["--adv_eps", "1e30"], "grpo: needs a finite eps (--adv_eps) in (0, 0.01], got 1e+30"),
+    (["--advantage", "asym", "--delta", "1e-30"], "asym: needs a finite delta in [0.001, 1000], got 1e-30"),
+    (["--advantage", "fade", "--schedule", "decay", "--alpha_start", "1e30"],
+     "alpha_start must be finite and in [1, 10], got 1e+30"),           # not at step 2 as "got 0.0"
+    (["--advantage", "fade", "--schedule", "decay", "--alpha_end", "1e30"],
+     "alpha_end must be finite and in [1, 10], got 1e+30"),
+    (["--advantage", "fade", "--schedule", "decay", "--delta_end", "1e-30"],
+     "delta_end must be finite and in [0.001, 1000], got 1e-30"),
+    # Counts: the bound and what a value past it would cost, naming the flag.
+    (["--digits", BIG], "--digits must be at most 100 (a d-digit problem's worked answer is 10d + 5 tokens"),
+    (["--n_train", BIG], "--n_train must be at most 1000000 (drawing 10^6 prompts takes 20-90 s"),
+    (["--n_eval", BIG], "--n_eval must be at most 65536 (every evaluation samples --eval_samples rollouts"),
+    (["--epochs", BIG], "--epochs must be at most 100 (every epoch is one more forward and backward"),
+    (["--max_new_tokens", BIG], "--max_new_tokens must be at most 131072 (128k tokens, the longest context"),
+    (["--eval_samples", BIG], "--eval_samples must be at most 1024 (pass@k up to k = 1024"),
+    (["--value_k", BIG], "--value_k must be at most 1024 (each of the 2 x --value_samples prefixes"),
+    (["--value_samples", BIG], "--value_samples must be at most 4096 (each position costs 2 x --value_k"),
+    (["--threads", BIG], "--threads must be at most 1024 (threads beyond the CPU's cores"),
+    (["--micro_batch", BIG], "--micro_batch must be at most 4194304 (a step holds at most 2**22 rollouts"),
+    (["--coupling_pairs", BIG], "--coupling_pairs must be at most 4096 (each pair holds two vocabulary-sized"),
+    (["--lr_warmup_steps", BIG], "--lr_warmup_steps must be at most 1048576 (a warm-up longer than any run"),
+    (["--n_eval", "65536", "--eval_samples", "1024"], "--n_eval x --eval_samples must be at most 1048576 rollouts "
+                                                      "per evaluation (~17 minutes each for the embedded model), "
+                                                      "got 65536 x 1024"),
+    (["--value_every", "1", "--value_samples", "4096", "--value_k", "1024"],
+     "2 x --value_samples x --value_k must be at most 1048576 continuations per token-value step"),
+])
+def test_numbers_that_would_train_nothing_or_cost_too_much_are_one_line(flags, needle, tiny_dir, tmp_path, capsys,
+                                                                        no_work):
+    """Issue 41: each of these passed the door and trained nothing (exit 0), hung, or died
+    in C++ ("Overflow when unpacking long long") without naming its flag."""
+    code, err = door(args(tiny_dir, tmp_path / "run", *flags), capsys)
+    assert code == 2 and len(err) == 1 and err[0].startswith("train.py: error: "), err
+    assert needle in err[0], err
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_a_prompt_of_50_mb_is_one_line_before_the_tokenizer(tiny_dir, tmp_path):
+    """It aborted the process inside the tokenizer (Rust's allocator, exit 134, no message)."""
+    rows = tmp_path / "rows.jsonl"
+    with open(rows, "w") as f:
+        f.writelines(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(40))
+        f.write(json.dumps({"prompt": "7" * (50 << 20), "answer": "7"}) + "\n")
+    proc = subprocess.run([sys.executable, "train.py", *args(tiny_dir, tmp_path / "run", "--data", str(rows))],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
+    assert f"a prompt of {50 << 20:,} characters ('7777777777" in lines[0] and "at most 524,288" in lines[0], lines
+    assert "starting from" not in proc.stdout                  # refused before the model was used
+
+
+def test_sampling_that_could_not_fit_in_memory_is_one_line_before_sampling(tiny_dir, tmp_path, capsys, monkeypatch):
+    """--max_new_tokens 10^8 was killed by the kernel mid-run; here a machine of 1 GB and a
+    100,000-token budget: 16 rollouts x 100,004 positions x 1 KB of keys and values."""
+    from machinery import evaluation
+    monkeypatch.setattr(door_checks, "memory_bytes", lambda device: 10 ** 9)
+    monkeypatch.setattr(train, "sample_rollouts", lambda *a, **k: pytest.fail("sampled"))
+    monkeypatch.setattr(evaluation, "sample_rollouts", lambda *a, **k: pytest.fail("sampled"))
+    code, err = door(args(tiny_dir, tmp_path / "run", "--max_new_tokens", "100000"), capsys)
+    assert code == 2 and err == [
+        "train.py: error: sampling 16 rollouts at once (--prompts_per_step x --group_size = 16) of up to 4 prompt "
+        "tokens + --max_new_tokens 100,000 could need 1.7 GB of key/value cache, more than this machine's 1.0 GB "
+        "of memory: lower --max_new_tokens or --prompts_per_step"], err
+    code, err = door(args(tiny_dir, tmp_path / "run", "--max_new_tokens", "20000", "--eval_samples", "1024",
+                          "--eval_every", "1"), capsys)
+    assert code == 2 and len(err) == 1 and "sampling 1,024 rollouts at once (--eval_samples 1024)" in err[0], err
+
+
 def test_config_json_is_strict_json(tiny_dir, tmp_path, capsys):
     assert door(args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
 
@@ -139,6 +229,40 @@ def test_truncated_cached_warm_up_is_one_line_naming_it(tmp_path, capsys, monkey
 
 
 # --- the other entry points -------------------------------------------------------------------
+
+def shipped_start(out_dir, *extra):
+    """A one-step run from the shipped addition warm-up (--digits 3, its key), tiny budgets."""
+    return ["--out_dir", str(out_dir), "--steps", "1", "--prompts_per_step", "2", "--group_size", "2",
+            "--max_new_tokens", "8", "--eval_every", "0", "--flip_every", "0", "--threads", "1", *extra]
+
+
+def test_start_json_says_whether_the_start_was_verified(tiny_dir, tmp_path, capsys):
+    assert door(shipped_start(tmp_path / "shipped"), capsys)[0] == 0
+    start = json.load(open(tmp_path / "shipped" / "start.json"))
+    key = os.path.basename(start["model_path"])
+    assert start["shipped"] and start["verified"] is True
+    assert start["weights_sha256"] == tinymodel.SHIPPED_SHA256[key] == tinymodel.weights_sha256(start["model_path"])
+    assert door(args(tiny_dir, tmp_path / "path", "--steps", "1"), capsys)[0] == 0
+    start = json.load(open(tmp_path / "path" / "start.json"))
+    assert not start["shipped"] and start["verified"] is False          # a model directory: nothing recorded
+
+
+def test_a_flipped_byte_in_a_shipped_warm_up_is_one_line_before_the_run(tmp_path, capsys, monkeypatch):
+    """The issue's case: the run started "(shipped, sha256 15df9f3a56c5)" without a word."""
+    key = tinymodel.cache_key(tinymodel.warmup_config("addition", seed=0))
+    shutil.copytree(os.path.join(tinymodel.SHIPPED_DIR, key), tmp_path / "weights" / key)
+    weights = tmp_path / "weights" / key / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0x01
+    weights.write_bytes(bytes(data))
+    monkeypatch.setattr(tinymodel, "load_or_warmup", functools.partial(
+        tinymodel.load_or_warmup, cache_dir=str(tmp_path / "cache"), shipped_dir=str(tmp_path / "weights")))
+    code, err = door(shipped_start(tmp_path / "run"), capsys)
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"train.py: error: shipped warm-up {tmp_path / 'weights' / key} is damaged: its weights "
+                             f"do not match their recorded SHA-256 ({tinymodel.SHIPPED_SHA256[key][:12]}, got "), err
+    assert not os.path.exists(tmp_path / "run" / "start.json") and not os.path.exists(tmp_path / "cache")
+
 
 def run_cli(*argv, env=None):
     proc = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=300,

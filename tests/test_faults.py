@@ -9,6 +9,7 @@ one-line warning, and never a lost checkpoint or a silently different run.
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -317,3 +318,153 @@ def test_metrics_are_fsynced_before_the_checkpoint_that_covers_them(tiny_dir, tm
         first = next(i for i, (p, _) in enumerate(synced) if f"step_{step:06d}" in p)
         before = [n for p, n in synced[:first] if p.endswith("metrics.jsonl")]
         assert before and before[-1] == step, (step, synced[:first])
+
+
+# --- a gradient that is inf or NaN stops the run (issue 41) ----------------------------------
+
+@pytest.mark.parametrize("field,flags,step,norm", [
+    ("kl_coef", ["--advantage", "nsr", "--kl_coef", "0.1"], 2, "inf"),     # KL's gradient is 0 at step 1
+    ("entropy_coef", ["--entropy_coef", "0.01"], 1, "inf"),
+    ("lr", ["--advantage", "nsr"], 2, "nan"),                                # inf weights after step 1
+])
+def test_a_gradient_norm_of_inf_or_nan_stops_the_run_in_one_line_naming_the_flag(field, flags, step, norm, tiny_dir,
+                                                                                  tmp_path, capsys, monkeypatch):
+    """Before: every later step's update was 0 * inf or NaN, nothing trained, and the run exited 0.
+    The values are past the door's ranges, as the Python API (or a bound the door lacks) lets them be."""
+    cfg = train.parse_args(args(tiny_dir, tmp_path, "--steps", "4", "--save_every", "1", *flags))
+    setattr(cfg if field == "lr" else cfg.loss, field, 1e30)
+    monkeypatch.setattr(train, "parse_args", lambda argv: cfg)
+    code, err = run_main([], capsys)
+    assert code == 2 and err == [f"train.py: error: step {step}: gradient norm is {norm}; --{field} 1e+30 is the "
+                                 "likely cause (nothing of this step was logged or saved)"], err
+    if step == 1:                                                           # the bad step is not logged...
+        assert not os.path.exists(tmp_path / "metrics.jsonl") and not os.path.exists(tmp_path / "checkpoints")
+    else:
+        assert steps_logged(tmp_path) == [1] and checkpoint.check_checkpoint(ckpt(tmp_path, 1)) is None
+        assert sorted(os.listdir(tmp_path / "checkpoints")) == ["latest", "step_000001"]      # ... nor saved
+    from machinery import door
+    door.lock_dir(str(tmp_path), "--out_dir").close()                       # the lock was let go
+
+
+def test_the_likely_cause_is_the_coefficient_farthest_above_its_usual_value(tiny_dir, tmp_path):
+    cfg = train.parse_args(args(tiny_dir, tmp_path, "--kl_coef", "0.4", "--lr", "0.1", "--advantage", "power",
+                                "--alpha", "2"))
+    run = train.Run.__new__(train.Run)                                      # only close() reads it
+    run.tracker = run.lock = None
+    with pytest.raises(train.NotFinite, match=r"^step 7: gradient norm is nan; --lr 0.1 is the likely cause"):
+        train.stop_if_not_finite(run, cfg, 7, [1.0, float("nan")])         # 0.1 / 4e-4 = 250x beats 0.4 / 0.04
+    cfg.lr = 4e-4
+    with pytest.raises(train.NotFinite, match=r"; --kl_coef 0.4 is the likely cause"):
+        train.stop_if_not_finite(run, cfg, 7, [float("inf")])
+    cfg.loss.kl_coef = 0.0
+    with pytest.raises(train.NotFinite, match=r"; no coefficient is above its usual value: lower --lr \(nothing of"):
+        train.stop_if_not_finite(run, cfg, 7, [float("inf")])
+    train.stop_if_not_finite(run, cfg, 7, [0.0, 3.5])                       # finite: nothing happens
+
+
+# --- a disk that fills up or refuses a write (issue 41) ---------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """make(bytes) -> a directory on a tmpfs of that size (root only: skipped where mount is not allowed)."""
+    mounted = []
+
+    def make(size):
+        path = tmp_path / f"disk{len(mounted)}"
+        path.mkdir()
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True).returncode:
+            pytest.skip("a small tmpfs cannot be mounted here (root only)")
+        mounted.append(path)
+        return path
+    yield make
+    for path in mounted:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def fill(directory, leave):
+    """Fill directory's file system up to `leave` bytes free (another process's file, as it were)."""
+    free = checkpoint.free_bytes(str(directory))
+    with open(os.path.join(directory, "filler"), "wb") as f:
+        f.write(b"\0" * max(0, free - leave))
+
+
+def test_a_disk_that_fills_during_a_run_loses_nothing_and_a_resume_waits_for_room(tiny_dir, tmp_path, small_disk,
+                                                                                  capsys, monkeypatch):
+    """--save_every 1 on a disk that fills up: one line at the first save that cannot fit,
+    nothing half-written, the previous checkpoint intact; --resume while still full is one
+    line before any write; with room again it continues exactly where it was."""
+    reference = tmp_path / "reference"
+    assert run_main(args(tiny_dir, reference, "--steps", "4", "--save_every", "1"), capsys)[0] == 0
+    disk = small_disk(8 << 20)
+    out = disk / "run"
+    real_save = train.save_checkpoint
+
+    def save(run, out_dir, step, config):
+        if step == 2:
+            fill(disk, leave=200_000)
+        return real_save(run, out_dir, step, config)
+    monkeypatch.setattr(train, "save_checkpoint", save)
+    code, err = run_main(args(tiny_dir, out, "--steps", "4", "--save_every", "1"), capsys)
+    assert code == 2 and len(err) == 1, err
+    root = out / "checkpoints"
+    assert re.fullmatch(re.escape(f"train.py: error: step 2: the checkpoint could not be written in {root} "
+                                  "(No space left on device: ") + r"1\d\d\.\d kB" + re.escape(
+        " free, the checkpoint needs 1.7 MB); nothing is lost: step_000001 is intact, and metrics.jsonl has every "
+        "step; free some space, then --resume"), err[0]), err
+    assert sorted(os.listdir(out / "checkpoints")) == ["latest", "step_000001"]            # no step_000002.tmp
+    assert checkpoint.check_checkpoint(ckpt(out, 1)) is None and steps_logged(out) == [1, 2]
+    monkeypatch.setattr(train, "save_checkpoint", real_save)
+    config = (out / "config.json").read_text()
+    code, err = run_main(args(tiny_dir, out, "--steps", "4", "--save_every", "1", "--resume"), capsys)
+    assert code == 2 and len(err) == 1 and f"--out_dir {out}: " in err[0] and "free for the run's files" in err[0], err
+    assert (out / "config.json").read_text() == config and steps_logged(out) == [1, 2]
+    os.remove(disk / "filler")
+    assert run_main(args(tiny_dir, out, "--steps", "4", "--save_every", "1", "--resume"), capsys)[0] == 0
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+    assert strip(json.loads(line) for line in open(out / "metrics.jsonl")) == \
+        strip(json.loads(line) for line in open(reference / "metrics.jsonl"))
+
+
+def test_a_write_the_disk_cuts_short_mid_checkpoint_is_one_line_and_leaves_nothing(tiny_dir, tmp_path, small_disk,
+                                                                                   capsys, monkeypatch):
+    """The space goes while the checkpoint is written (here: the estimate says 0 bytes, and
+    1 MB is left): torch.save's error says only "unexpected pos", so the full disk is read
+    off the file system; the half-written step_000002.tmp is removed."""
+    disk = small_disk(8 << 20)
+    out = disk / "run"
+    real_save = train.save_checkpoint
+
+    def save(run, out_dir, step, config):
+        if step == 2:
+            fill(disk, leave=1_000_000)
+        return real_save(run, out_dir, step, config)
+    monkeypatch.setattr(train, "save_checkpoint", save)
+    monkeypatch.setattr(checkpoint, "save_bytes", lambda model, state: 0)
+    code, err = run_main(args(tiny_dir, out, "--steps", "4", "--save_every", "1"), capsys)
+    assert code == 2 and len(err) == 1 and "(No space left on device: " in err[0], err
+    assert sorted(os.listdir(out / "checkpoints")) == ["latest", "step_000001"]
+
+
+def test_write_errors_of_the_disk_are_one_line_where_no_tmpfs_can_be_mounted(tiny_dir, tmp_path, capsys, monkeypatch):
+    """The same contract without root: ENOSPC from torch.save (simulated) and from metrics.jsonl
+    (written to /dev/full, which answers every write with ENOSPC)."""
+    import errno
+    from machinery import door, metrics
+    assert run_main(args(tiny_dir, tmp_path, "--steps", "2", "--save_every", "1"), capsys)[0] == 0
+    run = train.setup(train.parse_args(args(tiny_dir, tmp_path, "--steps", "4", "--resume")))
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(checkpoint.torch, "save", full)
+    with pytest.raises(door.UsageError, match=r"^step 3: the checkpoint could not be written in .* \(No space left on "
+                                              r"device\); nothing is lost: step_000002 is intact"):
+        train.save_checkpoint(run, str(tmp_path), 3, {})
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["latest", "step_000001", "step_000002"]
+    run.lock.close()
+    os.symlink("/dev/full", tmp_path / "full")
+    os.makedirs(tmp_path / "elsewhere")
+    os.symlink("/dev/full", tmp_path / "elsewhere" / "metrics.jsonl")
+    with pytest.raises(door.UsageError, match=r"metrics.jsonl could not be written \(No space left on device\); the "
+                                              r"run stopped at step 3, and its checkpoints are intact"):
+        metrics.log_metrics(str(tmp_path / "elsewhere"), None, {"step": 3, "reward": 0.5, "entropy": 1.0}, None)

@@ -77,14 +77,14 @@ def test_panels_skipped_when_keys_absent_and_png_written(tmp_path):
     out = tmp_path / "p.png"
     titles = plot_runs.plot_runs([write_run(tmp_path / "r", ROWS)], str(out))
     # time/elapsed is the only time key and is not drawn: no "seconds per phase" panel.
-    assert titles == ["reward (training batches)", "held-out pass@k", "entropy (nats / token)"]
+    assert titles == ["held-out pass@k", "reward (training batches)", "entropy (nats / token)"]   # the lesson first
     assert out.read_bytes()[:8] == PNG_MAGIC
     # Negative control: the same run with scheduler state and a phase time gains exactly
     # those panels (H_hat joins the existing entropy panel).
     sched = [dict(r, **{"sched/alpha": 1.0, "sched/delta": 0.9, "sched/H_hat": 0.8, "time/train": 0.1})
              for r in ROWS]
     titles = plot_runs.plot_runs([write_run(tmp_path / "s", sched)], str(out), smooth_n=2)
-    assert titles == ["reward (training batches)", "held-out pass@k", "entropy (nats / token)",
+    assert titles == ["held-out pass@k", "reward (training batches)", "entropy (nats / token)",
                       "FADE schedule", "seconds per phase"]
 
 
@@ -119,8 +119,8 @@ def test_summarize(tmp_path):
     s = plot_runs.summarize(write_run(tmp_path / "t", rows))
     assert s["minutes"] == pytest.approx(3.0 / 60) and "last_pass@1" not in s and s["steps"] == 3
     table = plot_runs.format_table([plot_runs.summarize(str(tmp_path / "r")), s])
-    assert table.splitlines()[2] == "| grpo (r) | 4 | 0.700 | 0.250 | 0.300 | 2 | 2.000 |"
-    assert table.splitlines()[3] == "| t | 3 | 0.100 | - | - | - | 0.050 |"
+    assert table.splitlines()[2] == "| grpo (r) | 4 | 0.700 | - | 0.250 | 0.300 | 2 | 2.000 |"   # no step 0: no start
+    assert table.splitlines()[3] == "| t | 3 | 0.100 | - | - | - | - | 0.050 |"
 
 
 def test_cli_in_process(tmp_path, capsys, monkeypatch):
@@ -129,9 +129,9 @@ def test_cli_in_process(tmp_path, capsys, monkeypatch):
     plot_runs.main([a])                                                      # default: RUN/plots.png
     assert (tmp_path / "a" / "plots.png").read_bytes()[:8] == PNG_MAGIC
     monkeypatch.chdir(tmp_path)
-    plot_runs.main([a, b, "--smooth", "3"])                                  # default: ./compare.png
-    assert (tmp_path / "compare.png").read_bytes()[:8] == PNG_MAGIC
-    assert "| b | 2 | 0.400 | 0.300 | 0.300 | 2 | 1.000 |" in capsys.readouterr().out
+    plot_runs.main([a, b, "--smooth", "3"])                   # default: FIRST_RUN/compare.png, not ./
+    assert (tmp_path / "a" / "compare.png").read_bytes()[:8] == PNG_MAGIC and not (tmp_path / "compare.png").exists()
+    assert "| b | 2 | 0.400 | - | 0.300 | 0.300 | 2 | 1.000 |" in capsys.readouterr().out
     bad = write_run(tmp_path / "bad", [ROWS[0], "{oops"])
     for argv, message in [([str(tmp_path)], "no metrics.jsonl"), ([bad], "metrics.jsonl:2:"),
                           ([a, "--smooth", "0"], "--smooth must be >= 1, got 0"),

@@ -33,8 +33,11 @@ def train_extra(model_dir):
 
 
 def read_rows(run_dir):
+    """A run's training steps from its metrics.jsonl (step 0, the start's evaluation, left out:
+    the sweep's data keeps the start in the run's record)."""
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        rows = [json.loads(line) for line in f if line.strip()]
+    return [r for r in rows if r["step"] != 0]
 
 
 def table_row(summary_text, label):

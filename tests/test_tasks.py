@@ -147,13 +147,14 @@ def test_load_task_defaults_and_errors(tmp_path):
 def test_load_task_jsonl_sampling(tmp_path):
     path = tmp_path / "rows.jsonl"
     save_jsonl([{"prompt": f"p{i}", "answer": str(i)} for i in range(20)], path)
-    rows, task = load_task(str(path), "test")
+    rows, task = load_task(str(path), "all")                   # the whole file, in file order
     assert task.name == "math" and [r["answer"] for r in rows] == [str(i) for i in range(20)]
+    train_rows, _ = load_task(str(path), "train")
     a, _ = load_task(str(path), "train", n=5, seed=1)
     b, _ = load_task(str(path), "train", n=5, seed=1)
     c, _ = load_task(str(path), "train", n=5, seed=2)
     assert a == b and a != c and len({r["prompt"] for r in a}) == 5
-    with pytest.raises(ValueError, match="n=21.*has 20"):
+    with pytest.raises(ValueError, match=f"n=21.*has {len(train_rows)}"):
         load_task(str(path), "train", n=21)
 
 

@@ -279,7 +279,8 @@ def test_shipped_weights_are_exactly_the_codes_warmups():
     for key, cfg in expected.items():
         path = os.path.join(tinymodel.SHIPPED_DIR, key)
         summary = json.load(open(os.path.join(path, "warmup.json")))
-        assert summary["config"] == cfg.__dict__ and summary["cache_format"] == tinymodel.CACHE_FORMAT, key
+        added = {name: WarmupConfig.__dataclass_fields__[name].default for name in tinymodel.ADDED_LATER}
+        assert {**added, **summary["config"]} == cfg.__dict__ and summary["cache_format"] == tinymodel.CACHE_FORMAT, key
         assert summary["steps"] == cfg.max_steps
         assert len(tinymodel.weights_sha256(path)) == 64
 
@@ -307,15 +308,100 @@ def test_shipped_then_cache_then_warmup_and_stale_shipped_weights_are_said(tmp_p
     said = []
     assert tinymodel.load_or_warmup(cfg, str(cache), shipped_dir=str(shipped), say=said.append) == built
     assert trained == [] and said == []
-    # 3. a config the repository ships, missing from shipped_dir: stale, said in one line, then warmed up
+    # 3. a config the repository ships, missing from shipped_dir (which ships other warm-ups of
+    #    its task): stale, said in one line, then warmed up
     monkeypatch.setattr(tinymodel, "shipped_configs", lambda: [cfg])
     shutil.rmtree(built)
+    os.makedirs(shipped / f"{cfg.task}-s9-000000000000")
     tinymodel.load_or_warmup(cfg, str(cache), shipped_dir=str(shipped), say=said.append)
     assert trained == [1] and len(said) == 1 and "stale" in said[0] and tinymodel.cache_key(cfg) in said[0]
     # a config nobody ships is warmed up without a word (a custom width is not a stale checkpoint)
     monkeypatch.setattr(tinymodel, "shipped_configs", lambda: [])
     tinymodel.load_or_warmup(cfg, str(cache), shipped_dir=str(shipped), say=said.append)
     assert trained == [1, 1] and len(said) == 1
+
+
+# ---------------------------------------------------------------------------------------
+# Every warm-up is checked against the SHA-256 recorded for it before it is used
+# ---------------------------------------------------------------------------------------
+
+def test_the_shipped_sha256_table_names_every_shipped_directory():
+    """SHIPPED_SHA256 pins weights/: one line per directory, each the hash of its bytes."""
+    assert tinymodel.SHIPPED_SHA256 == {key: tinymodel.weights_sha256(os.path.join(tinymodel.SHIPPED_DIR, key))
+                                        for key in os.listdir(tinymodel.SHIPPED_DIR)}
+    assert tinymodel.SHIPPED_SHA256["addition-s0-b840513ee205"].startswith("5b98e55b3977")
+
+
+def damaged_copy(src, dst, damage):
+    """A copy of the model directory src at dst, its model.safetensors with one byte
+    flipped in the last tensor's data, or the tensor embed_tokens renamed emced_tokens."""
+    shutil.copytree(src, dst)
+    weights = os.path.join(dst, "model.safetensors")
+    data = bytearray(open(weights, "rb").read())
+    if damage == "flip":
+        data[-1] ^= 0x01
+    else:
+        at = data.index(b"embed_tokens")                # in the header: the same length, another name
+        data[at:at + len(b"embed_tokens")] = b"emced_tokens"
+    open(weights, "wb").write(bytes(data))
+
+
+@pytest.mark.parametrize("damage,detail", [
+    ("flip", "its weights do not match their recorded SHA-256 (5b98e55b3977, got "),
+    ("rename", "no tensor model.embed_tokens.weight, an unexpected tensor model.emced_tokens.weight; "),
+])
+def test_a_changed_shipped_warm_up_is_refused_in_one_line(damage, detail, tmp_path, monkeypatch):
+    """Before: a flipped byte started "(shipped, sha256 ...)" without a word; a renamed tensor
+    loaded random embeddings, trained nothing, and exited 0."""
+    monkeypatch.setattr(tinymodel, "warmup", lambda *a, **k: pytest.fail("warmed up instead"))
+    cfg = tinymodel.warmup_config("addition", seed=0)
+    key = tinymodel.cache_key(cfg)
+    damaged_copy(os.path.join(tinymodel.SHIPPED_DIR, key), tmp_path / "weights" / key, damage)
+    with pytest.raises(tinymodel.UsageError) as e:
+        tinymodel.load_or_warmup(cfg, str(tmp_path / "cache"), shipped_dir=str(tmp_path / "weights"))
+    message = str(e.value)
+    assert message.startswith(f"shipped warm-up {tmp_path / 'weights' / key} is damaged: ") and "\n" not in message
+    assert detail in message and message.endswith(f"git checkout -- weights/{key} restores the repository's copy")
+    # the intact copy passes, and is the one returned
+    shutil.copytree(os.path.join(tinymodel.SHIPPED_DIR, key), tmp_path / "intact" / key)
+    assert tinymodel.load_or_warmup(cfg, str(tmp_path / "cache"), shipped_dir=str(tmp_path / "intact")) == \
+        str(tmp_path / "intact" / key)
+
+
+def test_a_cache_entry_records_its_sha256_and_is_checked_against_it(tmp_path):
+    cfg = WarmupConfig(**TINY)
+    path = tinymodel.load_or_warmup(cfg, str(tmp_path / "cache"), shipped_dir=None)
+    recorded = json.load(open(os.path.join(path, "warmup.json")))["weights_sha256"]
+    assert recorded == tinymodel.weights_sha256(path) and tinymodel.recorded_sha256(path, shipped=False) == recorded
+    assert tinymodel.verify_warmup(path, shipped=False) is True
+    weights = os.path.join(path, "model.safetensors")
+    data = bytearray(open(weights, "rb").read())
+    data[-1] ^= 0x01
+    open(weights, "wb").write(bytes(data))
+    with pytest.raises(tinymodel.UsageError, match=rf"^warm-up {path} is damaged: its weights do not match their "
+                                                   rf"recorded SHA-256 \({recorded[:12]}, got [0-9a-f]{{12}}\); "
+                                                   r"delete that directory to rebuild it$"):
+        tinymodel.load_or_warmup(cfg, str(tmp_path / "cache"), shipped_dir=None)
+
+
+def test_a_cache_entry_from_before_the_records_is_used_unverified_unless_a_tensor_is_wrong(tmp_path):
+    """An entry written before SHA-256s were recorded has nothing to match: it is used with
+    a note, and start.json's "verified" is false; a missing or renamed tensor is refused."""
+    entry = tmp_path / "cache" / "addition-s0-000000000000"
+    tok = build_char_tokenizer()
+    build_tiny_model(tok, seed=0).save_pretrained(entry)
+    tok.save_pretrained(entry)
+    (entry / "warmup.json").write_text("{}")
+    said = []
+    assert tinymodel.verify_warmup(str(entry), shipped=False, say=said.append) is False
+    assert said == [f"warm-up {entry} records no SHA-256 (written before they were recorded): used unverified; "
+                    "delete that directory to rebuild it with one"]
+    shutil.rmtree(tmp_path / "renamed", ignore_errors=True)
+    damaged_copy(entry, tmp_path / "renamed", "rename")
+    with pytest.raises(tinymodel.UsageError, match=r"is damaged: no tensor model.embed_tokens.weight, an unexpected "
+                                                   r"tensor model.emced_tokens.weight; delete that directory"):
+        tinymodel.verify_warmup(str(tmp_path / "renamed"), shipped=False, say=said.append)
+    assert tinymodel.weight_keys_problem(str(entry)) is None
 
 
 def test_weights_hash_names_the_bytes(tmp_path):

@@ -39,12 +39,13 @@ def test_smoke_full_loop_writes_metrics_and_checkpoint(tiny_dir, tmp_path):
     history = train.train(cfg)
     assert [m["step"] for m in history] == [1, 2, 3]
     rows = read_metrics(tmp_path)
-    assert rows == json.loads(json.dumps(history))
+    assert rows[0]["step"] == 0 and set(rows[0]) <= {"step", "time/elapsed"} | {k for k in rows[0] if k.startswith("eval/")}
+    assert rows[1:] == json.loads(json.dumps(history))          # step 0 is the start; history the training steps
     for key in ("reward", "entropy", "m_S", "m_F", "clip_frac_low", "clip_frac_high", "grad_norm",
                 "sched/alpha", "sched/p_hat", "mb/split_groups", "time/sample", "eval/pass@1", "eval/pass@2",
                 "cancellation_residual", "cancellation_residual_first"):
         assert key in rows[-1], key
-    assert 0 < rows[0]["entropy"] < math.log(len(tinymodel.build_char_tokenizer()))        # below uniform
+    assert 0 < rows[1]["entropy"] < math.log(len(tinymodel.build_char_tokenizer()))        # below uniform
     assert open(tmp_path / "checkpoints" / "latest").read() == "step_000003"
     assert json.load(open(tmp_path / "config.json"))["steps"] == 3
     # what the run started from: the weights' hash names the start on any machine
@@ -62,7 +63,8 @@ def test_evaluating_the_start_changes_nothing_in_training(tiny_dir, tmp_path):
     for flag in ("--eval_before_train", "--no-eval_before_train"):
         out = tmp_path / flag.strip("-")
         train.train(train.parse_args(small_args(tiny_dir, out, "--steps", "2", flag)))
-        runs[flag] = [{k: v for k, v in m.items() if not k.startswith("time/")} for m in read_metrics(out)]
+        runs[flag] = [{k: v for k, v in m.items() if not k.startswith("time/")} for m in read_metrics(out)
+                      if m["step"] > 0]                     # step 0 is the start's evaluation, when there is one
         start = json.load(open(out / "start.json"))
         assert ("eval" in start) == (flag == "--eval_before_train")
     assert runs["--eval_before_train"] == runs["--no-eval_before_train"]

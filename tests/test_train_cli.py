@@ -173,8 +173,8 @@ def test_config_json_reproduces_the_run_and_flags_after_it_win(tiny_dir, tmp_pat
     other = train.parse_args(["--config", str(first / "config.json"), "--out_dir", str(tmp_path / "o"), "--seed", "1"])
     assert other.seed == 1 and other.lr == 1e-3
     train.train(other)
-    assert [r["entropy"] for r in read_jsonl(tmp_path / "o" / "metrics.jsonl")] != \
-        [r["entropy"] for r in read_jsonl(first / "metrics.jsonl")]
+    assert [r.get("entropy") for r in read_jsonl(tmp_path / "o" / "metrics.jsonl")] != \
+        [r.get("entropy") for r in read_jsonl(first / "metrics.jsonl")]
 
 
 def test_config_json_of_a_used_directory_is_refused_without_a_new_out_dir(tiny_dir, tmp_path):
@@ -203,6 +203,23 @@ def test_yaml_config_flat_or_nested_with_yaml_number_quirks(tmp_path, capsys):
         bad.write_text(text)
         assert needle in cli_error(["--config", str(bad)], capsys)
     assert "no such file" in cli_error(["--config", str(tmp_path / "none.yaml")], capsys)
+
+
+@pytest.mark.parametrize("name,text,needle", [
+    ("both.yaml", "kl_coef: 0.1\nloss:\n  kl_coef: 0.0\n",
+     "'kl_coef' is given twice, as kl_coef and as loss.kl_coef: keep one"),
+    ("both.json", '{"loss": {"kl_coef": 0.0}, "kl_coef": 0.1}',
+     "'kl_coef' is given twice, as loss.kl_coef and as kl_coef: keep one"),
+    ("twice.yaml", "lr: 1.0e-4\nsteps: 3\nlr: 2.0e-4\n",
+     "'lr' is given twice in one mapping (lines 1 and 3): keep one"),
+    ("twice.json", '{"adv": {"alpha": 2.0, "alpha": 3.0}, "advantage": "power"}',
+     "'alpha' is given twice in one object: keep one"),
+])
+def test_a_config_file_giving_one_field_twice_is_refused_naming_both(name, text, needle, tmp_path, capsys):
+    """Before: the parser kept one of the two without a word (kl_coef 0.0: no KL penalty)."""
+    path = tmp_path / name
+    path.write_text(text)
+    assert cli_error(["--config", str(path)], capsys) == f"train.py: error: --config {path}: {needle}"
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=os.path.basename)
@@ -308,6 +325,66 @@ def test_a_tracker_that_is_not_installed_is_one_line_before_any_warm_up(monkeypa
     with pytest.raises(ValueError, match=r"^--report_to wandb needs the wandb package, which is not installed "
                                          r"\(pip install -r requirements/trackers.txt\)$"):
         train.setup(cfg)
+
+
+def door_line(argv, capsys) -> tuple[int, list[str]]:
+    """train.main(argv) in this process: (exit code, its "train.py" lines on stderr)."""
+    try:
+        train.main(argv)
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    return code, [line for line in capsys.readouterr().err.splitlines() if line.startswith("train.py")]
+
+
+def test_a_tensorboard_path_that_is_a_file_is_one_line_before_any_work(tiny_dir, tmp_path, capsys, monkeypatch):
+    """Before: SummaryWriter failed with a traceback after the data, the model and start.json."""
+    pytest.importorskip("tensorboard")
+    monkeypatch.setattr(tinymodel, "load_or_warmup", lambda *a, **k: pytest.fail("warm-up before the door check"))
+    monkeypatch.setattr(train, "load_model", lambda *a, **k: pytest.fail("model loaded before the door check"))
+    (tmp_path / "tensorboard").write_text("not a directory")
+    code, err = door_line(small_args(tiny_dir, tmp_path, "--report_to", "tensorboard"), capsys)
+    assert code == 2 and err == [f"train.py: error: --report_to tensorboard writes its event files into "
+                                 f"{tmp_path / 'tensorboard'}, which is a file, not a directory"], err
+
+
+def test_a_read_only_tensorboard_directory_is_one_line(tiny_dir, tmp_path, capsys, monkeypatch):
+    """A read-only mount (root writes through a chmod, not through a read-only file system)."""
+    pytest.importorskip("tensorboard")
+    (tmp_path / "tensorboard").mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(tmp_path / "tensorboard")],
+                      capture_output=True).returncode:
+        pytest.skip("a read-only tmpfs cannot be mounted here (root only)")
+    try:
+        monkeypatch.setattr(train, "load_model", lambda *a, **k: pytest.fail("model loaded before the door check"))
+        code, err = door_line(small_args(tiny_dir, tmp_path, "--report_to", "tensorboard"), capsys)
+    finally:
+        subprocess.run(["umount", "-l", str(tmp_path / "tensorboard")], capture_output=True)
+    assert code == 2 and err == [f"train.py: error: --report_to tensorboard writes its event files into "
+                                 f"{tmp_path / 'tensorboard'}: cannot write in {tmp_path / 'tensorboard'} "
+                                 "(Read-only file system)"], err
+
+
+def test_wandb_online_without_a_login_is_one_line_before_the_model_loads(tiny_dir, tmp_path):
+    """Before: wandb.init raised its UsageError (a traceback) after the data and the model had loaded."""
+    pytest.importorskip("wandb")
+    home = tmp_path / "home"                                    # no ~/.netrc, no wandb settings
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_") and k != "NETRC"}
+    env.update(HOME=str(home), OMP_NUM_THREADS="1", WANDB_CONFIG_DIR=str(home / "wandb"))
+    proc = subprocess.run([sys.executable, "train.py", *small_args(tiny_dir, tmp_path / "run", "--steps", "1",
+                                                                   "--report_to", "wandb")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert lines[0].startswith("train.py: error: --report_to wandb has no login for ") and lines[0].endswith(
+        ": run `wandb login` (or set WANDB_API_KEY), or set WANDB_MODE=offline to keep the run in RUN/wandb "
+        "(wandb sync uploads it later)"), lines
+    assert "starting from" not in proc.stdout and not os.path.exists(tmp_path / "run" / "metrics.jsonl")
+    env["WANDB_MODE"] = "offline"                               # offline needs no login: the door lets it through
+    assert subprocess.run([sys.executable, "-c", "from machinery import trackers; "
+                           "import sys; sys.exit(trackers.start_problem('wandb', 'x') is not None)"],
+                          cwd=REPO, env=env).returncode == 0
 
 
 # ---------------------------------------------------------------------------------------

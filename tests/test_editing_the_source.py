@@ -1,0 +1,330 @@
+"""The person who edits the source: their bugs show, their runs say what happened, their
+model is kept, their task and their reward plug in, and other frameworks' names point
+to ours.
+
+Runs use an untrained tiny model with tiny budgets (a few seconds each), or, where the
+default numbers matter, a few steps of the shipped warm-up.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import train
+from machinery import checkpoint, door, flags, metrics
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def small_args(model_dir, out_dir, *extra):
+    return ["--model", model_dir, "--out_dir", str(out_dir), "--digits", "1", "--prompts_per_step", "4",
+            "--group_size", "4", "--max_new_tokens", "16", "--n_eval", "6", "--eval_samples", "2",
+            "--eval_every", "2", "--flip_every", "0", "--save_every", "0", "--threads", "1", *extra]
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+# ---------------------------------------------------------------------------------------
+# 1. A bug in a chapter keeps its traceback; a usage error is one line
+# ---------------------------------------------------------------------------------------
+
+def copy_of_the_repository(tmp_path):
+    """The project's files (no .git, venvs, runs or caches) in tmp_path/repo: a copy to break."""
+    dest = tmp_path / "repo"
+    shutil.copytree(REPO, dest, ignore=shutil.ignore_patterns(".git", ".venv*", "runs", ".cache", "toy_out",
+                                                              "__pycache__", "docs", "tests"))
+    return dest
+
+
+@pytest.mark.slow
+def test_a_bug_put_in_a_chapter_shows_its_traceback_naming_the_file(tmp_path):
+    repo = copy_of_the_repository(tmp_path)
+    source = (repo / "loss.py").read_text()
+    head = "def policy_loss("
+    body = source.index(":\n", source.index(head)) + 2
+    indent = "    "
+    first = source.index('"""', body)                       # after the docstring
+    end_doc = source.index('"""', first + 3) + 3
+    (repo / "loss.py").write_text(source[:end_doc] + f"\n{indent}int(\"not a number\")" + source[end_doc:])
+    proc = subprocess.run([sys.executable, "train.py", "--steps", "1", "--out_dir", str(tmp_path / "run"),
+                           "--eval_every", "0", "--prompts_per_step", "4", "--group_size", "4"],
+                          cwd=repo, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback (most recent call last)" in proc.stderr
+    assert re.search(r'File ".*loss\.py", line \d+, in policy_loss', proc.stderr)
+    assert "ValueError: invalid literal for int() with base 10: 'not a number'" in proc.stderr
+
+
+def test_a_usage_error_at_the_door_is_one_line_and_exit_2(tmp_path, capsys):
+    bad = tmp_path / "rows.jsonl"
+    bad.write_text('{"prompt": "1+1", "answer": "2"}\nnot json\n')
+    with pytest.raises(SystemExit) as e:
+        train.main(["--data", str(bad), "--out_dir", str(tmp_path / "run"), "--steps", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and err[0].startswith("train.py: error: ") and "rows.jsonl" in err[0]
+
+
+def test_a_value_error_raised_while_training_is_not_swallowed(tiny_dir, tmp_path, monkeypatch):
+    import batching
+
+    def broken(*args, **kwargs):                # every step splits its batch: a bug here always runs
+        raise ValueError("a bug of the reader's")
+    monkeypatch.setattr(batching, "minibatch_indices", broken)
+    with pytest.raises(ValueError, match="a bug of the reader's") as e:
+        train.main(small_args(tiny_dir, tmp_path / "run", "--steps", "1"))
+    assert not isinstance(e.value, door.UsageError)
+
+
+# ---------------------------------------------------------------------------------------
+# 2-3. The run shows its start (step 0) and its end (a summary); the model is kept
+# ---------------------------------------------------------------------------------------
+
+def test_step_0_is_the_start_and_the_run_ends_with_a_summary_and_its_models(tiny_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    cfg = train.parse_args(small_args(tiny_dir, out, "--steps", "4"))
+    run = train.setup(cfg)
+    history = train.train(cfg, run)
+    rows = read_jsonl(out / "metrics.jsonl")
+    start = json.load(open(out / "start.json"))["eval"]
+    assert rows[0] == {"step": 0, **start, "time/elapsed": 0.0}          # step 0: the start's evaluation only
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4] and [h["step"] for h in history] == [1, 2, 3, 4]
+    said = capsys.readouterr().out
+    evals = [r for r in rows if "eval/pass@1" in r]
+    best = max(evals, key=lambda r: (r["eval/pass@1"], -r["step"]))
+    assert f"held-out pass@1 {start['eval/pass@1']:.3f} at the start, {rows[-1]['eval/pass@1']:.3f} at step 4, " \
+           f"best {best['eval/pass@1']:.3f} at step {best['step']}" in said
+    assert f"python -m experiments.plot_runs {out}" in said and f"{out / 'final'} (step 4)" in said
+    # RUN/final and RUN/best load as any hub model does, and hold those weights
+    final = AutoModelForCausalLM.from_pretrained(out / "final")
+    AutoTokenizer.from_pretrained(out / "final")
+    assert json.load(open(out / "final" / "info.json")) == {"step": 4}
+    assert json.load(open(out / "best" / "info.json")) == {"step": best["step"], "eval/pass@1": best["eval/pass@1"]}
+    trained = run.model.state_dict()                                     # the weights the run ended with
+    assert all(torch.equal(v, trained[k].cpu()) for k, v in final.state_dict().items())
+
+
+def test_best_is_the_first_highest_and_keeps_the_start_until_beaten(tiny_dir, tmp_path):
+    from machinery.run import keep_best
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    run = type("R", (), {"model": model, "tokenizer": tok})()
+    best = keep_best(run, str(tmp_path), {"step": 0, "eval/pass@1": 0.5}, None)
+    assert keep_best(run, str(tmp_path), {"step": 25, "eval/pass@1": 0.5}, best) is best      # a tie: the first
+    assert keep_best(run, str(tmp_path), {"step": 50}, best) is best                         # no evaluation
+    best = keep_best(run, str(tmp_path), {"step": 75, "eval/pass@1": 0.75}, best)
+    assert checkpoint.model_info(str(tmp_path / "best")) == {"step": 75, "eval/pass@1": 0.75}
+    assert not os.path.exists(tmp_path / "best.tmp") and not os.path.exists(tmp_path / "best.old")
+
+
+def test_a_resumed_run_keeps_one_step_0_and_the_same_metrics(tiny_dir, tmp_path):
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    train.train(train.parse_args(small_args(tiny_dir, whole, "--steps", "4", "--save_every", "2")))
+    train.train(train.parse_args(small_args(tiny_dir, cut, "--steps", "2", "--save_every", "2")))
+    train.train(train.parse_args(small_args(tiny_dir, cut, "--steps", "4", "--save_every", "2", "--resume")))
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+    assert strip(read_jsonl(cut / "metrics.jsonl")) == strip(read_jsonl(whole / "metrics.jsonl"))
+
+
+def test_plot_runs_draws_pass_at_1_first_and_never_writes_into_the_working_directory(tiny_dir, tmp_path,
+                                                                                      monkeypatch):
+    from experiments import plot_runs
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        train.train(train.parse_args(small_args(tiny_dir, d, "--steps", "2")))
+    assert plot_runs.PANELS[0][0] == "held-out pass@k"
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    plot_runs.main([str(a), str(b)])
+    assert os.listdir(here) == [] and os.path.isfile(a / "compare.png")
+    assert plot_runs.summarize(str(a))["start_pass@1"] == read_jsonl(a / "metrics.jsonl")[0]["eval/pass@1"]
+
+
+# ---------------------------------------------------------------------------------------
+# 4. New tasks: a held-out split of a file, a word when nothing is learned, a new warm-up said aloud
+# ---------------------------------------------------------------------------------------
+
+def test_a_jsonl_file_holds_out_one_prompt_in_ten_unless_eval_data_is_given(tmp_path):
+    import tasks
+    from tasks.task import is_held_out
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"What is {i} + {i}?", "answer": str(2 * i)}) + "\n"
+                            for i in range(200)))
+    train_rows, _ = tasks.load(str(path), "train")
+    test_rows, _ = tasks.load(str(path), "test", n=200)
+    everything, _ = tasks.load(str(path), "all")
+    assert len(everything) == 200 and len(train_rows) + len(test_rows) == 200
+    assert {r["prompt"] for r in train_rows}.isdisjoint(r["prompt"] for r in test_rows)
+    assert all(is_held_out(r["prompt"]) for r in test_rows) and 5 <= len(test_rows) <= 40
+    tiny = tmp_path / "two.jsonl"
+    tiny.write_text("".join(json.dumps({"prompt": p, "answer": "1"}) + "\n" for p in ("a", "b")
+                            if not is_held_out(p)))
+    with pytest.raises(ValueError, match="no held-out row"):
+        tasks.load(str(tiny), "test")
+
+
+@pytest.mark.slow
+def test_a_jsonl_run_says_how_many_rows_it_holds_out_and_warns_when_nothing_is_learned(tiny_dir, tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(100)))
+    proc = subprocess.run([sys.executable, "train.py", *small_args(tiny_dir, tmp_path / "run", "--steps", "10",
+                                                                   "--data", str(path), "--eval_every", "0",
+                                                                   "--n_eval", "0")],
+                          cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    held = sum(__import__("tasks.task", fromlist=["x"]).is_held_out(f"{i}+{i}=") for i in range(100))
+    assert f"{100 - held} rows to train on, {held} held out for evaluation" in proc.stdout
+    assert "nothing to learn: every group's rollouts have had equal rewards for 10 steps in a row" in proc.stderr
+
+
+def test_nothing_to_learn_speaks_once_at_the_streaks_length():
+    rows = [{"frac_all_equal": 0.5, "reward": 0.3}] + [{"frac_all_equal": 1.0, "reward": 0.0}] * 12
+    said = [metrics.nothing_to_learn(rows[:i], steps=10) for i in range(1, len(rows) + 1)]
+    assert [i for i, s in enumerate(said) if s] == [10] and "all wrong" in said[10]
+    assert metrics.nothing_to_learn([{"frac_all_equal": 1.0, "reward": 1.0}] * 3, steps=3).count("mastered") == 1
+
+
+def test_a_task_without_a_shipped_warm_up_is_said_to_be_warmed_up_here(tmp_path):
+    from machinery import tinymodel
+    said = []
+    cfg = tinymodel.WarmupConfig(task="mytask", max_steps=1)
+    shipped = tmp_path / "weights"
+    (shipped / "addition-s0-abc").mkdir(parents=True)
+    try:
+        tinymodel.load_or_warmup(cfg, cache_dir=str(tmp_path / "cache"), shipped_dir=str(shipped), say=said.append)
+    except Exception:                # the warm-up itself needs the task's rows; the message comes first
+        pass
+    assert said and said[0].startswith("mytask: no warm-up of the embedded model ships for this task") \
+        and "stale" not in said[0]
+
+
+# ---------------------------------------------------------------------------------------
+# 5. A reward function of the user's own
+# ---------------------------------------------------------------------------------------
+
+REWARD_MODULE = '''
+def length_reward(response, answer, prompt):
+    """1 for a response of at most 3 characters, 0 otherwise, and the length to log."""
+    return {"reward": float(len(response) <= 3), "length": float(len(response))}
+
+def out_of_range(response, answer, prompt):
+    return 2.0
+
+def two_arguments(response, answer):
+    return 1.0
+'''
+
+
+def test_reward_module_function_replaces_the_checker_end_to_end(tiny_dir, tmp_path, monkeypatch):
+    (tmp_path / "my_rewards.py").write_text(REWARD_MODULE)
+    monkeypatch.chdir(tmp_path)
+    history = train.train(train.parse_args(small_args(tiny_dir, tmp_path / "run", "--steps", "2",
+                                                      "--reward", "my_rewards:length_reward")))
+    assert all("reward/length" in h and h["reward/length"] > 0 for h in history)
+    samples = read_jsonl(tmp_path / "run" / "samples.jsonl")
+    assert all(s["reward"] == float(len(s["completion"]) <= 3) and s["length"] == len(s["completion"])
+               for s in samples)
+
+
+@pytest.mark.parametrize("spec,needle", [
+    ("my_rewards", "expected MODULE:FUNCTION or FILE.py:FUNCTION"),
+    ("no_such_module:f", "cannot import 'no_such_module'"),
+    ("my_rewards:missing", "has no function 'missing'"),
+    ("my_rewards:out_of_range", "the reward must be in [0, 1], got 2.0"),
+    ("my_rewards:two_arguments", "calling it as f(response, answer, prompt) failed"),
+    ("nowhere.py:f", "no such file 'nowhere.py'"),
+])
+def test_reward_errors_are_one_line_at_the_door(spec, needle, tmp_path, monkeypatch, capsys):
+    (tmp_path / "my_rewards.py").write_text(REWARD_MODULE)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        train.main(["--reward", spec, "--out_dir", str(tmp_path / "run"), "--steps", "1"])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.count("\n") == 0 and needle in err, err
+
+
+def test_reward_from_a_file_path(tmp_path):
+    from tasks import user_reward
+    import tasks
+    (tmp_path / "r.py").write_text(REWARD_MODULE)
+    task = user_reward.with_reward(tasks.get("addition"), f"{tmp_path / 'r.py'}:length_reward",
+                                   {"prompt": "1+2\n", "answer": "3"})
+    assert task.check("12", "3", "1+2\n") == {"reward": 1.0, "length": 2.0, "correct": 1.0}
+    assert task.check("1234", "3") == {"reward": 0.0, "length": 4.0, "correct": 0.0}
+
+
+# ---------------------------------------------------------------------------------------
+# 6. TRL's and verl's names point to ours; a flag that cannot act is refused
+# ---------------------------------------------------------------------------------------
+
+def setting_names(cell: str) -> list[str]:
+    """The setting a TRL or verl cell of docs/trl_verl.md names: its first `code` span,
+    without a value (=...) and without its dotted path; [] for "-" or a value."""
+    spans = [x for x in re.findall(r"`([^`]+)`", cell) if x != "key=value"]      # Hydra's syntax, no setting
+    if not spans:
+        return []
+    name = spans[0].split("=")[0].split(" ")[0].split(".")[-1]
+    return [name] if re.fullmatch(r"[a-z_][a-z_0-9]*", name) else []
+
+
+def test_every_trl_and_verl_setting_in_the_mapping_is_our_flag_or_a_one_line_hint():
+    ours = set(train.Config.__dataclass_fields__) | {f for group in ("adv", "loss", "sched")
+                                                     for f in type(getattr(train.Config(), group)).__dataclass_fields__}
+    rows = [line.split("|")[1:-1] for line in open(os.path.join(REPO, "docs", "trl_verl.md"))
+            if line.startswith("| ") and not line.startswith("| concept") and not line.startswith("|---")]
+    missing = sorted({name for row in rows if len(row) >= 4 for cell in row[2:4] for name in setting_names(cell)
+                      if name not in ours and name not in flags.OTHER_NAMES})
+    assert missing == []
+    assert len(rows) > 30
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--per_device_train_batch_size", "4"], "is --micro_batch here"),
+    (["--gradient_accumulation_steps", "2"], "accumulated over micro-batches of --micro_batch"),
+    (["--scale_rewards", "none"], "--advantage mean"),
+    (["--save_steps", "10"], "is --save_every here"),
+    (["--loss_type", "dapo"], "--agg token-mean"),
+    (["--loss_type", "dr_grpo"], "--agg seq-mean-token-sum-norm"),
+    (["--kl_estimator", "low_var_kl"], "--kl_estimator k3"),
+    (["--advantage", "dr_grpo"], "--advantage mean"),
+    (["--eps_high", "0.28"], "--eps_high 0.28 cannot act with one optimizer step per rollout batch"),
+    (["--dual_clip", "3"], "--dual_clip 3.0 cannot act with one optimizer step per rollout batch"),
+    (["--kl_estimator", "k1"], "--kl_estimator k1 is read only with a KL penalty"),
+])
+def test_other_frameworks_names_and_inert_flags_are_one_line(argv, needle, capsys):
+    with pytest.raises(SystemExit) as e:
+        train.parse_args(argv)
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.count("\n") == 0 and needle in err, err
+
+
+def test_clip_flags_are_taken_where_they_act():
+    cfg = train.parse_args(["--eps_high", "0.28", "--minibatches", "4"])
+    assert cfg.loss.eps_high == 0.28
+    assert train.parse_args(["--kl_estimator", "k1", "--kl_coef", "0.01"]).loss.kl_estimator == "k1"
+
+
+def test_target_noise_is_a_noisy_teacher_for_any_task_and_leaves_the_shipped_names_alone():
+    from machinery import tinymodel
+    clean = tinymodel.WarmupConfig(task="countdown", n_train=400)
+    noisy = tinymodel.WarmupConfig(task="countdown", n_train=400, target_noise=0.5)
+    (rows, _), (swapped, _) = tinymodel._task_rows(clean), tinymodel._task_rows(noisy)
+    changed = [a["target"] != b["target"] for a, b in zip(rows, swapped)]
+    assert [r["prompt"] for r in rows] == [r["prompt"] for r in swapped]          # the same problems
+    assert 0.35 < sum(changed) / len(changed) < 0.6                               # about half swapped
+    targets = {r["target"] for r in rows}
+    assert all(b["target"] in targets for b in swapped)                          # each a well-formed target
+    assert tinymodel.cache_key(noisy) != tinymodel.cache_key(clean)
+    shipped = {tinymodel.cache_key(c) for c in tinymodel.shipped_configs()}
+    assert shipped == {d for d in os.listdir(tinymodel.SHIPPED_DIR) if os.path.isdir(os.path.join(tinymodel.SHIPPED_DIR, d))}
