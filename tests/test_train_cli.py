@@ -26,6 +26,7 @@ from scheduler import AdvantageScheduler
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPES = sorted(glob.glob(os.path.join(REPO, "recipes", "*.yaml")))
+GPU_RECIPES = [p for p in RECIPES if not p.endswith("-cpu.yaml")]     # a *-cpu.yaml recipe is tested with its results
 
 
 def small_args(model_dir, out_dir, *extra):
@@ -222,7 +223,7 @@ def test_a_config_file_giving_one_field_twice_is_refused_naming_both(name, text,
     assert cli_error(["--config", str(path)], capsys) == f"train.py: error: --config {path}: {needle}"
 
 
-@pytest.mark.parametrize("path", RECIPES, ids=os.path.basename)
+@pytest.mark.parametrize("path", GPU_RECIPES, ids=os.path.basename)
 def test_recipes_parse_and_set_what_a_real_model_needs(path):
     cfg = train.parse_args(["--config", path])
     assert cfg.backend == "vllm" and cfg.chat_template and cfg.lr <= 1e-5 and cfg.top_p == 1.0
@@ -232,11 +233,65 @@ def test_recipes_parse_and_set_what_a_real_model_needs(path):
     assert cfg.model == "Qwen/Qwen2.5-0.5B-Instruct"
     assert cfg.max_new_tokens >= 512 and cfg.gradient_checkpointing
     assert cfg.eval_temperature is not None and cfg.data in ("gsm8k", "countdown_instruct")
+    # a final evaluation finer than the curve's: GSM8K's whole test split; 1000 generated countdown problems
+    assert cfg.final_eval == -1 if cfg.data == "gsm8k" else cfg.final_eval >= 1000
+    # the checkpoint's sampling settings are said, and why the recipe does not follow them
+    text = open(path).read()
+    assert "generation_config.json asks for temperature 0.7, top_p 0.8, top_k 20" in text and "Not followed" in text
 
 
-def test_there_are_three_recipes():
-    assert [os.path.basename(p) for p in RECIPES] == ["qwen2.5-0.5b-countdown.yaml", "qwen2.5-0.5b-gsm8k.yaml",
+def test_there_are_five_gpu_recipes():
+    assert [os.path.basename(p) for p in GPU_RECIPES] == ["qwen2.5-0.5b-countdown-24gb.yaml", "qwen2.5-0.5b-countdown.yaml",
+                                                      "qwen2.5-0.5b-gsm8k-24gb.yaml", "qwen2.5-0.5b-gsm8k.yaml",
                                                       "smollm2-135m-addition.yaml"]
+
+
+@pytest.mark.parametrize("task,changed", [
+    ("gsm8k", {"out_dir", "gpu_memory_utilization", "micro_batch", "max_new_tokens"}),
+    ("countdown", {"out_dir", "gpu_memory_utilization", "micro_batch"}),      # 512 tokens already fit 24 GB
+])
+def test_a_24gb_recipe_is_its_80gb_recipe_with_only_memory_settings_changed(task, changed):
+    """Same model, data, algorithm, batch and evaluation; what differs is said in the file."""
+    big, small = (dataclasses.asdict(train.parse_args(["--config", os.path.join(REPO, "recipes", name)]))
+                  for name in (f"qwen2.5-0.5b-{task}.yaml", f"qwen2.5-0.5b-{task}-24gb.yaml"))
+    assert {key for key in big if big[key] != small[key]} == changed
+    assert small["micro_batch"] < big["micro_batch"] and small["gpu_memory_utilization"] < big["gpu_memory_utilization"]
+
+
+def qwen_paper_memory_gb(cfg, card_gb: float, prompt: int = 200) -> dict:
+    """docs/vllm.md's memory estimate for Qwen2.5-0.5B (its "One 80 GB GPU" and "One 24 GB
+    GPU" tables, the same rows), from the values a recipe sets. GB of 1e9 bytes.
+
+    Worst case: every rollout at max_new_tokens, a templated prompt of `prompt` tokens.
+    The trainer: 18 bytes a parameter (fp32 weights, gradients, AdamW's two moments, bf16
+    autocast copies), plus the larger of the update's peak (a micro-batch's fp32 logits
+    and ~2.5 transient copies, and its activations) and the no-grad entropy pass (18 bytes
+    a logit), plus ~0.5 GB of CUDA context. vLLM: its share of the card, of which bf16
+    weights and ~1 GB of start-up profiling (assumed), the rest KV cache at 12,288 bytes a
+    token (2 x 24 layers x 2 heads x 64 x 2 bytes). Estimated, not measured.
+    """
+    N, V, h, layers = 494_032_768, 151_936, 896, 24
+    b, T = cfg.micro_batch, cfg.max_new_tokens
+    logits = 4 * b * T * V
+    per_token = 4 * h * layers + 74_500 if cfg.gradient_checkpointing else 74_500 * layers
+    update = logits + 2.5 * logits + per_token * b * (prompt + T)
+    trainer = 18 * N + max(update, 18 * b * T * V) + 0.5e9
+    share = cfg.gpu_memory_utilization * card_gb * 1e9
+    kv_needed = 12_288 * cfg.prompts_per_step * (cfg.group_size * T + prompt)    # prompts shared by prefix caching
+    return {"trainer": trainer / 1e9, "total": (trainer + share) / 1e9,
+            "kv_left": (share - 2 * N - 1e9) / 1e9, "kv_needed": kv_needed / 1e9}
+
+
+@pytest.mark.parametrize("name,card_gb,documented_gb", [
+    ("qwen2.5-0.5b-gsm8k.yaml", 80, 55), ("qwen2.5-0.5b-countdown.yaml", 80, 45),
+    ("qwen2.5-0.5b-gsm8k-24gb.yaml", 24, 18), ("qwen2.5-0.5b-countdown-24gb.yaml", 24, 18)])
+def test_each_qwen_recipe_fits_its_card_on_paper(name, card_gb, documented_gb):
+    """The figures docs/vllm.md and the README give, recomputed from the recipe's values: a
+    larger micro-batch or budget written into a 24 GB recipe fails here (micro-batch 4: ~21 GB)."""
+    paper = qwen_paper_memory_gb(train.parse_args(["--config", os.path.join(REPO, "recipes", name)]), card_gb)
+    assert paper["total"] == pytest.approx(documented_gb, abs=1.5)
+    assert paper["total"] <= 0.8 * card_gb          # a fifth of the card for what the arithmetic leaves out
+    assert paper["kv_left"] >= 1.5 * paper["kv_needed"]        # vLLM runs a whole step's rollouts at once
 
 
 # ---------------------------------------------------------------------------------------

@@ -126,7 +126,7 @@ def test_the_gsm8k_recipe_runs_on_vllm_with_a_chat_model(tmp_path):
     recipe = {"model": model_dir, "backend": "vllm", "chat_template": True, "lr": 1e-6, "lr_warmup_steps": 10,
               "gradient_checkpointing": True, "micro_batch": 8, "eval_temperature": 0.6, "top_p": 1.0}
     assert {key: saved[key] for key in recipe} == recipe
-    rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
+    rows = [r for line in open(out / "metrics.jsonl") if (r := json.loads(line))["step"] >= 1]   # training steps
     gaps = ["%.1e" % r["vllm/canary_gap"] for r in rows]
     print(f"\nrecipe on vLLM CPU: reward {[r['reward'] for r in rows]}, pass@1 {rows[-1]['eval/pass@1']:.2f}, "
           f"canary {gaps}")
@@ -134,6 +134,8 @@ def test_the_gsm8k_recipe_runs_on_vllm_with_a_chat_model(tmp_path):
     assert [r["lr"] for r in rows] == pytest.approx([1e-7, 2e-7])          # the warm-up's first two steps
     assert all(r["vllm/canary_gap"] <= r["vllm/canary_bound"] for r in rows)
     assert all(r["reward"] > 0 for r in rows) and rows[-1]["eval/pass@1"] > 0
+    # the recipe's final_eval: -1, the whole held-out split once more after the last step
+    assert "final/pass@1" in rows[-1] and all("final/pass@1" not in r for r in rows[:-1])
     samples = [json.loads(line) for line in open(out / "samples.jsonl")]
     assert [s["step"] for s in samples] == [0] * 6 + [2] * 6             # step 0: eval_before_train
     credited = [s for s in samples if s["reward"] == 1.0]
