@@ -17,9 +17,9 @@ Why mean-centring matters (the Cancellation Hypothesis, arXiv 2605.08666, and th
 "design conditions" paper, arXiv 2604.13088): if sum_i A_i = 0 inside a group and every
 rollout gives a shared token (a template prefix) the same weight, that token's gradient
 is (sum_i A_i) * g_shared = 0. Zero-sum advantages are what make the cancellation exact;
-`ZERO_SUM` lists the ones in this file that sum to zero per group.
+each is registered with zero_sum=True (`register`, beside its definition).
 
-Conventions (pinned here, tested in tests/test_advantages.py):
+Conventions (pinned here, tested in tests/lesson/test_advantages.py):
 - rewards are a float tensor [N, G]: N prompts, G rollouts each, prompt-major;
 - p = mean_i r_i is the group's solve rate (for binary rewards, c/G with c correct);
 - std is the sample std with Bessel's correction (ddof=1), as torch.std, TRL and verl;
@@ -41,14 +41,55 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import inspect
 import math
 import numbers
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+
+# ---------------------------------------------------------------------------------------
+# The registry: each advantage is registered where it is defined, with its properties
+# ---------------------------------------------------------------------------------------
+
+ADVANTAGES: dict = {}
+"""name -> function, in the order defined below. train.py picks one with --advantage NAME."""
+
+REWARD_DOMAINS = {
+    # Binary: defined by "correct or not" (psr keeps the rewards as weights; passk and pkpo
+    # count c). Unit interval: it weights by 1 - p, which must be >= 0. Non-negative: maxrl
+    # divides by p + eps, which must be > 0.
+    "real": (lambda r: torch.isfinite(r), "finite rewards"),
+    "binary": (lambda r: (r == 0) | (r == 1), "needs binary 0/1 rewards"),
+    "unit": (lambda r: (r >= 0) & (r <= 1), "needs rewards in [0, 1] (it weights by 1 - p)"),
+    "nonnegative": (lambda r: r >= 0, "needs rewards >= 0 (it divides by p)"),
+}
+
+
+def register(zero_sum: bool = False, rewards: str = "real", min_group_size: int = 1):
+    """Add the decorated function to ADVANTAGES under its name, its properties beside it
+    (verl's register_adv_est does the same), read by compute_advantages and the trainer:
+
+      zero_sum        its advantages sum to zero inside every group (with default
+                      hyper-parameters; fade only while delta = 1): the ones under which a
+                      token shared by the whole group cancels (module header).
+      rewards         its reward domain, REWARD_DOMAINS' name: compute_advantages refuses
+                      other rewards with the first offending value and its position.
+      min_group_size  the smallest G it is defined for: rloo's baseline is the mean of the
+                      OTHER G - 1; pass@k of one sample is its own reward, so passk's
+                      advantage is 0 for every group of one and pkpo's is psr's: both
+                      refuse G = 1 rather than train nothing or something else unsaid.
+    Example: @register(zero_sum=True) above `def mean(rewards)`.
+    """
+    if rewards not in REWARD_DOMAINS:
+        raise ValueError(f"register: rewards must be one of {list(REWARD_DOMAINS)}, got {rewards!r}")
+
+    def add(fn):
+        fn.zero_sum, fn.rewards, fn.min_group_size = zero_sum, rewards, min_group_size
+        ADVANTAGES[fn.__name__] = fn
+        return fn
+    return add
 
 
 # ---------------------------------------------------------------------------------------
@@ -82,6 +123,7 @@ def _solve_rate(rewards: Tensor) -> Tensor:
 # it is only the math. The "Needs ..." lines are the checks compute_advantages makes.
 # ---------------------------------------------------------------------------------------
 
+@register()
 def reinforce(rewards: Tensor) -> Tensor:
     """Plain REINFORCE, no baseline (Williams 1992).
 
@@ -93,6 +135,7 @@ def reinforce(rewards: Tensor) -> Tensor:
     return rewards.clone()
 
 
+@register(zero_sum=True)
 def mean(rewards: Tensor) -> Tensor:
     """Mean-centred advantage, Dr. GRPO (Liu et al. 2025, arXiv 2503.20783).
 
@@ -106,6 +149,7 @@ def mean(rewards: Tensor) -> Tensor:
     return _centred(rewards)
 
 
+@register(zero_sum=True, min_group_size=2)
 def rloo(rewards: Tensor) -> Tensor:
     """REINFORCE leave-one-out (Kool et al. 2019; Ahmadian et al. 2024).
 
@@ -121,6 +165,7 @@ def rloo(rewards: Tensor) -> Tensor:
     return _centred(rewards) * (G / (G - 1))
 
 
+@register(zero_sum=True)
 def grpo(rewards: Tensor, eps: float = 1e-6) -> Tensor:
     """GRPO's group-normalised advantage (Shao et al. 2024, arXiv 2402.03300).
 
@@ -142,6 +187,7 @@ def grpo(rewards: Tensor, eps: float = 1e-6) -> Tensor:
     return centred / (rewards.std(dim=1, keepdim=True) + eps)
 
 
+@register(rewards="binary")
 def psr(rewards: Tensor) -> Tensor:
     """Positive sample reinforcement (Zhu et al. 2025, arXiv 2506.01347).
 
@@ -154,6 +200,7 @@ def psr(rewards: Tensor) -> Tensor:
     return rewards.clone()
 
 
+@register(rewards="binary")
 def nsr(rewards: Tensor) -> Tensor:
     """Negative sample reinforcement (Zhu et al. 2025, arXiv 2506.01347).
 
@@ -168,6 +215,7 @@ def nsr(rewards: Tensor) -> Tensor:
     return rewards - 1.0
 
 
+@register(rewards="binary")
 def w_reinforce(rewards: Tensor, lam: float = 0.1) -> Tensor:
     """Weighted REINFORCE (Zhu et al. 2025, arXiv 2506.01347): mostly-negative training.
 
@@ -179,6 +227,7 @@ def w_reinforce(rewards: Tensor, lam: float = 0.1) -> Tensor:
     return torch.where(rewards > 0, torch.full_like(rewards, lam), torch.full_like(rewards, -1.0))
 
 
+@register()
 def asymre(rewards: Tensor, dV: float = -0.1) -> Tensor:
     """Asymmetric REINFORCE (Arnal et al. 2025, arXiv 2506.20520).
 
@@ -192,6 +241,7 @@ def asymre(rewards: Tensor, dV: float = -0.1) -> Tensor:
     return _centred(rewards) - dV
 
 
+@register(zero_sum=True, rewards="unit")
 def focal(rewards: Tensor, gamma: float = 1.0, eps: float = 1e-6) -> Tensor:
     """Focal GRPO, F-GRPO (Plyusov et al. 2026, arXiv 2602.06717).
 
@@ -205,6 +255,7 @@ def focal(rewards: Tensor, gamma: float = 1.0, eps: float = 1e-6) -> Tensor:
     return (1.0 - _solve_rate(rewards)) ** gamma * grpo(rewards, eps=eps)
 
 
+@register(zero_sum=True, rewards="unit")
 def power(rewards: Tensor, alpha: float = 2.0) -> Tensor:
     """The FADE paper's difficulty probe: a power of (1 - p) on Dr. GRPO's advantage.
 
@@ -222,6 +273,7 @@ def power(rewards: Tensor, alpha: float = 2.0) -> Tensor:
     return scaled.masked_fill(_constant_groups(rewards), 0.0)
 
 
+@register()
 def asym(rewards: Tensor, delta: float = 0.5) -> Tensor:
     """The FADE paper's sign probe: Dr. GRPO with failures scaled by 1/delta.
 
@@ -238,6 +290,7 @@ def asym(rewards: Tensor, delta: float = 0.5) -> Tensor:
     return torch.where(centred < 0, centred / delta, centred)
 
 
+@register(zero_sum=True, rewards="unit")
 def fade(rewards: Tensor, alpha: float = 1.0, delta: float = 1.0) -> Tensor:
     """FADE: Focal Advantage with Dynamic Entropy (Decugis et al. 2026, arXiv 2607.01490).
 
@@ -256,6 +309,7 @@ def fade(rewards: Tensor, alpha: float = 1.0, delta: float = 1.0) -> Tensor:
     return torch.where(centred < 0, centred / delta, centred)
 
 
+@register(zero_sum=True, rewards="binary", min_group_size=2)
 def passk(rewards: Tensor, k: int = 4) -> Tensor:
     """Analytic pass@k advantage (Chen et al. 2025, arXiv 2508.10751).
 
@@ -282,6 +336,7 @@ def passk(rewards: Tensor, k: int = 4) -> Tensor:
     return out
 
 
+@register(rewards="binary", min_group_size=2)
 def pkpo(rewards: Tensor, k: int = 4) -> Tensor:
     """Unbiased pass@k gradient weights, PKPO (Walder & Karkhanis 2025, arXiv 2505.15201).
 
@@ -301,6 +356,7 @@ def pkpo(rewards: Tensor, k: int = 4) -> Tensor:
     return rewards * w
 
 
+@register(zero_sum=True, rewards="nonnegative")
 def maxrl(rewards: Tensor, eps: float = 1e-6) -> Tensor:
     """Maximum-likelihood RL, MaxRL (Tajwar et al. 2026, arXiv 2602.02710).
 
@@ -313,6 +369,7 @@ def maxrl(rewards: Tensor, eps: float = 1e-6) -> Tensor:
     return _centred(rewards) / (_solve_rate(rewards) + eps)
 
 
+@register(zero_sum=True)
 def risk(rewards: Tensor, beta: float = 2.0) -> Tensor:
     """Risk-sensitive advantage (Jiang et al. 2025, arXiv 2509.24261).
 
@@ -330,6 +387,7 @@ def risk(rewards: Tensor, beta: float = 2.0) -> Tensor:
     return adv.masked_fill(_constant_groups(rewards), 0.0)
 
 
+@register(zero_sum=True)
 def reinforce_pp(rewards: Tensor, eps: float = 1e-6) -> Tensor:
     """REINFORCE++ with a group baseline (Hu 2025, arXiv 2501.03262).
 
@@ -352,46 +410,6 @@ def reinforce_pp(rewards: Tensor, eps: float = 1e-6) -> Tensor:
 # ---------------------------------------------------------------------------------------
 # The registry and the door: compute_advantages is the one place that checks input
 # ---------------------------------------------------------------------------------------
-
-# name -> function. train.py picks one with --advantage NAME.
-ADVANTAGES = {
-    "reinforce": reinforce,
-    "mean": mean,
-    "rloo": rloo,
-    "grpo": grpo,
-    "psr": psr,
-    "nsr": nsr,
-    "w_reinforce": w_reinforce,
-    "asymre": asymre,
-    "focal": focal,
-    "power": power,
-    "asym": asym,
-    "fade": fade,
-    "passk": passk,
-    "pkpo": pkpo,
-    "maxrl": maxrl,
-    "risk": risk,
-    "reinforce_pp": reinforce_pp,
-}
-
-# Methods whose advantages sum to zero inside every group (with default hyper-parameters;
-# `fade` only while delta = 1). These are the ones under which shared tokens cancel.
-ZERO_SUM = ("mean", "rloo", "grpo", "focal", "power", "fade", "passk", "maxrl", "risk",
-            "reinforce_pp")
-
-# Reward domains. Binary: the method is defined by "correct or not" (psr keeps the
-# rewards as weights; passk and pkpo count c). Unit interval: it weights by 1 - p, which
-# must be >= 0. Non-negative: maxrl divides by p + eps, which must be > 0.
-BINARY_REWARDS = ("psr", "nsr", "w_reinforce", "passk", "pkpo")
-UNIT_REWARDS = ("focal", "power", "fade")
-NONNEGATIVE_REWARDS = ("maxrl",)
-
-# Smallest group size G a method is defined for (1 otherwise): rloo's baseline for a
-# rollout is the mean of the OTHER G - 1. The pass@k methods need k <= G (HYPER_RANGES)
-# and G >= 2: pass@k of a single sample is its own reward, so passk's advantage is 0 for
-# every group of one and pkpo's is plain psr; a run configured so learns nothing (passk)
-# or something else than asked (pkpo), and says nothing, so both refuse G = 1.
-MIN_GROUP_SIZE = {"rloo": 2, "passk": 2, "pkpo": 2}
 
 # Hyper-parameter ranges: name -> (test(value, G), what it needs). Every hyper-parameter
 # of the chosen method is checked, defaults included (passk's default k = 4 fails at G = 3).
@@ -440,9 +458,9 @@ def compute_advantages(name: str, rewards: Tensor, **hyper) -> Tensor:
          accepted ones), instead of a TypeError deep inside a training step;
       2. rewards: a torch.Tensor [N, G], non-empty, finite; NaN/inf reported with the first
          position (a NaN reward almost always means a crashed verifier: never train on 0);
-      3. the method's reward domain (BINARY_REWARDS, UNIT_REWARDS, NONNEGATIVE_REWARDS),
-         with the first offending value and position;
-      4. its group size (MIN_GROUP_SIZE);
+      3. the method's reward domain (its `rewards` property, REWARD_DOMAINS), with the
+         first offending value and position;
+      4. its group size (its `min_group_size`);
       5. every hyper-parameter, defaults included, against HYPER_RANGES.
     Integer rewards become float (torch's default float dtype); float32 stays float32.
     """
@@ -455,16 +473,12 @@ def compute_advantages(name: str, rewards: Tensor, **hyper) -> Tensor:
         if key not in accepted:
             raise ValueError(f"advantage {name!r} takes no hyper-parameter {key!r}; it takes {accepted or 'none'}")
     rewards = _check_rewards(rewards, name)
-    if name in BINARY_REWARDS:
-        _require_rewards((rewards == 0) | (rewards == 1), rewards, name, "needs binary 0/1 rewards")
-    if name in UNIT_REWARDS:
-        _require_rewards((rewards >= 0) & (rewards <= 1), rewards, name,
-                         "needs rewards in [0, 1] (it weights by 1 - p)")
-    if name in NONNEGATIVE_REWARDS:
-        _require_rewards(rewards >= 0, rewards, name, "needs rewards >= 0 (it divides by p)")
+    if fn.rewards != "real":
+        ok, what = REWARD_DOMAINS[fn.rewards]
+        _require_rewards(ok(rewards), rewards, name, what)
     G = rewards.shape[1]
-    if G < MIN_GROUP_SIZE.get(name, 1):
-        raise ValueError(f"{name}: needs G >= {MIN_GROUP_SIZE[name]} rollouts per prompt, got G={G}")
+    if G < fn.min_group_size:
+        raise ValueError(f"{name}: needs G >= {fn.min_group_size} rollouts per prompt, got G={G}")
     for p in params:
         value = hyper.get(p.name, p.default)
         if p.name not in HYPER_RANGES:                  # a new advantage's new hyper-parameter
@@ -500,97 +514,6 @@ def _require_rewards(ok: Tensor, rewards: Tensor, name: str, what: str) -> None:
 def _real(v) -> bool:
     """A finite real number, not a bool: the base of every float range in HYPER_RANGES."""
     return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
-
-
-# ---------------------------------------------------------------------------------------
-# The hyper-parameters as flags: read by the advantages whose function takes them
-# ---------------------------------------------------------------------------------------
-
-# The signatures above are the one declaration of every advantage's hyper-parameters and
-# their defaults. train.py makes each parameter name a flag (AdvantageConfig) and hands an
-# advantage the flags named like its parameters. Two parameters get another flag name,
-# because their own means something else to a TRL or verl user: risk's `beta` (TRL's
-# `beta` is the KL coefficient) and the denominator guard `eps` (TRL's `epsilon` is
-# PPO's clip range).
-FLAG_OF_PARAM = {"beta": "risk_beta", "eps": "adv_eps"}
-
-
-@dataclass
-class AdvantageConfig:
-    """The advantages' hyper-parameters as train.py's flags. None: not given, so the chosen
-    advantage uses its function's own default (train.py records that value in config.json).
-    A flag the chosen advantage does not take stays None: train.py refuses it, because a
-    flag that changes nothing misleads whoever typed it."""
-
-    alpha: float | None = None
-    """power, fade: difficulty exponent, A = (1-p)^(alpha-1) (r - p); default power 2, fade 1 (--schedule fade moves it)."""
-    delta: float | None = None
-    """asym, fade: a failure's advantage is divided by delta; default asym 0.5, fade 1 (--schedule fade moves it)."""
-    k: int | None = None
-    """passk, pkpo: the k of pass@k (default 4, at most --group_size)."""
-    lam: float | None = None
-    """w_reinforce: the advantage of a success, failures get -1 (default 0.1)."""
-    gamma: float | None = None
-    """focal: the exponent of (1 - p) on GRPO's advantage (default 1)."""
-    dV: float | None = None
-    """asymre: the shift of the baseline, A = r - (mean r + dV) (default -0.1)."""
-    risk_beta: float | None = None
-    """risk: the exponential utility's beta, > 0 risk-seeking (default 2)."""
-    adv_eps: float | None = None
-    """grpo, focal, maxrl, reinforce_pp: the guard eps added to a denominator (default 1e-6)."""
-
-
-def hyper_defaults(name: str) -> dict:
-    """{flag: default} of advantage `name`'s hyper-parameters, from its function's signature.
-
-    hyper_defaults("power") == {"alpha": 2.0}; hyper_defaults("risk") == {"risk_beta": 2.0};
-    hyper_defaults("mean") == {}.
-    """
-    params = list(inspect.signature(ADVANTAGES[name]).parameters.values())[1:]
-    return {FLAG_OF_PARAM.get(p.name, p.name): p.default for p in params}
-
-
-def hyper_from_flags(name: str, flags: AdvantageConfig) -> dict:
-    """The keyword arguments of ADVANTAGES[name] that `flags` sets: {parameter: value}.
-
-    Flags left None are left out, so the function's own default applies. Example: with
-    flags.risk_beta = 1.0, hyper_from_flags("risk", flags) == {"beta": 1.0}.
-    """
-    params = list(inspect.signature(ADVANTAGES[name]).parameters)[1:]
-    values = {p: getattr(flags, FLAG_OF_PARAM.get(p, p)) for p in params}
-    return {p: v for p, v in values.items() if v is not None}
-
-
-SCHEDULED = ("alpha", "delta")
-"""The hyper-parameters a schedule (scheduler.py) sets every step, for the fade advantage."""
-
-
-def step_hyper(given: dict, sched: dict) -> dict:
-    """One step's keyword arguments of the advantage: `given`, then what the schedule set.
-
-    given: {parameter: value} (train.py: hyper_from_flags; the TRL integration: its
-    advantage_kwargs); sched: this step's scheduler output ("fade" and "decay" return
-    alpha and delta, "constant" does not). Both trainers call this one rule.
-    """
-    return {**given, **{name: sched[name] for name in SCHEDULED if name in sched}}
-
-
-def unread_flags(name: str, flags: AdvantageConfig) -> list[str]:
-    """The flags `flags` sets (not None) that advantage `name` does not take, in field order."""
-    taken = hyper_defaults(name)
-    return [f.name for f in dataclasses.fields(flags) if getattr(flags, f.name) is not None and f.name not in taken]
-
-
-def with_defaults(name: str, flags: AdvantageConfig, keep_none: tuple = ()) -> AdvantageConfig:
-    """`flags` with every hyper-parameter of `name` that is still None set to its default.
-
-    What a run records in config.json: `--advantage power` alone says alpha 2.0, the
-    value used. keep_none: flags to leave None (train.py: alpha and delta when a
-    schedule sets them every step).
-    """
-    filled = {flag: default for flag, default in hyper_defaults(name).items()
-              if getattr(flags, flag) is None and flag not in keep_none}
-    return dataclasses.replace(flags, **filled)
 
 
 # ---------------------------------------------------------------------------------------

@@ -27,8 +27,11 @@ sampled token, [B, T] like every per-token tensor of rollout.py (B = N * G rollo
 prompt-major, a float response mask that is 1 on real tokens including EOS);
 "positive" and "negative" rollouts are those with A > 0 and A < 0 (A = 0 rollouts
 count in the totals of 1-2 but in neither sign). Every number is a function of the
-current step's batch; the trainer calls `after_update` every few steps (train.py,
-stage 7) and logs the dict it returns to metrics.jsonl.
+current step's batch. This file holds the formulas, on tensors; what a training step
+needs around them (rescoring under the new weights, sampling the token values'
+continuations, the coupling's forward, the step's record) is the engine's,
+machinery/token_diagnostics.py, whose after_update the trainer calls every few steps
+(train.py, stage 7) and logs to metrics.jsonl.
 
 The toy version of the same claims, with exact expectations instead of samples, is in
 toy/cancellation.py; this file measures them on the real task and the real model.
@@ -37,17 +40,9 @@ toy/cancellation.py; this file measures them on the real task and the real model
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-
-import loss
-import tasks
-from machinery import rollout
-from machinery import forward
-import verify
 
 TAU = 1e-3                  # flip threshold in nats (docs/math.md §6.1)
 VALUE_CELLS = ("boosted_pos", "suppressed_pos", "boosted_neg", "suppressed_neg")
@@ -57,174 +52,6 @@ COUPLING_CLASSES = ("same_low", "same_high", "different")
 SEED_OFFSET = 7_000_003
 
 
-# ---------------------------------------------------------------------------------------
-# The entry point the trainer calls
-# ---------------------------------------------------------------------------------------
-
-def after_update(model, tokenizer, ro: rollout.Rollouts, old_logp: Tensor, new_logp: Tensor, adv_flat: Tensor,
-                 task: str, answers: list[str], *, prompts: list[str] | None = None, rewards: Tensor | None = None,
-                 tau: float = TAU,
-                 value_samples: int = 0, value_k: int = 8, coupling_pairs: int = 0, seed: int = 0, step: int = 0,
-                 max_new_tokens: int = 48, temperature: float = 1.0) -> dict:
-    """All token diagnostics of one step, as a flat dict of metrics (docs/metrics.md).
-
-    Call after the optimizer step(s) of a rollout batch, model in eval mode, with the
-    batch's log-probs under the sampling weights (old_logp) and the updated ones
-    (new_logp), both [B, T] on the CPU from one teacher-forced pass. Runs flip/* and
-    where/* (free; where/* only for tasks with a template), coupling/* if coupling_pairs
-    > 0 (one forward) and value/* if value_samples > 0 (2 * value_samples * value_k
-    continuations: the expensive one), timing the last two; costs in docs/metrics.md.
-    ro: the step's Rollouts; adv_flat: [B]; task: the rows' tasks.Task; answers: N
-    reference answers (rollout b answers answers[b // G]); prompts: the N prompt texts
-    (countdown's verifier reads them); rewards: [B] or [N, G], for credit/specificity_* (none
-    without them); max_new_tokens, temperature: the run's sampling settings. Samples come from streams seeded by (seed, step) inside fork_rng: the
-    training RNG never moves, and resumes reproduce. ValueError names a bad input.
-    """
-    B, T = ro.response_ids.shape
-    for name, t in (("old_logp", old_logp), ("new_logp", new_logp)):
-        if tuple(t.shape) != (B, T):
-            raise ValueError(f"after_update: {name} has shape {tuple(t.shape)}, the rollouts are {(B, T)}")
-    if tuple(adv_flat.shape) != (B,):
-        raise ValueError(f"after_update: adv_flat has shape {tuple(adv_flat.shape)}, expected ({B},)")
-    if len(answers) * ro.G != B:
-        raise ValueError(f"after_update: {len(answers)} answers x G={ro.G} != {B} rollouts")
-    if prompts is not None and len(prompts) != len(answers):
-        raise ValueError(f"after_update: {len(prompts)} prompts but {len(answers)} answers")
-    for name, v, low in (("value_samples", value_samples, 0), ("value_k", value_k, 1),
-                         ("coupling_pairs", coupling_pairs, 0), ("max_new_tokens", max_new_tokens, T)):
-        if v < low:
-            raise ValueError(f"after_update: {name} must be >= {low}, got {v}")
-    if not temperature > 0 or not tau >= 0:
-        raise ValueError(f"after_update: need temperature > 0 and tau >= 0, got {temperature}, {tau}")
-
-    mask = ro.response_mask.float()
-    old_logp, new_logp, adv_flat = old_logp.float().cpu(), new_logp.float().cpu(), adv_flat.float().cpu()
-    out = token_flips(new_logp, old_logp, mask, adv_flat, tau)
-    if rewards is not None:
-        out.update(specificity(new_logp, old_logp, mask, ro.response_ids.cpu(), rewards.reshape(-1).float().cpu(),
-                               ro.G))
-    template = tasks.template_token_mask(task, tokenizer, ro.response_ids, ro.response_mask)
-    if template is not None:
-        out.update(where_updates_go(new_logp, old_logp, mask, adv_flat, template))
-    base_seed = seed * 100_003 + step + SEED_OFFSET
-    if coupling_pairs:
-        t0 = time.perf_counter()
-        gen = torch.Generator().manual_seed(base_seed + 1)
-        pairs = sample_coupling_pairs(ro.response_ids, mask, old_logp, coupling_pairs, gen)
-        out.update(coupling_stats(model, ro, pairs, temperature))
-        out["time/diag_coupling"] = time.perf_counter() - t0
-    if value_samples:
-        t0 = time.perf_counter()
-        gen = torch.Generator().manual_seed(base_seed + 2)
-        rows, cols, cells = sample_value_positions(new_logp - old_logp, mask, adv_flat, value_samples, gen, tau)
-        device = next(model.parameters()).device
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            torch.manual_seed(base_seed)
-            v_with, v_without = token_values(model, tokenizer, ro, rows, cols, answers, task, value_k,
-                                             max_new_tokens, temperature, prompts=prompts)
-        out.update(value_stats(v_with - v_without, cells))
-        out["time/diag_value"] = time.perf_counter() - t0
-    return out
-
-
-# ---------------------------------------------------------------------------------------
-# The trainer's probe: what a diagnostic step records during the update
-# ---------------------------------------------------------------------------------------
-#
-# train.py's loop calls the same three methods on every step; on a step without
-# diagnostics they belong to NoProbe and do nothing (as nanochat's DummyWandb stands in
-# for a logger that is off), so the loop carries no `if diagnose:` branches.
-
-@dataclass(frozen=True)
-class ProbeConfig:
-    """When the token diagnostics run and how much they sample (train.py's flags of the same names)."""
-
-    flip_every: int = 10
-    """Token diagnostics and the cancellation residual every this many steps (0 = off)."""
-    coupling_pairs: int = 256
-    """Token pairs per coupling class (0 = off)."""
-    value_every: int = 0
-    """Token-value Monte Carlo every this many steps (0 = off)."""
-    value_samples: int = 64
-    """Response positions per token-value estimate."""
-    value_k: int = 8
-    """Continuations per prefix in the token-value estimate."""
-    seed: int = 0
-    """The run's seed: the diagnostics' own streams derive from it and the step."""
-    max_new_tokens: int = 48
-    """The generation budget of the token values' continuations."""
-
-
-def step_probe(cfg: ProbeConfig, step: int, mask: Tensor):
-    """StepProbe on a diagnostic step (every cfg.flip_every or cfg.value_every steps), else NoProbe.
-
-    mask: [B, T] the step's response mask (the probe's shapes).
-    """
-    value_step = bool(cfg.value_every) and step % cfg.value_every == 0
-    if (bool(cfg.flip_every) and step % cfg.flip_every == 0) or value_step:
-        return StepProbe(cfg, step, mask, value_step)
-    return NoProbe()
-
-
-class NoProbe:
-    """The probe of a step without diagnostics: every method does nothing."""
-
-    active = False
-
-    def micro_batch(self, *args) -> None:
-        pass
-
-    def optimizer_step(self, *args) -> None:
-        pass
-
-    def report(self, *args) -> dict:
-        return {}
-
-
-class StepProbe:
-    """Records, during one step's update, what the step's diagnostics need afterwards.
-
-    active: True, so forward.carries_gradient runs every rollout (the diagnostics need
-    every rollout's log-probs).
-    micro_batch: keeps logp_old and the rollout coefficients m_i (loss.rollout_coefficients:
-      one extra backward through the loss head only, never through the model);
-    optimizer_step: the cancellation residual R_g over the optimizer step's whole groups;
-    report: one no-grad pass under the updated weights, then after_update, the step's mean
-      residual and that of its first optimizer step alone (ratio 1 there, so with whole
-      groups and a zero-sum advantage it is 0 to float rounding; docs/metrics.md); rows are
-      the step's N data rows (the token values' verifier may read the prompt).
-    """
-
-    active = True
-
-    def __init__(self, cfg: ProbeConfig, step: int, mask: Tensor, value_step: bool):
-        self.cfg, self.step, self.value_step = cfg, step, value_step
-        self.logp_old = torch.zeros_like(mask)                          # [B, T], CPU
-        self.coef = torch.zeros(len(mask), dtype=torch.float64)         # [B] m_i
-        self.residuals = []                                             # R_g means, one per optimizer step
-
-    def micro_batch(self, idx: Tensor, logp: Tensor, old: Tensor, adv: Tensor, mask: Tensor, group: Tensor,
-                    loss_cfg, norm) -> None:
-        """idx: the micro-batch's rollouts; the other tensors are theirs (as policy_loss got them)."""
-        self.logp_old[idx] = old.float().cpu()
-        self.coef[idx] = loss.rollout_coefficients(logp, old, adv, mask, loss_cfg, norm, group).cpu()
-
-    def optimizer_step(self, step_idx: Tensor, group_index: Tensor) -> None:
-        self.residuals.append(_nanmean(loss.cancellation_residual(self.coef[step_idx], group_index[step_idx]).tolist()))
-
-    def report(self, model, tokenizer, task, passes: forward.Passes, ro: rollout.Rollouts, adv: Tensor,
-               rows: list[dict], rewards: Tensor | None = None) -> dict:
-        cfg = self.cfg
-        new_logp = forward.no_grad_pass(model, ro, passes)[0]
-        out = after_update(model, tokenizer, ro, self.logp_old, new_logp, adv.reshape(-1), task,
-                           [r["answer"] for r in rows], prompts=[r["prompt"] for r in rows], rewards=rewards,
-                           value_samples=cfg.value_samples if self.value_step else 0, value_k=cfg.value_k,
-                           coupling_pairs=cfg.coupling_pairs, seed=cfg.seed, step=self.step,
-                           max_new_tokens=cfg.max_new_tokens, temperature=passes.temperature)
-        out.update(residual_metrics(self.residuals))
-        return out
-
-
 def residual_metrics(residuals: list[float]) -> dict:
     """The step's residual keys from the R_g means of its optimizer steps, in order.
 
@@ -232,11 +59,11 @@ def residual_metrics(residuals: list[float]) -> dict:
     "cancellation_residual_first": the first optimizer step's alone (ratio 1 there).
     Example: [1e-9, 0.3, NaN] -> 0.15, 1e-9.
     """
-    return {"cancellation_residual": _nanmean(residuals),
+    return {"cancellation_residual": nanmean(residuals),
             "cancellation_residual_first": residuals[0] if residuals else math.nan}
 
 
-def _nanmean(values: list[float]) -> float:
+def nanmean(values: list[float]) -> float:
     """Mean of the non-NaN values (NaN if there are none: no group had both signs)."""
     finite = [v for v in values if not math.isnan(v)]
     return sum(finite) / len(finite) if finite else math.nan
@@ -399,69 +226,6 @@ def sample_value_positions(delta: Tensor, mask: Tensor, adv_flat: Tensor, n: int
     return torch.cat(rows), torch.cat(cols), cells
 
 
-def token_values(model, tokenizer, ro: rollout.Rollouts, rows: Tensor, cols: Tensor, answers: list[str], task: str,
-                 k: int, max_new_tokens: int, temperature: float = 1.0,
-                 max_batch_rows: int = 2048, prompts: list[str] | None = None) -> tuple[Tensor, Tensor]:
-    """[recon] Monte Carlo success probabilities from a prefix with and without a token.
-
-    For the sampled token o_t of rollout b (position (rows[s], cols[s])):
-        V_with    = P(success | q, o_{<=t})  ~  mean over k continuations of q + o_{<=t}
-        V_without = P(success | q, o_{<t})   ~  mean over k continuations of q + o_{<t}
-        value     = V_with - V_without    (standard error of each V: sqrt(V(1-V)/k))
-
-    Continuations: the CURRENT policy at the run's temperature, the rollout's remaining
-    budget, scored by the task's verifier as a rollout is; a complete prefix (EOS, budget
-    used) is scored exactly, unsampled. Calls of at most max_batch_rows rows (G = k each);
-    details in docs/math.md §6.5. Consumes torch's global RNG: wrap in fork_rng.
-    ro: the Rollouts the positions index; answers: N reference answers (answers[b // G]);
-    prompts: the N prompt texts, or None for verifiers that do not read them.
-    Returns (v_with [S] float64, v_without [S] float64).
-    """
-    pad_id, eos_ids = rollout.special_ids(model, tokenizer)
-    device = next(model.parameters()).device
-    # One job per (position, with/without): the prompt + response prefix, its budget.
-    jobs = []                                   # (position s, with?, prompt ids, prefix ids, budget)
-    for s, (b, t) in enumerate(zip(rows.tolist(), cols.tolist())):
-        prompt = ro.prompt_ids[b][ro.prompt_mask[b] != 0].tolist()
-        response = ro.response_ids[b, :t + 1].tolist()
-        for with_token in (True, False):
-            prefix = response if with_token else response[:-1]
-            jobs.append((s, with_token, prompt, prefix, max_new_tokens - len(prefix)))
-    texts, owners = [], []                      # decoded full responses; the job each belongs to
-    done = [j for j, job in enumerate(jobs) if job[1] and (job[3][-1] in eos_ids or job[4] <= 0)]
-    for j in done:                              # complete already: score the prefix itself
-        texts.append(tokenizer.decode(jobs[j][3], skip_special_tokens=True))
-        owners.append(j)
-    todo = sorted(set(range(len(jobs))) - set(done))
-    per_call = max(1, max_batch_rows // k)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            for start in range(0, len(todo), per_call):
-                chunk = todo[start:start + per_call]
-                ids, attn = rollout.pad_rows([jobs[j][2] + jobs[j][3] for j in chunk], pad_id, left=True)
-                budget = max(jobs[j][4] for j in chunk)
-                tokens = rollout.sample(model, ids.to(device), attn.to(device), k, budget, temperature=temperature,
-                                        top_p=1.0, pad_id=pad_id, eos_ids=eos_ids)[0].cpu()
-                for i, j in enumerate(chunk):
-                    cont = tokens[i * k:(i + 1) * k, :jobs[j][4]]
-                    cont, cont_mask, _ = rollout.cut_at_eos(cont, eos_ids, pad_id)
-                    for row, n_real in zip(cont.tolist(), cont_mask.sum(1).long().tolist()):
-                        texts.append(tokenizer.decode(jobs[j][3] + row[:n_real], skip_special_tokens=True))
-                        owners.append(j)
-    finally:
-        model.train(was_training)
-    question = [int(rows[jobs[j][0]]) // ro.G for j in owners]       # each text's prompt index
-    rewards = verify.reward_tensor(verify.score(texts, [answers[q] for q in question], task,
-                                                None if prompts is None else [prompts[q] for q in question])).double()
-    total = torch.zeros(len(jobs), dtype=torch.float64).index_add_(0, torch.tensor(owners, dtype=torch.long), rewards)
-    count = torch.zeros(len(jobs), dtype=torch.float64).index_add_(0, torch.tensor(owners, dtype=torch.long),
-                                                                   torch.ones_like(rewards))
-    v = (total / count).view(-1, 2)             # jobs were appended (with, without) per position
-    return v[:, 0], v[:, 1]
-
-
 def value_stats(value: Tensor, cells: list[str]) -> dict:
     """Mean token value per cell, with sample size and standard error.
 
@@ -529,78 +293,6 @@ def sample_coupling_pairs(token_ids: Tensor, mask: Tensor, old_logp: Tensor, n: 
     return {"same_low": _same_token_pairs(flat[low], tok[low], n, generator),
             "same_high": _same_token_pairs(flat[~low], tok[~low], n, generator),
             "different": _different_token_pairs(flat, tok, n, generator)}
-
-
-def coupling_stats(model, ro: rollout.Rollouts, pairs: dict[str, tuple[Tensor, Tensor]],
-                   temperature: float = 1.0) -> dict:
-    """Mean output-layer coupling per class of pairs, and the number of pairs.
-
-    One forward pass (rollout.token_logprobs, in chunks) over the rollouts that hold a
-    sampled occurrence gives each occurrence's final hidden state h (the input of the
-    output layer) and its next-token distribution p; output_layer_coupling does the
-    rest. The model is the caller's (in the trainer: after the update, one step away
-    from pi_old); the confidence classes use pi_old itself.
-    Keys: "coupling/<class>" (mean coupling, signed, per unit learning rate) and
-    "coupling/n_<class>"; the mean is absent for a class with no pair. The paper's
-    claim: coupling/same_low is the largest; we expect same_low > same_high > different.
-    """
-    T = ro.response_ids.shape[1]
-    needed = torch.unique(torch.cat([torch.cat(p) for p in pairs.values()]))
-    h, logp_all = output_layer_features(model, ro, needed // T, needed % T, temperature)
-    head = model.get_output_embeddings()
-    has_bias = getattr(head, "bias", None) is not None
-    tokens = ro.response_ids.flatten()
-    out = {}
-    for cls in COUPLING_CLASSES:
-        first, second = pairs[cls]
-        out[f"coupling/n_{cls}"] = len(first)
-        if not len(first):
-            continue
-        i, j = torch.searchsorted(needed, first), torch.searchsorted(needed, second)   # rows of h, logp_all
-        c = output_layer_coupling(logp_all[i].exp(), logp_all[j].exp(), tokens[first], tokens[second],
-                                  h[i], h[j], temperature, has_bias)
-        out[f"coupling/{cls}"] = float(c.mean())
-    return out
-
-
-def output_layer_features(model, ro: rollout.Rollouts, rows: Tensor, cols: Tensor, temperature: float = 1.0,
-                          chunk: int = 64) -> tuple[Tensor, Tensor]:
-    """Final hidden state and log-distribution at response positions (rows[s], cols[s]).
-
-    h[s] is the input of the output layer (model.get_output_embeddings(), captured by a
-    forward hook) at the position that PREDICTS response token cols[s] of rollout
-    rows[s]; logp_all[s] = log_softmax(output / T) there, so logp_all[s, token] is what
-    rollout.token_logprobs returns for that token (tested). The forward is
-    rollout.token_logprobs itself, over the distinct rows, chunk rows at a time, no
-    gradients; it keeps the last t1 + 1 positions (t1 = the chunk's longest response),
-    of which position t predicts response token t.
-    Returns (h [S, d] float64, logp_all [S, V] float64).
-    """
-    captured = {}
-
-    def hook(module, inputs, output):
-        captured["h"], captured["z"] = inputs[0], output
-
-    device = next(model.parameters()).device
-    h = logp_all = None
-    handle = model.get_output_embeddings().register_forward_hook(hook)
-    try:
-        with torch.no_grad():
-            for idx in torch.unique(rows).split(chunk):
-                rollout.token_logprobs(model, *(t[idx].to(device) for t in (ro.prompt_ids, ro.prompt_mask,
-                                                                          ro.response_ids, ro.response_mask)),
-                                       temperature=temperature)
-                here = torch.isin(rows, idx).nonzero().squeeze(1)           # the occurrences in this chunk
-                local = torch.searchsorted(idx, rows[here])                 # their row within the chunk
-                hs = captured["h"][local, cols[here]].double().cpu()
-                ls = torch.log_softmax(captured["z"][local, cols[here]].double() / temperature, dim=-1).cpu()
-                if h is None:   # made where hs and ls are (the CPU), whatever the default device
-                    h = hs.new_zeros(len(rows), hs.shape[1])
-                    logp_all = ls.new_zeros(len(rows), ls.shape[1])
-                h[here], logp_all[here] = hs, ls
-    finally:
-        handle.remove()
-    return h, logp_all
 
 
 # ---------------------------------------------------------------------------------------

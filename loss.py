@@ -42,14 +42,14 @@ Shapes: B rollouts in this call (a micro-batch), T response positions.
 Natural logs; entropy and KL in nats.
 Devices: every tensor this file makes is made on its inputs' device (`x.new_zeros`,
 `torch.zeros_like`), so the loss runs wherever the model does; a bare `torch.zeros(n)`
-would land on the CPU and fail to mix with CUDA inputs. tests/test_loss.py checks it by
+would land on the CPU and fail to mix with CUDA inputs. tests/lesson/test_loss.py checks it by
 making the default device "meta" while the inputs stay on the CPU.
 
 Micro-batch invariance: the normaliser (how many tokens / sequences the whole optimizer
 step has) is computed ONCE from the whole step by `step_normaliser` and passed in. Then
 summing the losses of any split of the step into micro-batches gives exactly the loss
 (and the gradient) of the whole step. Averaging per micro-batch instead, the naive way,
-weights short micro-batches' tokens more (tests/test_loss.py shows both).
+weights short micro-batches' tokens more (tests/lesson/test_loss.py shows both).
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ class LossConfig:
         # between two tokens are then within e^0.5 of the reference's: training is pinned
         # to the start (GRPO used 0.04). At entropy_coef 1 they are within e^5 of EVEN
         # odds, whatever the reward: close to uniform noise over the vocabulary (usual
-        # values: 0.001 to 0.01). NaN and inf are left to train.validate, which names them
+        # values: 0.001 to 0.01). NaN and inf are left to machinery/config.validate, which names them
         # as such for every float field at once (flags.nonfinite_floats).
         if math.isfinite(self.kl_coef) and not 0 <= self.kl_coef <= MAX_KL_COEF:
             raise ValueError(f"kl_coef must be in [0, {MAX_KL_COEF}] (at {MAX_KL_COEF} the policy stays within odds "
@@ -302,7 +302,7 @@ def gspo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, eps_low: flo
     clipped per sequence (all its tokens share one ratio). Averaged over the tokens of
     the sequence (1/|o_i|) and then over sequences, that is exactly GSPO's J and its
     gradient s_i A_i (1/|o_i|) sum_t grad log pi_t; LossConfig therefore allows only
-    seq-mean-token-mean here (tests/test_loss.py checks loss and gradient against an
+    seq-mean-token-mean here (tests/lesson/test_loss.py checks loss and gradient against an
     independent sequence-level implementation to 1e-6). adv: [B].
     """
     s = gspo_sequence_ratio(logp.detach(), old_logp, mask)                   # [B] value only
@@ -442,7 +442,7 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, estimator: str) -> Tensor:
         k3 = r - 1 - log r              unbiased, always >= 0 (GRPO's choice); its gradient
                                         is that of KL(pi_ref || pi), also toward pi_ref
     A sign slip here (adding +k1 where -k1 belongs, or r = pi/pi_ref in k3) has shipped in
-    real frameworks; tests/test_loss.py checks that one step on k2 or k3 lowers the exact
+    real frameworks; tests/lesson/test_loss.py checks that one step on k2 or k3 lowers the exact
     KL and that k1's expected gradient vanishes. Returns [B, T].
     """
     log_r = ref_logp - logp
@@ -558,32 +558,6 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
         if cfg.surrogate == "dfpo":      # a dropped rollout has every token flagged, in low or high
             stats.update(dfpo_group_counts(advantages, (clipped_low | clipped_high).any(dim=1), group_index))
     return loss, stats
-
-
-def needs_whole_groups(cfg: LossConfig) -> bool:
-    """True iff the loss must see each group's rollouts together: DFPO's weight transforms.
-
-    A transform (dfpo_transform) re-weights a rollout by the other rollouts of its group,
-    so it only sees the part of a group that is in its call. Every place that cuts a
-    batch asks this one function: the door (an optimizer step holds whole groups:
-    --minibatch_mode query or query_balanced), the micro-batching (cut at group
-    boundaries, forward.micro_batches) and the zero-advantage skip (below).
-    """
-    return cfg.weight_transform is not None
-
-
-def zero_advantage_adds_nothing(cfg: LossConfig) -> bool:
-    """True iff a rollout with advantage exactly 0 adds exactly 0 to the loss and its gradient.
-
-    Every surrogate multiplies a rollout's tokens by its advantage (PPO's min(rho A,
-    clip(rho) A), CISPO's sg(clip(rho)) A log pi, GSPO's s_i A_i), and every aggregation
-    is linear in those per-token terms with a normaliser fixed for the whole optimizer
-    step (step_normaliser): so A_i = 0 contributes exactly 0, whatever its log-probs.
-    Not so with a KL penalty or an entropy bonus (those terms do not vanish with A_i),
-    nor with a DFPO transform (it mixes the weights of a group). The trainer skips such
-    rollouts' forward and backward (forward.carries_gradient).
-    """
-    return cfg.kl_coef == 0 and cfg.entropy_coef == 0 and not needs_whole_groups(cfg)
 
 
 # ---------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ numbers per group (the FADE paper's decomposition, Decugis et al. 2026, arXiv 26
 
 The curves are built by CALLING the registered advantages on synthetic groups, never
 from a second copy of their formulas, so a curve that disagrees with a closed form is a
-bug in one of the two (tests/test_advantages.py checks both).
+bug in one of the two (tests/lesson/test_advantages.py checks both).
 
     m_S, m_F = gradient_mass(A)                        # per-group masses, [N] each
     p, m_S, m_F = mass_curve("grpo", G=64)             # the population curves
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 
 import torch
 from torch import Tensor
@@ -124,8 +125,6 @@ def plot_masses(path: str, G: int = 64) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from machinery import door              # the shared check of an output path
-
     parser = argparse.ArgumentParser(prog="mass.py", description="Every advantage's gradient mass curves, in one PNG.")
     parser.error = lambda message: parser.exit(2, f"{parser.prog}: error: {message}\n")   # one line, exit 2
     parser.add_argument("--plot", metavar="PNG", required=True, help="draw all mass curves into this PNG")
@@ -133,8 +132,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not 2 <= args.G <= MAX_CLI_G:                 # mass_curve builds a [G+1, G] batch, as the table
         parser.error(f"--G must be in [2, {MAX_CLI_G}], got {args.G}")
-    if problem := door.writable_file_problem(args.plot):     # before the work, not after
-        parser.error(f"--plot {args.plot!r}: {problem}")
+    folder = os.path.dirname(os.path.abspath(args.plot))       # before the work, not after
+    if os.path.isdir(args.plot) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        parser.error(f"--plot {args.plot!r}: not a file this process can write (is it a directory, or is its "
+                     "directory missing or read-only?)")
     plot_masses(args.plot, G=args.G)
     print(f"wrote {args.plot}")
 

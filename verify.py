@@ -34,7 +34,7 @@ Safety. No model text is ever evaluated in the trainer's process. Our own checke
 (addition, countdown's) parse text with grammars that have nothing to execute. The scorers
 that can evaluate text (math-verify, which hands parts of an answer to sympy, and
 reasoning-gym's dataset scorers, some of which call eval) run only in
-machinery/sandbox.py: a locked-down child process per answer, killed at its timeout,
+tasks/sandbox.py: a locked-down child process per answer, killed at its timeout,
 which can neither write files, nor signal the trainer, nor keep running; its header says
 exactly what holds and what does not.
 """
@@ -44,8 +44,7 @@ from __future__ import annotations
 import math
 import re
 from concurrent.futures import ThreadPoolExecutor
-
-from machinery import sandbox
+from typing import Callable
 
 
 # ---------------------------------------------------------------------------------------
@@ -126,7 +125,7 @@ def last_boxed(text: str) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------
-# SECTION 2. Symbolic equivalence, sandboxed, with a hard wall-clock bound
+# SECTION 2. Mathematical equality: the cheap exact steps here, the symbolic one brought by the task
 # ---------------------------------------------------------------------------------------
 #
 # math-verify bounds its own work with signal.alarm. That has two problems for an RL
@@ -136,7 +135,7 @@ def last_boxed(text: str) -> str | None:
 # may never fire. The only bound that always works is to run the check in another
 # process and kill it. And math-verify hands parts of the answer to sympy, whose parser
 # can evaluate Python: model text must not reach it with the trainer's rights. So the
-# comparison runs in machinery/sandbox.py: a warm worker process per core imports
+# comparison runs in tasks/sandbox.py: a warm worker process per core imports
 # math-verify once, and forks a locked-down child per comparison, which it kills at the
 # timeout (the sandbox's header lists what that child can and cannot do).
 
@@ -149,7 +148,7 @@ _INT_RE = re.compile(r"-?[0-9]+")
 _FULLWIDTH = {cp: cp - 0xFEE0 for cp in range(0xFF01, 0xFF5F)}
 
 
-def math_equal(pred, ref, timeout: float = 2.0) -> bool:
+def math_equal(pred, ref, timeout: float = 2.0, symbolic: Callable[[str, str, float], bool] | None = None) -> bool:
     """True iff the answer string pred is mathematically equal to the reference ref.
 
     Steps, cheapest first (each returns early):
@@ -158,11 +157,12 @@ def math_equal(pred, ref, timeout: float = 2.0) -> bool:
       3. longer than MAX_ANSWER_CHARS, or braces nested deeper than MAX_BRACE_DEPTH
          -> False (a policy: a 100000-digit "answer" is not credited even if it parses).
       4. both plain integers ("-?[0-9]+") -> integer comparison ("0432" == "432").
-      5. else math-verify on "$pred$" vs gold "$ref$", in a sandboxed child process
-         (machinery/sandbox.py) within `timeout` seconds of wall time; a timeout, a crash
-         or a parse failure -> False.
-    Thread-safe; calls beyond sandbox.POOL_SIZE concurrent ones wait for a worker. Cost:
-    ~5 us on the integer path, tens of ms per math-verify call, `timeout` for a hang.
+      5. else symbolic(pred, ref, timeout): the comparison that needs a parser, brought by
+         the task that needs it (tasks/math_datasets.py: math-verify on "$pred$" vs gold
+         "$ref$" in a sandboxed child process, tasks/sandbox.py, within `timeout` seconds
+         of wall time; a timeout, a crash or a parse failure -> False). None: False, so
+         this file stays pure, parsing and executing nothing.
+    Cost: ~5 us on the integer path, tens of ms per math-verify call, `timeout` for a hang.
     math-verify's conventions ("1,234" == "1234", "2,3" == "3,2", ...): docs/math.md §10.
     """
     if not (isinstance(pred, str) and isinstance(ref, str)):
@@ -180,12 +180,7 @@ def math_equal(pred, ref, timeout: float = 2.0) -> bool:
             return False
     if _INT_RE.fullmatch(pred) and _INT_RE.fullmatch(ref):
         return _canonical_int(pred) == _canonical_int(ref)
-    return sandbox.run_scorer("math", [pred, ref], timeout) is True
-
-
-def shutdown_math_workers() -> None:
-    """Stop the sandbox's workers (math-verify's and reasoning-gym's); the next call starts fresh ones."""
-    sandbox.shutdown()
+    return symbolic is not None and symbolic(pred, ref, timeout) is True
 
 
 # --- helpers of SECTION 2 --------------------------------------------------------------
@@ -216,12 +211,13 @@ def _canonical_int(s: str) -> tuple[bool, str]:
 # SECTION 3. Scores: from (response, reference) to reward components
 # ---------------------------------------------------------------------------------------
 
-def score_math(response, reference: str, timeout: float = 2.0) -> dict:
+def score_math(response, reference: str, timeout: float = 2.0,
+               symbolic: Callable[[str, str, float], bool] | None = None) -> dict:
     """Score a free-text math response against a bare reference answer ("42", "\\frac12").
 
     Returns {"format": f, "correct": c, "reward": c}:
       f = 1.0 iff extract_answer found an answer (boxed, "####" or "Answer:"),
-      c = 1.0 iff f and math_equal(answer, reference).
+      c = 1.0 iff f and math_equal(answer, reference, timeout, symbolic).
     reward == correct (module header: format is logged, never rewarded).
     reference is the answer itself, not a solution; tasks/math_datasets.py extracts it once.
     """
@@ -229,7 +225,7 @@ def score_math(response, reference: str, timeout: float = 2.0) -> dict:
         raise ValueError(f"score_math needs a str reference, got {reference!r}")
     pred = extract_answer(response)
     fmt = 1.0 if pred is not None else 0.0
-    correct = 1.0 if pred is not None and math_equal(pred, reference, timeout) else 0.0
+    correct = 1.0 if pred is not None and math_equal(pred, reference, timeout, symbolic) else 0.0
     return {"format": fmt, "correct": correct, "reward": correct}
 
 
@@ -288,7 +284,7 @@ def score(responses: list, answers: list[str], task, prompts: list[str] | None =
     given) must have equal lengths (ValueError with both lengths). A checker that reads
     the prompt (countdown: the numbers are in it) refuses prompts=None. A sandboxed
     checker (math-verify, reasoning-gym's scorers) gets `timeout` seconds per answer,
-    and the batch runs on sandbox.POOL_SIZE threads, each talking to its own worker
+    and the batch runs on task.workers threads, each waiting on its own sandbox worker
     process, so the pool is used in parallel.
     """
     if len(responses) != len(answers):
@@ -306,7 +302,7 @@ def score(responses: list, answers: list[str], task, prompts: list[str] | None =
     one = lambda rap: task.check(*rap, timeout=timeout)
     if len(responses) <= 1:
         return [one(rap) for rap in zip(responses, answers, prompts)]
-    with ThreadPoolExecutor(max_workers=sandbox.POOL_SIZE) as ex:
+    with ThreadPoolExecutor(max_workers=task.workers) as ex:
         return list(ex.map(one, zip(responses, answers, prompts)))
 
 

@@ -286,7 +286,7 @@ def power_ratio(n: int, level: float, power: float = POWER, draws: int = 2000, s
     function of r), then bisection on r. The test is scale-free (p does not change when
     every d_k is multiplied by s > 0), so r depends on n and the level only, and one
     simulation serves every claim of a family. Its Monte Carlo error is about 1% of r for
-    2000 draws (tests/test_claims.py checks it against an independent simulation, and
+    2000 draws (tests/study/test_claims.py checks it against an independent simulation, and
     against the closed form r = Phi^-1(power^(1/n)) of levels below 4 / 2^n, where only
     the all-positive pattern is significant).
     """

@@ -104,9 +104,9 @@ from typing import Callable
 
 from experiments.claims import Check, Claim
 from machinery import tinymodel
-from experiments.quantities import (at_start, censored, collapsed, difference, smoothed_peak, smoothed_peak_step, final, final_max_pass, first_reach, head_mean, log_ratio,
-                                    max_of, mean_of, min_of, peak, peak_of, peak_step_of, peaked_at_end, pooled_n,
-                                    nanmean, pooled_value, ratio, tail_mean, total)
+from experiments.quantities import (at_start, censored, collapsed, difference, final, final_max_pass, first_reach,
+                                    head_mean, log_ratio, max_of, mean_of, min_of, peak_of, peak_step_of, peaked_at_end,
+                                    pooled_n, pooled_value, ratio, smoothed_peak, smoothed_peak_step, tail_mean, total)
 
 CANCELLATION = "Cancellation Hypothesis"
 OURS = "ours (no paper)"      # a question this project added: on the pages, outside the papers' tables

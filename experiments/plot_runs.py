@@ -40,7 +40,7 @@ import matplotlib.pyplot as plt            # noqa: E402  (must follow matplotlib
 from matplotlib.lines import Line2D        # noqa: E402
 import numpy as np                         # noqa: E402
 
-from machinery import door              # noqa: E402  (the shared checks at the door)
+from machinery import checks              # noqa: E402  (the shared checks at the door)
 
 # ---------------------------------------------------------------------------------------
 # The layout: (panel title, [(key, legend label), ...]).
@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"no metrics.jsonl in {d!r}")
     # Never the current directory (in a clone, the repository root): the first run's directory.
     out = args.out or os.path.join(args.runs[0], "plots.png" if len(args.runs) == 1 else "compare.png")
-    if problem := door.writable_file_problem(out):
+    if problem := checks.writable_file_problem(out):
         parser.error(f"--out {out!r}: {problem}")
     try:
         titles = plot_runs(args.runs, out, args.smooth)

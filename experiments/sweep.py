@@ -51,11 +51,11 @@ with one line per failed run naming its log.
 A sweep may so be finished over several sessions; `report` rebuilds every report from
 whatever has finished.
 
-One sweep per --out at a time: the sweep locks --out (door.lock_dir; a second sweep
+One sweep per --out at a time: the sweep locks --out (checks.lock_dir; a second sweep
 is refused in one line naming the first one's PID), and each train.py locks its own run
 directory. A train.py dies with the sweep that started it, however the sweep dies
 (kill -9 included): the sweep passes its PID in TOKENCREDIT_PARENT_PID, and train.py asks
-the kernel for a signal when its parent exits (door.exit_with_parent). So a killed
+the kernel for a signal when its parent exits (checks.exit_with_parent). So a killed
 sweep leaves no run writing behind it, and its rerun resumes each one once.
 
 For tests: everything after `--` goes to every train.py run, after the sweep's own flags
@@ -87,7 +87,7 @@ from experiments import pages
 from experiments.pages import machine as _machine, now as _now, read_json as _read_json
 from experiments.designs import (SEEDS, SWEEPS, TASKS, WARMUP_SEEDS, Sweep, budget_table, estimate_minutes, eval_flags,
                                 runs_on, settings)
-from machinery import door
+from machinery import checks
 
 # ---------------------------------------------------------------------------------------
 # The defaults: change them here.
@@ -435,7 +435,7 @@ def main(argv: list[str] | None = None) -> None:
         for path in pages.report(args.out, args.docs, args.readme):
             print(f"wrote {path}")
         return
-    if problem := door.writable_dir_problem(args.out):
+    if problem := checks.writable_dir_problem(args.out):
         parser.error(f"--out {args.out!r}: {problem}")
     if args.name == "plan":
         print(plan_text(list(TASKS), args.docs))
@@ -465,7 +465,7 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--arms: {', '.join(unknown) or repr(args.arms)} not in sweep {names[0]} "
                          f"(arms: {', '.join(sweeps[0].arms)})")
     try:
-        out_lock = door.lock_dir(args.out, "--out")       # held until this process exits
+        out_lock = checks.lock_dir(args.out, "--out")       # held until this process exits
         plans = {s.name: plan_runs(s, arms if args.arms else list(s.arms), warmup_seeds, seeds or list(s.seeds),
                                    args.steps or settings(args.task, s.name)["steps"], args.out, extra, args.task)
                  for s in sweeps}
@@ -593,9 +593,9 @@ def _part(parser, args, names: list[str]) -> tuple[int, int] | None:
 # ---------------------------------------------------------------------------------------
 
 def _embedded_warmup(cfg):
-    """train.embedded_warmup(cfg), imported late like train itself (its import is heavy)."""
-    import train
-    return train.embedded_warmup(cfg)
+    """config.embedded_warmup(cfg), imported late like train itself (its import is heavy)."""
+    from machinery import config
+    return config.embedded_warmup(cfg)
 
 
 def _check_train_args(label: str, args: list[str]):

@@ -47,14 +47,14 @@ def task_stats(task: str, n_prompts: int, samples: int, seed: int = 0) -> dict:
     rows = run.eval_rows
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        ro = train.sample_rollouts(run, [r["prompt"] for r in rows], samples)
+        rollouts = train.sample_rollouts(run, [r["prompt"] for r in rows], samples)
     answers = [r["answer"] for r in rows for _ in range(samples)]
     prompts = [r["prompt"] for r in rows for _ in range(samples)]
-    correct = [s["correct"] for s in train.verify.score(ro.texts, answers, run.task, prompts)]
+    correct = [s["correct"] for s in train.verify.score(rollouts.texts, answers, run.task, prompts)]
     counts = [int(sum(correct[j * samples:(j + 1) * samples])) for j in range(len(rows))]
-    mask = ro.response_mask.float()
-    entropy = ro.engine_entropy
-    template = tasks.template_token_mask(run.task, run.tokenizer, ro.response_ids, ro.response_mask)
+    mask = rollouts.response_mask.float()
+    entropy = rollouts.engine_entropy
+    template = tasks.template_token_mask(run.task, run.tokenizer, rollouts.response_ids, rollouts.response_mask)
     out = {"task": task, "prompts": len(rows), "samples": samples,
            "pass@1": sum(advantages.pass_at_k(samples, c, 1) for c in counts) / len(rows),
            f"pass@{samples}": sum(advantages.pass_at_k(samples, c, samples) for c in counts) / len(rows),
@@ -67,7 +67,7 @@ def task_stats(task: str, n_prompts: int, samples: int, seed: int = 0) -> dict:
         numbers = [[int(x) for x in r["prompt"].split("->")[0].split()] for r in rows]
         out["share with >= 2 valid solutions"] = sum(
             len(countdown.distinct_solutions(ns, int(r["answer"]))) >= 2 for ns, r in zip(numbers, rows)) / len(rows)
-        found = [{run.task.solution_of(ro.texts[j * samples + i]) for i in range(samples) if correct[j * samples + i]}
+        found = [{run.task.solution_of(rollouts.texts[j * samples + i]) for i in range(samples) if correct[j * samples + i]}
                  for j in range(len(rows))]
         solved = [f for f in found if f]
         out["share of solved prompts with >= 2 own solutions"] = sum(len(f) >= 2 for f in solved) / max(1, len(solved))

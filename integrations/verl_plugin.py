@@ -20,7 +20,7 @@ verl imports plugins itself in every process that imports verl, two ways:
   - an entry point in the group "verl.plugins" of an installed distribution: a failing
     one is logged at DEBUG level only and verl goes on without the names.
 Ray workers inherit the environment of the process that started Ray, so set the
-variables before `python -m verl.trainer.main_ppo`. tests/test_integration_verl.py
+variables before `python -m verl.trainer.main_ppo`. tests/engine/test_integration_verl.py
 proves the registration in fresh processes and in a fresh Ray actor.
 
 The advantage call. verl passes token_level_rewards [B, T] (the outcome reward sits on

@@ -4,7 +4,7 @@ What "exactly" takes: the model's weights, the optimizer's state (Adam's moments
 counts), the advantage scheduler's state (FADE's moving averages), the step, and EVERY
 random stream the loop draws from (python's for prompt sampling, torch's for token
 sampling, numpy's, CUDA's, and the mini-batch shuffling generator). Missing any one of
-them still "resumes", but into a different run. tests/test_train.py kills a run with
+them still "resumes", but into a different run. tests/engine/test_train.py kills a run with
 SIGKILL after a checkpoint, resumes it, and compares every logged metric with an
 uninterrupted run of the same seed.
 
@@ -17,7 +17,7 @@ and lose a line it covers; lines logged after the checkpoint are dropped on resu
 the checkpoint's.
 
 A disk that fills up, or refuses a write, while a checkpoint is written: the half-written
-temporary directory is removed, and the run stops with one line (door.UsageError) that
+temporary directory is removed, and the run stops with one line (checks.UsageError) that
 names the step, the error and the intact checkpoint it can resume from: nothing is lost.
 Before writing, a save that cannot fit (free space below the bytes it will write, which
 save_bytes counts) is refused the same way without writing anything; train.py's
@@ -57,7 +57,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
-from machinery import door
+from machinery import checks
 
 MANIFEST = "manifest.json"
 STEP_DIR = re.compile(r"step_(\d+)")          # a checkpoint directory's name: step_000040
@@ -78,7 +78,7 @@ def save_checkpoint(out_dir: str, step: int, config: dict, model, tokenizer, sta
     leaves either the previous complete checkpoint or the new complete one, never half
     of one. Then `prune` keeps the newest `keep`, this one always among them.
     A disk that cannot take it (full, read-only, ...): nothing half-written is left, and
-    door.UsageError says so in one line (the module header).
+    checks.UsageError says so in one line (the module header).
     """
     if keep < 1:
         raise ValueError(f"save_checkpoint needs keep >= 1, got {keep}")
@@ -95,7 +95,7 @@ def save_checkpoint(out_dir: str, step: int, config: dict, model, tokenizer, sta
         _remove(tmp)
         need, free = save_bytes(model, state), free_bytes(root)
         if free < need:                       # refused before a byte is written
-            raise OSError(errno.ENOSPC, f"{door.size_text(free)} free, the checkpoint needs {door.size_text(need)}")
+            raise OSError(errno.ENOSPC, f"{checks.size_text(free)} free, the checkpoint needs {checks.size_text(need)}")
         model.save_pretrained(os.path.join(tmp, "model"))
         tokenizer.save_pretrained(os.path.join(tmp, "model"))
         torch.save(state, os.path.join(tmp, "state.pt"))
@@ -108,7 +108,7 @@ def save_checkpoint(out_dir: str, step: int, config: dict, model, tokenizer, sta
         if problem is None:                   # not the disk: a bug, with its traceback
             raise
         previous, _ = find_checkpoint(out_dir)
-        raise door.UsageError(f"step {step}: the checkpoint could not be written in {root} ({problem}); nothing "
+        raise checks.UsageError(f"step {step}: the checkpoint could not be written in {root} ({problem}); nothing "
                               f"is lost: " + (f"{os.path.basename(previous)} is intact, and metrics.jsonl has every "
                                               "step; free some space, then --resume" if previous else
                                               "free some space and start again")) from e
@@ -357,7 +357,7 @@ def keep_samples_until(path: str, step: int) -> None:
 
 def resume_point(out_dir: str, config: dict, resume: bool, overwrite: bool, steps: int, may_change: set,
                  not_compared: tuple, warn) -> str | None:
-    """What out_dir holds, and what this invocation may do with it (train.check_inputs).
+    """What out_dir holds, and what this invocation may do with it (setup.check_inputs).
 
     Fresh run: out_dir must not hold a run (non-empty metrics.jsonl or checkpoints/) unless
     --overwrite starts it over. --resume: the newest intact checkpoint (find_checkpoint)
@@ -482,7 +482,7 @@ def _fsync_file(path: str) -> None:
 def atomic_write(path: str, text: str) -> None:
     """Write `text` to path through path.tmp and a rename: a reader sees the old or the new
     file, never half of one. A disk that refuses the write: path.tmp is removed, `path`
-    is as it was, and door.UsageError says so in one line."""
+    is as it was, and checks.UsageError says so in one line."""
     try:
         with open(path + ".tmp", "w") as f:
             f.write(text)
@@ -497,12 +497,12 @@ def atomic_write(path: str, text: str) -> None:
 
 
 def refuse_write(e: BaseException, path: str, consequence: str, problem: str | None = None) -> None:
-    """Raise door.UsageError for a write to `path` that the disk refused (disk_problem, or
+    """Raise checks.UsageError for a write to `path` that the disk refused (disk_problem, or
     `problem` measured earlier), saying what it leaves behind; re-raise `e` otherwise."""
     problem = problem or disk_problem(e, os.path.dirname(path) or ".")
     if problem is None:
         raise e
-    raise door.UsageError(f"{path} could not be written ({problem}); {consequence}") from e
+    raise checks.UsageError(f"{path} could not be written ({problem}); {consequence}") from e
 
 
 def save_bytes(model, state: dict) -> int:

@@ -27,7 +27,7 @@ argparse flags and back, so there is one source of truth and no adapter in betwe
 - any parse error is ONE line on stderr and exit code 2, not argparse's usage dump.
 
 The checks at the door that the entry points share (paths, the lock, the hub) are in
-machinery/door.py.
+machinery/checks.py.
 """
 
 from __future__ import annotations

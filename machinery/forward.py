@@ -4,7 +4,7 @@ model, and in which chunks (the update's math is loss.py's).
 The update of one optimizer step computes one fixed quantity: the gradient of the step's
 loss (loss.py) over the step's rollouts. How much work that takes is a separate question,
 and this file holds its answers. None of them changes the gradient beyond float
-rounding, and each is tested against the plain computation (tests/test_train.py):
+rounding, and each is tested against the plain computation (tests/engine/test_train.py):
 
   - micro_batches: the step is cut into forward/backward chunks of <= micro_batch
     rollouts, sorted by length so that each chunk carries little padding. The step's
@@ -41,7 +41,7 @@ from machinery import rollout
 
 
 @dataclass(frozen=True)
-class Passes:
+class ForwardSettings:
     """How every forward pass over rollouts runs: the same for the update and the no-grad passes."""
 
     temperature: float = 1.0
@@ -50,6 +50,36 @@ class Passes:
     """Rollouts per forward (memory and speed only)."""
     merge_duplicates: bool = True
     """Run identical rollouts once and copy the result (rollout.token_logprobs)."""
+
+
+# ---------------------------------------------------------------------------------------
+# What the loss allows the update to leave out or cut (the predicates of the speed-ups)
+# ---------------------------------------------------------------------------------------
+
+def needs_whole_groups(cfg) -> bool:
+    """True iff the loss must see each group's rollouts together: DFPO's weight transforms.
+
+    A transform (loss.dfpo_transform) re-weights a rollout by the other rollouts of its group,
+    so it only sees the part of a group that is in its call. Every place that cuts a
+    batch asks this one function (cfg: loss.LossConfig): the door (an optimizer step holds whole groups:
+    --minibatch_mode query or query_balanced), the micro-batching (cut at group
+    boundaries, forward.micro_batches) and the zero-advantage skip (below).
+    """
+    return cfg.weight_transform is not None
+
+
+def zero_advantage_adds_nothing(cfg) -> bool:
+    """True iff a rollout with advantage exactly 0 adds exactly 0 to the loss and its gradient.
+
+    Every surrogate multiplies a rollout's tokens by its advantage (PPO's min(rho A,
+    clip(rho) A), CISPO's sg(clip(rho)) A log pi, GSPO's s_i A_i), and every aggregation
+    is linear in those per-token terms with a normaliser fixed for the whole optimizer
+    step (loss.step_normaliser): so A_i = 0 contributes exactly 0, whatever its log-probs.
+    Not so with a KL penalty or an entropy bonus (those terms do not vanish with A_i),
+    nor with a DFPO transform (it mixes the weights of a group). The trainer skips such
+    rollouts' forward and backward (carries_gradient).
+    """
+    return cfg.kl_coef == 0 and cfg.entropy_coef == 0 and not needs_whole_groups(cfg)
 
 
 def micro_batches(step_idx: torch.Tensor, has_grad: torch.Tensor, group_index: torch.Tensor,
@@ -62,7 +92,7 @@ def micro_batches(step_idx: torch.Tensor, has_grad: torch.Tensor, group_index: t
     Rollouts are ordered by response length first (lengths: [B]), so each chunk holds
     similar lengths and token_logprobs cuts more padding columns: the same sum of
     per-rollout losses, less work (the bench measures the saving). whole_groups
-    (loss.needs_whole_groups: a DFPO transform only sees the rollouts of a group that
+    (needs_whole_groups: a DFPO transform only sees the rollouts of a group that
     are in its call): the chunks are cut at group boundaries instead, so a group larger
     than micro_batch stays whole in one chunk.
     """
@@ -88,7 +118,7 @@ def carries_gradient(adv: torch.Tensor, may_skip: bool) -> torch.Tensor:
     """[B] bool: the rollouts whose forward and backward the update must run.
 
     A rollout with A_i = 0 exactly adds exactly 0 to the loss and to its gradient when
-    loss.zero_advantage_adds_nothing says so: its forward and backward are wasted work.
+    zero_advantage_adds_nothing says so: its forward and backward are wasted work.
     In GRPO these are the groups that all succeeded or all failed: ~20% of the rollouts
     at the start of the default run, more as the solve rate climbs. Skipping them
     changes the update only by float rounding (tested), and is NOT DAPO's dynamic
@@ -117,7 +147,7 @@ def zero_gradients(model) -> None:
             p.grad = torch.zeros_like(p)
 
 
-def duplicate_share(ro: rollout.Rollouts, has_grad: torch.Tensor) -> float:
+def duplicate_share(rollouts: rollout.Rollouts, has_grad: torch.Tensor) -> float:
     """Share of the batch's rollouts that go through the update as a copy of another one.
 
     Among the rollouts the update runs (has_grad: [B] bool), those that repeat another
@@ -131,8 +161,8 @@ def duplicate_share(ro: rollout.Rollouts, has_grad: torch.Tensor) -> float:
     idx = has_grad.nonzero().squeeze(1)
     if len(idx) == 0:
         return 0.0
-    first, _ = rollout.distinct_rows(ro.prompt_ids[idx], ro.prompt_mask[idx], ro.response_ids[idx],
-                                     ro.response_mask[idx])
+    first, _ = rollout.distinct_rows(rollouts.prompt_ids[idx], rollouts.prompt_mask[idx], rollouts.response_ids[idx],
+                                     rollouts.response_mask[idx])
     return (len(idx) - len(first)) / len(has_grad)
 
 
@@ -178,12 +208,12 @@ def autocast(model):
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
 
-def batch_inputs(ro: rollout.Rollouts, idx: torch.Tensor, device) -> tuple:
+def batch_inputs(rollouts: rollout.Rollouts, idx: torch.Tensor, device) -> tuple:
     """(prompt_ids, prompt_mask, response_ids, response_mask) of rollouts idx, on `device`."""
-    return tuple(t[idx].to(device) for t in (ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask))
+    return tuple(t[idx].to(device) for t in (rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask))
 
 
-def forward(model, ro: rollout.Rollouts, idx: torch.Tensor, passes: Passes, with_entropy: bool = False,
+def forward(model, rollouts: rollout.Rollouts, idx: torch.Tensor, settings: ForwardSettings, with_entropy: bool = False,
             prompts: SharedPrompts | None = None):
     """(logp [b, T], entropy [b, T] or None) of rollouts idx under the policy, WITH grad.
 
@@ -194,30 +224,30 @@ def forward(model, ro: rollout.Rollouts, idx: torch.Tensor, passes: Passes, with
     """
     device = _device(model)
     if prompts is None:
-        inputs, prompt_kv = batch_inputs(ro, idx, device), None
+        inputs, prompt_kv = batch_inputs(rollouts, idx, device), None
     else:
         rows = prompts.row_of[idx.to(device)]
-        inputs = (prompts.prompt_ids[rows], prompts.prompt_mask[rows], ro.response_ids[idx].to(device),
-                  ro.response_mask[idx].to(device))
+        inputs = (prompts.prompt_ids[rows], prompts.prompt_mask[rows], rollouts.response_ids[idx].to(device),
+                  rollouts.response_mask[idx].to(device))
         prompt_kv = ([k[rows] for k in prompts.key_leaves], [v[rows] for v in prompts.value_leaves])
     with autocast(model):
-        return rollout.token_logprobs(model, *inputs, temperature=passes.temperature, with_entropy=with_entropy,
-                                      merge_duplicates=passes.merge_duplicates, prompt_kv=prompt_kv)
+        return rollout.token_logprobs(model, *inputs, temperature=settings.temperature, with_entropy=with_entropy,
+                                      merge_duplicates=settings.merge_duplicates, prompt_kv=prompt_kv)
 
 
-def no_grad_pass(model, ro: rollout.Rollouts, passes: Passes, with_entropy: bool = False):
+def no_grad_pass(model, rollouts: rollout.Rollouts, settings: ForwardSettings, with_entropy: bool = False):
     """(logp [B, T], entropy [B, T] or None) of every rollout under `model`, no grad, on the CPU.
 
     For the sampling policy's log-probs (off-policy steps), the reference model's (KL),
-    and the updated policy's (diagnostics). Chunks of passes.micro_batch rollouts.
+    and the updated policy's (diagnostics). Chunks of settings.micro_batch rollouts.
     """
-    B = ro.response_ids.shape[0]
+    B = rollouts.response_ids.shape[0]
     logps, ents = [], []
     with torch.no_grad(), autocast(model):
-        for idx in torch.arange(B).split(passes.micro_batch):
-            lp, ent = rollout.token_logprobs(model, *batch_inputs(ro, idx, _device(model)),
-                                             temperature=passes.temperature, with_entropy=with_entropy,
-                                             merge_duplicates=passes.merge_duplicates)
+        for idx in torch.arange(B).split(settings.micro_batch):
+            lp, ent = rollout.token_logprobs(model, *batch_inputs(rollouts, idx, _device(model)),
+                                             temperature=settings.temperature, with_entropy=with_entropy,
+                                             merge_duplicates=settings.merge_duplicates)
             logps.append(lp.float().cpu())
             ents.append(ent.float().cpu() if ent is not None else None)
     return torch.cat(logps), (torch.cat(ents) if with_entropy else None)
@@ -271,7 +301,7 @@ def prompt_sharing_off(model, share_prompts: bool, compiled: bool, gradient_chec
     return None
 
 
-def share_prompts(model, ro: rollout.Rollouts, micro: list[torch.Tensor], micro_batch: int,
+def share_prompts(model, rollouts: rollout.Rollouts, micro: list[torch.Tensor], micro_batch: int,
                   off: str | None = None) -> SharedPrompts | None:
     """The keys and values of this optimizer step's prompts, computed once, with grad.
 
@@ -291,7 +321,7 @@ def share_prompts(model, ro: rollout.Rollouts, micro: list[torch.Tensor], micro_
         return None
     device = _device(model)
     rows = torch.cat(micro)
-    ids, mask = ro.prompt_ids[rows], ro.prompt_mask[rows]
+    ids, mask = rollouts.prompt_ids[rows], rollouts.prompt_mask[rows]
     distinct, inverse = torch.unique(torch.cat([ids, mask], dim=1), dim=0, return_inverse=True)
     P_full = ids.shape[1]
     ids, mask = distinct[:, :P_full], distinct[:, P_full:]
@@ -299,7 +329,7 @@ def share_prompts(model, ro: rollout.Rollouts, micro: list[torch.Tensor], micro_
     ids, mask = ids[:, p0:].to(device), mask[:, p0:].to(device)
     if ids.shape[1] < 2:
         return None
-    row_of = torch.full((ro.prompt_ids.shape[0],), -1, dtype=torch.long)
+    row_of = torch.full((rollouts.prompt_ids.shape[0],), -1, dtype=torch.long)
     row_of[rows] = inverse
     keys, values = [], []
     with autocast(model):
@@ -333,6 +363,38 @@ def backward_prompts(prompts: SharedPrompts | None) -> None:
              if leaf.grad is not None]
     if pairs:
         torch.autograd.backward([t for t, _ in pairs], grad_tensors=[g for _, g in pairs])
+
+
+# ---------------------------------------------------------------------------------------
+# The update's micro-batches, with every speed-up, behind one call
+# ---------------------------------------------------------------------------------------
+
+def update_batches(model, rollouts: rollout.Rollouts, step_idx: torch.Tensor, has_grad: torch.Tensor,
+                   lengths: torch.Tensor, group_index: torch.Tensor, settings: ForwardSettings, whole_groups: bool,
+                   sharing_off: str | None, with_entropy: bool = False):
+    """Yield (idx, logp [b, T] with grad, entropy or None) for each micro-batch of one optimizer step.
+
+    The trainer's loop computes the loss of each and calls backward; everything that only
+    changes how much work that takes is here, behind this one call (as nanochat's
+    chat_rl.py hands its loop a generator of batches):
+      - the rollouts that add nothing are left out (has_grad, from carries_gradient);
+      - the rest are cut into micro-batches of settings.micro_batch, sorted by length (or
+        at group boundaries: whole_groups, needs_whole_groups);
+      - with prompt sharing on (sharing_off None) each prompt runs once (share_prompts) and
+        its backward runs after the last micro-batch's (backward_prompts), which is why
+        this is a generator: that backward runs when the loop asks for the next batch
+        after the last one;
+      - identical rollouts run once (settings.merge_duplicates, inside token_logprobs).
+    Off (--no-skip_zero_adv, --no-merge_duplicates, --micro_batch >= the step's rollouts,
+    no --share_prompts) it yields the whole step once: the plain update, the same
+    gradient to float rounding (tests/).
+    """
+    micro = micro_batches(step_idx, has_grad, group_index, lengths, settings.micro_batch, whole_groups)
+    prompts = share_prompts(model, rollouts, micro, settings.micro_batch, sharing_off)     # None: not shared
+    for idx in micro:
+        logp, entropy = forward(model, rollouts, idx, settings, with_entropy=with_entropy, prompts=prompts)
+        yield idx, logp, entropy
+    backward_prompts(prompts)                           # the shared prompts' backward, once per optimizer step
 
 
 def _device(model) -> torch.device:

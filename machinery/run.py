@@ -23,7 +23,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import tasks
 from machinery import checkpoint
-from machinery import door
+from machinery import checks
 from machinery import forward
 from machinery import hub_models
 from machinery import metrics
@@ -70,18 +70,18 @@ class Run:
     """Mini-batch shuffling stream."""
     model_path: str
     sampling: Sampling
-    passes: forward.Passes
+    forward_settings: forward.ForwardSettings
     """How every forward pass over rollouts runs (temperature, micro-batch, merged copies)."""
     ref_model: torch.nn.Module | None = None
     """Frozen copy of the initial policy, only when loss.kl_coef > 0."""
     llm: object | None = None
     """The in-process vLLM engine (backend 'vllm')."""
-    canary: vllm_rollout.Canary = field(default_factory=vllm_rollout.Canary)
-    """The vLLM staleness canary (its metrics stay empty on the transformers backend)."""
+    staleness: vllm_rollout.StalenessCheck = field(default_factory=vllm_rollout.StalenessCheck)
+    """The vLLM staleness check: the engine's log-probs against the trainer's (empty on the transformers backend)."""
     resume_from: str | None = None
     """The checkpoint --resume continues from (chosen and checked at the door)."""
     lock: object | None = None
-    """out_dir's lock file (door.lock_dir): this process is its only writer until train() returns."""
+    """out_dir's lock file (checks.lock_dir): this process is its only writer until train() returns."""
     tracker: object | None = None
     """--report_to's tracker (machinery/trackers.py), opened by open_run_dir; None for 'none'."""
     final_eval_rows: list[dict] | None = None
@@ -118,10 +118,10 @@ def load_model(model: str, warmup: tinymodel.WarmupConfig | None, device: torch.
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         policy = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    except Exception as e:                # what door.check_model could not see: missing or damaged weights, the hub
+    except Exception as e:                # what checks.check_model could not see: missing or damaged weights, the hub
         where = (f"the embedded model's warm-up {path} is damaged (delete that directory to rebuild it)"
                  if model == "tiny" else "it could not be loaded")
-        raise door.UsageError(f"--model {model!r}: {where}: {type(e).__name__}: "
+        raise checks.UsageError(f"--model {model!r}: {where}: {type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else ''}") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -231,7 +231,7 @@ def sample_rollouts(run: Run, prompts: list[str], G: int, seed: int | None = Non
                                          temperature=temperature, top_p=s.top_p, chat_template=s.chat_template)
 
 
-def old_policy_pass(run: Run, ro: rollout.Rollouts, on_policy: bool):
+def old_policy_pass(run: Run, rollouts: rollout.Rollouts, on_policy: bool):
     """logp_old [B, T] (or None) and the entropy [B, T] of the policy that sampled.
 
     On-policy (one optimizer step per batch, our own sampler) there is nothing to
@@ -242,10 +242,10 @@ def old_policy_pass(run: Run, ro: rollout.Rollouts, on_policy: bool):
     vLLM rollouts the gap to the engine's own log-probs is the staleness canary.
     """
     if on_policy and run.llm is None:
-        return None, ro.engine_entropy
-    old_logp, entropy = forward.no_grad_pass(run.model, ro, run.passes, with_entropy=True)
+        return None, rollouts.engine_entropy
+    old_logp, entropy = forward.no_grad_pass(run.model, rollouts, run.forward_settings, with_entropy=True)
     if run.llm is not None:
-        run.canary.measure(ro.engine_logp, old_logp, ro.response_mask.float())
+        run.staleness.measure(rollouts.engine_logp, old_logp, rollouts.response_mask.float())
     return old_logp, entropy
 
 
@@ -253,17 +253,18 @@ def old_policy_pass(run: Run, ro: rollout.Rollouts, on_policy: bool):
 # The optimizer step
 # ---------------------------------------------------------------------------------------
 
-def optimizer_step(run: Run, grad_clip: float, ran_backward: bool) -> float:
+def optimizer_step(run: Run, grad_clip: float) -> float:
     """Clip the global gradient norm (0: no clipping), take one AdamW step, zero the gradients; the norm.
 
     A norm that is inf or NaN takes no step (the caller stops the run: train.stop_if_not_finite).
 
-    ran_backward False: forward.carries_gradient left out every rollout of this optimizer
-    step, so no backward ran and the gradients are None; they are set to zeros first,
-    because AdamW skips a None gradient but still moves a parameter with a zero one
-    (its momentum keeps going): what the full update would have done.
+    Every gradient None: forward.carries_gradient left out every rollout of this optimizer
+    step, so no backward ran; they are set to zeros first, because AdamW skips a None
+    gradient but still moves a parameter with a zero one (its momentum keeps going): what
+    the full update would have done. (After any backward a causal LM's every parameter
+    has a gradient.)
     """
-    if not ran_backward:
+    if all(p.grad is None for p in run.model.parameters() if p.requires_grad):
         forward.zero_gradients(run.model)
     norm = float(torch.nn.utils.clip_grad_norm_(run.model.parameters(), grad_clip or math.inf))
     # An inf or NaN norm: the clip has made the gradients 0 * inf = NaN (or they were), and

@@ -14,7 +14,7 @@ transformers 5.20, AutoTokenizer on a directory whose config.json says model_typ
 "qwen2" forces Qwen2Tokenizer, which replaces our pre-tokenizer with Qwen's byte-level
 one and silently drops "\n" from every prompt. The model then sees "347+85" without
 its newline and its accuracy collapses with no error anywhere (this happened while
-building this file; tests/test_tinymodel.py pins the behaviour).
+building this file; tests/engine/test_tinymodel.py pins the behaviour).
 
 Why warm up at all, and why with a noisy teacher. RL with a binary reward only learns
 from groups that contain both a success and a failure: a randomly initialised model never
@@ -48,7 +48,7 @@ against the SHA-256 recorded for them (SHIPPED_SHA256 for the shipped ones, warm
 for a cache entry), so a flipped byte or a renamed tensor is one line, not a run that
 quietly starts from other weights. Both are named by cache_key, a hash of the
 WarmupConfig: a shipped directory whose key the code no longer produces is stale, and a
-run says so in one line and warms up instead (tests/test_tinymodel.py fails on a stale
+run says so in one line and warms up instead (tests/engine/test_tinymodel.py fails on a stale
 shipped directory). `python -m machinery.tinymodel` rebuilds the shipped set. Cache
 entries are written atomically (a temporary directory renamed into place), so a crash
 never leaves a half-written model.
@@ -75,7 +75,7 @@ import torch
 
 import tasks
 from machinery import rollout
-from machinery.door import UsageError
+from machinery.checks import UsageError
 from tasks import addition, countdown
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository root
@@ -89,7 +89,7 @@ CACHE_FORMAT = 4          # bump when the warm-up code changes in a way the conf
 # promises every machine starts from, pinned here in the code rather than beside them.
 # A shipped directory whose weights differ (a flipped byte, a renamed tensor) is refused
 # (verify_warmup). After `python -m machinery.tinymodel` rebuilds weights/, paste the
-# lines it prints here; tests/test_tinymodel.py checks the table against weights/.
+# lines it prints here; tests/engine/test_tinymodel.py checks the table against weights/.
 SHIPPED_SHA256 = {
     "addition-s0-b840513ee205": "5b98e55b39772de4f385cce9b2c6cdf12c715a7122e2ddaca91db75363c824c8",
     "addition-s5-5880f97bf4a1": "f5051d30ffd0995cff354448c4cead9590ffd09391540beef89f2ab15d5f890c",
@@ -441,7 +441,7 @@ def weight_keys_problem(path: str) -> str | None:
 
 def shipped_configs() -> list[WarmupConfig]:
     """The warm-ups the repository ships: each task's own (warmup_config) for each seed in
-    SHIPPED_SEEDS. tests/test_tinymodel.py checks that weights/ holds exactly these."""
+    SHIPPED_SEEDS. tests/engine/test_tinymodel.py checks that weights/ holds exactly these."""
     return [warmup_config(task, seed=seed) for task in TASKS for seed in SHIPPED_SEEDS]
 
 

@@ -18,7 +18,7 @@ metrics.jsonl is truncated to the checkpoint, so it has each step once.
 
 The packages are optional (requirements/trackers.txt). A tracker that is not installed,
 or one that could not start (start_problem: an event-file directory that cannot be
-written, wandb online with no login), is one line at the door (train.check_inputs calls
+written, wandb online with no login), is one line at the door (setup.check_inputs calls
 both), before any data, download or warm-up, not an error after the model has loaded.
 """
 
@@ -28,7 +28,7 @@ import importlib.util
 import os
 from types import SimpleNamespace
 
-from machinery import door
+from machinery import checks
 
 TRACKERS = ("none", "tensorboard", "trackio", "wandb")
 """The values of --report_to."""
@@ -46,7 +46,7 @@ def start_problem(name: str, out_dir: str) -> str | None:
     that follows "--report_to NAME").
 
     tensorboard: RUN/tensorboard must be, or become, a directory this process can write
-    (door.writable_dir_problem; a file there, or a read-only directory, once failed in
+    (checks.writable_dir_problem; a file there, or a read-only directory, once failed in
     SummaryWriter after the model had loaded). wandb: offline or disabled mode
     (WANDB_MODE), or a login, found as wandb.init finds one: WANDB_API_KEY, the ~/.netrc
     entry `wandb login` writes, wandb's settings. Online with none, wandb.init stopped
@@ -56,7 +56,7 @@ def start_problem(name: str, out_dir: str) -> str | None:
     """
     if name == "tensorboard":
         path = os.path.join(out_dir, "tensorboard")
-        if problem := door.writable_dir_problem(path):
+        if problem := checks.writable_dir_problem(path):
             return f"writes its event files into {path}, which {problem}" if problem.startswith("is ") else \
                 f"writes its event files into {path}: {problem}"
     if name == "wandb":

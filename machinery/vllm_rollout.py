@@ -8,7 +8,7 @@ code cites them by number ("trap 3") next to the lines they concern. rollout.py
 (transformers, CPU) stays the default path; vLLM is imported only inside functions.
 
 Public functions: make_engine (+ engine_max_model_len), push_weights,
-generate_rollouts_vllm, sample_texts_vllm, canary_gap / canary_bound / Canary, gpu_smoke_test.
+generate_rollouts_vllm, sample_texts_vllm, staleness_gap / staleness_bound / StalenessCheck, gpu_smoke_test.
 The recipe, the eleven traps, the engine's settings, the call sequence and what is tested
 are in docs/vllm.md. Conventions as rollout.py: B = N*G rollouts, prompt-major; prompts
 left-padded, responses right-padded; masks 1 on real response tokens incl. a generated
@@ -40,7 +40,7 @@ MIN_TEMPERATURE = 1e-2
 """vLLM silently raises any 0 < temperature < 0.01 to 0.01 (sampling_params.py, _MAX_TEMP);
 its log-probs would then be of another distribution than the trainer's."""
 CANARY_RATIO = 3.0
-"""A gap above 3 x the first step's gap means the engine holds other weights (canary_bound)."""
+"""A gap above 3 x the first step's gap means the engine holds other weights (staleness_bound)."""
 CANARY_FLOOR_NATS = 1e-4
 """Never warn below this gap: guards a first gap of ~1e-7 (fp32) against noise."""
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -508,7 +508,7 @@ def sampled_token_logprobs(completion) -> list[float]:
 # 5. The canary (trap 7)
 # ---------------------------------------------------------------------------------------
 
-def canary_gap(vllm_logp: Tensor, trainer_logp: Tensor, mask: Tensor) -> float:
+def staleness_gap(vllm_logp: Tensor, trainer_logp: Tensor, mask: Tensor) -> float:
     """Mean absolute log-prob gap over real response tokens, in nats.
 
         gap = sum_{b,t} m_{b,t} |lp_vllm - lp_trainer| / sum_{b,t} m_{b,t}
@@ -518,7 +518,7 @@ def canary_gap(vllm_logp: Tensor, trainer_logp: Tensor, mask: Tensor) -> float:
     differ: ~1e-7 in float32, ~1e-3 to 0.06 nats with a bf16 engine against an fp32
     trainer. Well above that the engine samples from other weights than the trainer
     scores with (a missed push, a stale prefix cache, a reload from disk, a stale tied
-    head: traps 1-3) or with another sampling setup. canary_bound says how far is "well
+    head: traps 1-3) or with another sampling setup. staleness_bound says how far is "well
     above"; measurements in docs/vllm.md.
 
     Shapes [B, T] (equal); padding values are ignored even if NaN. Returns 0.0 when the
@@ -532,13 +532,13 @@ def canary_gap(vllm_logp: Tensor, trainer_logp: Tensor, mask: Tensor) -> float:
     return float(diff.sum() / real.sum().clamp(min=1))
 
 
-def canary_bound(first_gap: float) -> float:
+def staleness_bound(first_gap: float) -> float:
     """The gap above which a step's rollouts are judged stale: max(3 * first_gap, 1e-4).
 
-    first_gap: canary_gap of the run's FIRST rollout batch, when engine and trainer hold
+    first_gap: staleness_gap of the run's FIRST rollout batch, when engine and trainer hold
     the same checkpoint and no push has happened: the measured numerical disagreement of
-    THIS setup (dtype, kernels, model, prompts). Each step warns when canary_gap >
-    canary_bound(first_gap). [recon] TRL and verl log a similar gap but do not judge it;
+    THIS setup (dtype, kernels, model, prompts). Each step warns when staleness_gap >
+    staleness_bound(first_gap). [recon] TRL and verl log a similar gap but do not judge it;
     the factor 3 is ours, from measurements (bf16 engine: fresh pushes stayed within
     1.34 x the first gap; fp32: ~1e-7, and the floor keeps float noise from tripping it).
     A fixed bound cannot serve both dtypes. Blind to staleness below the numerics (a bf16
@@ -552,20 +552,20 @@ def canary_bound(first_gap: float) -> float:
 
 
 @dataclass
-class Canary:
+class StalenessCheck:
     """The staleness canary of one run: the first batch's gap (the reference) and the last metrics."""
 
     first: float | None = None
-    """canary_gap of the run's first rollout batch (engine and trainer hold the same checkpoint)."""
+    """staleness_gap of the run's first rollout batch (engine and trainer hold the same checkpoint)."""
     last: dict = field(default_factory=dict)
     """This step's metrics: vllm/canary_gap and vllm/canary_bound."""
 
     def measure(self, engine_logp: Tensor, trainer_logp: Tensor, mask: Tensor) -> dict:
         """Record this batch's gap against the bound; warn on stderr when it is above it."""
-        gap = canary_gap(engine_logp, trainer_logp, mask)
+        gap = staleness_gap(engine_logp, trainer_logp, mask)
         if self.first is None:
             self.first = gap
-        bound = canary_bound(self.first)
+        bound = staleness_bound(self.first)
         self.last = {"vllm/canary_gap": gap, "vllm/canary_bound": bound}
         if gap > bound:
             print(f"warning: vLLM and trainer log-probs differ by {gap:.2e} nats on average, above {bound:.2e} "
@@ -586,7 +586,7 @@ def gpu_smoke_test(model_path: str, G: int = 4, max_new_tokens: int = 32, seed: 
     there). Trainer side as trap 9: fp32 master weights, bf16 autocast on CUDA.
       A. push the true weights; sample with a fixed seed; gap_true is the reference.
       B. perturb the trainer by noise x each tensor's std, push, sample with the same
-         seed: samples change, canary vs the PERTURBED trainer within canary_bound(gap_true).
+         seed: samples change, canary vs the PERTURBED trainer within staleness_bound(gap_true).
       C. negative control: restore the trainer WITHOUT pushing; B's canary vs the
          restored trainer must exceed the bound.
       D. push the restored weights, sample with A's seed: within the bound, and report
@@ -606,19 +606,19 @@ def gpu_smoke_test(model_path: str, G: int = 4, max_new_tokens: int = 32, seed: 
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" and dtype == "bfloat16"
                 else contextlib.nullcontext())
 
-    def trainer_gap(ro):
+    def trainer_gap(rollouts):
         with torch.no_grad(), autocast:
-            lp, _ = rollout.token_logprobs(model, ro.prompt_ids.to(device), ro.prompt_mask.to(device),
-                                           ro.response_ids.to(device), ro.response_mask.to(device))
-        return canary_gap(ro.engine_logp, lp.float().cpu(), ro.response_mask)
+            lp, _ = rollout.token_logprobs(model, rollouts.prompt_ids.to(device), rollouts.prompt_mask.to(device),
+                                           rollouts.response_ids.to(device), rollouts.response_mask.to(device))
+        return staleness_gap(rollouts.engine_logp, lp.float().cpu(), rollouts.response_mask)
 
     def sample_and_gap():
-        ro = generate_rollouts_vllm(llm, tok, prompts, G, max_new_tokens, seed=seed)
-        return ro, trainer_gap(ro)
+        rollouts = generate_rollouts_vllm(llm, tok, prompts, G, max_new_tokens, seed=seed)
+        return rollouts, trainer_gap(rollouts)
 
     push_weights(llm, model)
     ro_a, gap_a = sample_and_gap()
-    bound = canary_bound(gap_a)
+    bound = staleness_bound(gap_a)
     saved = {n: p.detach().clone() for n, p in model.named_parameters()}
     with torch.no_grad():
         for p in model.parameters():

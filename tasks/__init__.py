@@ -12,7 +12,7 @@ This file is the one place a task's name is read: get(source) turns a --data val
 a Task, and everything downstream (the trainer, the verifier, the diagnostics, the
 warm-up) asks the Task, never the name. Adding a task (README, "Add a task"): write
 tasks/NAME.py with its rows and checker and a Task, add one line to TASKS below, and
-tests/test_tasks.py runs its checks on it.
+tests/engine/test_tasks.py runs its checks on it.
 """
 
 from __future__ import annotations

@@ -229,7 +229,7 @@ def prompt_from_reasoning_gym(entry: dict) -> str:
 
     reasoning-gym keeps them in entry["metadata"]["numbers"] and ["target"]; with this
     prompt, check scores the same answer rg's own scorer does (the two
-    are compared on a corpus in tests/test_countdown.py).
+    are compared on a corpus in tests/engine/test_countdown.py).
     """
     meta = entry["metadata"]
     return prompt_text(list(meta["numbers"]), int(meta["target"]))

@@ -23,11 +23,31 @@ import random
 import tempfile
 
 import verify
+from tasks import sandbox
 from tasks.task import HELD_OUT_BUCKETS, Task, is_held_out
 
 # ---------------------------------------------------------------------------------------
 # SECTION 1. {prompt, answer} rows in JSON Lines files
 # ---------------------------------------------------------------------------------------
+
+def symbolic_equal(pred: str, ref: str, timeout: float) -> bool:
+    """math-verify's comparison of "$pred$" with gold "$ref$", in a locked-down child process
+    (tasks/sandbox.py) killed at `timeout` seconds: the step of verify.math_equal that
+    hands model text to a parser (sympy's can evaluate Python), so it never runs in the
+    trainer's process. Why a process and not math-verify's own signal timeout:
+    verify.py, SECTION 2. Thread-safe; calls beyond sandbox.POOL_SIZE concurrent ones wait."""
+    return sandbox.run_scorer("math", [pred, ref], timeout) is True
+
+
+def math_equal(pred, ref, timeout: float = 2.0) -> bool:
+    """verify.math_equal with its symbolic step (symbolic_equal): what free-text math is scored by."""
+    return verify.math_equal(pred, ref, timeout, symbolic=symbolic_equal)
+
+
+def score_math(response, reference: str, timeout: float = 2.0) -> dict:
+    """verify.score_math with the sandboxed symbolic step: {"format", "correct", "reward"}."""
+    return verify.score_math(response, reference, timeout, symbolic=symbolic_equal)
+
 
 def load_jsonl(path, prompt_key: str = "prompt", answer_key: str = "answer") -> list[dict]:
     """Rows {"prompt": str, "answer": str} from a JSON Lines file.
@@ -239,6 +259,10 @@ def load(source: str, split: str = "train") -> list[dict]:
     return load_jsonl(source)
 
 
+HUBS = {"gsm8k": GSM8K_HUB, "math": MATH_HUB}
+"""The hub datasets a --data name reads (the trainer's door checks the hub answers)."""
+
+
 def task(source: str) -> Task:
     """The task of one source. n rows (rows(n, ...)): None keeps every row in file order;
     n = k keeps a seeded random sample of k (random.Random(seed).sample), and k larger
@@ -268,28 +292,24 @@ def task(source: str) -> Task:
             raise ValueError(f"asked for n={n} rows but {source!r} ({split}) has {len(out)}")
         return random.Random(seed).sample(out, n)
     return Task(name="math", rows=rows, check=lambda response, answer, prompt=None, timeout=2.0:
-                verify.score_math(response, answer, timeout), sandboxed=True)
+                score_math(response, answer, timeout), sandboxed=True, workers=sandbox.POOL_SIZE)
 
 
 def check_source(source: str, flag: str = "--data") -> None:
     """A source at the door, before anything is loaded (ValueError, one line).
 
-    A .jsonl path must be a file; "gsm8k" and "math" need the `datasets` package and a
-    hub that answers (door.hub_problem: one quick request instead of datasets' minute of
-    retries when there is no network). Reading the rows is load's job, and its errors
-    name file and line. flag: the option the source came from, for the message.
+    A .jsonl path must be a file; "gsm8k" and "math" need the `datasets` package (and a hub
+    that answers: the trainer's door asks it, machinery/checks.py hub_problem, one quick
+    request instead of datasets' minute of retries without a network). Reading the rows
+    is load's job, and its errors name file and line. flag: the option the source came
+    from, for the message.
     """
-    from machinery import door
-
     if source in ("gsm8k", "math"):
         import importlib.util
 
         if importlib.util.find_spec("datasets") is None:
             raise ValueError(f"{flag} {source} needs the `datasets` package: {DATASETS_INSTALL} "
                              "(or pass a local .jsonl file in the hub's format)")
-        hub = GSM8K_HUB if source == "gsm8k" else MATH_HUB
-        if problem := door.hub_problem(hub, "dataset"):
-            raise ValueError(f"{flag} {source} ({hub}): {problem}")
         return
     kind, _, local = str(source).partition(":")
     if kind in ("gsm8k", "math"):

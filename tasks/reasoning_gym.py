@@ -8,8 +8,8 @@ sympy's parse_expr (which calls eval), n_queens' and spiral_matrix's call eval o
 answer that is not an exact match. So:
 - a dataset in OUR_CHECKERS is scored by our own checker, which evaluates nothing
   (countdown: tasks/expression.py, with the numbers and target from the entry's
-  metadata); tests/test_countdown.py checks that the two agree on the dataset's answers;
-- every other dataset is scored by its own scorer in machinery/sandbox.py, never in the
+  metadata); tests/engine/test_countdown.py checks that the two agree on the dataset's answers;
+- every other dataset is scored by its own scorer in tasks/sandbox.py, never in the
   trainer's process (the trainer never imports reasoning_gym at all). Code an answer
   runs there cannot hurt the trainer, but it can set its own score: the sandbox's
   header says what holds.
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 
-from machinery import sandbox
+from tasks import sandbox
 from tasks.expression import countdown_correct
 from tasks.task import EVAL_SEED_OFFSET, Task
 
@@ -119,7 +119,8 @@ def task(name: str) -> Task:
     """The task of dataset `name`: its rows, its scorer, pass@1 to pass@4 on 200 prompts."""
     return Task(name=PREFIX + name, rows=lambda n, split, seed=0, digits=3: rows(name, n, split, seed),
                 check=lambda response, answer, prompt=None, timeout=2.0: score(response, answer, name, timeout),
-                sandboxed=name not in OUR_CHECKERS)
+                sandboxed=name not in OUR_CHECKERS,
+                workers=sandbox.POOL_SIZE)
 
 
 def check_source(source: str, flag: str = "--data") -> None:

@@ -46,7 +46,9 @@ class Task:
     needs_prompt: bool = False
     """The checker reads the prompt (countdown's numbers): verify.score refuses prompts=None."""
     sandboxed: bool = False
-    """The checker runs scorers in machinery/sandbox.py: verify.score spreads a batch over its workers."""
+    """The checker runs scorers in tasks/sandbox.py (it takes a timeout): verify.score spreads a batch over `workers` threads."""
+    workers: int = 1
+    """Threads verify.score scores a sandboxed checker's batch on: one per sandbox worker (sandbox.POOL_SIZE)."""
     is_reasoning_text: Callable[[str], bool] | None = None
     """Token text -> True if it carries the answer (template_token_mask); None: no fixed template."""
     eval_prompts: int = 200

@@ -13,7 +13,7 @@ rows still give the prompt and the reference answer.
 
 Where it runs: in the trainer's process, like our own checkers (verify.py), which parse
 answers with grammars and evaluate nothing. A function that evaluates model text (eval,
-exec, a subprocess) is the user's to sandbox: machinery/sandbox.py shows how ours do.
+exec, a subprocess) is the user's to sandbox: tasks/sandbox.py shows how ours do.
 At the door (train.py's setup) the function is imported and called once, on the first
 training row with its reference answer as the response, so a wrong name, a signature
 that does not fit or a value outside [0, 1] is one line before any model loads.

@@ -39,7 +39,7 @@ import torch
 # slower on a busy 2-core machine (tests/conftest.py does the same).
 torch.set_num_threads(1)
 
-from machinery import door  # noqa: E402
+from machinery import checks  # noqa: E402
 from toy import breakers, cancellation, fade, report  # noqa: E402
 
 EXPERIMENTS = {
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown experiment {bad[0]}; choose from 1..{len(EXPERIMENTS)}")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         parser.error(f"--out {args.out!r} exists and is not a folder")
-    if problem := door.writable_dir_problem(args.out):       # under a file, read-only, ...
+    if problem := checks.writable_dir_problem(args.out):       # under a file, read-only, ...
         parser.error(f"--out {args.out!r}: {problem}")
     os.makedirs(args.out, exist_ok=True)
 

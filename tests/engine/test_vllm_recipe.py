@@ -48,7 +48,7 @@ if importlib.util.find_spec("vllm") is None:
 
 from tasks import math_datasets  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RECIPE = os.path.join("recipes", "qwen2.5-0.5b-gsm8k.yaml")
 ROWS = os.path.join("tests", "data", "gsm8k_mini.jsonl")
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

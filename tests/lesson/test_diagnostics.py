@@ -22,6 +22,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 import tasks
 from tasks import addition
 import diagnostics as D
+from machinery import token_diagnostics as TD
 from machinery import rollout
 from machinery import tinymodel
 
@@ -134,14 +135,14 @@ def test_where_shares_and_signed_means_by_hand():
 
 def test_template_classifier_on_a_real_addition_response(tok):
     text = addition.addition_response(347, 85)                     # "7+5+0=12\n4+8+1=13\n3+0+1=04\nA:432\n"
-    ro = rollouts_by_hand(tok, addition.addition_prompt(347, 85), [text, "1+1+0=02\nA:2\n"])
-    template = tasks.template_token_mask(addition.TASK, tok, ro.response_ids, ro.response_mask)
+    rollouts = rollouts_by_hand(tok, addition.addition_prompt(347, 85), [text, "1+1+0=02\nA:2\n"])
+    template = tasks.template_token_mask(addition.TASK, tok, rollouts.response_ids, rollouts.response_mask)
     expected = [c not in "0123456789" for c in text] + [True]  # + EOS: template
     assert template[0].tolist() == expected
     short = [c not in "0123456789" for c in "1+1+0=02\nA:2\n"] + [True]
     assert template[1].tolist() == short + [False] * (len(expected) - len(short))   # padding: neither
     assert sum(expected) == 3 * 4 + 3 + 1                      # "++=\n" per column, "A:\n", EOS
-    assert tasks.template_token_mask(tasks.get("math"), tok, ro.response_ids, ro.response_mask) is None
+    assert tasks.template_token_mask(tasks.get("math"), tok, rollouts.response_ids, rollouts.response_mask) is None
 
 
 def test_template_classifier_counts_a_mixed_bpe_token_as_reasoning():
@@ -202,20 +203,20 @@ def chain_model(tok):
 
 
 def test_the_markov_model_has_the_designed_probabilities(chain_model, tok):
-    ro = rollouts_by_hand(tok, "Z", ["xA:1\n", "yA:2\n"])
-    logp, _ = rollout.token_logprobs(chain_model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask)
+    rollouts = rollouts_by_hand(tok, "Z", ["xA:1\n", "yA:2\n"])
+    logp, _ = rollout.token_logprobs(chain_model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask)
     l = math.log
     expected = torch.tensor([[l(.5), 0, 0, l(Q), 0, 0], [l(.5), 0, 0, l(1 - Q), 0, 0]])
     assert torch.allclose(logp, expected, atol=1e-4)
 
 
 def test_value_estimates_match_the_known_success_probabilities(chain_model, tok):
-    ro = rollouts_by_hand(tok, "Z", ["xA:1\n", "yA:2\n"])
+    rollouts = rollouts_by_hand(tok, "Z", ["xA:1\n", "yA:2\n"])
     # positions: x (irrelevant filler), "1" (decides: success), "2" (decides: failure), EOS
     rows, cols = torch.tensor([0, 0, 1, 0]), torch.tensor([0, 3, 3, 5])
     k = 600
     torch.manual_seed(0)
-    v_with, v_without = D.token_values(chain_model, tok, ro, rows, cols, ["1"], addition.TASK, k, max_new_tokens=8)
+    v_with, v_without = TD.token_values(chain_model, tok, rollouts, rows, cols, ["1"], addition.TASK, k, max_new_tokens=8)
     se = math.sqrt(Q * (1 - Q) / k)
     # exact values: with the token / without it
     exact_with, exact_without = [Q, 1.0, 0.0, 1.0], [Q, Q, Q, 1.0]
@@ -230,17 +231,17 @@ def test_value_estimates_match_the_known_success_probabilities(chain_model, tok)
 
 
 def test_value_continuations_get_the_budget_the_rollout_had_left(chain_model, tok):
-    ro = rollouts_by_hand(tok, "Z", ["xA:1\n"])
+    rollouts = rollouts_by_hand(tok, "Z", ["xA:1\n"])
     k = 600
     torch.manual_seed(1)
     # max_new_tokens = 3: from "x" (2 tokens left) and from "xA" (1 left) every continuation
     # stops at "xA:", which has no answer: both values are exactly 0 (Q with room to finish)
-    v_with, v_without = D.token_values(chain_model, tok, ro, torch.tensor([0]), torch.tensor([1]), ["1"],
+    v_with, v_without = TD.token_values(chain_model, tok, rollouts, torch.tensor([0]), torch.tensor([1]), ["1"],
                                        addition.TASK, k, max_new_tokens=3)
     assert v_with.item() == 0.0 and v_without.item() == 0.0
     # max_new_tokens = 4: "xA:1" used the whole budget, so it is scored as it is (exactly 1);
     # from "xA:" the one token left is "1" with probability Q
-    v_with, v_without = D.token_values(chain_model, tok, ro, torch.tensor([0]), torch.tensor([3]), ["1"],
+    v_with, v_without = TD.token_values(chain_model, tok, rollouts, torch.tensor([0]), torch.tensor([3]), ["1"],
                                        addition.TASK, k, max_new_tokens=4)
     assert v_with.item() == 1.0
     assert abs(v_without.item() - Q) <= 4 * math.sqrt(Q * (1 - Q) / k)
@@ -345,13 +346,13 @@ def test_coupling_pairs_follow_their_class_and_are_uniform():
 def test_output_layer_features_read_the_real_models_head(tok):
     model = tinymodel.build_tiny_model(tok, seed=0, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
     torch.manual_seed(0)
-    ro = rollout.generate_rollouts(model, tok, ["3+4\n", "12+77\n"], G=3, max_new_tokens=10, temperature=1.3)
-    rows, cols = ro.response_mask.nonzero().unbind(1)
-    h, logp_all = D.output_layer_features(model, ro, rows, cols, temperature=1.3, chunk=4)
-    tokens = ro.response_ids[rows, cols]
+    rollouts = rollout.generate_rollouts(model, tok, ["3+4\n", "12+77\n"], G=3, max_new_tokens=10, temperature=1.3)
+    rows, cols = rollouts.response_mask.nonzero().unbind(1)
+    h, logp_all = TD.output_layer_features(model, rollouts, rows, cols, temperature=1.3, chunk=4)
+    tokens = rollouts.response_ids[rows, cols]
     # the captured distribution is the one token_logprobs scores ...
     with torch.no_grad():
-        scored, _ = rollout.token_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask,
+        scored, _ = rollout.token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask,
                                            temperature=1.3)
     assert torch.allclose(logp_all.gather(1, tokens.unsqueeze(1)).squeeze(1).float(), scored[rows, cols], atol=1e-5)
     # ... and the captured h is the head's input: log_softmax(W h / T) reproduces it
@@ -365,11 +366,11 @@ def test_output_layer_features_come_back_where_the_features_are(tok, default_dev
     # "meta" as the default device (conftest): a bare torch.zeros would come back on "meta".
     model = tinymodel.build_tiny_model(tok, seed=0, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
     torch.manual_seed(0)
-    ro = rollout.generate_rollouts(model, tok, ["3+4\n", "12+77\n"], G=2, max_new_tokens=6, temperature=1.3)
-    rows, cols = ro.response_mask.nonzero().unbind(1)
-    expected = D.output_layer_features(model, ro, rows, cols, temperature=1.3, chunk=2)
+    rollouts = rollout.generate_rollouts(model, tok, ["3+4\n", "12+77\n"], G=2, max_new_tokens=6, temperature=1.3)
+    rows, cols = rollouts.response_mask.nonzero().unbind(1)
+    expected = TD.output_layer_features(model, rollouts, rows, cols, temperature=1.3, chunk=2)
     with default_device("meta"):
-        got = D.output_layer_features(model, ro, rows, cols, temperature=1.3, chunk=2)
+        got = TD.output_layer_features(model, rollouts, rows, cols, temperature=1.3, chunk=2)
     for x, ref in zip(got, expected):
         assert x.device.type == "cpu" and torch.equal(x, ref)
 
@@ -380,27 +381,27 @@ def test_output_layer_features_come_back_where_the_features_are(tok, default_dev
 
 def test_after_update_keys_determinism_and_untouched_rng(chain_model, tok):
     torch.manual_seed(3)
-    ro = rollout.generate_rollouts(chain_model, tok, ["Z", "Z"], G=4, max_new_tokens=8)
+    rollouts = rollout.generate_rollouts(chain_model, tok, ["Z", "Z"], G=4, max_new_tokens=8)
     adv = torch.tensor([1.0, -1.0] * 4)
-    delta = torch.randn(ro.response_ids.shape, generator=torch.Generator().manual_seed(0)) * 0.01
-    new_logp = ro.engine_logp + delta * ro.response_mask
+    delta = torch.randn(rollouts.response_ids.shape, generator=torch.Generator().manual_seed(0)) * 0.01
+    new_logp = rollouts.engine_logp + delta * rollouts.response_mask
     kwargs = dict(value_samples=8, value_k=16, coupling_pairs=20, seed=5, step=40, max_new_tokens=8)
     state = torch.get_rng_state()
-    out = D.after_update(chain_model, tok, ro, ro.engine_logp, new_logp, adv, addition.TASK, ["1", "1"], **kwargs)
+    out = TD.after_update(chain_model, tok, rollouts, rollouts.engine_logp, new_logp, adv, addition.TASK, ["1", "1"], **kwargs)
     assert torch.equal(state, torch.get_rng_state())                 # the training stream did not move
-    again = D.after_update(chain_model, tok, ro, ro.engine_logp, new_logp, adv, addition.TASK, ["1", "1"], **kwargs)
+    again = TD.after_update(chain_model, tok, rollouts, rollouts.engine_logp, new_logp, adv, addition.TASK, ["1", "1"], **kwargs)
     strip = lambda d: {k: v for k, v in d.items() if not k.startswith("time/")}
     assert strip(out) == strip(again)                                   # reproducible from (seed, step)
     assert {k: v for k, v in out.items() if k.startswith("flip/")} == D.token_flips(
-        new_logp, ro.engine_logp, ro.response_mask, adv)
+        new_logp, rollouts.engine_logp, rollouts.response_mask, adv)
     assert out["where/template_share"] + out["where/reasoning_share"] == pytest.approx(1.0)
     assert 0 < sum(out[f"value/n_{c}"] for c in D.VALUE_CELLS) <= 8
     # pi_old < 0.5 only for "1" (0.3): same_low exists iff "1" was drawn twice or more
-    n_ones = int((ro.response_ids == tok.convert_tokens_to_ids("1")).sum())
+    n_ones = int((rollouts.response_ids == tok.convert_tokens_to_ids("1")).sum())
     assert out["coupling/n_same_low"] == (20 if n_ones >= 2 else 0)
     assert out["coupling/n_same_high"] == out["coupling/n_different"] == 20
     # the cheap part alone; math has no template classes: the split is skipped, not guessed
-    cheap = D.after_update(chain_model, tok, ro, ro.engine_logp, new_logp, adv, tasks.get("math"), ["1", "1"])
+    cheap = TD.after_update(chain_model, tok, rollouts, rollouts.engine_logp, new_logp, adv, tasks.get("math"), ["1", "1"])
     assert not any(k.startswith(("where/", "value/", "coupling/")) for k in cheap) and "flip/boost_pos" in cheap
 
 
@@ -411,9 +412,9 @@ def test_after_update_keys_determinism_and_untouched_rng(chain_model, tok):
     ({"adv_flat": torch.zeros(3)}, "adv_flat has shape"),
 ])
 def test_after_update_bad_arguments_raise(chain_model, tok, change, match):
-    ro = rollouts_by_hand(tok, "Z", ["xA:1\n", "yA:2\n", "xA:2\n", "yA:1\n"])
+    rollouts = rollouts_by_hand(tok, "Z", ["xA:1\n", "yA:2\n", "xA:2\n", "yA:1\n"])
     args = {"adv_flat": torch.tensor([1.0, -1.0, -1.0, 1.0]), "answers": ["1"], "value_samples": 4, "value_k": 4,
             "max_new_tokens": 8, **change}
-    z = torch.zeros(ro.response_ids.shape)
+    z = torch.zeros(rollouts.response_ids.shape)
     with pytest.raises(ValueError, match=match):
-        D.after_update(chain_model, tok, ro, z, z, args.pop("adv_flat"), addition.TASK, args.pop("answers"), **args)
+        TD.after_update(chain_model, tok, rollouts, z, z, args.pop("adv_flat"), addition.TASK, args.pop("answers"), **args)

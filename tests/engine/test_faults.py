@@ -20,7 +20,7 @@ import torch
 from machinery import checkpoint
 import train
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def args(model_dir, out_dir, *extra):
@@ -342,8 +342,8 @@ def test_a_gradient_norm_of_inf_or_nan_stops_the_run_in_one_line_naming_the_flag
     else:
         assert steps_logged(tmp_path) == [1] and checkpoint.check_checkpoint(ckpt(tmp_path, 1)) is None
         assert sorted(os.listdir(tmp_path / "checkpoints")) == ["latest", "step_000001"]      # ... nor saved
-    from machinery import door
-    door.lock_dir(str(tmp_path), "--out_dir").close()                       # the lock was let go
+    from machinery import checks
+    checks.lock_dir(str(tmp_path), "--out_dir").close()                       # the lock was let go
 
 
 def test_the_likely_cause_is_the_coefficient_farthest_above_its_usual_value(tiny_dir, tmp_path):
@@ -450,14 +450,14 @@ def test_write_errors_of_the_disk_are_one_line_where_no_tmpfs_can_be_mounted(tin
     """The same contract without root: ENOSPC from torch.save (simulated) and from metrics.jsonl
     (written to /dev/full, which answers every write with ENOSPC)."""
     import errno
-    from machinery import door, metrics
+    from machinery import checks, metrics
     assert run_main(args(tiny_dir, tmp_path, "--steps", "2", "--save_every", "1"), capsys)[0] == 0
     run = train.setup(train.parse_args(args(tiny_dir, tmp_path, "--steps", "4", "--resume")))
 
     def full(*a, **k):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     monkeypatch.setattr(checkpoint.torch, "save", full)
-    with pytest.raises(door.UsageError, match=r"^step 3: the checkpoint could not be written in .* \(No space left on "
+    with pytest.raises(checks.UsageError, match=r"^step 3: the checkpoint could not be written in .* \(No space left on "
                                               r"device\); nothing is lost: step_000002 is intact"):
         train.save_checkpoint(run, str(tmp_path), 3, {})
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["latest", "step_000001", "step_000002"]
@@ -465,6 +465,6 @@ def test_write_errors_of_the_disk_are_one_line_where_no_tmpfs_can_be_mounted(tin
     os.symlink("/dev/full", tmp_path / "full")
     os.makedirs(tmp_path / "elsewhere")
     os.symlink("/dev/full", tmp_path / "elsewhere" / "metrics.jsonl")
-    with pytest.raises(door.UsageError, match=r"metrics.jsonl could not be written \(No space left on device\); the "
+    with pytest.raises(checks.UsageError, match=r"metrics.jsonl could not be written \(No space left on device\); the "
                                               r"run stopped at step 3, and its checkpoints are intact"):
         metrics.log_metrics(str(tmp_path / "elsewhere"), None, {"step": 3, "reward": 0.5, "entropy": 1.0}, None)

@@ -217,8 +217,11 @@ def _start_worker(library: str, warmup: list) -> Worker:
     workdir = tempfile.mkdtemp(prefix="tokencredit-sandbox-")
     os.chmod(workdir, 0o555)                 # empty and read-only, for the worker's user too
     mine, theirs = socket.socketpair()
-    code = (f"import sys; sys.path.insert(0, {REPO_DIR!r}); from machinery import sandbox; "
-            f"sandbox.worker_main({theirs.fileno()})")
+    # This file by its path, not `from tasks import sandbox`: the package would import every
+    # task (and torch) into the worker, and the tasks folder on sys.path would shadow the
+    # scorer libraries (tasks/reasoning_gym.py is not reasoning_gym).
+    code = (f"import importlib.util as u; s = u.spec_from_file_location('tokencredit_sandbox', {__file__!r}); "
+            f"m = u.module_from_spec(s); s.loader.exec_module(m); m.worker_main({theirs.fileno()})")
     proc = subprocess.Popen([sys.executable, "-P", "-c", code], pass_fds=[theirs.fileno()], cwd=workdir,
                             env=worker_env(), stdin=subprocess.DEVNULL, start_new_session=True)
     theirs.close()
@@ -296,12 +299,12 @@ def _warn_if_weak(info: dict) -> None:
     if not info.get("seccomp"):
         _warn_once("no-seccomp", f"the scorer sandbox has no seccomp filter on {platform.machine()}: a scored "
                    "answer that runs code could leave SysV shared memory behind and outlive its worker "
-                   "(machinery/sandbox.py)")
+                   "(tasks/sandbox.py)")
     if info.get("uid") != os.getuid() or info.get("landlock", 0) >= 6:
         return
     _warn_once("weak", f"the scorer sandbox runs as your user (uid {os.getuid()}) without Landlock's signal scope "
                f"(Landlock ABI {info.get('landlock', 0)}, needs 6): a scored answer that runs code could signal or "
-               "write to your processes and files (machinery/sandbox.py)")
+               "write to your processes and files (tasks/sandbox.py)")
 
 
 def _warn_missing(library: str, names: list) -> None:

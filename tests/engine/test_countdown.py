@@ -237,7 +237,7 @@ def test_reasoning_gym_countdown_data_is_scored_by_our_checker_and_agrees_on_its
     rg wrote them), with its default settings as train.py draws them, both give full credit,
     and a wrong value or a missing number gets none from either."""
     rg = pytest.importorskip("reasoning_gym")
-    from machinery import sandbox
+    from tasks import sandbox
     score_answer = rg.get_score_answer_fn("countdown")
     rows = reasoning_gym.rows("countdown", 30, "train", seed=3)
     responses, answers = [], []

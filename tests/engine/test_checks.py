@@ -15,11 +15,12 @@ import pytest
 
 import train
 from machinery import checkpoint, tinymodel
-from machinery import door as door_checks
+from machinery import checks as door_checks
+from machinery import config
 import tasks
 from tasks import reasoning_gym
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def args(model_dir, out_dir, *extra):
@@ -29,7 +30,7 @@ def args(model_dir, out_dir, *extra):
             "--eval_every", "0", "--flip_every", "0", "--save_every", "2", "--threads", "1", *extra]
 
 
-def door(argv, capsys):
+def refused(argv, capsys):
     """train.main(argv) in this process: (exit code, the stderr lines it printed); 0 if it returned."""
     try:
         train.main(argv)
@@ -62,7 +63,7 @@ def no_work(monkeypatch):
     (["--steps", str(2 ** 20)], "--steps must be below 1048576"),
 ])
 def test_bad_values_are_one_line_before_any_work(flags, needle, tiny_dir, tmp_path, capsys, no_work):
-    code, err = door(args(tiny_dir, tmp_path / "run", *flags), capsys)
+    code, err = refused(args(tiny_dir, tmp_path / "run", *flags), capsys)
     assert code == 2 and len(err) == 1 and needle in err[0] and err[0].startswith("train.py: error:"), err
     assert not os.path.exists(tmp_path / "run")                 # nothing written either
 
@@ -130,7 +131,7 @@ def test_numbers_that_would_train_nothing_or_cost_too_much_are_one_line(flags, n
                                                                         no_work):
     """Issue 41: each of these passed the door and trained nothing (exit 0), hung, or died
     in C++ ("Overflow when unpacking long long") without naming its flag."""
-    code, err = door(args(tiny_dir, tmp_path / "run", *flags), capsys)
+    code, err = refused(args(tiny_dir, tmp_path / "run", *flags), capsys)
     assert code == 2 and len(err) == 1 and err[0].startswith("train.py: error: "), err
     assert needle in err[0], err
     assert not os.path.exists(tmp_path / "run")
@@ -157,18 +158,18 @@ def test_sampling_that_could_not_fit_in_memory_is_one_line_before_sampling(tiny_
     monkeypatch.setattr(door_checks, "memory_bytes", lambda device: 10 ** 9)
     monkeypatch.setattr(train, "sample_rollouts", lambda *a, **k: pytest.fail("sampled"))
     monkeypatch.setattr(evaluation, "sample_rollouts", lambda *a, **k: pytest.fail("sampled"))
-    code, err = door(args(tiny_dir, tmp_path / "run", "--max_new_tokens", "100000"), capsys)
+    code, err = refused(args(tiny_dir, tmp_path / "run", "--max_new_tokens", "100000"), capsys)
     assert code == 2 and err == [
         "train.py: error: sampling 16 rollouts at once (--prompts_per_step x --group_size = 16) of up to 4 prompt "
         "tokens + --max_new_tokens 100,000 could need 1.7 GB of key/value cache, more than this machine's 1.0 GB "
         "of memory: lower --max_new_tokens or --prompts_per_step"], err
-    code, err = door(args(tiny_dir, tmp_path / "run", "--max_new_tokens", "20000", "--eval_samples", "1024",
+    code, err = refused(args(tiny_dir, tmp_path / "run", "--max_new_tokens", "20000", "--eval_samples", "1024",
                           "--eval_every", "1"), capsys)
     assert code == 2 and len(err) == 1 and "sampling 1,024 rollouts at once (--eval_samples 1024)" in err[0], err
 
 
 def test_config_json_is_strict_json(tiny_dir, tmp_path, capsys):
-    assert door(args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
+    assert refused(args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
 
     def refuse(constant):
         raise ValueError(f"not strict JSON: {constant}")
@@ -181,7 +182,7 @@ def test_config_json_is_strict_json(tiny_dir, tmp_path, capsys):
 def test_out_dir_a_symlink_loop_is_one_line(tiny_dir, tmp_path, capsys, no_work):
     os.symlink(tmp_path / "b", tmp_path / "a")
     os.symlink(tmp_path / "a", tmp_path / "b")
-    code, err = door(args(tiny_dir, tmp_path / "a"), capsys)
+    code, err = refused(args(tiny_dir, tmp_path / "a"), capsys)
     assert code == 2 and len(err) == 1 and "symbolic link that leads nowhere" in err[0], err
 
 
@@ -189,17 +190,17 @@ def test_out_dir_a_symlink_loop_is_one_line(tiny_dir, tmp_path, capsys, no_work)
 def test_a_directory_where_a_run_file_belongs_is_one_line(name, tiny_dir, tmp_path, capsys, no_work):
     os.makedirs(tmp_path / name)
     resume = ["--resume"] if name.startswith("checkpoints") else []
-    code, err = door(args(tiny_dir, tmp_path, *resume), capsys)
+    code, err = refused(args(tiny_dir, tmp_path, *resume), capsys)
     assert code == 2 and len(err) == 1 and f"{tmp_path / name} is not a file" in err[0], err
 
 
 def test_a_checkpoint_directory_replaced_by_a_file_is_skipped_and_overwritten(tiny_dir, tmp_path, capsys):
     """Resumes from the intact checkpoint before it, then writes the new checkpoint over the file."""
-    assert door(args(tiny_dir, tmp_path, "--steps", "4"), capsys)[0] == 0
+    assert refused(args(tiny_dir, tmp_path, "--steps", "4"), capsys)[0] == 0
     shutil.rmtree(tmp_path / "checkpoints" / "step_000004")
     (tmp_path / "checkpoints" / "step_000004").write_text("not a checkpoint")
     (tmp_path / "metrics.jsonl").write_text("".join((tmp_path / "metrics.jsonl").read_text().splitlines(True)[:2]))
-    code, err = door(args(tiny_dir, tmp_path, "--steps", "6", "--resume"), capsys)
+    code, err = refused(args(tiny_dir, tmp_path, "--steps", "6", "--resume"), capsys)
     assert code == 0 and any("step_000004 is not a directory" in line for line in err), err
     assert checkpoint.check_checkpoint(str(tmp_path / "checkpoints" / "step_000006")) is None
     assert [json.loads(line)["step"] for line in open(tmp_path / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
@@ -208,7 +209,7 @@ def test_a_checkpoint_directory_replaced_by_a_file_is_skipped_and_overwritten(ti
 def test_jsonl_row_nested_a_hundred_thousand_deep_is_one_line(tiny_dir, tmp_path, capsys):
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"prompt": "1+1", "answer": "2"}\n' + "[" * 100_000 + "]" * 100_000 + "\n")
-    code, err = door(args(tiny_dir, tmp_path / "run", "--data", str(rows)), capsys)
+    code, err = refused(args(tiny_dir, tmp_path / "run", "--data", str(rows)), capsys)
     assert code == 2 and len(err) == 1 and "rows.jsonl:2: JSON nested too deeply" in err[0], err
 
 
@@ -217,14 +218,14 @@ def test_truncated_cached_warm_up_is_one_line_naming_it(tmp_path, capsys, monkey
     monkeypatch.setattr(tinymodel, "load_or_warmup", functools.partial(tinymodel.load_or_warmup, cache_dir=str(cache),
                                                                        shipped_dir=None))
     cfg = train.parse_args(["--out_dir", str(tmp_path / "run"), "--digits", "1"])
-    entry = cache / tinymodel.cache_key(train.embedded_warmup(cfg))
+    entry = cache / tinymodel.cache_key(config.embedded_warmup(cfg))
     tok = tinymodel.build_char_tokenizer()
     tinymodel.build_tiny_model(tok, seed=0).save_pretrained(entry)
     tok.save_pretrained(entry)
     (entry / "warmup.json").write_text("{}")                     # a complete entry, as the cache sees it
     weights = entry / "model.safetensors"
     os.truncate(weights, os.path.getsize(weights) // 2)          # ... then a copy cut short
-    code, err = door(["--out_dir", str(tmp_path / "run"), "--digits", "1", "--steps", "1"], capsys)
+    code, err = refused(["--out_dir", str(tmp_path / "run"), "--digits", "1", "--steps", "1"], capsys)
     assert code == 2 and len(err) == 1 and f"warm-up {entry} is damaged" in err[0], err
 
 
@@ -237,12 +238,12 @@ def shipped_start(out_dir, *extra):
 
 
 def test_start_json_says_whether_the_start_was_verified(tiny_dir, tmp_path, capsys):
-    assert door(shipped_start(tmp_path / "shipped"), capsys)[0] == 0
+    assert refused(shipped_start(tmp_path / "shipped"), capsys)[0] == 0
     start = json.load(open(tmp_path / "shipped" / "start.json"))
     key = os.path.basename(start["model_path"])
     assert start["shipped"] and start["verified"] is True
     assert start["weights_sha256"] == tinymodel.SHIPPED_SHA256[key] == tinymodel.weights_sha256(start["model_path"])
-    assert door(args(tiny_dir, tmp_path / "path", "--steps", "1"), capsys)[0] == 0
+    assert refused(args(tiny_dir, tmp_path / "path", "--steps", "1"), capsys)[0] == 0
     start = json.load(open(tmp_path / "path" / "start.json"))
     assert not start["shipped"] and start["verified"] is False          # a model directory: nothing recorded
 
@@ -257,7 +258,7 @@ def test_a_flipped_byte_in_a_shipped_warm_up_is_one_line_before_the_run(tmp_path
     weights.write_bytes(bytes(data))
     monkeypatch.setattr(tinymodel, "load_or_warmup", functools.partial(
         tinymodel.load_or_warmup, cache_dir=str(tmp_path / "cache"), shipped_dir=str(tmp_path / "weights")))
-    code, err = door(shipped_start(tmp_path / "run"), capsys)
+    code, err = refused(shipped_start(tmp_path / "run"), capsys)
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith(f"train.py: error: shipped warm-up {tmp_path / 'weights' / key} is damaged: its weights "
                              f"do not match their recorded SHA-256 ({tinymodel.SHIPPED_SHA256[key][:12]}, got "), err
@@ -327,7 +328,7 @@ def test_lock_dir_names_the_holder_and_takes_over_a_stale_lock(tmp_path):
     held.close()
     # A lock file left by a process that died holds no lock: the next writer takes it.
     dead = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-                           "from machinery import door; door.lock_dir(sys.argv[2], 'x'); "
+                           "from machinery import checks; checks.lock_dir(sys.argv[2], 'x'); "
                            "import os; os._exit(9)", REPO, str(tmp_path)])
     assert dead.returncode == 9 and (tmp_path / door_checks.LOCK_FILE).read_text().strip() != str(os.getpid())
     door_checks.lock_dir(str(tmp_path), "--out_dir").close()

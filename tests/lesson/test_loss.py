@@ -619,10 +619,10 @@ def test_train_tallies_dfpo_counts_over_micro_batches_into_fractions():
     old = torch.full((8, 3), -1.0, dtype=torch.float64)
     logp, gi = old + shift[:, None], torch.arange(8) // 4
     cfg = LossConfig(loss_type="gspo", weight_transform="orth", eps_low=0.2, eps_high=0.2)
-    norm, tally = step_normaliser(mask), {}
+    norm, loss_sums = step_normaliser(mask), {}
     for idx in (torch.arange(4), torch.arange(4, 8)):
-        metrics.add_stats(tally, policy_loss(logp[idx], old[idx], adv[idx], mask[idx], cfg, norm, gi[idx])[1])
-    means = metrics.stat_means(tally)
+        metrics.add_stats(loss_sums, policy_loss(logp[idx], old[idx], adv[idx], mask[idx], cfg, norm, gi[idx])[1])
+    means = metrics.stat_means(loss_sums)
     assert means["dfpo_one_sided"] == 0.5 and means["dfpo_dropped"] == 0.25
     assert means["clip_frac_high"] == pytest.approx(5 / 23)         # 3 + 2 tokens of 23
     assert not [key for key in means if key.startswith("n_")]

@@ -1,6 +1,6 @@
 """The vLLM path without vLLM: pure parts on hand examples, glue against fake engines.
 
-These run in the main suite, where vLLM is not installed (tests/test_vllm_engine.py
+These run in the main suite, where vLLM is not installed (tests/engine/test_vllm_engine.py
 runs the real engine, vLLM's CPU build, in .ci/run's second step). The fakes below
 mimic only what vllm_rollout.py relies on (vllm.LLM(**kwargs), SamplingParams(**kwargs),
 LLM.generate(list of {"prompt_token_ids"}, list of SamplingParams, use_tqdm=...) ->
@@ -372,17 +372,17 @@ def test_canary_gap_hand_example_and_edges():
     v = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0]])
     t = torch.tensor([[-1.1, -1.8, float("nan")], [-0.2, -9.0, 0.0]])
     m = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
-    assert V.canary_gap(v, t, m) == pytest.approx((0.1 + 0.2 + 0.3) / 3)
-    assert V.canary_gap(v, t, torch.zeros_like(m)) == 0.0
+    assert V.staleness_gap(v, t, m) == pytest.approx((0.1 + 0.2 + 0.3) / 3)
+    assert V.staleness_gap(v, t, torch.zeros_like(m)) == 0.0
     with pytest.raises(ValueError, match="shape mismatch"):
-        V.canary_gap(v, t[:, :2], m)
+        V.staleness_gap(v, t[:, :2], m)
 
 
 def test_canary_bound_is_three_times_the_first_gap_with_a_floor():
-    assert V.canary_bound(0.055) == pytest.approx(0.165)          # bf16: the old fixed 0.05 fired here
-    assert V.canary_bound(2e-7) == 1e-4 and V.canary_bound(0.0) == 1e-4     # fp32: the floor
+    assert V.staleness_bound(0.055) == pytest.approx(0.165)          # bf16: the old fixed 0.05 fired here
+    assert V.staleness_bound(2e-7) == 1e-4 and V.staleness_bound(0.0) == 1e-4     # fp32: the floor
     with pytest.raises(ValueError, match="first_gap"):
-        V.canary_bound(float("nan"))
+        V.staleness_bound(float("nan"))
 
 
 # ---------------------------------------------------------------------------------------
@@ -441,17 +441,17 @@ def scripted(i, j, max_tokens, eos):
     return torch.randint(4, 14, (n,), generator=gen).tolist() + [eos], "stop"
 
 
-def trainer_gap(model, ro, temperature):
+def trainer_gap(model, rollouts, temperature):
     with torch.no_grad():
-        lp, _ = rollout.token_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask,
+        lp, _ = rollout.token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask,
                                        temperature=temperature)
-    return V.canary_gap(ro.engine_logp, lp, ro.response_mask)
+    return V.staleness_gap(rollouts.engine_logp, lp, rollouts.response_mask)
 
 
 def test_generate_rollouts_vllm_end_to_end_and_the_canary_sees_staleness(fake_vllm, tok, model):
     prompts, G, T, temp = ["12+3\n", "456+78\n"], 3, 6, 0.7
     engine = FakeEngine(model, tok.eos_token_id, scripted)
-    ro = V.generate_rollouts_vllm(engine, tok, prompts, G, T, temperature=temp, seed=50)
+    rollouts = V.generate_rollouts_vllm(engine, tok, prompts, G, T, temperature=temp, seed=50)
 
     (sent, params, use_tqdm), = engine.generate_calls
     assert use_tqdm is False
@@ -462,19 +462,19 @@ def test_generate_rollouts_vllm_end_to_end_and_the_canary_sees_staleness(fake_vl
 
     # layout: prompt-major, left-padded prompts, right-padded responses, EOS kept in the mask
     B = len(prompts) * G
-    assert ro.prompt_ids.shape[0] == ro.response_ids.shape[0] == B and ro.G == G and ro.prompts == prompts
-    assert ro.prompt_ids[0, -5:].tolist() == tok(prompts[0])["input_ids"] and ro.prompt_mask[0].sum() == 5
+    assert rollouts.prompt_ids.shape[0] == rollouts.response_ids.shape[0] == B and rollouts.G == G and rollouts.prompts == prompts
+    assert rollouts.prompt_ids[0, -5:].tolist() == tok(prompts[0])["input_ids"] and rollouts.prompt_mask[0].sum() == 5
     for b in range(B):
         tokens, finish = scripted(b // G, b % G, T, tok.eos_token_id)
         n = len(tokens)
-        assert ro.response_ids[b, :n].tolist() == tokens and ro.response_mask[b].sum() == n
-        assert bool(ro.truncated[b]) == (finish == "length")
-        assert ro.texts[b] == tok.decode(tokens, skip_special_tokens=True)
-    assert ro.engine_entropy is None                                   # vLLM returns no entropies
+        assert rollouts.response_ids[b, :n].tolist() == tokens and rollouts.response_mask[b].sum() == n
+        assert bool(rollouts.truncated[b]) == (finish == "length")
+        assert rollouts.texts[b] == tok.decode(tokens, skip_special_tokens=True)
+    assert rollouts.engine_entropy is None                                   # vLLM returns no entropies
 
     # the canary: same weights -> float32 noise only (the engine scored unpadded singles,
     # the trainer a padded batch, so a misplaced log-prob would show up here)
-    first = trainer_gap(model, ro, temp)
+    first = trainer_gap(model, rollouts, temp)
     assert first < 1e-5
 
     trained = copy.deepcopy(model)                                     # an optimizer step, simulated
@@ -482,11 +482,11 @@ def test_generate_rollouts_vllm_end_to_end_and_the_canary_sees_staleness(fake_vl
         for p in trained.parameters():
             p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
     stale = V.generate_rollouts_vllm(engine, tok, prompts, G, T, temperature=temp)
-    assert trainer_gap(trained, stale, temp) > V.canary_bound(first)   # negative control: no push yet
+    assert trainer_gap(trained, stale, temp) > V.staleness_bound(first)   # negative control: no push yet
 
     assert V.push_weights(engine, Compiled(trained)) == 21 and engine.resets == 1
     fresh = V.generate_rollouts_vllm(engine, tok, prompts, G, T, temperature=temp)
-    assert trainer_gap(trained, fresh, temp) < min(1e-5, V.canary_bound(first))
+    assert trainer_gap(trained, fresh, temp) < min(1e-5, V.staleness_bound(first))
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -19,7 +19,7 @@ import loss as loss_lib
 from toy import bandit as B
 from toy import answers, breakers, cancellation, fade, report
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")

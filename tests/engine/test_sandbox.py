@@ -1,4 +1,4 @@
-"""Hostile answers through every scorer that sees model text (machinery/sandbox.py).
+"""Hostile answers through every scorer that sees model text (tasks/sandbox.py).
 
 A policy under RL will, sooner or later, write an answer that is also a program. Each
 test here sends such answers (a file written outside the sandbox, a kill of the worker's
@@ -35,7 +35,7 @@ import pytest
 
 import verify
 import tasks
-from machinery import sandbox
+from tasks import math_datasets, sandbox
 from tasks import reasoning_gym
 
 TIMEOUT = 2.0          # the scorers' timeout in these tests (seconds)
@@ -300,7 +300,7 @@ def test_the_childs_seccomp_program_refuses_sysv_ipc_and_clearing_the_parent_dea
 @pytest.mark.slow
 def test_the_sandbox_reports_what_holds():
     """As root the worker is nobody; a child cannot open a TCP connection where Landlock covers TCP."""
-    verify.math_equal("\\frac{1}{2}", "0.5")
+    math_datasets.math_equal("\\frac{1}{2}", "0.5")
     info = sandbox.WORKER_INFO["math"]
     if os.geteuid() == 0:
         assert info["uid"] == sandbox.NOBODY

@@ -1,7 +1,7 @@
 """integrations/verl_plugin.py inside verl 0.9.1, checked against our own functions and verl's.
 
 Runs in verl's own environment (requirements/verl.txt: verl pins transformers < 5.11):
-    /work/.venv-verl/bin/python -m pytest -q tests/test_integration_verl.py
+    /work/.venv-verl/bin/python -m pytest -q tests/engine/test_integration_verl.py
 Without verl the module skips, unless TOKENCREDIT_REQUIRE_VERL=1 (the CI step sets it),
 where a missing verl is a failure.
 
@@ -30,7 +30,7 @@ import sys
 import pytest
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 try:
     import verl  # noqa: F401

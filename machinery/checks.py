@@ -1,4 +1,4 @@
-"""door.py: the checks at the door that every entry point shares.
+"""checks.py: the checks at the door that every entry point shares.
 
 train.py, plot_runs.py, advantages.py, python -m toy and the sweep runner all ask the
 same questions before any work starts: can this process write where it was told to, is
@@ -18,7 +18,8 @@ import signal
 import sys
 import tempfile
 
-from machinery import hub_models, sandbox
+from machinery import hub_models
+from tasks import sandbox            # prctl (exit_with_parent): the scorers' sandbox has it
 
 
 class UsageError(ValueError):
@@ -217,7 +218,7 @@ def memory_bytes(device) -> int | None:
 
     CUDA: the GPU's total memory. CPU: the machine's physical memory, or the container's
     limit (cgroup v2's memory.max, v1's limit_in_bytes) when that is lower. Not what is
-    free now, which changes: train.check_room refuses only what could not run at all.
+    free now, which changes: setup.check_room refuses only what could not run at all.
     """
     if device.type == "cuda":
         import torch

@@ -40,7 +40,7 @@ if importlib.util.find_spec("vllm") is None:
 
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FP32_NOISE = 1e-5          # fresh fp32 gaps measured ~1e-7; a stale one is >= 1e-2
 
 
@@ -50,12 +50,12 @@ def save(model, tok, path) -> str:
     return str(path)
 
 
-def trainer_gap(model, ro, temperature=1.0) -> float:
+def trainer_gap(model, rollouts, temperature=1.0) -> float:
     """The canary as the trainer computes it: its own teacher-forced log-probs vs vLLM's."""
     with torch.no_grad():
-        lp, _ = rollout.token_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask,
+        lp, _ = rollout.token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask,
                                        temperature=temperature)
-    return V.canary_gap(ro.engine_logp, lp, ro.response_mask)
+    return V.staleness_gap(rollouts.engine_logp, lp, rollouts.response_mask)
 
 
 def perturbed(model, scale, only=None, seed=0):
@@ -114,9 +114,9 @@ def test_engine_starts_for_the_128_positions_of_the_embedded_model_size(tok, tie
         V.engine_max_model_len(model.config, ids, 41)
     assert engine32.model_config.max_model_len == 128
     V.push_weights(engine32, model)
-    ro = V.generate_rollouts_vllm(engine32, tok, [long_prompt], 2, 40, seed=3)
-    assert ro.prompt_mask.sum(1).tolist() == [88, 88] and ro.response_mask.shape[1] <= 40
-    assert trainer_gap(model, ro) < FP32_NOISE
+    rollouts = V.generate_rollouts_vllm(engine32, tok, [long_prompt], 2, 40, seed=3)
+    assert rollouts.prompt_mask.sum(1).tolist() == [88, 88] and rollouts.response_mask.shape[1] <= 40
+    assert trainer_gap(model, rollouts) < FP32_NOISE
     # The old hard-coded 2048 + max_new_tokens: vLLM refuses to build such an engine at all.
     with pytest.raises(Exception, match="max_model_len|max_position_embeddings"):
         V.make_engine(path, model, max_model_len=2048 + 48, dtype="float32")
@@ -139,7 +139,7 @@ def test_fresh_push_is_exact_in_fp32_and_a_stale_engine_is_flagged(tok, tied, en
     _, model = tied
     V.push_weights(engine32, model)
     first = trainer_gap(model, V.generate_rollouts_vllm(engine32, tok, PROMPTS, 4, 40, seed=1))
-    bound = V.canary_bound(first)
+    bound = V.staleness_bound(first)
     new = perturbed(model, 0.3)
     stale = trainer_gap(new, V.generate_rollouts_vllm(engine32, tok, PROMPTS, 4, 40, seed=2))   # no push yet
     assert V.push_weights(engine32, new) == 21                          # 20 tensors + the untied head
@@ -156,8 +156,8 @@ def test_tied_head_follows_a_push_of_the_embedding_alone(tok, tied, engine32):
     new = perturbed(model, 0.5, only="model.embed_tokens.weight")
     assert new.lm_head.weight is new.model.embed_tokens.weight
     V.push_weights(engine32, new)
-    ro = V.generate_rollouts_vllm(engine32, tok, PROMPTS, 4, 40, seed=4)
-    gap_new, gap_old = trainer_gap(new, ro), trainer_gap(model, ro)
+    rollouts = V.generate_rollouts_vllm(engine32, tok, PROMPTS, 4, 40, seed=4)
+    gap_new, gap_old = trainer_gap(new, rollouts), trainer_gap(model, rollouts)
     print(f"\ntied head: gap to pushed {gap_new:.2e}, to previous weights {gap_old:.2e}")
     assert gap_new < FP32_NOISE and gap_old > 1e-2
 
@@ -179,7 +179,7 @@ def test_bf16_engine_fp32_master_pushes_stay_within_the_bound_and_staleness_exce
 
         llm.collective_rpc = spy
         first = trainer_gap(model, V.generate_rollouts_vllm(llm, tok, PROMPTS, 8, 40, seed=1))
-        bound, master, gaps = V.canary_bound(first), copy.deepcopy(model), []
+        bound, master, gaps = V.staleness_bound(first), copy.deepcopy(model), []
         for step in range(3):                                             # relative updates of 1e-3
             master = perturbed(master, 1e-3, seed=step)
             V.push_weights(llm, master)
@@ -232,11 +232,11 @@ def test_templated_prompts_reach_the_engine_with_one_bos(tmp_path):
         llm.generate = lambda prompts, *a, **kw: sent.append(prompts) or generate(prompts, *a, **kw)
         texts = [t.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
                  for q in ("1+2", "34+5")]
-        ro = V.generate_rollouts_vllm(llm, t, texts, 2, 20, seed=1, chat_template=True)
+        rollouts = V.generate_rollouts_vllm(llm, t, texts, 2, 20, seed=1, chat_template=True)
         for request in sent[0]:
             ids = request["prompt_token_ids"]
             assert ids[0] == t.bos_token_id and ids.count(t.bos_token_id) == 1
-        assert trainer_gap(model, ro) < FP32_NOISE                        # the trainer scores the same ids
+        assert trainer_gap(model, rollouts) < FP32_NOISE                        # the trainer scores the same ids
         V.generate_rollouts_vllm(llm, t, texts, 2, 20, seed=1, chat_template=False)
         assert sent[1][0]["prompt_token_ids"][:2] == [t.bos_token_id] * 2     # the bug, when the flag is off
     finally:
@@ -252,13 +252,13 @@ def test_temperature_is_checked_at_the_door_and_texts_are_decoded_once(tok, tied
     generate = engine32.generate
     engine32.generate = lambda *a, **kw: outs.append(generate(*a, **kw)) or outs[-1]
     try:
-        ro = V.generate_rollouts_vllm(engine32, tok, PROMPTS, 4, 30, temperature=2.0, seed=5)
+        rollouts = V.generate_rollouts_vllm(engine32, tok, PROMPTS, 4, 30, temperature=2.0, seed=5)
     finally:
         del engine32.generate
     assert all(c.text == "" for o in outs[0] for c in o.outputs)         # detokenize=False: vLLM decoded nothing
     completions = [c for o in outs[0] for c in o.outputs]
-    assert ro.texts == [tok.decode(list(c.token_ids), skip_special_tokens=True) for c in completions]
-    assert trainer_gap(model, ro, temperature=2.0) < FP32_NOISE          # processed log-probs at T = 2
+    assert rollouts.texts == [tok.decode(list(c.token_ids), skip_special_tokens=True) for c in completions]
+    assert trainer_gap(model, rollouts, temperature=2.0) < FP32_NOISE          # processed log-probs at T = 2
 
 
 def test_seeded_sampling_is_reproducible_and_evaluation_texts_match_the_rollouts(tok, tied, engine32):

@@ -9,8 +9,13 @@ import pytest
 import torch
 
 import advantages as adv
-from advantages import (ADVANTAGES, BINARY_REWARDS, HYPER_RANGES, NONNEGATIVE_REWARDS, UNIT_REWARDS, ZERO_SUM,
-                        compute_advantages, pass_at_k)
+from advantages import ADVANTAGES, HYPER_RANGES, compute_advantages, pass_at_k
+
+# Each advantage's properties are registered beside its definition (advantages.register).
+ZERO_SUM = tuple(n for n, fn in ADVANTAGES.items() if fn.zero_sum)
+BINARY_REWARDS = tuple(n for n, fn in ADVANTAGES.items() if fn.rewards == "binary")
+UNIT_REWARDS = tuple(n for n, fn in ADVANTAGES.items() if fn.rewards == "unit")
+NONNEGATIVE_REWARDS = tuple(n for n, fn in ADVANTAGES.items() if fn.rewards == "nonnegative")
 import mass
 from mass import gradient_mass, mass_curve
 

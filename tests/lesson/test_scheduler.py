@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from scheduler import (CONFIG_RANGES, AdvantageScheduler, SchedulerConfig,  # noqa: E402
                        fade_alpha, fade_delta, fade_delta_relative)

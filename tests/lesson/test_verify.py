@@ -18,17 +18,18 @@ import torch
 
 import tasks
 import verify
+from tasks import sandbox
 from tasks.addition import addition_prompt, addition_response
-from verify import (check_addition, extract_answer, last_boxed, math_equal, reward_tensor,
-                    score, score_math)
+from verify import check_addition, extract_answer, last_boxed, reward_tensor, score
+from tasks.math_datasets import math_equal, score_math      # verify's, with the sandboxed symbolic step
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _workers():
     yield
-    verify.shutdown_math_workers()
+    sandbox.shutdown()
 
 
 def run_guarded(fn, *args, limit=90.0, **kwargs):
@@ -303,7 +304,7 @@ def test_addition_long_well_formed_scratchpad_scores_instead_of_raising():
 
 @pytest.mark.slow
 def test_math_equal_restarts_a_worker_killed_between_calls():
-    from machinery import sandbox
+    from tasks import sandbox
     assert run_guarded(math_equal, r"\frac{1}{2}", "0.5") is True          # the pool exists
     killed = 0
     for worker in list(sandbox._pools["math"].queue):
@@ -322,7 +323,7 @@ def test_script_without_main_guard_scores_right(tmp_path):
     """Workers are plain `python -c` processes, not multiprocessing's "spawn" (which re-ran the
     main module, so a script without `if __name__ == "__main__":` died in every worker)."""
     script = tmp_path / "unguarded.py"
-    script.write_text("import sys\nsys.path.insert(0, %r)\nimport verify\n"
-                      "print(verify.math_equal(r'\\frac{1}{2}', '0.5'))\n" % REPO)
+    script.write_text("import sys\nsys.path.insert(0, %r)\nfrom tasks import math_datasets\n"
+                      "print(math_datasets.math_equal(r'\\frac{1}{2}', '0.5'))\n" % REPO)
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr[-2000:]

@@ -19,12 +19,15 @@ import pytest
 import torch
 
 import advantages
+import tasks
 import train
-from machinery import checkpoint, tinymodel
+from machinery import checkpoint, config, tinymodel
 from machinery import trackers
+from machinery import rollout
+from machinery import setup as setup_lib
 from scheduler import AdvantageScheduler
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RECIPES = sorted(glob.glob(os.path.join(REPO, "recipes", "*.yaml")))
 GPU_RECIPES = [p for p in RECIPES if not p.endswith("-cpu.yaml")]     # a *-cpu.yaml recipe is tested with its results
 
@@ -70,9 +73,9 @@ def test_every_advantage_from_the_command_line_weighs_as_its_function_with_its_d
     hyper = train.advantage_hyper(cfg, knobs)
     ours = advantages.compute_advantages(name, REWARDS, **hyper)
     assert torch.equal(ours, advantages.ADVANTAGES[name](REWARDS))
-    recorded = {flag: getattr(cfg.adv, flag) for flag in advantages.hyper_defaults(name)}
-    assert recorded == advantages.hyper_defaults(name)             # config.json says what was used
-    assert advantages.unread_flags(name, cfg.adv) == []
+    recorded = {flag: getattr(cfg.adv, flag) for flag in config.hyper_defaults(name)}
+    assert recorded == config.hyper_defaults(name)             # config.json says what was used
+    assert config.unread_flags(name, cfg.adv) == []
 
 
 def test_power_and_asym_are_not_mean_any_more():
@@ -83,8 +86,8 @@ def test_power_and_asym_are_not_mean_any_more():
 
 
 def test_every_hyper_parameter_is_a_flag_and_every_flag_a_hyper_parameter():
-    flags = {f.name for f in dataclasses.fields(advantages.AdvantageConfig)}
-    taken = {flag for name in advantages.ADVANTAGES for flag in advantages.hyper_defaults(name)}
+    flags = {f.name for f in dataclasses.fields(config.AdvantageConfig)}
+    taken = {flag for name in advantages.ADVANTAGES for flag in config.hyper_defaults(name)}
     assert flags == taken
     cfg = train.parse_args(["--advantage", "risk", "--risk_beta", "0.5"])
     assert train.advantage_hyper(cfg, {}) == {"beta": 0.5}
@@ -396,7 +399,7 @@ def test_a_tensorboard_path_that_is_a_file_is_one_line_before_any_work(tiny_dir,
     """Before: SummaryWriter failed with a traceback after the data, the model and start.json."""
     pytest.importorskip("tensorboard")
     monkeypatch.setattr(tinymodel, "load_or_warmup", lambda *a, **k: pytest.fail("warm-up before the door check"))
-    monkeypatch.setattr(train, "load_model", lambda *a, **k: pytest.fail("model loaded before the door check"))
+    monkeypatch.setattr(setup_lib, "load_model", lambda *a, **k: pytest.fail("model loaded before the door check"))
     (tmp_path / "tensorboard").write_text("not a directory")
     code, err = door_line(small_args(tiny_dir, tmp_path, "--report_to", "tensorboard"), capsys)
     assert code == 2 and err == [f"train.py: error: --report_to tensorboard writes its event files into "
@@ -411,7 +414,7 @@ def test_a_read_only_tensorboard_directory_is_one_line(tiny_dir, tmp_path, capsy
                       capture_output=True).returncode:
         pytest.skip("a read-only tmpfs cannot be mounted here (root only)")
     try:
-        monkeypatch.setattr(train, "load_model", lambda *a, **k: pytest.fail("model loaded before the door check"))
+        monkeypatch.setattr(setup_lib, "load_model", lambda *a, **k: pytest.fail("model loaded before the door check"))
         code, err = door_line(small_args(tiny_dir, tmp_path, "--report_to", "tensorboard"), capsys)
     finally:
         subprocess.run(["umount", "-l", str(tmp_path / "tensorboard")], capture_output=True)
@@ -451,7 +454,7 @@ def test_samples_jsonl_after_each_evaluation_and_a_resume_keeps_them_once(tiny_d
                                             "--log_eval_completions", "4")))
     lines = read_jsonl(tmp_path / "samples.jsonl")
     assert [x["step"] for x in lines] == [0] * 4 + [2] * 4 + [4] * 4      # step 0: eval_before_train
-    rows = {r["prompt"]: r["answer"] for r in train.tasks.load("addition", "test", n=6, digits=1)[0]}
+    rows = {r["prompt"]: r["answer"] for r in tasks.load("addition", "test", n=6, digits=1)[0]}
     for x in lines:
         assert rows[x["prompt"]] == x["answer"] and isinstance(x["completion"], str)
         assert x["reward"] in (0.0, 1.0) and "correct" in x
@@ -486,8 +489,8 @@ def test_eval_data_evaluates_on_another_source(tiny_dir, tmp_path):
 
 def test_top_p_reaches_the_sampler_for_rollouts_and_evaluation(tiny_dir, tmp_path, monkeypatch):
     seen = []
-    generate = train.rollout.generate_rollouts
-    monkeypatch.setattr(train.rollout, "generate_rollouts",
+    generate = rollout.generate_rollouts
+    monkeypatch.setattr(rollout, "generate_rollouts",
                         lambda *a, **k: seen.append((k["top_p"], k["temperature"])) or generate(*a, **k))
     train.train(train.parse_args(small_args(tiny_dir, tmp_path, "--steps", "2", "--top_p", "0.9",
                                             "--eval_temperature", "0.5")))
@@ -531,16 +534,16 @@ def follow_the_advantage_recipe(repo: str, copy) -> None:
         s = (copy / path).read_text()
         assert s.count(anchor) == 1, (path, anchor)
         (copy / path).write_text(s.replace(anchor, text + anchor if before else anchor + text))
-    insert("advantages.py", "ADVANTAGES = {\n", 'def scaled(rewards: Tensor, tau: float = 0.5) -> Tensor:\n'
+    insert("advantages.py", "# ---------------------------------------------------------------------------------------\n"
+           "# The registry and the door", '@register(zero_sum=True)\n'                         # its name, it sums to 0
+           'def scaled(rewards: Tensor, tau: float = 0.5) -> Tensor:\n'
            '    """A throwaway advantage: tau (r - mean r)."""\n'
            '    return tau * (rewards - rewards.mean(dim=1, keepdim=True))\n\n\n', before=True)   # the function
-    insert("advantages.py", "ADVANTAGES = {\n", '    "scaled": scaled,\n')                        # its name
-    insert("advantages.py", "ZERO_SUM = (", '"scaled", ')                                        # it sums to 0
     insert("advantages.py", "HYPER_RANGES = {\n", '    "tau": (lambda v, G: _real(v) and v > 0, "a finite tau > 0"),\n')
-    insert("advantages.py", "\n\n\ndef hyper_defaults(", '\n    tau: float | None = None\n'
+    insert("machinery/config.py", "\n\n\ndef hyper_defaults(", '\n    tau: float | None = None\n'
            '    """scaled: the scale of the centred reward (default 0.5)."""', before=True)      # its flag (AdvantageConfig)
-    insert("tests/test_advantages.py", "RANGE_CASES = [\n", '    ("scaled", "tau", [0.0, float("nan")], [1e-3]),\n')
-    insert("tests/test_advantages.py", '        "reinforce": (1.0, 0.0),\n', '        "scaled": (0.5 * (1 - p), -0.5 * p),\n')
+    insert("tests/lesson/test_advantages.py", "RANGE_CASES = [\n", '    ("scaled", "tau", [0.0, float("nan")], [1e-3]),\n')
+    insert("tests/lesson/test_advantages.py", '        "reinforce": (1.0, 0.0),\n', '        "scaled": (0.5 * (1 - p), -0.5 * p),\n')
 
 
 @pytest.mark.slow
@@ -548,11 +551,11 @@ def test_advantage_recipe_end_to_end(tiny_dir, tmp_path):
     # README, "Add an advantage": every edit it lists, and nothing else, in a copy of the
     # repository. The registry tests must pass with the new advantage in them, and train.py
     # must train it 2 steps with its hyper-parameter from the command line and record it.
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     copy = tmp_path / "repo"
     follow_the_advantage_recipe(repo, copy)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    tests = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/test_advantages.py"],
+    tests = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/lesson/test_advantages.py"],
                            cwd=copy, env=env, capture_output=True, text=True)
     assert tests.returncode == 0, tests.stdout[-3000:]
     assert "test_closed_forms_at_G8[scaled] PASSED" in tests.stdout                   # the registry tests ran on it

@@ -18,9 +18,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import train
-from machinery import checkpoint, door, flags, metrics
+from machinery import checkpoint, checks, flags, metrics
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def small_args(model_dir, out_dir, *extra):
@@ -83,7 +83,7 @@ def test_a_value_error_raised_while_training_is_not_swallowed(tiny_dir, tmp_path
     monkeypatch.setattr(batching, "minibatch_indices", broken)
     with pytest.raises(ValueError, match="a bug of the reader's") as e:
         train.main(small_args(tiny_dir, tmp_path / "run", "--steps", "1"))
-    assert not isinstance(e.value, door.UsageError)
+    assert not isinstance(e.value, checks.UsageError)
 
 
 # ---------------------------------------------------------------------------------------

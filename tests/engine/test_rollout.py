@@ -35,7 +35,7 @@ def model(addition_tiny_model):
 
 
 @pytest.fixture(scope="module")
-def ro(model, tok):
+def rollouts(model, tok):
     torch.manual_seed(0)
     return generate_rollouts(model, tok, PROMPTS * 4, G=4, max_new_tokens=14)
 
@@ -44,54 +44,54 @@ def ro(model, tok):
 # Shapes, masks, texts
 # ---------------------------------------------------------------------------------------
 
-def test_shapes_prompt_major_and_left_padding(ro, tok):
+def test_shapes_prompt_major_and_left_padding(rollouts, tok):
     N, G = 12, 4
     B = N * G
     P = max(len(p) for p in PROMPTS)
-    assert ro.G == G and ro.prompts == PROMPTS * 4
-    assert ro.prompt_ids.shape == ro.prompt_mask.shape == (B, P)
-    T = ro.response_ids.shape[1]
+    assert rollouts.G == G and rollouts.prompts == PROMPTS * 4
+    assert rollouts.prompt_ids.shape == rollouts.prompt_mask.shape == (B, P)
+    T = rollouts.response_ids.shape[1]
     assert 1 <= T <= 14
-    for t in (ro.response_mask, ro.engine_logp, ro.engine_entropy):
+    for t in (rollouts.response_mask, rollouts.engine_logp, rollouts.engine_entropy):
         assert t.shape == (B, T)
-    assert ro.truncated.shape == (B,) and ro.truncated.dtype == torch.bool
-    assert len(ro.texts) == B
+    assert rollouts.truncated.shape == (B,) and rollouts.truncated.dtype == torch.bool
+    assert len(rollouts.texts) == B
     for b in range(B):
-        prompt = ro.prompts[b // G]                      # prompt-major
+        prompt = rollouts.prompts[b // G]                      # prompt-major
         ids = tok(prompt)["input_ids"]
         pad = P - len(ids)
-        assert ro.prompt_ids[b, pad:].tolist() == ids
-        assert ro.prompt_ids[b, :pad].tolist() == [tok.pad_token_id] * pad
-        assert ro.prompt_mask[b].tolist() == [0] * pad + [1] * len(ids)
+        assert rollouts.prompt_ids[b, pad:].tolist() == ids
+        assert rollouts.prompt_ids[b, :pad].tolist() == [tok.pad_token_id] * pad
+        assert rollouts.prompt_mask[b].tolist() == [0] * pad + [1] * len(ids)
 
 
-def test_response_mask_cuts_after_first_eos(ro, tok):
+def test_response_mask_cuts_after_first_eos(rollouts, tok):
     eos, pad = tok.eos_token_id, tok.pad_token_id
     n_stopped = 0
-    for b in range(ro.response_ids.shape[0]):
-        ids, m = ro.response_ids[b].tolist(), ro.response_mask[b].tolist()
+    for b in range(rollouts.response_ids.shape[0]):
+        ids, m = rollouts.response_ids[b].tolist(), rollouts.response_mask[b].tolist()
         L = int(sum(m))
         assert m == [1.0] * L + [0.0] * (len(m) - L)      # a prefix of ones
         assert ids[L:] == [pad] * (len(ids) - L)
         if eos in ids[:L]:
             assert ids.index(eos) == L - 1                 # the EOS is the last real token
-            assert not ro.truncated[b]
+            assert not rollouts.truncated[b]
             n_stopped += 1
         else:
-            assert ro.truncated[b] and L == 14             # ran out of budget
+            assert rollouts.truncated[b] and L == 14             # ran out of budget
         # texts: the real tokens decoded, EOS dropped
-        assert ro.texts[b] == tok.decode([i for i in ids[:L] if i != eos])
-        assert "<eos>" not in ro.texts[b] and "<pad>" not in ro.texts[b]
+        assert rollouts.texts[b] == tok.decode([i for i in ids[:L] if i != eos])
+        assert "<eos>" not in rollouts.texts[b] and "<pad>" not in rollouts.texts[b]
     # the fixture must exercise both cases, or the loop above proves little
-    assert 0 < n_stopped < len(ro.texts)
-    assert (ro.response_mask == 0).any()
+    assert 0 < n_stopped < len(rollouts.texts)
+    assert (rollouts.response_mask == 0).any()
 
 
-def test_logp_and_entropy_zero_on_padding_and_valid_elsewhere(ro):
-    m = ro.response_mask.bool()
-    assert (ro.engine_logp[~m] == 0).all() and (ro.engine_entropy[~m] == 0).all()
-    assert (ro.engine_logp[m] <= 0).all() and (ro.engine_logp[m] > -30).all()
-    assert (ro.engine_entropy[m] >= 0).all() and (ro.engine_entropy[m] <= math.log(99) + 1e-5).all()
+def test_logp_and_entropy_zero_on_padding_and_valid_elsewhere(rollouts):
+    m = rollouts.response_mask.bool()
+    assert (rollouts.engine_logp[~m] == 0).all() and (rollouts.engine_entropy[~m] == 0).all()
+    assert (rollouts.engine_logp[m] <= 0).all() and (rollouts.engine_logp[m] > -30).all()
+    assert (rollouts.engine_entropy[m] >= 0).all() and (rollouts.engine_entropy[m] <= math.log(99) + 1e-5).all()
 
 
 # ---------------------------------------------------------------------------------------
@@ -104,18 +104,18 @@ def test_sampler_logp_and_entropy_match_the_teacher_forced_pass(model, tok, temp
     temperature) and its entropies equal a full teacher-forced pass to float tolerance,
     for every row, including rows that left the batch early (EOS) and left-padded ones."""
     torch.manual_seed(5)
-    ro = generate_rollouts(model, tok, PROMPTS * 4, 4, 14, temperature=temperature)
-    m = ro.response_mask
+    rollouts = generate_rollouts(model, tok, PROMPTS * 4, 4, 14, temperature=temperature)
+    m = rollouts.response_mask
     assert (m == 0).any() and (m.sum(1) < m.shape[1]).any()           # rows stopped at different times
-    logp, ent = token_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, m,
+    logp, ent = token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, m,
                                temperature=temperature, with_entropy=True)
-    torch.testing.assert_close(ro.engine_logp, logp, atol=2e-5, rtol=0)
-    torch.testing.assert_close(ro.engine_entropy, ent, atol=2e-5, rtol=0)
-    assert (ro.engine_logp[m == 0] == 0).all() and (ro.engine_entropy[m == 0] == 0).all()
+    torch.testing.assert_close(rollouts.engine_logp, logp, atol=2e-5, rtol=0)
+    torch.testing.assert_close(rollouts.engine_entropy, ent, atol=2e-5, rtol=0)
+    assert (rollouts.engine_logp[m == 0] == 0).all() and (rollouts.engine_entropy[m == 0] == 0).all()
     # negative control: the same tokens scored at another temperature
-    other, _ = token_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, m,
+    other, _ = token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, m,
                               temperature=temperature * 1.5)
-    assert (other - ro.engine_logp).abs().max() > 1e-2
+    assert (other - rollouts.engine_logp).abs().max() > 1e-2
 
 
 def test_hub_generation_config_does_not_leak_into_sampling(model, tok):
@@ -159,9 +159,9 @@ def test_left_padding_invariance(model, tok):
     assert (unmasked[0] - alone[0]).abs().max() > 1e-3
 
 
-def test_token_logprobs_is_differentiable(model, ro):
-    logp, _ = token_logprobs(model, ro.prompt_ids[:4], ro.prompt_mask[:4], ro.response_ids[:4],
-                             ro.response_mask[:4])
+def test_token_logprobs_is_differentiable(model, rollouts):
+    logp, _ = token_logprobs(model, rollouts.prompt_ids[:4], rollouts.prompt_mask[:4], rollouts.response_ids[:4],
+                             rollouts.response_mask[:4])
     logp.sum().backward()
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert grads and any(g.abs().sum() > 0 for g in grads)
@@ -209,18 +209,18 @@ def test_entropy_and_logp_closed_form():
     assert ent[0, 1].item() != pytest.approx(-logp[0, 1].item(), abs=1e-3)
 
 
-def test_entropy_matches_hand_sum_on_the_real_model(model, ro):
-    b = int(ro.response_mask.sum(1).argmax())
-    ids = torch.cat([ro.prompt_ids[b:b + 1], ro.response_ids[b:b + 1]], 1)
-    attn = torch.cat([ro.prompt_mask[b:b + 1], ro.response_mask[b:b + 1].long()], 1)
+def test_entropy_matches_hand_sum_on_the_real_model(model, rollouts):
+    b = int(rollouts.response_mask.sum(1).argmax())
+    ids = torch.cat([rollouts.prompt_ids[b:b + 1], rollouts.response_ids[b:b + 1]], 1)
+    attn = torch.cat([rollouts.prompt_mask[b:b + 1], rollouts.response_mask[b:b + 1].long()], 1)
     pos = (attn.cumsum(1) - 1).clamp(min=0)
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits[0].double()
-    P = ro.prompt_ids.shape[1]
-    for t in range(int(ro.response_mask[b].sum())):
+    P = rollouts.prompt_ids.shape[1]
+    for t in range(int(rollouts.response_mask[b].sum())):
         p = torch.softmax(logits[P - 1 + t], -1).tolist()
         h = -sum(x * math.log(x) for x in p if x > 0)
-        assert ro.engine_entropy[b, t].item() == pytest.approx(h, abs=1e-5)
+        assert rollouts.engine_entropy[b, t].item() == pytest.approx(h, abs=1e-5)
 
 
 # ---------------------------------------------------------------------------------------
@@ -416,14 +416,14 @@ def test_top_p_filter_closed_form():
 # Padding columns are not computed
 # ---------------------------------------------------------------------------------------
 
-def test_token_logprobs_trims_padding_columns_with_identical_results(model, ro):
+def test_token_logprobs_trims_padding_columns_with_identical_results(model, rollouts):
     """Extra all-padding columns (2 on the prompt's left, 5 after the responses) are cut
     before the forward (the spy sees the narrow width) and change nothing: log-probs,
     entropies and gradients equal those of the unpadded batch, the extra columns are 0."""
-    short = ro.response_mask.sum(1) < ro.response_mask.shape[1]
+    short = rollouts.response_mask.sum(1) < rollouts.response_mask.shape[1]
     idx = short.nonzero().squeeze(1)[:8]
-    p_ids, p_mask = ro.prompt_ids[idx], ro.prompt_mask[idx]
-    r_ids, r_mask = ro.response_ids[idx], ro.response_mask[idx]
+    p_ids, p_mask = rollouts.prompt_ids[idx], rollouts.prompt_mask[idx]
+    r_ids, r_mask = rollouts.response_ids[idx], rollouts.response_mask[idx]
     widths = []
 
     def spy(**kwargs):
@@ -453,11 +453,11 @@ def test_token_logprobs_trims_padding_columns_with_identical_results(model, ro):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
-def test_token_logprobs_same_rows_give_identical_bits(model, ro):
+def test_token_logprobs_same_rows_give_identical_bits(model, rollouts):
     """The PPO ratio is exactly 1 on-policy only if logp_old (no grad, eval mode) and logp
     (grad, train mode) of the same chunk are bit-identical."""
-    idx = torch.arange(0, ro.response_ids.shape[0], 3)
-    args = (ro.prompt_ids[idx], ro.prompt_mask[idx], ro.response_ids[idx], ro.response_mask[idx])
+    idx = torch.arange(0, rollouts.response_ids.shape[0], 3)
+    args = (rollouts.prompt_ids[idx], rollouts.prompt_mask[idx], rollouts.response_ids[idx], rollouts.response_mask[idx])
     model.eval()
     with torch.no_grad():
         old, _ = token_logprobs(model, *args, temperature=0.7)
@@ -489,12 +489,12 @@ def test_distinct_rows_closed_form():
         assert torch.equal(x[first][copy_of], x)                             # x[first][copy_of] == x
 
 
-def copies_batch(ro):
-    """Rows of `ro` with copies: (0, 1, 0, 2, 1, 0, 3, 0) -> 4 distinct rows of 8, and weights
+def copies_batch(rollouts):
+    """Rows of `rollouts` with copies: (0, 1, 0, 2, 1, 0, 3, 0) -> 4 distinct rows of 8, and weights
     that give every copy a different share of a loss (as different advantages would)."""
-    assert len({tuple(r) for r in ro.response_ids[:4].tolist()}) == 4       # rows 0..3 really differ
+    assert len({tuple(r) for r in rollouts.response_ids[:4].tolist()}) == 4       # rows 0..3 really differ
     idx = torch.tensor([0, 1, 0, 2, 1, 0, 3, 0])
-    args = (ro.prompt_ids[idx], ro.prompt_mask[idx], ro.response_ids[idx], ro.response_mask[idx])
+    args = (rollouts.prompt_ids[idx], rollouts.prompt_mask[idx], rollouts.response_ids[idx], rollouts.response_mask[idx])
     weights = torch.linspace(-1.0, 2.0, len(idx)).unsqueeze(1)
     return args, weights
 
@@ -510,10 +510,10 @@ def logp_and_grads(model, args, weights, forward=None, **kwargs):
     return logp, ent, grads
 
 
-def test_merge_duplicates_runs_each_distinct_row_once_with_the_same_values_and_gradient(model, ro):
+def test_merge_duplicates_runs_each_distinct_row_once_with_the_same_values_and_gradient(model, rollouts):
     """The forward sees only the 4 distinct rows; log-probs, entropies and the gradient of a
     loss that weights every copy differently equal those of computing all 8 rows."""
-    args, weights = copies_batch(ro)
+    args, weights = copies_batch(rollouts)
     rows_seen = []
 
     def spy(**kwargs):
@@ -529,10 +529,10 @@ def test_merge_duplicates_runs_each_distinct_row_once_with_the_same_values_and_g
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
-def test_dropping_the_copies_instead_of_merging_them_would_be_caught(model, ro):
+def test_dropping_the_copies_instead_of_merging_them_would_be_caught(model, rollouts):
     # Negative control for the test above: a merge that forgot the copies' share of the
     # gradient (only the first occurrence of each row kept) is far outside its tolerance.
-    args, weights = copies_batch(ro)
+    args, weights = copies_batch(rollouts)
     _, _, g_all = logp_and_grads(model, args, weights)
     first, _ = rollout.distinct_rows(*args)
     _, _, g_dropped = logp_and_grads(model, tuple(a[first] for a in args), weights[first])
@@ -602,8 +602,8 @@ def test_sample_eval_counts(model, tok):
     counts = sample_eval(lambda ps, n: generate_rollouts(model, tok, ps, n, 14).texts, rows, 4,
                          lambda ts, rs: ["+" in t for t in ts], prompts_per_batch=2)
     torch.manual_seed(0)
-    ro = generate_rollouts(model, tok, PROMPTS[:2], 4, 14)
-    assert counts[:2] == [sum("+" in t for t in ro.texts[j * 4:(j + 1) * 4]) for j in range(2)]
+    rollouts = generate_rollouts(model, tok, PROMPTS[:2], 4, 14)
+    assert counts[:2] == [sum("+" in t for t in rollouts.texts[j * 4:(j + 1) * 4]) for j in range(2)]
     with pytest.raises(ValueError, match="n >= 1"):
         sample_eval(texts, rows, 0, lambda ts, rs: [True] * len(ts))
 

@@ -22,7 +22,7 @@ import torch
 import diagnostics
 from experiments import designs, pages, quantities, sweep
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def train_extra(model_dir):
@@ -105,7 +105,7 @@ def test_cell_and_number_format():
 
 def test_template_drift_key_by_hand():
     """diagnostics.where_updates_go's mean |Δ log π| per token of each class (the drift the
-    batching sweep reports); the case of tests/test_diagnostics.py's hand example."""
+    batching sweep reports); the case of tests/lesson/test_diagnostics.py's hand example."""
     template = torch.tensor([[True, True, False, False], [True, False, False, True], [False, False, True, True]])
     new = torch.tensor([[0.3, -0.1, 0.2, 7.0], [-0.2, -0.4, 0.1, 0.0], [1.0, 1.0, 1.0, 1.0]])
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 1, 1]]).float()
@@ -301,7 +301,7 @@ def test_a_report_that_sets_runs_aside_is_rebuilt_byte_for_byte(tmp_path, monkey
 def test_report_in_a_fresh_clone_changes_no_tracked_file(tmp_path):
     """What a new reader does: clone, run report. Every page, data file and the README's tables
     come back byte for byte from the committed data (the tested state is the last commit)."""
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True).returncode != 0:
         pytest.skip("not a git checkout")
     clone = tmp_path / "clone"
