@@ -296,7 +296,8 @@ def test_train_py_with_the_vllm_backend_logs_a_small_canary_every_step(tied, tmp
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
-    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3] and "eval/pass@1" in rows[0]    # step 0: the start's evaluation
+    rows = rows[1:]                                                                  # the training steps
     gaps = [r["vllm/canary_gap"] for r in rows]
     print(f"\ntrain.py --backend vllm: canary {[f'{g:.1e}' for g in gaps]}")
     assert all(g < FP32_NOISE for g in gaps) and all(g <= r["vllm/canary_bound"] for g, r in zip(gaps, rows))
@@ -319,7 +320,8 @@ def test_train_py_runs_the_embedded_model_itself_on_vllm(task, tmp_path):
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
-    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["step"] for r in rows] == [0, 1, 2] and "eval/pass@1" in rows[0]      # step 0: the start's evaluation
+    rows = rows[1:]                                                                  # the training steps
     assert all(r["vllm/canary_gap"] < FP32_NOISE for r in rows)
     assert rows[0]["reward"] > 0                          # a warmed model, not a random one
     assert "eval/pass@2" in rows[-1] and ("entropy/template" in rows[-1])
