@@ -249,6 +249,31 @@ def test_there_are_five_gpu_recipes():
                                                       "smollm2-135m-addition.yaml"]
 
 
+CPU_RECIPES = [p for p in RECIPES if p.endswith("-cpu.yaml")]
+
+
+@pytest.mark.parametrize("path", CPU_RECIPES, ids=os.path.basename)
+def test_a_cpu_recipe_is_what_its_committed_runs_ran_and_they_learned(path):
+    """docs/runs/NAME/seed_S/ holds each seed's config.json and metrics.jsonl as the run wrote
+    them; the recipe must be what they ran (out_dir and seed aside; coupling_pairs is read only
+    when flip_every > 0) and each run must show what docs/results.md says: held-out pass@1
+    up by at least 0.10 from its start, in at most 30 minutes of training."""
+    name = os.path.basename(path)[:-len(".yaml")]
+    runs = sorted(glob.glob(os.path.join(REPO, "docs", "runs", name, "seed_*")))
+    assert len(runs) >= 2, f"{name}: two seeds' runs committed under docs/runs/{name}/"
+    for run in runs:
+        with open(os.path.join(run, "config.json")) as f:
+            ran = json.load(f)
+        recipe = json.loads(json.dumps(dataclasses.asdict(train.parse_args(
+            ["--config", path, "--seed", str(ran["seed"])]))))     # through JSON: tuples become lists, as in config.json
+        inert = {"out_dir"} | ({"coupling_pairs"} if ran["flip_every"] == 0 else set())
+        assert {k for k in recipe if recipe[k] != ran.get(k)} - inert == set(), run
+        evals = [r for r in read_jsonl(os.path.join(run, "metrics.jsonl")) if "eval/pass@1" in r]
+        assert evals[0]["step"] == 0 and evals[-1]["step"] == ran["steps"], run
+        assert evals[-1]["eval/pass@1"] - evals[0]["eval/pass@1"] >= 0.10, run
+        assert evals[-1]["time/elapsed"] <= 30 * 60, run
+
+
 @pytest.mark.parametrize("task,changed", [
     ("gsm8k", {"out_dir", "gpu_memory_utilization", "micro_batch", "max_new_tokens"}),
     ("countdown", {"out_dir", "gpu_memory_utilization", "micro_batch"}),      # 512 tokens already fit 24 GB
