@@ -20,24 +20,9 @@ from machinery import config
 import tasks
 from tasks import reasoning_gym
 
+from tests.engine.helpers import quick_run_args, run_main
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def args(model_dir, out_dir, *extra):
-    """A run of a few seconds: 1-digit addition, 4 prompts x 4 rollouts, no evaluation."""
-    return ["--model", model_dir, "--out_dir", str(out_dir), "--digits", "1", "--prompts_per_step", "4",
-            "--group_size", "4", "--max_new_tokens", "16", "--n_eval", "4", "--eval_samples", "2",
-            "--eval_every", "0", "--flip_every", "0", "--save_every", "2", "--threads", "1", *extra]
-
-
-def refused(argv, capsys):
-    """train.main(argv) in this process: (exit code, the stderr lines it printed); 0 if it returned."""
-    try:
-        train.main(argv)
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    return code, [line for line in capsys.readouterr().err.splitlines() if line.startswith("train.py")]
 
 
 @pytest.fixture
@@ -63,7 +48,7 @@ def no_work(monkeypatch):
     (["--steps", str(2 ** 20)], "--steps must be below 1048576"),
 ])
 def test_bad_values_are_one_line_before_any_work(flags, needle, tiny_dir, tmp_path, capsys, no_work):
-    code, err = refused(args(tiny_dir, tmp_path / "run", *flags), capsys)
+    code, err = run_main(quick_run_args(tiny_dir, tmp_path / "run", *flags), capsys)
     assert code == 2 and len(err) == 1 and needle in err[0] and err[0].startswith("train.py: error:"), err
     assert not os.path.exists(tmp_path / "run")                 # nothing written either
 
@@ -131,7 +116,7 @@ def test_numbers_that_would_train_nothing_or_cost_too_much_are_one_line(flags, n
                                                                         no_work):
     """Issue 41: each of these passed the door and trained nothing (exit 0), hung, or died
     in C++ ("Overflow when unpacking long long") without naming its flag."""
-    code, err = refused(args(tiny_dir, tmp_path / "run", *flags), capsys)
+    code, err = run_main(quick_run_args(tiny_dir, tmp_path / "run", *flags), capsys)
     assert code == 2 and len(err) == 1 and err[0].startswith("train.py: error: "), err
     assert needle in err[0], err
     assert not os.path.exists(tmp_path / "run")
@@ -143,7 +128,7 @@ def test_a_prompt_of_50_mb_is_one_line_before_the_tokenizer(tiny_dir, tmp_path):
     with open(rows, "w") as f:
         f.writelines(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(40))
         f.write(json.dumps({"prompt": "7" * (50 << 20), "answer": "7"}) + "\n")
-    proc = subprocess.run([sys.executable, "train.py", *args(tiny_dir, tmp_path / "run", "--data", str(rows))],
+    proc = subprocess.run([sys.executable, "train.py", *quick_run_args(tiny_dir, tmp_path / "run", "--data", str(rows))],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
@@ -158,18 +143,18 @@ def test_sampling_that_could_not_fit_in_memory_is_one_line_before_sampling(tiny_
     monkeypatch.setattr(door_checks, "memory_bytes", lambda device: 10 ** 9)
     monkeypatch.setattr(train, "sample_rollouts", lambda *a, **k: pytest.fail("sampled"))
     monkeypatch.setattr(evaluation, "sample_rollouts", lambda *a, **k: pytest.fail("sampled"))
-    code, err = refused(args(tiny_dir, tmp_path / "run", "--max_new_tokens", "100000"), capsys)
+    code, err = run_main(quick_run_args(tiny_dir, tmp_path / "run", "--max_new_tokens", "100000"), capsys)
     assert code == 2 and err == [
         "train.py: error: sampling 16 rollouts at once (--prompts_per_step x --group_size = 16) of up to 4 prompt "
         "tokens + --max_new_tokens 100,000 could need 1.7 GB of key/value cache, more than this machine's 1.0 GB "
         "of memory: lower --max_new_tokens or --prompts_per_step"], err
-    code, err = refused(args(tiny_dir, tmp_path / "run", "--max_new_tokens", "20000", "--eval_samples", "1024",
+    code, err = run_main(quick_run_args(tiny_dir, tmp_path / "run", "--max_new_tokens", "20000", "--eval_samples", "1024",
                           "--eval_every", "1"), capsys)
     assert code == 2 and len(err) == 1 and "sampling 1,024 rollouts at once (--eval_samples 1024)" in err[0], err
 
 
 def test_config_json_is_strict_json(tiny_dir, tmp_path, capsys):
-    assert refused(args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
+    assert run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
 
     def refuse(constant):
         raise ValueError(f"not strict JSON: {constant}")
@@ -182,7 +167,7 @@ def test_config_json_is_strict_json(tiny_dir, tmp_path, capsys):
 def test_out_dir_a_symlink_loop_is_one_line(tiny_dir, tmp_path, capsys, no_work):
     os.symlink(tmp_path / "b", tmp_path / "a")
     os.symlink(tmp_path / "a", tmp_path / "b")
-    code, err = refused(args(tiny_dir, tmp_path / "a"), capsys)
+    code, err = run_main(quick_run_args(tiny_dir, tmp_path / "a"), capsys)
     assert code == 2 and len(err) == 1 and "symbolic link that leads nowhere" in err[0], err
 
 
@@ -190,17 +175,17 @@ def test_out_dir_a_symlink_loop_is_one_line(tiny_dir, tmp_path, capsys, no_work)
 def test_a_directory_where_a_run_file_belongs_is_one_line(name, tiny_dir, tmp_path, capsys, no_work):
     os.makedirs(tmp_path / name)
     resume = ["--resume"] if name.startswith("checkpoints") else []
-    code, err = refused(args(tiny_dir, tmp_path, *resume), capsys)
+    code, err = run_main(quick_run_args(tiny_dir, tmp_path, *resume), capsys)
     assert code == 2 and len(err) == 1 and f"{tmp_path / name} is not a file" in err[0], err
 
 
 def test_a_checkpoint_directory_replaced_by_a_file_is_skipped_and_overwritten(tiny_dir, tmp_path, capsys):
     """Resumes from the intact checkpoint before it, then writes the new checkpoint over the file."""
-    assert refused(args(tiny_dir, tmp_path, "--steps", "4"), capsys)[0] == 0
+    assert run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "4"), capsys)[0] == 0
     shutil.rmtree(tmp_path / "checkpoints" / "step_000004")
     (tmp_path / "checkpoints" / "step_000004").write_text("not a checkpoint")
     (tmp_path / "metrics.jsonl").write_text("".join((tmp_path / "metrics.jsonl").read_text().splitlines(True)[:2]))
-    code, err = refused(args(tiny_dir, tmp_path, "--steps", "6", "--resume"), capsys)
+    code, err = run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "6", "--resume"), capsys)
     assert code == 0 and any("step_000004 is not a directory" in line for line in err), err
     assert checkpoint.check_checkpoint(str(tmp_path / "checkpoints" / "step_000006")) is None
     assert [json.loads(line)["step"] for line in open(tmp_path / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
@@ -209,7 +194,7 @@ def test_a_checkpoint_directory_replaced_by_a_file_is_skipped_and_overwritten(ti
 def test_jsonl_row_nested_a_hundred_thousand_deep_is_one_line(tiny_dir, tmp_path, capsys):
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"prompt": "1+1", "answer": "2"}\n' + "[" * 100_000 + "]" * 100_000 + "\n")
-    code, err = refused(args(tiny_dir, tmp_path / "run", "--data", str(rows)), capsys)
+    code, err = run_main(quick_run_args(tiny_dir, tmp_path / "run", "--data", str(rows)), capsys)
     assert code == 2 and len(err) == 1 and "rows.jsonl:2: JSON nested too deeply" in err[0], err
 
 
@@ -225,7 +210,7 @@ def test_truncated_cached_warm_up_is_one_line_naming_it(tmp_path, capsys, monkey
     (entry / "warmup.json").write_text("{}")                     # a complete entry, as the cache sees it
     weights = entry / "model.safetensors"
     os.truncate(weights, os.path.getsize(weights) // 2)          # ... then a copy cut short
-    code, err = refused(["--out_dir", str(tmp_path / "run"), "--digits", "1", "--steps", "1"], capsys)
+    code, err = run_main(["--out_dir", str(tmp_path / "run"), "--digits", "1", "--steps", "1"], capsys)
     assert code == 2 and len(err) == 1 and f"warm-up {entry} is damaged" in err[0], err
 
 
@@ -238,12 +223,12 @@ def shipped_start(out_dir, *extra):
 
 
 def test_start_json_says_whether_the_start_was_verified(tiny_dir, tmp_path, capsys):
-    assert refused(shipped_start(tmp_path / "shipped"), capsys)[0] == 0
+    assert run_main(shipped_start(tmp_path / "shipped"), capsys)[0] == 0
     start = json.load(open(tmp_path / "shipped" / "start.json"))
     key = os.path.basename(start["model_path"])
     assert start["shipped"] and start["verified"] is True
     assert start["weights_sha256"] == tinymodel.SHIPPED_SHA256[key] == tinymodel.weights_sha256(start["model_path"])
-    assert refused(args(tiny_dir, tmp_path / "path", "--steps", "1"), capsys)[0] == 0
+    assert run_main(quick_run_args(tiny_dir, tmp_path / "path", "--steps", "1"), capsys)[0] == 0
     start = json.load(open(tmp_path / "path" / "start.json"))
     assert not start["shipped"] and start["verified"] is False          # a model directory: nothing recorded
 
@@ -258,7 +243,7 @@ def test_a_flipped_byte_in_a_shipped_warm_up_is_one_line_before_the_run(tmp_path
     weights.write_bytes(bytes(data))
     monkeypatch.setattr(tinymodel, "load_or_warmup", functools.partial(
         tinymodel.load_or_warmup, cache_dir=str(tmp_path / "cache"), shipped_dir=str(tmp_path / "weights")))
-    code, err = refused(shipped_start(tmp_path / "run"), capsys)
+    code, err = run_main(shipped_start(tmp_path / "run"), capsys)
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith(f"train.py: error: shipped warm-up {tmp_path / 'weights' / key} is damaged: its weights "
                              f"do not match their recorded SHA-256 ({tinymodel.SHIPPED_SHA256[key][:12]}, got "), err

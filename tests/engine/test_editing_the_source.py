@@ -20,13 +20,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import train
 from machinery import checkpoint, checks, flags, metrics
 
+from tests.engine.helpers import small_args
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def small_args(model_dir, out_dir, *extra):
-    return ["--model", model_dir, "--out_dir", str(out_dir), "--digits", "1", "--prompts_per_step", "4",
-            "--group_size", "4", "--max_new_tokens", "16", "--n_eval", "6", "--eval_samples", "2",
-            "--eval_every", "2", "--flip_every", "0", "--save_every", "0", "--threads", "1", *extra]
 
 
 def read_jsonl(path):

@@ -20,24 +20,9 @@ import torch
 from machinery import checkpoint
 import train
 
+from tests.engine.helpers import quick_run_args, run_main
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def args(model_dir, out_dir, *extra):
-    """A run of a few seconds: 1-digit addition, 4 prompts x 4 rollouts, no evaluation."""
-    return ["--model", model_dir, "--out_dir", str(out_dir), "--digits", "1", "--prompts_per_step", "4",
-            "--group_size", "4", "--max_new_tokens", "16", "--n_eval", "4", "--eval_samples", "2",
-            "--eval_every", "0", "--flip_every", "0", "--save_every", "2", "--threads", "1", *extra]
-
-
-def run_main(argv, capsys):
-    """train.main(argv): (exit code, stderr lines). 0 when it returns normally."""
-    try:
-        train.main(argv)
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    return code, [line for line in capsys.readouterr().err.splitlines() if line.startswith("train.py:")]
 
 
 def steps_logged(out_dir):
@@ -56,18 +41,18 @@ def test_fresh_run_in_used_directory_is_refused_and_destroys_nothing(tiny_dir, t
     # The reported sequence: 8 steps, then a fresh 2-step run in the same directory. The
     # old code deleted metrics.jsonl, kept the old step_6/step_8 (keep-2 by name), and
     # deleted each new checkpoint as soon as it was written, while `latest` named it.
-    assert run_main(args(tiny_dir, tmp_path, "--steps", "8"), capsys)[0] == 0
+    assert run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "8"), capsys)[0] == 0
     before = sorted(os.listdir(tmp_path / "checkpoints"))
-    code, err = run_main(args(tiny_dir, tmp_path, "--steps", "2"), capsys)
+    code, err = run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "2"), capsys)
     assert code == 2 and len(err) == 1 and "already holds a run" in err[0] and "--overwrite" in err[0]
     assert sorted(os.listdir(tmp_path / "checkpoints")) == before == ["latest", "step_000006", "step_000008"]
     assert steps_logged(tmp_path) == list(range(1, 9))
     # --overwrite starts clean: only the new run's checkpoints and metrics remain
-    assert run_main(args(tiny_dir, tmp_path, "--steps", "2", "--overwrite"), capsys)[0] == 0
+    assert run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "2", "--overwrite"), capsys)[0] == 0
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["latest", "step_000002"]
     assert steps_logged(tmp_path) == [1, 2]
     # and it resumes (the old code crashed here: `latest` named a deleted directory)
-    assert run_main(args(tiny_dir, tmp_path, "--steps", "4", "--resume"), capsys)[0] == 0
+    assert run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "4", "--resume"), capsys)[0] == 0
     assert steps_logged(tmp_path) == [1, 2, 3, 4]
 
 
@@ -89,9 +74,9 @@ def test_prune_never_deletes_the_checkpoint_just_written(tmp_path):
                                      ["--advantage", "nsr"], ["--kl_coef", "0.1"], ["--minibatches", "2"],
                                      ["--seed", "1"]])
 def test_resume_refuses_a_change_to_the_run_naming_the_field(tiny_dir, tmp_path, capsys, changed):
-    assert run_main(args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
+    assert run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
     config_before = open(tmp_path / "config.json").read()
-    code, err = run_main(args(tiny_dir, tmp_path, "--steps", "4", "--resume", *changed), capsys)
+    code, err = run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "4", "--resume", *changed), capsys)
     assert code == 2 and len(err) == 1, err
     assert f"{changed[0]} " in err[0] and "would change the run" in err[0]
     assert open(tmp_path / "config.json").read() == config_before          # not rewritten
@@ -99,8 +84,8 @@ def test_resume_refuses_a_change_to_the_run_naming_the_field(tiny_dir, tmp_path,
 
 
 def test_resume_allows_what_does_not_change_the_math(tiny_dir, tmp_path, capsys):
-    assert run_main(args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
-    code, err = run_main(args(tiny_dir, tmp_path, "--steps", "4", "--resume", "--eval_every", "4",
+    assert run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
+    code, err = run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "4", "--resume", "--eval_every", "4",
                               "--save_every", "1", "--max_minutes", "30", "--micro_batch", "4"), capsys)
     assert code == 0 and err == []
     assert steps_logged(tmp_path) == [1, 2, 3, 4]
@@ -108,15 +93,15 @@ def test_resume_allows_what_does_not_change_the_math(tiny_dir, tmp_path, capsys)
 
 
 def test_resume_with_nothing_left_to_do_says_so(tiny_dir, tmp_path, capsys):
-    assert run_main(args(tiny_dir, tmp_path, "--steps", "4"), capsys)[0] == 0
-    code, err = run_main(args(tiny_dir, tmp_path, "--steps", "4", "--resume"), capsys)
+    assert run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "4"), capsys)[0] == 0
+    code, err = run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "4", "--resume"), capsys)
     assert code == 2 and len(err) == 1 and "nothing to do" in err[0]
-    code, err = run_main(args(tiny_dir, tmp_path, "--steps", "2", "--resume"), capsys)
+    code, err = run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "2", "--resume"), capsys)
     assert code == 2 and "already at step 4" in err[0]
 
 
 def test_resume_without_a_checkpoint_says_so_then_starts(tiny_dir, tmp_path, capsys):
-    code, err = run_main(args(tiny_dir, tmp_path, "--steps", "2", "--resume"), capsys)
+    code, err = run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "2", "--resume"), capsys)
     assert code == 0 and err == [f"train.py: warning: --resume: no checkpoint in {str(tmp_path)!r}; starting from step 0"]
     assert steps_logged(tmp_path) == [1, 2]
 
@@ -132,9 +117,9 @@ def truncate(path):
 @pytest.mark.slow
 def test_damaged_latest_checkpoint_falls_back_to_the_intact_one(tiny_dir, tmp_path, capsys, damage):
     reference = tmp_path / "reference"
-    assert run_main(args(tiny_dir, reference, "--steps", "6"), capsys)[0] == 0
+    assert run_main(quick_run_args(tiny_dir, reference, "--steps", "6"), capsys)[0] == 0
     out = tmp_path / "run"
-    assert run_main(args(tiny_dir, out, "--steps", "4"), capsys)[0] == 0      # step_2 and step_4
+    assert run_main(quick_run_args(tiny_dir, out, "--steps", "4"), capsys)[0] == 0      # step_2 and step_4
     if damage == "state.pt":
         truncate(os.path.join(ckpt(out, 4), "state.pt"))
     elif damage == "model.safetensors":
@@ -143,7 +128,7 @@ def test_damaged_latest_checkpoint_falls_back_to_the_intact_one(tiny_dir, tmp_pa
         open(out / "checkpoints" / "latest", "w").close()
     else:
         (out / "checkpoints" / "latest").write_text("step_000099")
-    code, err = run_main(args(tiny_dir, out, "--steps", "6", "--resume"), capsys)
+    code, err = run_main(quick_run_args(tiny_dir, out, "--steps", "6", "--resume"), capsys)
     assert code == 0 and len(err) == 1 and err[0].startswith("train.py: warning:"), err
     if damage in ("state.pt", "model.safetensors"):
         assert "step_000004" in err[0] and "resuming from step_000002" in err[0]
@@ -158,15 +143,15 @@ def test_damaged_latest_checkpoint_falls_back_to_the_intact_one(tiny_dir, tmp_pa
 
 
 def test_no_intact_checkpoint_is_one_line(tiny_dir, tmp_path, capsys):
-    assert run_main(args(tiny_dir, tmp_path, "--steps", "4"), capsys)[0] == 0
+    assert run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "4"), capsys)[0] == 0
     for step in (2, 4):
         truncate(os.path.join(ckpt(tmp_path, step), "state.pt"))
-    code, err = run_main(args(tiny_dir, tmp_path, "--steps", "6", "--resume"), capsys)
+    code, err = run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "6", "--resume"), capsys)
     assert code == 2 and len(err) == 1 and "no usable checkpoint" in err[0]
 
 
 def test_manifest_catches_a_flipped_byte_of_the_same_size(tiny_dir, tmp_path, capsys):
-    assert run_main(args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
+    assert run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
     path = ckpt(tmp_path, 2)
     assert checkpoint.check_checkpoint(path) is None
     weights = os.path.join(path, "model", "model.safetensors")
@@ -180,19 +165,19 @@ def test_manifest_catches_a_flipped_byte_of_the_same_size(tiny_dir, tmp_path, ca
 # --- a torn metrics line -----------------------------------------------------------------
 
 def test_torn_last_metrics_line_is_dropped_on_resume(tiny_dir, tmp_path, capsys):
-    assert run_main(args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
+    assert run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write('{"step": 3, "reward": 0.2')                       # a full disk cut step 3's line
-    code, err = run_main(args(tiny_dir, tmp_path, "--steps", "3", "--resume"), capsys)
+    code, err = run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "3", "--resume"), capsys)
     assert code == 0 and len(err) == 1 and "dropped a torn last line" in err[0]
     assert steps_logged(tmp_path) == [1, 2, 3]
 
 
 def test_torn_line_in_the_middle_is_an_error_naming_file_and_line(tiny_dir, tmp_path, capsys):
-    assert run_main(args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
+    assert run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
     lines = open(tmp_path / "metrics.jsonl").read().splitlines()
     open(tmp_path / "metrics.jsonl", "w").write(lines[0][:20] + "\n" + lines[1] + "\n")
-    code, err = run_main(args(tiny_dir, tmp_path, "--steps", "3", "--resume"), capsys)
+    code, err = run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "3", "--resume"), capsys)
     assert code == 2 and len(err) == 1 and f"{tmp_path / 'metrics.jsonl'}:1:" in err[0]
 
 
@@ -204,7 +189,7 @@ class Boom:
 
 
 def test_state_is_loaded_with_weights_only(tiny_dir, tmp_path, capsys):
-    assert run_main(args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
+    assert run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "2"), capsys)[0] == 0
     state = os.path.join(ckpt(tmp_path, 2), "state.pt")
     ck = torch.load(state, weights_only=True)                         # what we write loads so
     assert isinstance(ck["py_rng"], list) and isinstance(ck["numpy_rng"]["key"], torch.Tensor)
@@ -215,7 +200,7 @@ def test_state_is_loaded_with_weights_only(tiny_dir, tmp_path, capsys):
     os.remove(os.path.join(ckpt(tmp_path, 2), checkpoint.MANIFEST))
     checkpoint.write_manifest(ckpt(tmp_path, 2), 2)
     assert checkpoint.check_checkpoint(ckpt(tmp_path, 2)) is None
-    run = train.setup(train.parse_args(args(tiny_dir, tmp_path, "--steps", "4", "--resume")))
+    run = train.setup(train.parse_args(quick_run_args(tiny_dir, tmp_path, "--steps", "4", "--resume")))
     with pytest.raises(ValueError, match="cannot be loaded: UnpicklingError"):
         checkpoint.load_checkpoint(ckpt(tmp_path, 2), run.model, run.optimizer, run.scheduler, run.py_rng,
                                    run.mb_generator)
@@ -243,11 +228,11 @@ def wait_for_lines(path, n, proc, limit=240):
 def test_a_second_writer_is_refused_naming_the_first_and_each_step_is_logged_once(tiny_dir, tmp_path, second):
     """Before: both wrote the same metrics.jsonl (steps twice, out of order), the checkpoint kept
     the last writer's config, and both exited 0."""
-    first = start_train(args(tiny_dir, tmp_path, "--steps", "2000"))     # still running when the second comes
+    first = start_train(quick_run_args(tiny_dir, tmp_path, "--steps", "2000"))     # still running when the second comes
     try:
         wait_for_lines(tmp_path / "metrics.jsonl", 2, first)
         proc = subprocess.run([sys.executable, os.path.join(REPO, "train.py"),
-                               *args(tiny_dir, tmp_path, "--steps", "2000"), *second],
+                               *quick_run_args(tiny_dir, tmp_path, "--steps", "2000"), *second],
                               cwd=REPO, capture_output=True, text=True, timeout=300)
         assert first.poll() is None, "the first run ended too early for this test"
     finally:
@@ -265,7 +250,7 @@ def test_a_second_writer_is_refused_naming_the_first_and_each_step_is_logged_onc
 def test_a_lock_left_by_a_killed_run_is_taken_over(tiny_dir, tmp_path):
     """The kill lands wherever the first run happens to be (a fast machine logs several steps
     between the poll and the kill), so the resume's budget is counted from what was logged."""
-    first = start_train(args(tiny_dir, tmp_path, "--steps", "2000"))
+    first = start_train(quick_run_args(tiny_dir, tmp_path, "--steps", "2000"))
     wait_for_lines(tmp_path / "metrics.jsonl", 3, first)
     first.kill()
     first.wait()
@@ -273,7 +258,7 @@ def test_a_lock_left_by_a_killed_run_is_taken_over(tiny_dir, tmp_path):
     complete = [line for line in open(tmp_path / "metrics.jsonl") if line.endswith("\n")]   # a kill mid-write
     target = json.loads(complete[-1])["step"] + 3                                           # leaves a part-line
     proc = subprocess.run([sys.executable, os.path.join(REPO, "train.py"),
-                           *args(tiny_dir, tmp_path, "--steps", str(target)), "--resume"],
+                           *quick_run_args(tiny_dir, tmp_path, "--steps", str(target)), "--resume"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert steps_logged(tmp_path) == list(range(1, target + 1))
@@ -285,19 +270,19 @@ def test_a_lost_metrics_line_falls_back_to_a_checkpoint_it_covers(tiny_dir, tmp_
     """Line 6 of 6 lost (a crash between the line and its fsync, or a hand edit): the step-6
     checkpoint is not used, the run resumes from step 4 and logs 5 and 6 again. Before, it
     resumed from step 6 and step 6 was never logged."""
-    assert run_main(args(tiny_dir, tmp_path, "--steps", "6"), capsys)[0] == 0
+    assert run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "6"), capsys)[0] == 0
     lines = open(tmp_path / "metrics.jsonl").readlines()
     open(tmp_path / "metrics.jsonl", "w").writelines(lines[:5])
-    code, err = run_main(args(tiny_dir, tmp_path, "--steps", "8", "--resume"), capsys)
+    code, err = run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "8", "--resume"), capsys)
     assert code == 0 and any("step_000006: metrics.jsonl lacks step 6" in line for line in err), err
     assert steps_logged(tmp_path) == list(range(1, 9))
 
 
 def test_metrics_missing_below_every_checkpoint_is_one_line_naming_the_steps(tiny_dir, tmp_path, capsys):
-    assert run_main(args(tiny_dir, tmp_path, "--steps", "6"), capsys)[0] == 0
+    assert run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "6"), capsys)[0] == 0
     lines = open(tmp_path / "metrics.jsonl").readlines()
     open(tmp_path / "metrics.jsonl", "w").writelines(lines[:2] + lines[3:])        # step 3 gone
-    code, err = run_main(args(tiny_dir, tmp_path, "--steps", "8", "--resume"), capsys)
+    code, err = run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "8", "--resume"), capsys)
     assert code == 2 and len(err) == 1 and "metrics.jsonl lacks step 3" in err[0], err
 
 
@@ -313,7 +298,7 @@ def test_metrics_are_fsynced_before_the_checkpoint_that_covers_them(tiny_dir, tm
         synced.append((os.readlink(f"/proc/self/fd/{fd}"), len(open(metrics).readlines()) if metrics.exists() else 0))
         return real_fsync(fd)
     monkeypatch.setattr(os, "fsync", fsync)
-    assert run_main(args(tiny_dir, tmp_path, "--steps", "4"), capsys)[0] == 0
+    assert run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "4"), capsys)[0] == 0
     for step in (2, 4):
         first = next(i for i, (p, _) in enumerate(synced) if f"step_{step:06d}" in p)
         before = [n for p, n in synced[:first] if p.endswith("metrics.jsonl")]
@@ -331,7 +316,7 @@ def test_a_gradient_norm_of_inf_or_nan_stops_the_run_in_one_line_naming_the_flag
                                                                                   tmp_path, capsys, monkeypatch):
     """Before: every later step's update was 0 * inf or NaN, nothing trained, and the run exited 0.
     The values are past the door's ranges, as the Python API (or a bound the door lacks) lets them be."""
-    cfg = train.parse_args(args(tiny_dir, tmp_path, "--steps", "4", "--save_every", "1", *flags))
+    cfg = train.parse_args(quick_run_args(tiny_dir, tmp_path, "--steps", "4", "--save_every", "1", *flags))
     setattr(cfg if field == "lr" else cfg.loss, field, 1e30)
     monkeypatch.setattr(train, "parse_args", lambda argv: cfg)
     code, err = run_main([], capsys)
@@ -347,7 +332,7 @@ def test_a_gradient_norm_of_inf_or_nan_stops_the_run_in_one_line_naming_the_flag
 
 
 def test_the_likely_cause_is_the_coefficient_farthest_above_its_usual_value(tiny_dir, tmp_path):
-    cfg = train.parse_args(args(tiny_dir, tmp_path, "--kl_coef", "0.4", "--lr", "0.1", "--advantage", "power",
+    cfg = train.parse_args(quick_run_args(tiny_dir, tmp_path, "--kl_coef", "0.4", "--lr", "0.1", "--advantage", "power",
                                 "--alpha", "2"))
     run = train.Run.__new__(train.Run)                                      # only close() reads it
     run.tracker = run.lock = None
@@ -395,7 +380,7 @@ def test_a_disk_that_fills_during_a_run_loses_nothing_and_a_resume_waits_for_roo
     nothing half-written, the previous checkpoint intact; --resume while still full is one
     line before any write; with room again it continues exactly where it was."""
     reference = tmp_path / "reference"
-    assert run_main(args(tiny_dir, reference, "--steps", "4", "--save_every", "1"), capsys)[0] == 0
+    assert run_main(quick_run_args(tiny_dir, reference, "--steps", "4", "--save_every", "1"), capsys)[0] == 0
     disk = small_disk(8 << 20)
     out = disk / "run"
     real_save = train.save_checkpoint
@@ -405,7 +390,7 @@ def test_a_disk_that_fills_during_a_run_loses_nothing_and_a_resume_waits_for_roo
             fill(disk, leave=200_000)
         return real_save(run, out_dir, step, config)
     monkeypatch.setattr(train, "save_checkpoint", save)
-    code, err = run_main(args(tiny_dir, out, "--steps", "4", "--save_every", "1"), capsys)
+    code, err = run_main(quick_run_args(tiny_dir, out, "--steps", "4", "--save_every", "1"), capsys)
     assert code == 2 and len(err) == 1, err
     root = out / "checkpoints"
     assert re.fullmatch(re.escape(f"train.py: error: step 2: the checkpoint could not be written in {root} "
@@ -416,11 +401,11 @@ def test_a_disk_that_fills_during_a_run_loses_nothing_and_a_resume_waits_for_roo
     assert checkpoint.check_checkpoint(ckpt(out, 1)) is None and steps_logged(out) == [1, 2]
     monkeypatch.setattr(train, "save_checkpoint", real_save)
     config = (out / "config.json").read_text()
-    code, err = run_main(args(tiny_dir, out, "--steps", "4", "--save_every", "1", "--resume"), capsys)
+    code, err = run_main(quick_run_args(tiny_dir, out, "--steps", "4", "--save_every", "1", "--resume"), capsys)
     assert code == 2 and len(err) == 1 and f"--out_dir {out}: " in err[0] and "free for the run's files" in err[0], err
     assert (out / "config.json").read_text() == config and steps_logged(out) == [1, 2]
     os.remove(disk / "filler")
-    assert run_main(args(tiny_dir, out, "--steps", "4", "--save_every", "1", "--resume"), capsys)[0] == 0
+    assert run_main(quick_run_args(tiny_dir, out, "--steps", "4", "--save_every", "1", "--resume"), capsys)[0] == 0
     strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
     assert strip(json.loads(line) for line in open(out / "metrics.jsonl")) == \
         strip(json.loads(line) for line in open(reference / "metrics.jsonl"))
@@ -441,7 +426,7 @@ def test_a_write_the_disk_cuts_short_mid_checkpoint_is_one_line_and_leaves_nothi
         return real_save(run, out_dir, step, config)
     monkeypatch.setattr(train, "save_checkpoint", save)
     monkeypatch.setattr(checkpoint, "save_bytes", lambda model, state: 0)
-    code, err = run_main(args(tiny_dir, out, "--steps", "4", "--save_every", "1"), capsys)
+    code, err = run_main(quick_run_args(tiny_dir, out, "--steps", "4", "--save_every", "1"), capsys)
     assert code == 2 and len(err) == 1 and "(No space left on device: " in err[0], err
     assert sorted(os.listdir(out / "checkpoints")) == ["latest", "step_000001"]
 
@@ -451,8 +436,8 @@ def test_write_errors_of_the_disk_are_one_line_where_no_tmpfs_can_be_mounted(tin
     (written to /dev/full, which answers every write with ENOSPC)."""
     import errno
     from machinery import checks, metrics
-    assert run_main(args(tiny_dir, tmp_path, "--steps", "2", "--save_every", "1"), capsys)[0] == 0
-    run = train.setup(train.parse_args(args(tiny_dir, tmp_path, "--steps", "4", "--resume")))
+    assert run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "2", "--save_every", "1"), capsys)[0] == 0
+    run = train.setup(train.parse_args(quick_run_args(tiny_dir, tmp_path, "--steps", "4", "--resume")))
 
     def full(*a, **k):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

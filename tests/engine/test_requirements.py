@@ -94,8 +94,9 @@ def python_files() -> list[str]:
 
 
 def local_names() -> set[str]:
-    """Top-level names that are the project's own: its modules and packages, and the test modules."""
-    names = {f[:-3] for f in os.listdir(REPO) if f.endswith(".py")}
+    """Top-level names that are the project's own: its modules and packages, the test modules, and
+    tests itself (a folder without __init__.py; tests/engine/helpers.py is imported through it)."""
+    names = {f[:-3] for f in os.listdir(REPO) if f.endswith(".py")} | {"tests"}
     names |= {d for d in os.listdir(REPO) if os.path.isfile(os.path.join(REPO, d, "__init__.py"))}
     return names | {f[:-3] for _, _, files in os.walk(os.path.join(REPO, "tests")) for f in files if f.endswith(".py")}
 

@@ -27,15 +27,11 @@ from machinery import rollout
 from machinery import setup as setup_lib
 from scheduler import AdvantageScheduler
 
+from tests.engine.helpers import small_args
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RECIPES = sorted(glob.glob(os.path.join(REPO, "recipes", "*.yaml")))
 GPU_RECIPES = [p for p in RECIPES if not p.endswith("-cpu.yaml")]     # a *-cpu.yaml recipe is tested with its results
-
-
-def small_args(model_dir, out_dir, *extra):
-    return ["--model", model_dir, "--out_dir", str(out_dir), "--digits", "1", "--prompts_per_step", "4",
-            "--group_size", "4", "--max_new_tokens", "16", "--n_eval", "6", "--eval_samples", "2",
-            "--eval_every", "2", "--flip_every", "0", "--save_every", "0", "--threads", "1", *extra]
 
 
 def read_jsonl(path):
