@@ -212,7 +212,7 @@ class Config:
     grad_clip: float = 1.0
     """Max global gradient norm (0 = no clipping)."""
     epochs: int = 1
-    """ForwardSettings over each rollout batch."""
+    """Passes over each rollout batch (each pass splits it into --minibatches optimizer steps)."""
     minibatches: int = 1
     """Optimizer steps per epoch (the batch is split into this many mini-batches)."""
     minibatch_mode: str = "query"

@@ -23,9 +23,10 @@ echoing the question's last number, and the checker could not tell an echo from 
 answer. Free text has no fixed template, so the task has no template-token split
 (is_reasoning_text None), like tasks/math_datasets.py.
 
-Where SmolLM2-135M-Instruct starts on it (--digits 2, held-out pass@1 over 200 problems x
-4 samples, 2026-11-27): 0.12 at temperature 0.7 with 16 new tokens, 0.13 with 32; at
-temperature 1, 0.05 with 16 and 0.075 with 32. recipes/smollm2-135m-addition.yaml trains it.
+SmolLM2-135M-Instruct partly solves it at the start (--digits 2: about one answer in eight
+right at temperature 0.7, fewer at 1.0; docs/results.md, "A real pretrained model learns
+on a CPU"), so a group of 8 often holds both a success and a failure and RL has a signal.
+recipes/smollm2-135m-addition.yaml and recipes/smollm2-135m-addition-cpu.yaml train it.
 """
 
 from __future__ import annotations
