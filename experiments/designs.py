@@ -42,9 +42,10 @@ The sweeps:
               trade-off the fade sweep's runs suggested (FADE paper), countdown only.
   specificity are tokens specific to successes reinforced more, under GRPO than psr, and
               the flips' factor 2, declared before fresh runs (Cancellation Hypothesis).
-  dose        the step size as a dose (addition only): lr 1e-4, 2e-4, 4e-4 x {random,
-              query} mini-batches and {GSPO, orth}: does what keeps cancellation alive
-              matter more as updates grow (both cancellation papers' stability claims)?
+  dose        the update size as a dose: on addition lr 1e-4, 2e-4, 4e-4, on countdown 4
+              or 8 optimizer steps per batch at lr 4e-4, x {random, query} mini-batches
+              and {GSPO, orth}: does what keeps cancellation alive matter more as updates
+              grow (both cancellation papers' stability claims)?
 
 Tasks. Countdown (tasks/countdown.py, the default) starts at held-out pass@1 ~0.23
 with pass@16 ~0.83, its tokens have entropy, and most prompts have several correct
@@ -87,6 +88,7 @@ continue on another machine with an empty runs/:
     credit      countdown     2    20    120      1.1        11      1        11
     tradeoff    countdown     2    20    600      5.9        59      2        29
     specificity countdown     2    20    120      1.1        11      1        11
+    dose        countdown     8    80    150      1.7        70      2        35
     batching    addition      5    50    100      2.1        52      2        26
     advantages  addition      6    60    120      1.5        46      2        23
     fade        addition      6    60    300      4.1       124      4        31
@@ -140,6 +142,9 @@ TASKS = {
             "tradeoff": {"steps": 600, "eval_every": 25, "n_eval": 100, "eval_samples": 16, "step_s": 0.53, "parts": 2},
             "specificity": {"steps": 120, "eval_every": 30, "n_eval": 100, "eval_samples": 16, "step_s": 0.45,
                             "parts": 1},
+            # step_s: one 12-step run of its gspo arm at 8 mini-batches took 0.37 s a step alone on
+            # a quiet box; two at a time, and diagnostics every 10th step, make it about 0.6.
+            "dose": {"steps": 150, "eval_every": 25, "n_eval": 100, "eval_samples": 16, "step_s": 0.6, "parts": 2},
         }},
     "addition": {
         "flags": [], "threshold": 0.75,
@@ -229,7 +234,7 @@ def settings(task: str, name: str) -> dict:
 
 
 def runs_on(task: str, name: str) -> bool:
-    """Whether the sweep is declared on the task (the dose-response sweep runs on addition only)."""
+    """Whether the sweep is declared on the task (TASKS lists each task's sweeps)."""
     return name in TASKS[task]["sweeps"]
 
 
@@ -819,13 +824,25 @@ def specificity(task: str = "countdown") -> Sweep:
         seeds=FRESH_SEEDS)
 
 
-LEARNING_RATES = ("1e-4", "2e-4", "4e-4")     # the dose: Adam's step size, with 4 optimizer steps per batch
 GSPO_CLIP = ["--eps_low", "3e-4", "--eps_high", "4e-4"]       # GSPO paper's sequence-ratio clip range
 
+# The dose on each task: the flags every arm shares, then the doses from smallest to
+# largest as (arm suffix, words for the findings, that dose's flags). Addition: Adam's lr
+# with 4 optimizer steps per rollout batch (the step size that collapsed its dfpo runs).
+# Countdown, where lr 4e-4 with 4 mini-batches trains well in the batching and dfpo
+# sweeps: the number of optimizer steps per batch at that lr, 4 then 8 (each step after the
+# first moves the policy further from the one that sampled the batch).
+DOSES = {"addition": (["--minibatches", "4"],
+                      [("lr1e-4", "lr 1e-4", ["--lr", "1e-4"]), ("lr2e-4", "lr 2e-4", ["--lr", "2e-4"]),
+                       ("lr4e-4", "lr 4e-4", ["--lr", "4e-4"])]),
+         "countdown": (["--lr", "4e-4"],
+                       [("mb4", "4 mini-batches", ["--minibatches", "4"]),
+                        ("mb8", "8 mini-batches", ["--minibatches", "8"])])}
 
-def dose_arm(method: str, lr: str) -> str:
-    """The dose sweep's arm name: 'query_lr4e-4'."""
-    return f"{method}_lr{lr}"
+
+def dose_arm(method: str, dose: str) -> str:
+    """The dose sweep's arm name: method and dose suffix, 'query_lr4e-4' or 'query_mb8'."""
+    return f"{method}_{dose}"
 
 
 def no_collapse(*arms: str) -> Callable[[dict], str | None]:
@@ -844,50 +861,59 @@ def dose(task: str = "addition") -> Sweep:
     weights alone and orth collapsed, while GSPO, its clip alone and min learned. The
     papers' practical claims are about exactly that regime: keeping training stable when a
     group's rollouts are split across optimizer steps (query-preserved mini-batching) or
-    weighted apart (DFPO's orth against GSPO). So the step size is the dose: Adam's lr in
-    {1e-4, 2e-4, 4e-4}, 4 mini-batches per rollout batch (the first optimizer step on
-    policy, the next three off it), and at each lr four arms that differ in one choice each:
-      random  grpo, groups split at random across the 4 optimizer steps;
+    weighted apart (DFPO's orth against GSPO). So the update size is the dose (DOSES):
+    on addition Adam's lr in {1e-4, 2e-4, 4e-4} with 4 mini-batches per rollout batch (the
+    first optimizer step on policy, the next three off it); on countdown 4 or 8 mini-batches
+    at lr 4e-4. At each dose four arms that differ in one choice each:
+      random  grpo, groups split at random across the optimizer steps;
       query   grpo, each group whole in one optimizer step (the one change: the split);
       gspo    GSPO (sequence ratio, its clip 3e-4 / 4e-4), query mini-batches;
       orth    GSPO with DFPO's orth transform (the one change: the transform).
     Primary findings, declared before any run: the INTERACTIONS, query's gain over random
-    at lr 4e-4 minus its gain at 1e-4 (and orth's over gspo), per pair on final pass@1:
-    the papers predict the gain grows with the dose. Secondary: final pass@1 and a collapse
-    flag (final pass@1 below half the start) at each lr. Two Holm families.
+    at the largest dose minus its gain at the smallest (and orth's over gspo), per pair on
+    final pass@1: the papers predict the gain grows with the dose. Secondary: final pass@1
+    and a collapse flag (final pass@1 below half the start) at each dose. Two Holm families.
+    The countdown doses were declared after the addition runs had shown both interactions
+    opposite to the papers, and before any countdown dose run: a test on a second task.
     """
+    shared, doses = DOSES[task]
     methods = {"random": ["--minibatch_mode", "random"], "query": ["--minibatch_mode", "query"],
                "gspo": ["--minibatch_mode", "query", "--loss_type", "gspo", *GSPO_CLIP],
                "orth": ["--minibatch_mode", "query", "--loss_type", "gspo", *GSPO_CLIP, "--weight_transform", "orth"]}
-    arms = {dose_arm(m, lr): [*flags, "--lr", lr] for lr in LEARNING_RATES for m, flags in methods.items()}
-    low, high = LEARNING_RATES[0], LEARNING_RATES[-1]
+    arms = {dose_arm(m, d): [*flags, *dose_flags] for d, _, dose_flags in doses for m, flags in methods.items()}
+    (low, low_words, _), (high, high_words, _) = doses[0], doses[-1]
     pairs = (("query", "random", CANCELLATION, Q_BATCHING_GAIN), ("orth", "gspo", DESIGN, Q_DFPO))
-    claims = [Claim(paper, f"{arm}'s gain over {ref} in final pass@1 is larger at lr {high} than at lr {low}",
+    larger = f"at {high_words} than at {low_words}" if task == "addition" else f"with {high_words} than with {low_words}"
+    claims = [Claim(paper, f"{arm}'s gain over {ref} in final pass@1 is larger {larger}",
                     quote, "final pass@1", dose_arm(arm, high), dose_arm(ref, high), +1,
                     minus=(dose_arm(arm, low), dose_arm(ref, low)), family="primary")
               for arm, ref, paper, quote in pairs]
-    claims += [Claim(paper, f"lr {lr}: {arm} higher final pass@1 than {ref}", quote, "final pass@1",
-                     dose_arm(arm, lr), dose_arm(ref, lr), +1, family="secondary")
-               for arm, ref, paper, quote in pairs for lr in LEARNING_RATES]
-    claims += [Claim(paper, f"lr {lr}: {arm} collapses less often than {ref}", quote, "collapsed",
-                     dose_arm(arm, lr), dose_arm(ref, lr), -1, family="secondary",
-                     testable=no_collapse(dose_arm(arm, lr), dose_arm(ref, lr)))
-               for arm, ref, paper, quote in pairs for lr in LEARNING_RATES]
-    whole = tuple(dose_arm(m, lr) for lr in LEARNING_RATES for m in ("query", "gspo", "orth"))
+    claims += [Claim(paper, f"{words}: {arm} higher final pass@1 than {ref}", quote, "final pass@1",
+                     dose_arm(arm, d), dose_arm(ref, d), +1, family="secondary")
+               for arm, ref, paper, quote in pairs for d, words, _ in doses]
+    claims += [Claim(paper, f"{words}: {arm} collapses less often than {ref}", quote, "collapsed",
+                     dose_arm(arm, d), dose_arm(ref, d), -1, family="secondary",
+                     testable=no_collapse(dose_arm(arm, d), dose_arm(ref, d)))
+               for arm, ref, paper, quote in pairs for d, words, _ in doses]
+    whole = tuple(dose_arm(m, d) for d, _, _ in doses for m in ("query", "gspo", "orth"))
     checks = [Check("query mini-batches never split a group", "split groups / step", whole, "zero"),
               Check("random mini-batches split groups", "split groups / step",
-                    tuple(dose_arm("random", lr) for lr in LEARNING_RATES), "positive"),
+                    tuple(dose_arm("random", d) for d, _, _ in doses), "positive"),
               Check("whole groups, equal weights on-policy: the first optimizer step's residual is 0 to rounding",
-                    "first-step residual", tuple(dose_arm(m, lr) for lr in LEARNING_RATES for m in ("query", "orth")),
+                    "first-step residual", tuple(dose_arm(m, d) for d, _, _ in doses for m in ("query", "orth")),
                     "zero", tol=FIRST_STEP_TOL),
               Check("orth: the kept rollouts' weights cancel in every group", "cancellation residual",
-                    tuple(dose_arm("orth", lr) for lr in LEARNING_RATES), "zero", tol=RESIDUAL_TOL)]
+                    tuple(dose_arm("orth", d) for d, _, _ in doses), "zero", tol=RESIDUAL_TOL)]
+    claim = ("The step size as a dose: with 4 optimizer steps per rollout batch, keeping each group whole "
+             "(Cancellation Hypothesis paper) and DFPO's orth transform (design-conditions paper) should matter "
+             "more as Adam's lr grows from 1e-4 to 4e-4." if task == "addition" else
+             "The number of optimizer steps per rollout batch as a dose: at lr 4e-4, keeping each group whole "
+             "(Cancellation Hypothesis paper) and DFPO's orth transform (design-conditions paper) should matter "
+             "more with 8 mini-batches than with 4.")
     return Sweep(
         name="dose",
-        claim="The step size as a dose: with 4 optimizer steps per rollout batch, keeping each group whole "
-              "(Cancellation Hypothesis paper) and DFPO's orth transform (design-conditions paper) should matter "
-              "more as Adam's lr grows from 1e-4 to 4e-4.",
-        flags=[*TASKS[task]["flags"], "--minibatches", "4", "--coupling_pairs", "0"],
+        claim=claim,
+        flags=[*TASKS[task]["flags"], *shared, "--coupling_pairs", "0"],
         arms=arms,
         rows=[("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
               ("start pass@1", at_start("eval/pass@1"), "held-out pass@1 of the starting weights (start.json)"),

@@ -568,8 +568,10 @@ def write_readme_tables(readme: str, results: dict) -> str:
              f"One line per sweep; each claim's verdict per task: [docs/{CLAIMS_PAGE}](docs/{CLAIMS_PAGE}).", "",
              "| sweep | findings | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
     for name, make in SWEEPS.items():
-        lines.append(f"| {name} | {sum(c.paper != OURS for c in make(_first_task(name)).claims)} | "
-                     + " | ".join(summary(t, name) for t in tasks) + " |")
+        counts = [sum(c.paper != OURS for c in make(t).claims) for t in tasks if runs_on(t, name)]
+        findings = str(counts[0]) if len(set(counts)) == 1 else \
+            " / ".join(str(sum(c.paper != OURS for c in make(t).claims)) if runs_on(t, name) else "-" for t in tasks)
+        lines.append(f"| {name} | {findings} | " + " | ".join(summary(t, name) for t in tasks) + " |")
     lines += [""] + [f"[{links[t, n]}]: docs/sweep_{t}_{n}.md" for t in tasks for n in SWEEPS
                      if (t, n) in results] + ["", TABLES_END]
     text = open(readme).read()
@@ -595,19 +597,18 @@ def write_claims_page(path: str, results: dict) -> str:
              "effect, its paired SE and p). Exact paired tests over (warm-up seed, RL seed) pairs, Holm's "
              "correction per sweep per task.", "",
              "| sweep | claim | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
-    for name, make in SWEEPS.items():
-        for claim in make(_first_task(name)).claims:
+    for name in SWEEPS:
+        for claim in _claims_of(name):
             if claim.paper == OURS:
                 continue
             row = []
             for task in tasks:
                 c, page = cells[task, name], f"sweep_{task}_{name}.md"
                 shown = c["status"] or _shown(c["verdicts"].get(claim.text, "not run"))
-                row.append("-" if c["status"] == "not declared" else
+                row.append("-" if not _declares(task, name, claim) else
                            shown if c["status"] == "not run" else f"[{shown}]({page})")
             lines.append(f"| {name} | {claim.text}{' *re-read*' if claim.posthoc else ''} | " + " | ".join(row) + " |")
-    ours = [(name, claim) for name, make in SWEEPS.items() for claim in make(_first_task(name)).claims
-            if claim.paper == OURS]
+    ours = [(name, claim) for name in SWEEPS for claim in _claims_of(name) if claim.paper == OURS]
     if ours:
         lines += ["", "**Our own questions** (claims of no paper: a mode or a measure this project added; "
                   "not counted with the papers' findings):", "",
@@ -617,10 +618,10 @@ def write_claims_page(path: str, results: dict) -> str:
             for task in tasks:
                 c, page = cells[task, name], f"sweep_{task}_{name}.md"
                 shown = c["status"] or _shown(c["ours"].get(claim.text, "not run"))
-                row.append("-" if c["status"] == "not declared" else
+                row.append("-" if not _declares(task, name, claim) else
                            shown if c["status"] == "not run" else f"[{shown}]({page})")
             lines.append(f"| {name} | {claim.text} | " + " | ".join(row) + " |")
-    if any(claim.posthoc for name, make in SWEEPS.items() for claim in make(_first_task(name)).claims):
+    if any(claim.posthoc for name in SWEEPS for claim in _claims_of(name)):
         lines += ["", "*re-read*: a claim restated after its runs were public and read again on the same runs, "
                   "not a test declared before its data."]
     lines += ["", "**Implementation checks** (identities the code must satisfy, measured on every run; "
@@ -637,9 +638,22 @@ def write_claims_page(path: str, results: dict) -> str:
     return path
 
 
-def _first_task(name: str) -> str:
-    """The first task the sweep is declared on (its claims' texts are the same on every task)."""
-    return next(t for t in TASKS if runs_on(t, name))
+def _claims_of(name: str) -> list:
+    """The sweep's claims on every task it is declared on, each text once, in TASKS' order
+    (most sweeps declare the same claims on every task; the dose sweep's doses differ)."""
+    seen, claims = set(), []
+    for task in TASKS:
+        if runs_on(task, name):
+            for claim in SWEEPS[name](task).claims:
+                if claim.text not in seen:
+                    seen.add(claim.text)
+                    claims.append(claim)
+    return claims
+
+
+def _declares(task: str, name: str, claim) -> bool:
+    """Whether the sweep, on this task, declares this claim (same text)."""
+    return runs_on(task, name) and any(c.text == claim.text for c in SWEEPS[name](task).claims)
 
 
 def _write(path: str, text: str) -> None:
