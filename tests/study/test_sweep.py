@@ -273,6 +273,24 @@ def test_report_merges_committed_data_with_new_runs_and_never_says_not_run(tmp_p
     assert {f: (docs / f).read_bytes() for f in os.listdir(docs)} == before and readme.read_text() == text
 
 
+def test_a_sweep_with_different_claims_per_task_shows_each_claim_once_with_dash_where_undeclared(tmp_path):
+    # the dose sweep: lr doses on addition, mini-batch doses on countdown; nothing run here
+    docs, readme = tmp_path / "docs", tmp_path / "README.md"
+    readme.write_text("<!-- claims:begin -->\n<!-- claims:end -->\n")
+    pages.report(str(tmp_path / "runs"), str(docs), str(readme))
+    rows = {line.split("|")[2].strip(): [c.strip() for c in line.split("|")[3:-1]]
+            for line in (docs / "claims.md").read_text().splitlines()
+            if line.startswith("| dose |") and line.count("|") == 5}      # the findings' table, not the checks
+    assert rows["8 mini-batches: query higher final pass@1 than random"] == ["not run", "-"]
+    assert rows["lr 4e-4: query higher final pass@1 than random"] == ["-", "not run"]
+    counts = {task: len(designs.SWEEPS["dose"](task).claims) for task in designs.TASKS}
+    assert len(rows) == sum(counts.values()) and counts == {"countdown": 10, "addition": 14}
+    summary = next(line for line in readme.read_text().splitlines() if line.startswith("| dose |"))
+    assert summary.split("|")[2].strip() == "10 / 14"
+    credit = next(line for line in readme.read_text().splitlines() if line.startswith("| credit |"))
+    assert credit.split("|")[2].strip() == "5"          # the same claims on both tasks: one count
+
+
 @pytest.mark.slow
 def test_a_report_that_sets_runs_aside_is_rebuilt_byte_for_byte(tmp_path, monkeypatch, capsys):
     # Committed data of an older design (other --steps) plus a newer design's runs: the
