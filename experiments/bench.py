@@ -6,7 +6,7 @@
     python -m experiments.bench --data countdown    # the same comparison on the countdown task
     python -m experiments.bench --skip_trl --profile   # + where our step's time goes (torch.profiler)
     python -m experiments.bench --ablate            # + each step replayed without the decoder / shared prompts
-    python -m experiments.bench --model smollm2-135m-instruct --threads 2   # a real model: every configuration
+    python -m experiments.bench --model smollm2-135m-instruct --threads 2   # a real model (bench_smollm2.py)
     pip install -r requirements/bench.txt     # TRL 1.16.0 and what it needs, for the comparison
 
 The work: the warmed embedded model (tinymodel.py), the synthetic addition task
@@ -16,41 +16,10 @@ see the SAME prompts in the same order: the bench replays train.py's prompt stre
 (random.Random(seed).randrange over tasks.load's rows, N draws per step), gives
 that exact list to TRL as an unshuffled dataset, and checks afterwards that both saw the
 same prompts at every step. Sampling draws differ (different code consumes the RNG
-differently), so the mean rewards agree only within sampling noise.
-
-The real model (--model smollm2-135m-instruct; SMOLLM2): SmolLM2-135M-Instruct on
-chat-worded addition ("What is 23 + 48? Answer with just the number.", 1-2 digit
-operands) through its chat template, 8 prompts x 8 rollouts of at most 16 new tokens,
-temperature 0.7, lr 1e-5: the CPU recipe's step. Each configuration runs in a fresh
-process (run_one), so that its peak memory (ru_maxrss) is its own: ours, ours without
-each of the three speed-ups below in turn, ours with none of them, and TRL; each
-configuration's stages are timed by wrapping the functions that do them (stage_clock:
-the sampler's prefill and decoding loop, the update's forwards and backwards, the
-gradient clip, AdamW's step). TRL gets the prompts as conversations and renders them
-with the same chat template; the bench checks that both saw the same prompt tokens.
-
-How TRL is configured, and why (read from TRL 1.16.0's GRPOConfig / GRPOTrainer):
-- per_device_train_batch_size=32, gradient_accumulation_steps=8, steps_per_generation=8
-  (with --micro_batch 32, the default of both; in general 256 / micro_batch): one
-  generate() of 8 x 32 = 256 completions = 32 prompts x num_generations=8, then eight
-  forward/backward micro-batches of 32 and ONE optimizer step, like ours with
-  --micro_batch 32.
-  Because gradient_accumulation_steps is a multiple of steps_per_generation x
-  num_iterations, TRL skips its old-log-prob pass and uses logp.detach() (on-policy).
-- beta=0 (no reference model), num_iterations=1, epsilon=0.2, loss_type="dapo" (token
-  sum over the whole accumulated batch / its token count = our "token-mean"),
-  scale_rewards="group" (std-normalised advantage = our "grpo"), max_grad_norm=1.
-- the work's temperature (1; the real model's 0.7), top_p=1, top_k=0 (pure sampling, like
-  ours), no vLLM.
-- the work's learning rate with lr_scheduler_type="constant" (Trainer's default is a
-  linear decay to 0), weight_decay=0, AdamW: the Trainer's default optim, PyTorch's fused
-  AdamW kernel ("adamw_torch_fused"), where train.py takes torch.optim.AdamW's default
-  (the same update, other rounding; the real model's profile times both). bf16=False and
-  gradient_checkpointing=False:
-  GRPOConfig turns both ON by default. bf16 autocast would change what is computed
-  (ours runs in float32); checkpointing recomputes activations in the backward, which
-  costs time that our loop does not spend.
-- use_cpu, report_to="none", logging_strategy="no", save_strategy="no", no tqdm.
+differently), so the mean rewards agree only within sampling noise. How TRL is
+configured to do the same step, and why: experiments/bench_trl.py. The real model
+(--model smollm2-135m-instruct), each configuration in a process of its own:
+experiments/bench_smollm2.py.
 
 Three differences in work that are not differences in the update, all exact (tested)
 and all printed or counted:
@@ -93,13 +62,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import json
 import os
 import random
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -108,6 +74,7 @@ from dataclasses import dataclass
 import torch
 
 import tasks
+from experiments.bench_trl import measure_trl, peak_rss_mb, reset_peak_rss
 from machinery import rollout
 from machinery import tinymodel
 import verify
@@ -124,7 +91,7 @@ class Work:
     """One benchmark step's work, the same for both trainers (train.py's flags of the same names).
 
     The default is the embedded model's work (32 prompts x 8 rollouts, <= 48 new tokens,
-    T = 1, lr 4e-4); SMOLLM2 below is the real model's.
+    T = 1, lr 4e-4); bench_smollm2.SMOLLM2 is the real model's.
     """
 
     model: str = "tiny"
@@ -144,13 +111,6 @@ class Work:
                  "--temperature", str(self.temperature), "--lr", str(self.lr)]
                 + (["--digits", str(self.digits)] if self.data.startswith("addition") else [])
                 + (["--chat_template"] if self.chat_template else []))
-
-
-# The real model's work: chat-worded addition of 1-2 digit numbers (tasks/addition_instruct.py)
-# at the budgets of the CPU recipe (recipes/smollm2-135m-addition-cpu.yaml): answers of ~11
-# tokens, prompts of ~40 tokens that are mostly SmolLM2's default system turn.
-SMOLLM2 = Work(model="smollm2-135m-instruct", data="addition_instruct", digits=2, prompts_per_step=8, group_size=8,
-               max_new_tokens=16, temperature=0.7, lr=1e-5, chat_template=True)
 
 
 def train_seconds(step: dict) -> float:
@@ -274,7 +234,7 @@ def lower_bound(model, rollouts, rows: list[dict], task: str, micro_batch: int) 
     with torch.no_grad():
         for idx in lengths.argsort(stable=True).split(micro_batch):
             rollout.token_logprobs(model, *forward.batch_inputs(rollouts, idx, model.device))
-    t1, c1 = time.perf_counter(), time.process_time()
+    t1 = time.perf_counter()
     model.train()
     for idx in carry[lengths[carry].argsort(stable=True)].split(micro_batch):
         logp, _ = rollout.token_logprobs(model, *forward.batch_inputs(rollouts, idx, model.device), merge_duplicates=True)
@@ -313,7 +273,6 @@ def ablation(run, cfg, rollouts, rows: list[dict], work: Work, seed: int) -> dic
     discarded. The two ways alternate which goes first from one step to the next, so a
     neighbour's load hits both alike. Returns {"llama", "transformers", "shared", "plain"}.
     """
-    import loss
     from advantages import compute_advantages
     from machinery import decoding, forward
 
@@ -353,266 +312,6 @@ def ablation(run, cfg, rollouts, rows: list[dict], work: Work, seed: int) -> dic
         run.model.zero_grad(set_to_none=True)
     run.model.eval()
     return out
-
-
-# ---------------------------------------------------------------------------------------
-# TRL's side
-# ---------------------------------------------------------------------------------------
-
-def measure_trl(model_dir: str, work: Work, rows: list[list[dict]], warmup: int, steps: int, seed: int,
-                micro_batch: int, compiled: bool = False, stages: bool = False) -> dict:
-    """TRL 1.16.0's GRPOTrainer on the same prompts; per-step numbers of the measured steps.
-
-    rows: work_rows' [step][prompt]. A chat work gives TRL conversational prompts
-    ([{"role": "user", ...}]), which it renders with the tokenizer's chat template as ours
-    does; "prompt_ids" holds the first step's prompt tokens TRL gave generate(), one row
-    per prompt, for the identical-work check. stages: also time each step's forward,
-    backward and AdamW step outside generate() (stage_clock), as split["..."].
-    """
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    from machinery.run import format_prompts
-
-    n, G = warmup + steps, work.group_size
-    as_prompt = (lambda p: [{"role": "user", "content": p}]) if work.chat_template else (lambda p: p)
-    text = lambda x: x if isinstance(x, str) else x[-1]["content"]      # a conversational turn's text
-    dataset = Dataset.from_list([{"prompt": as_prompt(r["prompt"]), "answer": r["answer"]} for step in rows[:n]
-                                 for r in step])
-    calls = []
-
-    def exact_reward(prompts, completions, answer, completion_ids, **_):
-        """verify.py's exact checker of the task, the same reward train.py uses ("reward" = "correct")."""
-        prompts, completions = [text(p) for p in prompts], [text(c) for c in completions]
-        rewards = [s["reward"] for s in verify.score(completions, list(answer), tasks.get(work.data), prompts)]
-        calls.append({"prompts": list(prompts[::G]), "reward": sum(rewards) / len(rewards),
-                      "tokens": float(sum(len(ids) for ids in completion_ids))})
-        return rewards
-
-    clock = []
-
-    class StepClock(TrainerCallback):
-        def on_train_begin(self, args, state, control, **kwargs):
-            clock.append((time.perf_counter(), time.process_time()))
-
-        def on_step_end(self, args, state, control, **kwargs):
-            clock.append((time.perf_counter(), time.process_time()))
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    gen_seconds, prompt_ids, generating = [], [], [False]
-    generate = model.generate
-
-    def timed_generate(*args, **kwargs):          # TRL samples with the model's own generate
-        if not prompt_ids:                        # the first call's prompts, left padding removed
-            ids, mask = kwargs["input_ids"], kwargs["attention_mask"]
-            prompt_ids.extend(row[m.bool()].tolist() for row, m in zip(ids[::G], mask[::G]))
-        t, generating[0] = time.perf_counter(), True
-        try:
-            return generate(*args, **kwargs)
-        finally:
-            generating[0] = False
-            gen_seconds.append(time.perf_counter() - t)
-
-    model.generate = timed_generate
-    args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="bench-trl-"), use_cpu=True, report_to="none", seed=seed,
-        max_steps=n, learning_rate=work.lr, lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=1.0,
-        per_device_train_batch_size=micro_batch,
-        gradient_accumulation_steps=work.prompts_per_step * G // micro_batch,
-        steps_per_generation=work.prompts_per_step * G // micro_batch,
-        num_generations=G, max_completion_length=work.max_new_tokens, temperature=work.temperature, top_p=1.0,
-        top_k=0, beta=0.0, num_iterations=1, epsilon=0.2, loss_type="dapo", scale_rewards="group",
-        shuffle_dataset=False, bf16=False, gradient_checkpointing=False, use_vllm=False, torch_compile=compiled,
-        logging_strategy="no", save_strategy="no", disable_tqdm=True, dataloader_num_workers=0)
-    trainer = GRPOTrainer(model=model, reward_funcs=exact_reward, args=args, train_dataset=dataset,
-                          processing_class=AutoTokenizer.from_pretrained(model_dir), callbacks=[StepClock()])
-    # the update's forward: the model's forward outside generate() (generate calls it too)
-    forward_outside = [(model, "forward", "forward", lambda: not generating[0])] if stages else []
-    reset_peak_rss()
-    with contextlib.redirect_stdout(io.StringIO()), \
-            stage_clock(forward_outside + (UPDATE_STAGES if stages else [])) as events:   # the Trainer prints a summary
-        trainer.train()
-    out = {"peak_rss_mb": peak_rss_mb(), "steps": [], "threads": torch.get_num_threads(),
-           "prompts": [format_prompts(c["prompts"], trainer.processing_class, work.chat_template) for c in calls],
-           "prompt_ids": prompt_ids}
-    for k in range(warmup, n):
-        step = {"wall": clock[k + 1][0] - clock[k][0], "cpu": clock[k + 1][1] - clock[k][1],
-                "reward": calls[k]["reward"], "tokens": calls[k]["tokens"], "sample": gen_seconds[k]}
-        if stages:
-            step["split"] = {"generate": gen_seconds[k], **events_between(events, clock[k][0], clock[k + 1][0])}
-        out["steps"].append(step)
-    return out
-
-
-# ---------------------------------------------------------------------------------------
-# A real model: SmolLM2-135M-Instruct, each configuration in a process of its own
-# ---------------------------------------------------------------------------------------
-
-CONFIGS = {   # name -> (what it is, train.py's flags on top of the work's; None: TRL)
-    "ours": ("ours (skip, merge, shared prompts)", ()),
-    "no_skip": ("ours without the zero-advantage skip", ("--no-skip_zero_adv",)),
-    "no_merge": ("ours without merging copies", ("--no-merge_duplicates",)),
-    "no_share": ("ours without shared prompts", ("--no-share_prompts",)),
-    "plain": ("ours with none of the three", ("--no-skip_zero_adv", "--no-merge_duplicates", "--no-share_prompts")),
-    "trl": ("TRL 1.16.0's GRPOTrainer", None),
-}
-
-# What stage_clock times, as (owner, attribute, name): a call of owner.attribute adds its wall
-# seconds to `name`. Both trainers: the update's backward, the gradient clip and AdamW's step.
-UPDATE_STAGES = [(torch.Tensor, "backward", "backward"), (torch.nn.utils, "clip_grad_norm_", "clip"),
-                 (torch.optim.AdamW, "step", "AdamW step")]
-
-
-def ours_stages() -> list[tuple]:
-    """Ours, besides UPDATE_STAGES: the sampler's prefill and whole loop, the shared prompts'
-    forward and backward, and the rollouts' teacher-forced forward (token_logprobs)."""
-    from machinery import decoding, forward
-    return [(decoding.LlamaDecoder, "prefill", "prefill"), (decoding.TransformersDecoder, "prefill", "prefill"),
-            (rollout, "sample", "sampler"), (forward, "share_prompts", "prompt forward"),
-            (forward, "backward_prompts", "prompt backward"), (rollout, "token_logprobs", "forward")]
-
-
-@contextlib.contextmanager
-def stage_clock(targets: list[tuple]):
-    """Wrap each target's function so that each call is timed; yields the list of events.
-
-    targets: (owner, attribute, name) or (owner, attribute, name, when): when() False at the
-    call leaves it untimed (TRL's forward inside generate). An event is (start, seconds,
-    name); a call inside a call of the same name (token_logprobs calling itself to merge
-    copies) counts once. Everything is restored on exit.
-    """
-    events, saved, inside = [], [], set()
-    for owner, attr, name, *when in targets:
-        original = getattr(owner, attr)
-
-        def timed(*a, _original=original, _name=name, _when=(when[0] if when else None), **k):
-            if _name in inside or (_when is not None and not _when()):
-                return _original(*a, **k)
-            inside.add(_name)
-            t = time.perf_counter()
-            try:
-                return _original(*a, **k)
-            finally:
-                inside.discard(_name)
-                events.append((t, time.perf_counter() - t, _name))
-        saved.append((owner, attr, original, attr in vars(owner)))
-        setattr(owner, attr, timed)
-    try:
-        yield events
-    finally:
-        for owner, attr, original, own in reversed(saved):
-            if own:
-                setattr(owner, attr, original)
-            else:                       # an instance's attribute that came from its class: remove ours
-                delattr(owner, attr)
-
-
-def events_between(events: list[tuple], t0: float, t1: float) -> dict:
-    """Seconds per stage name of the events that started in [t0, t1)."""
-    out = {}
-    for start, seconds, name in events:
-        if t0 <= start < t1:
-            out[name] = out.get(name, 0.0) + seconds
-    return out
-
-
-def measure_one(name: str, args) -> dict:
-    """One configuration of the real model's work (CONFIGS[name]), in this process: the
-    measured steps with their stage split, the first step's prompt tokens, and the peak
-    resident set size of the whole process (ru_maxrss: the model's load included)."""
-    from machinery import hub_models
-
-    work, G = SMOLLM2, SMOLLM2.group_size
-    if name == "trl":
-        out = measure_trl(hub_models.ensure(work.model), work, work_rows(args.warmup + args.steps, args.seed, work),
-                          args.warmup, args.steps, args.seed, args.micro_batch, stages=True)
-    else:
-        with tempfile.TemporaryDirectory(prefix="bench-ours-") as out_dir, \
-                stage_clock(ours_stages() + UPDATE_STAGES) as events:
-            out = measure_ours(args.warmup, args.steps, work, args.seed, args.threads, args.micro_batch, bound=False,
-                               extra=CONFIGS[name][1], out_dir=out_dir)
-        recs = out.pop("records")
-        first = recs[0]["rollouts"]
-        out["prompt_ids"] = [row[m.bool()].tolist() for row, m in zip(first.prompt_ids[::G], first.prompt_mask[::G])]
-        for k, step in enumerate(out["steps"], start=args.warmup):
-            step["split"].update(events_between(events, recs[k]["wall"], recs[k + 1]["wall"]))
-    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024     # Linux: KB
-    return out
-
-
-def run_one(name: str, args) -> dict:
-    """measure_one(name) in a fresh Python process (its own peak memory); its numbers."""
-    with tempfile.TemporaryDirectory(prefix="bench-one-") as tmp:
-        path = os.path.join(tmp, "out.json")
-        cmd = [sys.executable, "-m", "experiments.bench", "--model", args.model, "--one", name, "--json", path,
-               "--steps", str(args.steps), "--warmup", str(args.warmup), "--seed", str(args.seed),
-               "--threads", str(args.threads), "--micro_batch", str(args.micro_batch)]
-        t = time.perf_counter()
-        done = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)}, capture_output=True,
-                              text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        if done.returncode != 0:
-            sys.exit(f"bench.py: {CONFIGS[name][0]} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-        print(f"  ran {CONFIGS[name][0]}: {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
-        with open(path) as f:
-            return json.load(f)
-
-
-def main_real(args) -> None:
-    """The real model's table: every configuration of CONFIGS, args.rounds times, alternating the order."""
-    work, names = SMOLLM2, [n for n in CONFIGS if not (args.skip_trl and n == "trl")]
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"work: {work.model}, {work.data} (--digits {work.digits}, chat template), {work.prompts_per_step} prompts x "
-          f"{work.group_size} rollouts, <= {work.max_new_tokens} new tokens, T={work.temperature}, lr {work.lr:g}, "
-          f"no KL, 1 optimizer step/batch, {args.micro_batch} rollouts per forward/backward; {args.warmup} warm-up + "
-          f"{args.steps} measured steps per process, {args.rounds} round(s), each configuration in its own process; "
-          f"torch {torch.__version__}, {args.threads} thread(s), load average {load:.2f} on {os.cpu_count()} CPUs")
-    results = {n: [] for n in names}
-    for r in range(args.rounds):
-        for name in (names if r % 2 == 0 else names[::-1]):
-            results[name].append(run_one(name, args))
-    print_real({n: pool(rs) for n, rs in results.items()}, args)
-
-
-def print_real(runs: dict, args) -> None:
-    """The identical-work checks, the step table and where each configuration's time goes."""
-    names = list(runs)
-    prompts = [runs[n]["prompts"][:args.warmup + args.steps] for n in names]
-    print(f"identical prompts at every step, all configurations: {'yes' if all(p == prompts[0] for p in prompts) else 'NO'}; "
-          f"identical prompt tokens at the first step: "
-          f"{'yes' if all(runs[n]['prompt_ids'] == runs[names[0]]['prompt_ids'] for n in names) else 'NO'} "
-          f"({statistics.mean(len(r) for r in runs[names[0]]['prompt_ids']):.1f} tokens per prompt)")
-    trl = med(runs["trl"]["steps"], "wall") if "trl" in runs else None
-    print(f"\n{'configuration':<40} {'step, wall (CPU)':>17} {'sample':>7} {'update':>7} {'skipped':>8} {'merged':>7} "
-          f"{'reward':>7} {'peak RSS':>9} {'/ TRL':>6}")
-    for n in names:
-        steps = runs[n]["steps"]
-        sample = statistics.median(s["sample"] for s in steps)
-        update = statistics.median(s["split"].get("update", float("nan")) for s in steps) if n != "trl" else \
-            statistics.median(s["wall"] - s["sample"] for s in steps)
-        skipped = f"{100 * mean(steps, 'skipped'):.0f}%" if n != "trl" else "-"
-        merged = f"{100 * mean(steps, 'duplicate'):.0f}%" if n != "trl" else "-"
-        ratio = f"{med(steps, 'wall') / trl:.2f}" if trl else "-"
-        print(f"{CONFIGS[n][0]:<40} {med(steps, 'wall'):>7.2f} s ({med(steps, 'cpu'):>5.2f}) {sample:>7.2f} {update:>7.2f} "
-              f"{skipped:>8} {merged:>7} {mean(steps, 'reward'):>7.3f} {runs[n]['peak_rss_mb']:>6.0f} MB {ratio:>6}")
-    print("(update: train.py's time/update; for TRL its step less generate(): scoring, forward, backward, AdamW)")
-    print(f"\nwhere the time goes (median s per step over {len(runs[names[0]]['steps'])} measured steps; stage_clock):")
-    for n in names:
-        steps = runs[n]["steps"]
-        m = lambda key: statistics.median(s["split"].get(key, 0.0) for s in steps)
-        if n == "trl":
-            parts = {"generate()": m("generate"), "forward": m("forward"), "backward": m("backward"),
-                     "clip": m("clip"), "AdamW step": m("AdamW step")}
-            parts["rest (scoring, TRL's bookkeeping)"] = med(steps, "wall") - sum(parts.values())
-        else:
-            parts = {"prefill": m("prefill"), "decode": m("sampler") - m("prefill"),
-                     "sample, rest": m("sample") - m("sampler"),
-                     "prompt forward": m("prompt forward"), "forward": m("forward"), "backward": m("backward"),
-                     "prompt backward": m("prompt backward"), "clip": m("clip"), "AdamW step": m("AdamW step")}
-            parts["update, rest"] = m("update") - sum(parts[k] for k in ("prompt forward", "forward", "backward",
-                                                                          "prompt backward", "clip", "AdamW step"))
-            parts["other stages"] = med(steps, "wall") - m("sample") - m("update")
-        print(f"  {CONFIGS[n][0]}: " + ", ".join(f"{k} {v:.2f}" for k, v in parts.items()))
 
 
 # ---------------------------------------------------------------------------------------
@@ -767,28 +466,6 @@ def scaling(args) -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# Helpers: peak memory
-# ---------------------------------------------------------------------------------------
-
-def reset_peak_rss() -> None:
-    """Reset the kernel's peak-RSS counter (Linux >= 4.0: write 5 to clear_refs)."""
-    with contextlib.suppress(OSError):
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-
-
-def peak_rss_mb() -> float:
-    """Peak resident set size since the last reset (VmHWM), in MB; ru_maxrss elsewhere."""
-    with contextlib.suppress(OSError):
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-# ---------------------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------------------
 
@@ -798,7 +475,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.error = lambda message: parser.exit(2, f"{parser.prog}: error: {message}\n")   # one line, exit 2
     parser.add_argument("--model", default="tiny", choices=("tiny", "smollm2-135m-instruct"),
                         help="the embedded model (its addition or countdown work), or SmolLM2-135M-Instruct on "
-                             "chat-worded addition (SMOLLM2), every configuration of CONFIGS in its own process")
+                             "chat-worded addition, every configuration in its own process (bench_smollm2.py)")
     parser.add_argument("--steps", type=int, default=None, help="measured steps of each trainer (K; default 10, "
                                                                 "the real model 4)")
     parser.add_argument("--warmup", type=int, default=None, help="steps run first and not measured (default 2, "
@@ -825,7 +502,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="seed of the prompts, the sampling and both trainers")
     parser.add_argument("--data", default=None, choices=("addition", "countdown"),
                         help="the embedded model's task (default addition)")
-    parser.add_argument("--one", choices=tuple(CONFIGS), help=argparse.SUPPRESS)   # run_one's child: one configuration
+    parser.add_argument("--one", help=argparse.SUPPRESS)        # bench_smollm2.run_one's child: one configuration
     parser.add_argument("--json", help=argparse.SUPPRESS)                          # ... writing its numbers here
     args = parser.parse_args(argv)
     real = args.model != "tiny"
@@ -840,7 +517,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("steps", "scaling_steps", "threads", "rounds"):
         if getattr(args, name) < 1:
             parser.exit(2, f"bench.py: error: --{name} must be >= 1, got {getattr(args, name)}\n")
-    work = SMOLLM2 if real else Work()
+    if real:
+        from experiments import bench_smollm2
+        if args.one is not None and args.one not in bench_smollm2.CONFIGS:
+            parser.exit(2, f"bench.py: error: --one must be one of {', '.join(bench_smollm2.CONFIGS)}, got {args.one}\n")
+    work = bench_smollm2.SMOLLM2 if real else Work()
     B = work.prompts_per_step * work.group_size
     if args.micro_batch < 1 or B % args.micro_batch:
         parser.exit(2, f"bench.py: error: --micro_batch must divide {B}, got {args.micro_batch}\n")
@@ -864,13 +545,14 @@ def main(argv: list[str] | None = None) -> None:
             print("bench.py: error: TRL is not installed (pip install -r requirements/bench.txt, or --skip_trl)",
                   file=sys.stderr)
             sys.exit(2)
-    if args.one:                       # run_one's child
-        out = measure_one(args.one, args)
-        with open(args.json, "w") as f:
-            json.dump(out, f)
-        return
     if args.model != "tiny":
-        main_real(args)
+        from experiments import bench_smollm2
+        if args.one:                   # bench_smollm2.run_one's child
+            out = bench_smollm2.measure_one(args.one, args)
+            with open(args.json, "w") as f:
+                json.dump(out, f)
+        else:
+            bench_smollm2.main_real(args)
         return
     model_dir = tinymodel.load_or_warmup(tinymodel.warmup_config(args.data, digits=3))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")

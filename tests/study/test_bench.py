@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from experiments import bench
+from experiments import bench, bench_smollm2, bench_trl
 from machinery import tinymodel
 
 
@@ -55,7 +55,7 @@ def test_work_flags_are_train_pys_flags():
     tiny = train.parse_args(bench.Work().flags())
     assert (tiny.model, tiny.data, tiny.digits, tiny.prompts_per_step, tiny.group_size, tiny.max_new_tokens,
             tiny.temperature, tiny.lr, tiny.chat_template) == ("tiny", "addition", 3, 32, 8, 48, 1.0, 4e-4, False)
-    real = train.parse_args(bench.SMOLLM2.flags())
+    real = train.parse_args(bench_smollm2.SMOLLM2.flags())
     assert (real.model, real.data, real.digits, real.prompts_per_step, real.group_size, real.max_new_tokens,
             real.temperature, real.chat_template) == ("smollm2-135m-instruct", "addition_instruct", 2, 8, 8, 16, 0.7, True)
     assert "--digits" not in bench.Work(data="countdown").flags()
@@ -71,7 +71,7 @@ def test_stage_clock_times_each_outer_call_once_and_restores_everything():
     module = types.SimpleNamespace(f=lambda x: x + 1)
     obj = _Counter()
     gate = [False]
-    with bench.stage_clock([(module, "f", "f"), (_Counter, "twice", "twice"),
+    with bench_trl.stage_clock([(module, "f", "f"), (_Counter, "twice", "twice"),
                             (obj, "twice", "gated", lambda: gate[0])]) as events:
         assert module.f(1) == 2 and obj.twice(3) == 0
         gate[0] = True
@@ -82,6 +82,6 @@ def test_stage_clock_times_each_outer_call_once_and_restores_everything():
     assert all(seconds >= 0 for _, seconds, _ in events)
     assert module.f(1) == 2 and "twice" not in vars(obj) and _Counter.twice.__name__ == "twice"
     t = [start for start, _, _ in events]
-    assert bench.events_between(events, min(t), max(t) + 1) == {
+    assert bench_trl.events_between(events, min(t), max(t) + 1) == {
         name: sum(s for _, s, n in events if n == name) for name in ("f", "gated", "twice")}
-    assert bench.events_between(events, max(t) + 1, max(t) + 2) == {}
+    assert bench_trl.events_between(events, max(t) + 1, max(t) + 2) == {}
