@@ -1,6 +1,7 @@
 """claims.py: how a sweep decides what its runs showed: checks of the code, tests of the papers.
 
-Two kinds of record are written before the runs (experiments/designs.py):
+Two kinds of record are written before the runs (experiments/designs_cancellation.py and
+experiments/designs_fade.py; experiments/designs.py says what a sweep is):
 
   Check   an identity the implementation must satisfy whatever the training does. With
           whole groups and a zero-sum advantage the first optimizer step's cancellation

@@ -44,7 +44,8 @@ import numpy as np
 
 from experiments import claims as claims_lib
 from experiments import plot_runs, quantities
-from experiments.designs import OURS, SWEEPS, TASKS, WARMUP_SEEDS, Sweep, eval_flags, runs_on, settings
+from experiments.designs import OURS, TASKS, WARMUP_SEEDS, Sweep, eval_flags, runs_on, settings
+from experiments.registry import SWEEPS
 
 
 @dataclass
@@ -291,7 +292,7 @@ def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_p
                   "not met measures something else (its reading says what).", "",
                   claims_lib.check_table(preconditions)]
     lines += ["## Findings", "",
-              f"Each claim was written before the runs (experiments/designs.py), quoting the sentence it tests"
+              f"Each claim was written before the runs ({design_file(sweep.name)}), quoting the sentence it tests"
               + (", except those marked *re-read*: restated after their runs were public, read again on the same "
                  "runs (not a test declared before its data)" if posthoc else "") + ". "
               f"Runs are paired by (warm-up seed, RL seed); each test is exact (experiments/claims.py). "
@@ -636,6 +637,11 @@ def write_claims_page(path: str, results: dict) -> str:
         lines.append(f"| {name} | " + " | ".join(row) + " |")
     _write(path, "\n".join(lines) + "\n")
     return path
+
+
+def design_file(name: str) -> str:
+    """The file that declares the sweep: 'experiments/designs_fade.py'."""
+    return SWEEPS[name].__module__.replace(".", "/") + ".py"
 
 
 def _claims_of(name: str) -> list:

@@ -1,4 +1,4 @@
-"""quantities.py: one number per run, the rows of a sweep's table (experiments/designs.py).
+"""quantities.py: one number per run, the rows of a sweep's table (experiments/designs_*.py).
 
 Each function here takes a metric name (and a level, a cell, ...) and returns a function
 of one run's series, plot_runs.load_metrics' {key: (steps, values)} with NaN where a step

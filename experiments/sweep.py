@@ -8,9 +8,11 @@
     python -m experiments.sweep pilot --task countdown           # time one short run per sweep: the costs of TASKS
 
 The sweeps themselves (arms, table rows, curves, and the checks and claims written
-before the runs) are in experiments/designs.py; how a claim is judged (exact paired tests,
-Holm's correction, the effect detectable at 80% power) in experiments/claims.py; the
-pages and the committed per-run data in experiments/pages.py. This file runs them.
+before the runs) are in experiments/designs_cancellation.py and designs_fade.py, listed
+by name in experiments/registry.py (what a sweep is and its budget: experiments/designs.py);
+how a claim is judged (exact paired tests, Holm's correction, the effect detectable at
+80% power) in experiments/claims.py; the pages and the committed per-run data in
+experiments/pages.py. This file runs them.
 
 A sweep is a set of ARMS, train.py flag sets that differ in one design choice, each run
 from every (warm-up seed, RL seed) pair of designs.WARMUP_SEEDS x designs.SEEDS. The
@@ -85,8 +87,8 @@ from tqdm import tqdm
 
 from experiments import pages
 from experiments.pages import machine as _machine, now as _now, read_json as _read_json
-from experiments.designs import (SEEDS, SWEEPS, TASKS, WARMUP_SEEDS, Sweep, budget_table, estimate_minutes, eval_flags,
-                                runs_on, settings)
+from experiments.designs import SEEDS, TASKS, WARMUP_SEEDS, Sweep, estimate_minutes, eval_flags, runs_on, settings
+from experiments.registry import SWEEPS, budget_table
 from machinery import checks
 
 # ---------------------------------------------------------------------------------------
@@ -371,7 +373,7 @@ def committed_per_part(task: str, name: str, docs: str) -> tuple[list[tuple[int,
 
 
 def plan_text(tasks: list[str], docs: str = DOCS) -> str:
-    """The budget table (designs.budget_table), the minutes per run measured on the
+    """The budget table (registry.budget_table), the minutes per run measured on the
     committed runs beside their estimate, and the command of every part, per task, each
     with how many of its runs are committed in `docs` (a finished part says "done")."""
     lines = [budget_table(), ""]

@@ -12,7 +12,7 @@ import statistics
 import numpy as np
 import pytest
 
-from experiments import claims, designs, pages, sweep
+from experiments import claims, designs, pages, quantities, registry, sweep
 from experiments.claims import Check, Claim
 
 
@@ -305,14 +305,13 @@ def test_every_sweep_declares_rows_arms_quotes_and_a_design_that_can_survive_hol
     pairs = len(designs.WARMUP_SEEDS) * len(designs.SEEDS)
     assert len(designs.WARMUP_SEEDS) >= 2 and len(designs.SEEDS) >= 5
     for task in designs.TASKS:
-        for name, make in designs.SWEEPS.items():
+        for name, make in registry.SWEEPS.items():
             s = make(task)
             labels = {label for label, _, _ in s.rows}
             assert len({c.text for c in s.claims}) == len(s.claims), (task, name)     # the README matches by text
             for c in s.claims:
                 assert set(c.rows) <= labels, (name, c.text)
-                refs = c.reference if isinstance(c.reference, tuple) else (c.reference,)
-                assert set(c.arms) <= set(s.arms) and c.arm in c.arms, (name, c.text)
+                assert set(c.arms) <= set(s.arms) and c.arm in c.arms, (name, c.text)    # arms: the references too
                 assert c.direction in (-1, 0, 1) and (c.direction != 0 or c.margin > 0)
                 assert (c.quote[0].isupper() or c.quote[0] == "(") and c.quote[-1] in ".;", c.quote
                 assert not isinstance(c.reference, tuple) or c.best_by in labels
@@ -326,13 +325,13 @@ def test_every_sweep_declares_rows_arms_quotes_and_a_design_that_can_survive_hol
 
 
 def test_the_budget_in_the_header_is_the_one_the_cost_model_gives():
-    assert designs.budget_table() in designs.__doc__
+    assert registry.budget_table() in designs.__doc__
     for task in designs.TASKS:
-        for name in designs.SWEEPS:
+        for name in registry.SWEEPS:
             if not designs.runs_on(task, name):
                 continue
             s = designs.settings(task, name)
-            runs = len(designs.SWEEPS[name](task).arms) * 10
+            runs = len(registry.SWEEPS[name](task).arms) * 10
             assert runs * designs.estimate_minutes(task, name) / 2 / s["parts"] <= 45, (task, name)
 
 
@@ -348,8 +347,8 @@ def planted(task):
         flags=["--eval_every", "0"],
         arms={"short": ["--max_new_tokens", "8"], "long": ["--max_new_tokens", "16"],
               "short_mb": ["--max_new_tokens", "8", "--micro_batch", "3"]},
-        rows=[("length", designs.mean_of("resp_len_mean"), "mean response length"),
-              ("entropy", designs.mean_of("entropy"), "mean entropy")],
+        rows=[("length", quantities.mean_of("resp_len_mean"), "mean response length"),
+              ("entropy", quantities.mean_of("entropy"), "mean entropy")],
         curves=[("resp_len_mean", "length")],
         claims=[Claim("test", "longer budget, longer responses", "q", "length", "long", "short", +1),
                 Claim("test", "micro-batch size changes the entropy", "q", "entropy", "short_mb", "short", +1)],

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import diagnostics
-from experiments import designs, pages, quantities, sweep
+from experiments import designs, designs_cancellation, designs_fade, pages, quantities, registry, sweep
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -138,7 +138,7 @@ def hand_made_credit_runs():
                      "value/se_suppressed_pos": s2.std(ddof=1) / math.sqrt(2),
                      "value/n_boosted_neg": 0, "value/n_suppressed_neg": 0, "eval/pass@1": 0.5}]
             record = {"args": ["--out_dir", "x", "--seed", "0", "--warmup_seed", str(w), "--steps", "20",
-                               *designs.credit("addition").arms[arm]], "start": {"sha256": f"{w}" * 64, "model_path": "m"},
+                               *designs_cancellation.credit("addition").arms[arm]], "start": {"sha256": f"{w}" * 64, "model_path": "m"},
                       "seconds": 60.0, "finished": f"2026-01-0{i + 1}T00:00:00+00:00", "machine": "test box"}
             runs.append(pages.RunData(arm, w, 0, json.loads(json.dumps(rows)), record))
             pooled[arm, w] = (np.concatenate([b1, b2]).mean(), np.concatenate([s1, s2]).mean())
@@ -147,7 +147,7 @@ def hand_made_credit_runs():
 
 def test_credit_page_pools_value_cells_over_steps(tmp_path):
     runs, pooled = hand_made_credit_runs()
-    page = pages.write_page(designs.credit("addition"), "addition", runs, str(tmp_path / "p.md"), str(tmp_path / "p.png"),
+    page = pages.write_page(designs_cancellation.credit("addition"), "addition", runs, str(tmp_path / "p.md"), str(tmp_path / "p.png"),
                             {"command": "python -m experiments.sweep credit", "note": [], "recorded": True})
     text = (tmp_path / "p.md").read_text()
     for k, arm in enumerate(("grpo", "psr")):
@@ -195,7 +195,7 @@ def test_run_data_round_trip_is_byte_identical(tmp_path):
 
 
 def test_merge_prefers_the_run_directory_and_keeps_one_design():
-    spec = designs.credit("addition")
+    spec = designs_cancellation.credit("addition")
     committed, _ = hand_made_credit_runs()
     local = [pages.RunData("grpo", 0, 0, [{"step": 1, "reward": 1.0}], dict(committed[0].record, finished="2026-02"))]
     merged = pages.merge(committed, local, spec)
@@ -221,7 +221,7 @@ def test_merge_prefers_the_run_directory_and_keeps_one_design():
 def test_runs_without_recorded_flags_show_their_own_budget_not_todays_plan():
     # Such runs predate the record; printing today's plan as their command would be false
     # (and would change the page whenever the plan changes, breaking report's fresh-clone identity).
-    spec = designs.credit("addition")
+    spec = designs_cancellation.credit("addition")
     rows = lambda last: [{"step": s, **({"eval/pass@1": 0.5} if s % 10 == 0 else {})} for s in range(1, last + 1)]
     legacy = [pages.RunData("grpo", 0, s, rows(120), dict(pages.EMPTY_RECORD)) for s in range(2)]
     text = pages.run_command(spec, "addition", legacy, recorded=False)
@@ -247,8 +247,8 @@ def test_report_merges_committed_data_with_new_runs_and_never_says_not_run(tmp_p
         json.dump({"args": r.record["args"]}, open(os.path.join(d, "sweep_args.json"), "w"))
         json.dump({"seconds": 60.0, "finished": r.record["finished"]}, open(os.path.join(d, "done.json"), "w"))
         json.dump({"model_path": "m", "weights_sha256": r.record["start"]["sha256"]}, open(os.path.join(d, "start.json"), "w"))
-    credit = designs.SWEEPS["credit"]
-    monkeypatch.setitem(designs.SWEEPS, "credit", lambda task: dataclasses.replace(credit(task), seeds=(0,)))
+    credit = registry.SWEEPS["credit"]
+    monkeypatch.setitem(registry.SWEEPS, "credit", lambda task: dataclasses.replace(credit(task), seeds=(0,)))
     pages.report(str(out), str(docs), str(readme))
     merged = pages.read_run_data(str(docs / "sweep_addition_credit.jsonl.gz"))
     w0, w1 = designs.WARMUP_SEEDS
@@ -283,7 +283,7 @@ def test_a_sweep_with_different_claims_per_task_shows_each_claim_once_with_dash_
             if line.startswith("| dose |") and line.count("|") == 5}      # the findings' table, not the checks
     assert rows["8 mini-batches: query higher final pass@1 than random"] == ["not run", "-"]
     assert rows["lr 4e-4: query higher final pass@1 than random"] == ["-", "not run"]
-    counts = {task: len(designs.SWEEPS["dose"](task).claims) for task in designs.TASKS}
+    counts = {task: len(designs_cancellation.dose(task).claims) for task in designs.TASKS}
     assert len(rows) == sum(counts.values()) and counts == {"countdown": 10, "addition": 14}
     summary = next(line for line in readme.read_text().splitlines() if line.startswith("| dose |"))
     assert summary.split("|")[2].strip() == "10 / 14"
@@ -304,8 +304,8 @@ def test_a_report_that_sets_runs_aside_is_rebuilt_byte_for_byte(tmp_path, monkey
                                                                  args=[a if a != "20" else "10" for a in r.record["args"]]))
            for r in committed]
     pages.write_run_data([*committed, *old], str(docs / "sweep_addition_credit.jsonl.gz"))
-    credit = designs.SWEEPS["credit"]
-    monkeypatch.setitem(designs.SWEEPS, "credit", lambda task: dataclasses.replace(credit(task), seeds=(0, 1)))
+    credit = registry.SWEEPS["credit"]
+    monkeypatch.setitem(registry.SWEEPS, "credit", lambda task: dataclasses.replace(credit(task), seeds=(0, 1)))
     pages.report(str(out), str(docs), str(readme))
     assert "set aside 4 runs" in capsys.readouterr().out                # said once, where it happens
     first = {f: (docs / f).read_bytes() for f in os.listdir(docs)}
@@ -452,7 +452,7 @@ def test_resume_skips_finished_runs_and_continues_an_interrupted_one(finished_sw
 @pytest.mark.slow
 def test_failing_arm_exits_nonzero_naming_the_run_and_its_log(tiny_dir, tmp_path, capsys, monkeypatch):
     def broken(task):
-        spec = designs.advantages(task)
+        spec = designs_fade.advantages(task)
         spec.arms = {"grpo": spec.arms["grpo"], "broken": ["--data", str(tmp_path / "missing.jsonl")]}
         return spec
     monkeypatch.setitem(sweep.SWEEPS, "advantages", broken)
@@ -473,7 +473,7 @@ def test_failing_arm_exits_nonzero_naming_the_run_and_its_log(tiny_dir, tmp_path
 def test_a_part_whose_runs_all_failed_says_so_not_that_its_data_is_committed(tiny_dir, tmp_path, capsys,
                                                                               monkeypatch):
     def broken(task):
-        spec = designs.advantages(task)
+        spec = designs_fade.advantages(task)
         spec.arms = {"broken": ["--data", str(tmp_path / "missing.jsonl")]}
         return spec
     monkeypatch.setitem(sweep.SWEEPS, "advantages", broken)
@@ -510,7 +510,7 @@ def test_cli_bad_input_is_one_line_and_exit_code_2(argv, needle, tmp_path, capsy
 
 @pytest.mark.slow
 def test_parts_slice_the_plan_by_warm_up_seed_and_cover_it_once(tmp_path):
-    spec = designs.credit("addition")
+    spec = designs_cancellation.credit("addition")
     runs = sweep.plan_runs(spec, list(spec.arms), [0, 1], [0, 1, 2, 3, 4], 10, str(tmp_path), [], "addition")
     assert len(runs) == 20 and runs[0].args[:6] == ["--out_dir", runs[0].dir, "--seed", "0", "--warmup_seed", "0"]
     halves = [sweep.select_part(runs, k, 2) for k in (1, 2)]
@@ -527,7 +527,7 @@ def test_a_run_committed_with_the_same_flags_is_not_run_again_on_another_machine
     runs whose data is committed with the same flags are skipped, from any --out; a run
     committed with other flags (here --steps), with no flags recorded, or in another sweep's
     file (the same arm and seeds) is run again."""
-    spec = designs.credit("addition")
+    spec = designs_cancellation.credit("addition")
     here = sweep.plan_runs(spec, list(spec.arms), [0], [0, 1], 10, str(tmp_path / "there"), [], "addition")
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -541,7 +541,7 @@ def test_a_run_committed_with_the_same_flags_is_not_run_again_on_another_machine
                                         dict(pages.EMPTY_RECORD, args=here[3].args))],
                          str(docs / "sweep_addition_advantages.jsonl.gz"))                # another sweep's file
     elsewhere = sweep.plan_runs(spec, list(spec.arms), [0], [0, 1], 10, str(tmp_path / "new_out"), [], "addition")
-    adv = designs.advantages("addition")
+    adv = designs_fade.advantages("addition")
     others = sweep.plan_runs(adv, ["psr"], [0], [0, 1], 10, str(tmp_path / "new_out"), [], "addition")
     assert set(sweep.committed_records(elsewhere + others, str(docs), "addition")) == {here[0].label}
     assert sweep.committed_records(elsewhere, str(tmp_path / "no_docs"), "addition") == {}
@@ -552,7 +552,7 @@ def test_plan_marks_a_part_done_only_when_its_runs_are_committed_with_todays_fla
     flags, plan says "done" and their mean minutes (90 s each: 1.5); with one of them
     committed with other flags (--steps), it counts 19 and leaves its 300 s out of the mean;
     with no data, nothing."""
-    spec, steps = designs.credit("addition"), designs.settings("addition", "credit")["steps"]
+    spec, steps = designs_cancellation.credit("addition"), designs.settings("addition", "credit")["steps"]
     keys = [(arm, w, seed) for w in designs.WARMUP_SEEDS for arm in spec.arms for seed in designs.SEEDS]
     data = [pages.RunData(*key, [{"step": steps}],
                           dict(pages.EMPTY_RECORD, args=sweep.run_args(spec, *key, steps, "/x", [], "addition"),
@@ -577,9 +577,9 @@ def test_plan_marks_a_part_done_only_when_its_runs_are_committed_with_todays_fla
 def test_plan_prints_the_budget_and_every_part_command(capsys):
     sweep.main(["plan"])
     out = capsys.readouterr().out
-    assert designs.budget_table() in out
+    assert registry.budget_table() in out
     for task in designs.TASKS:
-        for name in designs.SWEEPS:
+        for name in registry.SWEEPS:
             base = f"python -m experiments.sweep {name} --task {task}"
             if not designs.runs_on(task, name):
                 assert base not in out

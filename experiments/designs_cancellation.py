@@ -1,0 +1,447 @@
+"""designs_cancellation.py: the sweeps of the two cancellation papers.
+
+The Cancellation Hypothesis (a sequence reward becomes token credit because the updates of
+tokens shared by a group's successes and failures cancel) and Token Gradient Cancellation
+(cancellation needs every rollout of a group to weigh a shared token alike; GSPO's
+sequence weights, its clip and its length normalisation break that; DFPO's transforms
+restore it). Each function returns one Sweep (experiments/designs.py says what a sweep
+is, its budget on each task and how its claims are judged); experiments/registry.py lists
+them by name:
+  batching     mini-batch formation with 4 optimizer steps per rollout batch
+  dfpo         GSPO taken apart, and DFPO's orth against GSPO
+  credit       GRPO against positive-only training, the token diagnostics
+  specificity  the hypothesis' central sentence, on fresh RL seeds
+  dose         the update size as a dose for both papers' interventions
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from experiments.claims import Check, Claim
+from experiments.designs import (CANCELLATION, DESIGN, FIRST_STEP_TOL, FRESH_SEEDS, OURS, Q_BATCHING, Q_BATCHING_GAIN,
+                                 Q_DFPO, Q_DRIFT, Q_EXCHANGE, Q_FLIPS, Q_MECHANISMS, Q_SPECIFIC, Q_TEMPLATE, Q_VALUE,
+                                 RESIDUAL_TOL, TASKS, Sweep, logged, settings, threshold)
+from experiments.quantities import (at_start, collapsed, difference, final, final_max_pass, first_reach, log_ratio,
+                                    mean_of, min_of, peak_of, pooled_n, pooled_value, tail_mean, total)
+
+
+def batching(task: str = "countdown") -> Sweep:
+    """Mini-batch formation with 4 optimizer steps per rollout batch (batching.py).
+
+    With one optimizer step per batch every group's positive and negative rollouts are
+    in the same step, so the updates of the tokens they share cancel for a zero-sum
+    advantage. With 4 mini-batches that holds only if a group stays whole in one of
+    them: 'random' splits groups, 'query' and 'query_balanced' never do, 'balanced' and
+    'mass_balanced' balance positives and negatives (counts or advantage mass) per
+    mini-batch. Checks: the first optimizer step's residual (ratio 1 there) is 0 to
+    rounding with whole groups and above 0 with split ones. Findings: template drift =
+    mean |Δ log π| per template token after the step (diagnostics.where_updates_go,
+    every 10th step), and final pass@1, each against random.
+    """
+    modes = ("random", "query", "balanced", "query_balanced", "mass_balanced")
+    claims = [*[Claim(CANCELLATION, f"{mode} mini-batches: less template drift than random", Q_BATCHING,
+                      "template drift", mode, "random", -1, testable=logged("where/abs_dlogp_template", mode))
+                for mode in modes[1:4]],
+              # mass_balanced balances advantage MASS, not counts: a mode this project added
+              # (docs/math.md), so its question is ours, in a family of its own.
+              Claim(OURS, "mass_balanced mini-batches: less template drift than random", Q_BATCHING,
+                    "template drift", "mass_balanced", "random", -1, family="ours",
+                    testable=logged("where/abs_dlogp_template", "mass_balanced")),
+              *[Claim(CANCELLATION, f"{mode} mini-batches: higher final pass@1 than random", Q_BATCHING_GAIN,
+                      "final pass@1", mode, "random", +1) for mode in ("query", "balanced")]]
+    checks = [Check("whole groups, zero-sum advantage: the first optimizer step's residual is 0 to rounding",
+                    "first-step residual", ("query", "query_balanced"), "zero", tol=FIRST_STEP_TOL),
+              Check("split groups cannot cancel: the first optimizer step's residual is above 0",
+                    "first-step residual", ("random", "balanced", "mass_balanced"), "positive", tol=1e-3),
+              Check("query modes never split a group", "split groups / step", ("query", "query_balanced"), "zero")]
+    return Sweep(
+        name="batching",
+        claim="Keeping each group's rollouts in one optimizer step keeps the updates of shared "
+              "(template) tokens cancelling (Cancellation Hypothesis paper); splitting groups "
+              "(random mini-batches) leaves them to drift.",
+        flags=[*TASKS[task]["flags"], "--minibatches", "4", *settings(task, "batching").get("flags", []),
+               "--coupling_pairs", "0"],
+        arms={mode: ["--minibatch_mode", mode] for mode in modes},
+        rows=[("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
+              ("final pass@k", final_max_pass(), "held-out pass@k at the last step, the largest k evaluated"),
+              (f"steps to pass@1 >= {threshold(task)}", first_reach("eval/pass@1", threshold(task)),
+               "first evaluation step at or above the task's threshold (one evaluation past the end if never)"),
+              ("cancellation residual", mean_of("cancellation_residual"),
+               "mean over diagnostic steps of R_g per optimizer step"),
+              ("first-step residual", mean_of("cancellation_residual_first"),
+               "the same, first optimizer step of each batch only (ratio 1)"),
+              ("template drift", mean_of("where/abs_dlogp_template"),
+               "mean |Δ log π| per template token, mean over diagnostic steps"),
+              ("reasoning drift", mean_of("where/abs_dlogp_reasoning"),
+               "mean |Δ log π| per reasoning token, mean over diagnostic steps"),
+              ("template entropy, last 10 steps", tail_mean("entropy/template", 10), "nats per template token"),
+              ("clip frac low", mean_of("clip_frac_low"), "mean over steps"),
+              ("clip frac high", mean_of("clip_frac_high"), "mean over steps"),
+              ("split groups / step", mean_of("mb/split_groups"),
+               "groups cut across optimizer steps, per optimizer step, mean over steps"),
+              ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")],
+        curves=[("eval/pass@1", "held-out pass@1"), ("entropy", "entropy (nats/token)"),
+                ("entropy/template", "template-token entropy"),
+                ("where/abs_dlogp_template", "template drift: mean |Δ log π| per template token"),
+                ("cancellation_residual", "cancellation residual R_g"),
+                ("mb/split_groups", "split groups per optimizer step")],
+        claims=claims, checks=checks)
+
+
+def dfpo(task: str = "countdown") -> Sweep:
+    """GSPO taken apart, and DFPO's orth against GSPO (loss.py), 4 query mini-batches.
+
+    GSPO weighs each rollout by its own (clipped) sequence ratio, so after the first
+    mini-batch a token shared by the group no longer cancels. The design-conditions
+    paper names two mechanisms; our reading [recon] of GSPO's are its sequence weights and
+    its clip (which drops rollouts), and GSPO has a third, undeclared by the paper: its
+    per-sequence length normalisation 1/|o_i| (a check: it alone leaves a residual on the
+    first optimizer step, where every weight is 1). Three arms take them apart on DFPO's
+    token-sum path (loss.dfpo_transform's controls), each one change from the next:
+      equal_noclip  weight 1 for every rollout, a clip range the sequence ratio never
+                    reaches (--eps_low 0.5 --eps_high 1): GSPO's surrogate with neither mechanism;
+      seq_weights   GSPO's sequence weights, the same unreachable clip (the one change: the weights);
+      clip_only     GSPO's clip (3e-4 / 4e-4, GSPO paper) with weight 1 for every rollout it
+                    keeps: dropping rollouts breaks zero-sum by construction, so its residual
+                    is a check, not a finding.
+    That the clip is never reached is what the first two need of the training: a
+    precondition (manipulation check), measured, met or not. GSPO and the DFPO arms use
+    GSPO's own clip range; grpo PPO's 0.2. orth against GSPO: sample efficiency (steps to
+    the task's pass@1 threshold), stability (the seed spread of final pass@1 within a
+    warm-up seed, the gain lost after the peak), final pass@1, template drift, and
+    (countdown) the entropy among equivalent correct solutions.
+    """
+    gspo_clip = ["--eps_low", "3e-4", "--eps_high", "4e-4"]
+    no_clip = ["--eps_low", "0.5", "--eps_high", "1"]                  # a range the sequence ratio never reaches
+    claims = [Claim(DESIGN, "GSPO's sequence weights alone (clip out of reach): more residual than equal weights",
+                    Q_MECHANISMS, "cancellation residual", "seq_weights", "equal_noclip", +1, posthoc=True),
+              Claim(DESIGN, "orth reaches the task's pass@1 threshold in fewer steps than GSPO", Q_DFPO,
+                    f"steps to pass@1 >= {threshold(task)}", "dfpo_orth", "gspo", -1),
+              Claim(DESIGN, "orth: smaller seed spread of final pass@1 than GSPO", Q_DFPO, "final pass@1",
+                    "dfpo_orth", "gspo", -1, statistic="spread"),
+              Claim(DESIGN, "orth loses less pass@1 after its peak than GSPO", Q_DFPO, "gain lost", "dfpo_orth", "gspo",
+                    -1),
+              Claim(DESIGN, "orth: higher final pass@1 than GSPO", Q_DFPO, "final pass@1", "dfpo_orth", "gspo", +1),
+              Claim(DESIGN, "orth: more entropy among equivalent correct solutions than GSPO", Q_DRIFT,
+                    "final solution entropy", "dfpo_orth", "gspo", +1,
+                    testable=logged("eval/solution_entropy", "dfpo_orth")),
+              Claim(DESIGN, "orth: less template drift than GSPO", Q_EXCHANGE, "template drift", "dfpo_orth", "gspo",
+                    -1, posthoc=True, testable=logged("where/abs_dlogp_template", "dfpo_orth"))]
+    checks = [Check("orth: the kept rollouts' weights cancel in every group", "cancellation residual", ("dfpo_orth",),
+                    "zero", tol=RESIDUAL_TOL),
+              Check("equal weights on-policy: the first optimizer step's residual is 0 to rounding",
+                    "first-step residual", ("grpo", "equal_noclip", "seq_weights", "clip_only", "dfpo_min", "dfpo_orth"),
+                    "zero", tol=FIRST_STEP_TOL),
+              Check("GSPO's 1/|o_i| length normalisation weighs a shared token apart in each rollout: first-step "
+                    "residual above 0", "first-step residual", ("gspo",), "positive", tol=1e-3),
+              Check("GSPO's clip drops rollouts, so what is left of a group no longer sums to zero: residual above 0",
+                    "cancellation residual", ("clip_only",), "positive", tol=1e-3),
+              Check("seq_weights and equal_noclip: their clip range is never reached", "clip frac (both)",
+                    ("seq_weights", "equal_noclip"), "zero", kind="precondition")]
+    return Sweep(
+        name="dfpo",
+        claim="Per-rollout weights (GSPO's sequence ratios, its clip) break the cancellation of shared tokens; "
+              "DFPO's orth transform restores it and should train better than GSPO (design-conditions paper).",
+        flags=[*TASKS[task]["flags"], "--minibatches", "4", "--minibatch_mode", "query", "--coupling_pairs", "0"],
+        arms={"grpo": [], "gspo": ["--loss_type", "gspo", *gspo_clip],
+              "seq_weights": ["--loss_type", "gspo", "--weight_transform", "keep", "--eps_low", "0.5", "--eps_high", "1"],
+              "equal_noclip": ["--loss_type", "gspo", "--weight_transform", "equal", *no_clip],
+              "clip_only": ["--loss_type", "gspo", "--weight_transform", "equal", *gspo_clip],
+              "dfpo_min": ["--loss_type", "gspo", *gspo_clip, "--weight_transform", "min"],
+              "dfpo_orth": ["--loss_type", "gspo", *gspo_clip, "--weight_transform", "orth"]},
+        rows=[("cancellation residual", mean_of("cancellation_residual"),
+               "mean over diagnostic steps of the per-group residual R_g"),
+              ("first-step residual", mean_of("cancellation_residual_first"),
+               "the same, first optimizer step of each batch only (ratio 1)"),
+              ("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
+              ("peak pass@1", peak_of("eval/pass@1"), "best held-out pass@1 over the run's evaluations"),
+              ("gain lost", difference(peak_of("eval/pass@1"), final("eval/pass@1")), "peak minus final pass@1"),
+              (f"steps to pass@1 >= {threshold(task)}", first_reach("eval/pass@1", threshold(task)),
+               "first evaluation step at or above the task's threshold (one evaluation past the end if never)"),
+              ("final pass@k", final_max_pass(), "held-out pass@k at the last step, the largest k evaluated"),
+              ("final solution entropy", final("eval/solution_entropy"),
+               "entropy over distinct correct solutions (countdown), last evaluation"),
+              ("template drift", mean_of("where/abs_dlogp_template"),
+               "mean |Δ log π| per template token, mean over diagnostic steps"),
+              ("final distinct solutions", final("eval/distinct_solutions"),
+               "distinct correct solutions per solved prompt, last evaluation"),
+              ("clip frac low", mean_of("clip_frac_low"), "mean over steps"),
+              ("clip frac high", mean_of("clip_frac_high"), "mean over steps"),
+              ("clip frac (both)", total(mean_of("clip_frac_low"), mean_of("clip_frac_high")), "low + high"),
+              ("dropped rollouts", mean_of("dfpo_dropped"),
+               "share of rollouts GSPO's clip dropped, mean over steps (DFPO path arms only)"),
+              ("one-sided groups", mean_of("dfpo_one_sided"),
+               "share of groups with both signs left with kept rollouts of one sign by the clip "
+               "(orth zeroes them, min cannot cancel them), mean over steps (DFPO path arms only)"),
+              ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")],
+        curves=[("eval/pass@1", "held-out pass@1"), ("entropy", "entropy (nats/token)"),
+                ("cancellation_residual", "cancellation residual R_g"),
+                ("eval/solution_entropy", "entropy over distinct correct solutions"),
+                ("clip_frac_low", "clip fraction (low)"), ("clip_frac_high", "clip fraction (high)")],
+        claims=claims, checks=checks)
+
+
+FLIP_MARGIN = math.log(2)   # "similar": the two shares within a factor of 2
+
+
+def credit(task: str = "countdown") -> Sweep:
+    """GRPO vs positive-only training (psr), with the token diagnostics on (diagnostics.py).
+
+    Diagnostics every 5th step (flips, where updates go, coupling), the token value every
+    10th step on 128 stratified positions (32 per cell: boosted/suppressed x positive/
+    negative rollouts, 8 continuations each), a value cell pooled over the run's value
+    steps. Under psr failures get A = 0, so there are no negative rollouts.
+    Flips separate the paper from the naive view (each token follows its own rollout's
+    advantage): the two shares are tested as equivalent within a factor of 2, a margin set
+    after earlier runs were public (re-readings here; the specificity sweep declares it
+    before fresh runs). Coupling: the output-layer bracket is ~1 for identical
+    low-confidence tokens and ~0 for confident ones whatever the training, so both of its
+    orderings are checks (psr shows them too), not findings.
+    """
+    cells = {"boosted_pos": "b+", "suppressed_pos": "s+", "boosted_neg": "b-", "suppressed_neg": "s-"}
+    # The factor-2 margins were set after earlier runs' shares were public: re-readings here;
+    # the specificity sweep tests them again on fresh RL seeds, declared before its runs.
+    claims = [Claim(CANCELLATION, "boosted shares of negative and positive rollouts within a factor 2", Q_FLIPS,
+                    "flip log(b- / b+)", "grpo", None, 0, margin=FLIP_MARGIN, posthoc=True),
+              Claim(CANCELLATION, "suppressed shares of positive and negative rollouts within a factor 2", Q_FLIPS,
+                    "flip log(s+ / s-)", "grpo", None, 0, margin=FLIP_MARGIN, posthoc=True),
+              Claim(CANCELLATION, "less of the update on template tokens than psr", Q_TEMPLATE, "template share",
+                    "grpo", "psr", -1, testable=logged("where/template_share", "grpo")),
+              Claim(CANCELLATION, "boosted tokens of positive rollouts: higher value than suppressed", Q_VALUE,
+                    "value b+ - s+", "grpo", None, +1),
+              Claim(CANCELLATION, "boosted tokens of negative rollouts: higher value than suppressed", Q_VALUE,
+                    "value b- - s-", "grpo", None, +1)]
+    # Not findings: "psr still suppresses >1% of its tokens" is near-certain under Adam (any
+    # shared parameter's normalised step moves other tokens) and does not isolate coupling;
+    # "identical low-confidence tokens couple more than identical confident ones" is the
+    # output-layer formula itself ((1 - p)^2 |h|^2 for identical tokens): psr shows the same
+    # gap. The second is a check below; the first stays a row of the page.
+    checks = [Check("zero-sum advantage, one optimizer step: residual 0 to rounding", "cancellation residual",
+                    ("grpo",), "zero", tol=RESIDUAL_TOL),
+              Check("psr's one-signed advantage cannot cancel: residual exactly 1", "cancellation residual", ("psr",),
+                    "equals", 1.0, tol=RESIDUAL_TOL),
+              Check("psr gives failures no mass", "m_F (mean)", ("psr",), "zero"),
+              Check("the coupling formula's bracket: same_low - different > 0 in every run, psr too",
+                    "coupling same_low - different", ("grpo", "psr"), "positive"),
+              Check("the coupling formula's bracket: identical low-confidence pairs above identical confident ones "
+                    "in every run, psr too", "coupling same_low - same_high", ("grpo", "psr"), "positive")]
+    return Sweep(
+        name="credit",
+        claim="Tokens flip both ways in positive and negative rollouts; critic-free RL moves the "
+              "|Δ log π| share toward reasoning tokens compared with positive-only training; boosted "
+              "tokens have higher value than suppressed ones in positive and negative rollouts alike; "
+              "coupling is strongest between identical low-confidence tokens (Cancellation Hypothesis paper).",
+        flags=[*TASKS[task]["flags"], "--flip_every", "5", "--value_every", "10", "--value_samples", "128"],
+        arms={"grpo": ["--advantage", "grpo"], "psr": ["--advantage", "psr"]},
+        rows=[*[(f"flip {k} {s}", mean_of(f"flip/{k}_{s}"), "share of the rollouts' tokens, mean over "
+                 "diagnostic steps") for s in ("pos", "neg") for k in ("boost", "suppress")],
+              ("flip log(b- / b+)", log_ratio(mean_of("flip/boost_neg"), mean_of("flip/boost_pos")),
+               "log of the boosted share in negative rollouts over that in positive ones (naive view: -inf)"),
+              ("flip log(s+ / s-)", log_ratio(mean_of("flip/suppress_pos"), mean_of("flip/suppress_neg")),
+               "log of the suppressed share in positive rollouts over that in negative ones (naive view: -inf)"),
+              ("template share", mean_of("where/template_share"),
+               "template tokens' share of sum |Δ log π|, mean over diagnostic steps"),
+              ("template tokens", mean_of("where/template_tokens"),
+               "template tokens' share of the tokens (the even-spread reference)"),
+              *[(f"value {short}", pooled_value(cell), f"value of {cell} tokens, pooled over value steps")
+                for cell, short in cells.items()],
+              *[(f"value n {short}", pooled_n(cell), "positions in that cell, summed over value steps")
+                for cell, short in cells.items()],
+              ("value b+ - s+", difference(pooled_value("boosted_pos"), pooled_value("suppressed_pos")),
+               "pooled value boosted minus suppressed, positive rollouts"),
+              ("value b- - s-", difference(pooled_value("boosted_neg"), pooled_value("suppressed_neg")),
+               "pooled value boosted minus suppressed, negative rollouts"),
+              *[(f"coupling {cls}", mean_of(f"coupling/{cls}"), "output-layer coupling per unit lr [recon]")
+                for cls in ("same_low", "same_high", "different")],
+              ("coupling same_low - same_high", difference(mean_of("coupling/same_low"), mean_of("coupling/same_high")),
+               "identical low-confidence pairs minus identical confident pairs [recon]"),
+              ("coupling same_low - different", difference(mean_of("coupling/same_low"), mean_of("coupling/different")),
+               "identical low-confidence pairs minus different tokens [recon]"),
+              ("cancellation residual", mean_of("cancellation_residual"), "mean over diagnostic steps of R_g"),
+              ("m_F (mean)", mean_of("m_F"), "failure mass per rollout, mean over steps"),
+              ("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
+              ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")],
+        curves=[("eval/pass@1", "held-out pass@1"), ("entropy", "entropy (nats/token)"),
+                ("flip/boost_pos", "boosted share, positive rollouts"),
+                ("flip/suppress_pos", "suppressed share, positive rollouts"),
+                ("flip/boost_neg", "boosted share, negative rollouts"),
+                ("flip/suppress_neg", "suppressed share, negative rollouts"),
+                ("where/template_share", "template share of |Δ log π|"),
+                ("value/boosted_pos", "value, boosted tokens of positive rollouts")],
+        claims=claims, checks=checks)
+
+
+def specificity(task: str = "countdown") -> Sweep:
+    """The Cancellation Hypothesis' central sentence, and its flips, on fresh runs.
+
+    "tokens more specific to successful rollouts receive stronger reinforcement": on each
+    diagnostic step, for every token id in a group with both successes and failures, its
+    specificity (the share of the group's successes that contain it minus the share of its
+    failures) against its reinforcement (the mean Δ log π of its occurrences after the
+    update); per step the correlation over the (group, token) cells (diagnostics.specificity).
+    Two findings: it is positive under GRPO, and larger than under positive-only training
+    (psr, the one change: failures get A = 0 instead of a negative advantage), which is what
+    cancellation adds: a token shared with failures is pushed up by psr and cancelled by GRPO.
+    The flips' factor-2 equivalence and the template share, declared again here, before runs
+    on FRESH_SEEDS. Diagnostics every 5th step, no token values (costly) and no coupling
+    (its orderings are checks of the formula, in the credit sweep).
+    """
+    return Sweep(
+        name="specificity",
+        claim="Tokens specific to successful rollouts are reinforced more than tokens shared with failures, and "
+              "more so under critic-free RL than under positive-only training (Cancellation Hypothesis paper).",
+        flags=[*TASKS[task]["flags"], "--flip_every", "5", "--coupling_pairs", "0"],
+        arms={"grpo": ["--advantage", "grpo"], "psr": ["--advantage", "psr"]},
+        rows=[("specificity corr", mean_of("credit/specificity_corr"),
+               "correlation of a token's specificity with its Δ log π, mean over diagnostic steps"),
+              ("specificity cells", mean_of("credit/specificity_cells"), "(group, token) cells per diagnostic step"),
+              ("flip log(b- / b+)", log_ratio(mean_of("flip/boost_neg"), mean_of("flip/boost_pos")),
+               "log of the boosted share in negative rollouts over that in positive ones (naive view: -inf)"),
+              ("flip log(s+ / s-)", log_ratio(mean_of("flip/suppress_pos"), mean_of("flip/suppress_neg")),
+               "log of the suppressed share in positive rollouts over that in negative ones (naive view: -inf)"),
+              *[(f"flip {k} {s}", mean_of(f"flip/{k}_{s}"), "share of the rollouts' tokens, mean over "
+                 "diagnostic steps") for s in ("pos", "neg") for k in ("boost", "suppress")],
+              ("template share", mean_of("where/template_share"),
+               "template tokens' share of sum |Δ log π|, mean over diagnostic steps"),
+              ("template tokens", mean_of("where/template_tokens"),
+               "template tokens' share of the tokens (the even-spread reference)"),
+              ("cancellation residual", mean_of("cancellation_residual"), "mean over diagnostic steps of R_g"),
+              ("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
+              ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")],
+        curves=[("eval/pass@1", "held-out pass@1"), ("credit/specificity_corr", "specificity vs Δ log π"),
+                ("flip/boost_neg", "boosted share, negative rollouts"),
+                ("where/template_share", "template share of |Δ log π|")],
+        claims=[Claim(CANCELLATION, "tokens more specific to successes are reinforced more (correlation above 0)",
+                      Q_SPECIFIC, "specificity corr", "grpo", None, +1),
+                Claim(CANCELLATION, "specificity and reinforcement correlate more than under psr", Q_SPECIFIC,
+                      "specificity corr", "grpo", "psr", +1),
+                Claim(CANCELLATION, "boosted shares of negative and positive rollouts within a factor 2", Q_FLIPS,
+                      "flip log(b- / b+)", "grpo", None, 0, margin=FLIP_MARGIN),
+                Claim(CANCELLATION, "suppressed shares of positive and negative rollouts within a factor 2", Q_FLIPS,
+                      "flip log(s+ / s-)", "grpo", None, 0, margin=FLIP_MARGIN),
+                Claim(CANCELLATION, "less of the update on template tokens than psr", Q_TEMPLATE, "template share",
+                      "grpo", "psr", -1, testable=logged("where/template_share", "grpo"))],
+        checks=[Check("zero-sum advantage, one optimizer step: residual 0 to rounding", "cancellation residual",
+                      ("grpo",), "zero", tol=RESIDUAL_TOL),
+                Check("psr's one-signed advantage cannot cancel: residual exactly 1", "cancellation residual",
+                      ("psr",), "equals", 1.0, tol=RESIDUAL_TOL)],
+        seeds=FRESH_SEEDS)
+
+
+GSPO_CLIP = ["--eps_low", "3e-4", "--eps_high", "4e-4"]       # GSPO paper's sequence-ratio clip range
+
+# The dose on each task: the flags every arm shares, then the doses from smallest to
+# largest as (arm suffix, words for the findings, that dose's flags). Addition: Adam's lr
+# with 4 optimizer steps per rollout batch (the step size that collapsed its dfpo runs).
+# Countdown, where lr 4e-4 with 4 mini-batches trains well in the batching and dfpo
+# sweeps: the number of optimizer steps per batch at that lr, 4 then 8 (each step after the
+# first moves the policy further from the one that sampled the batch).
+DOSES = {"addition": (["--minibatches", "4"],
+                      [("lr1e-4", "lr 1e-4", ["--lr", "1e-4"]), ("lr2e-4", "lr 2e-4", ["--lr", "2e-4"]),
+                       ("lr4e-4", "lr 4e-4", ["--lr", "4e-4"])]),
+         "countdown": (["--lr", "4e-4"],
+                       [("mb4", "4 mini-batches", ["--minibatches", "4"]),
+                        ("mb8", "8 mini-batches", ["--minibatches", "8"])])}
+
+
+def dose_arm(method: str, dose: str) -> str:
+    """The dose sweep's arm name: method and dose suffix, 'query_lr4e-4' or 'query_mb8'."""
+    return f"{method}_{dose}"
+
+
+def no_collapse(*arms: str) -> Callable[[dict], str | None]:
+    """Not testable if no run of these arms collapsed (every pair's flag difference is 0)."""
+    def check(series: dict) -> str | None:
+        flags = [collapsed()(s) for a in arms for s in series.get(a, [])]
+        return None if any(f == 1.0 for f in flags) else f"no run of {' or '.join(arms)} collapsed"
+    return check
+
+
+def dose(task: str = "addition") -> Sweep:
+    """Update size as a dose: does keeping cancellation alive matter more as steps grow?
+
+    The only large differences of the earlier sweeps came where updates were large: on
+    addition at lr 4e-4 with 4 mini-batches grpo (query mini-batches), GSPO's sequence
+    weights alone and orth collapsed, while GSPO, its clip alone and min learned. The
+    papers' practical claims are about exactly that regime: keeping training stable when a
+    group's rollouts are split across optimizer steps (query-preserved mini-batching) or
+    weighted apart (DFPO's orth against GSPO). So the update size is the dose (DOSES):
+    on addition Adam's lr in {1e-4, 2e-4, 4e-4} with 4 mini-batches per rollout batch (the
+    first optimizer step on policy, the next three off it); on countdown 4 or 8 mini-batches
+    at lr 4e-4. At each dose four arms that differ in one choice each:
+      random  grpo, groups split at random across the optimizer steps;
+      query   grpo, each group whole in one optimizer step (the one change: the split);
+      gspo    GSPO (sequence ratio, its clip 3e-4 / 4e-4), query mini-batches;
+      orth    GSPO with DFPO's orth transform (the one change: the transform).
+    Primary findings, declared before any run: the INTERACTIONS, query's gain over random
+    at the largest dose minus its gain at the smallest (and orth's over gspo), per pair on
+    final pass@1: the papers predict the gain grows with the dose. Secondary: final pass@1
+    and a collapse flag (final pass@1 below half the start) at each dose. Two Holm families.
+    The countdown doses were declared after the addition runs had shown both interactions
+    opposite to the papers, and before any countdown dose run: a test on a second task.
+    """
+    shared, doses = DOSES[task]
+    methods = {"random": ["--minibatch_mode", "random"], "query": ["--minibatch_mode", "query"],
+               "gspo": ["--minibatch_mode", "query", "--loss_type", "gspo", *GSPO_CLIP],
+               "orth": ["--minibatch_mode", "query", "--loss_type", "gspo", *GSPO_CLIP, "--weight_transform", "orth"]}
+    arms = {dose_arm(m, d): [*flags, *dose_flags] for d, _, dose_flags in doses for m, flags in methods.items()}
+    (low, low_words, _), (high, high_words, _) = doses[0], doses[-1]
+    pairs = (("query", "random", CANCELLATION, Q_BATCHING_GAIN), ("orth", "gspo", DESIGN, Q_DFPO))
+    larger = f"at {high_words} than at {low_words}" if task == "addition" else f"with {high_words} than with {low_words}"
+    claims = [Claim(paper, f"{arm}'s gain over {ref} in final pass@1 is larger {larger}",
+                    quote, "final pass@1", dose_arm(arm, high), dose_arm(ref, high), +1,
+                    minus=(dose_arm(arm, low), dose_arm(ref, low)), family="primary")
+              for arm, ref, paper, quote in pairs]
+    claims += [Claim(paper, f"{words}: {arm} higher final pass@1 than {ref}", quote, "final pass@1",
+                     dose_arm(arm, d), dose_arm(ref, d), +1, family="secondary")
+               for arm, ref, paper, quote in pairs for d, words, _ in doses]
+    claims += [Claim(paper, f"{words}: {arm} collapses less often than {ref}", quote, "collapsed",
+                     dose_arm(arm, d), dose_arm(ref, d), -1, family="secondary",
+                     testable=no_collapse(dose_arm(arm, d), dose_arm(ref, d)))
+               for arm, ref, paper, quote in pairs for d, words, _ in doses]
+    whole = tuple(dose_arm(m, d) for d, _, _ in doses for m in ("query", "gspo", "orth"))
+    checks = [Check("query mini-batches never split a group", "split groups / step", whole, "zero"),
+              Check("random mini-batches split groups", "split groups / step",
+                    tuple(dose_arm("random", d) for d, _, _ in doses), "positive"),
+              Check("whole groups, equal weights on-policy: the first optimizer step's residual is 0 to rounding",
+                    "first-step residual", tuple(dose_arm(m, d) for d, _, _ in doses for m in ("query", "orth")),
+                    "zero", tol=FIRST_STEP_TOL),
+              Check("orth: the kept rollouts' weights cancel in every group", "cancellation residual",
+                    tuple(dose_arm("orth", d) for d, _, _ in doses), "zero", tol=RESIDUAL_TOL)]
+    claim = ("The step size as a dose: with 4 optimizer steps per rollout batch, keeping each group whole "
+             "(Cancellation Hypothesis paper) and DFPO's orth transform (design-conditions paper) should matter "
+             "more as Adam's lr grows from 1e-4 to 4e-4." if task == "addition" else
+             "The number of optimizer steps per rollout batch as a dose: at lr 4e-4, keeping each group whole "
+             "(Cancellation Hypothesis paper) and DFPO's orth transform (design-conditions paper) should matter "
+             "more with 8 mini-batches than with 4.")
+    return Sweep(
+        name="dose",
+        claim=claim,
+        flags=[*TASKS[task]["flags"], *shared, "--coupling_pairs", "0"],
+        arms=arms,
+        rows=[("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
+              ("start pass@1", at_start("eval/pass@1"), "held-out pass@1 of the starting weights (start.json)"),
+              ("collapsed", collapsed(), "1 if final pass@1 < half of start pass@1, else 0"),
+              ("peak pass@1", peak_of("eval/pass@1"), "best held-out pass@1 over the run's evaluations"),
+              ("min pass@1", min_of("eval/pass@1"), "worst held-out pass@1 over the run's evaluations"),
+              ("gain lost", difference(peak_of("eval/pass@1"), final("eval/pass@1")), "peak minus final pass@1"),
+              ("cancellation residual", mean_of("cancellation_residual"),
+               "mean over diagnostic steps of the per-group residual R_g"),
+              ("first-step residual", mean_of("cancellation_residual_first"),
+               "the same, first optimizer step of each batch only (ratio 1)"),
+              ("split groups / step", mean_of("mb/split_groups"),
+               "groups cut across optimizer steps, per optimizer step, mean over steps"),
+              ("clip frac (both)", total(mean_of("clip_frac_low"), mean_of("clip_frac_high")),
+               "clip fraction low + high, mean over steps"),
+              ("dropped rollouts", mean_of("dfpo_dropped"),
+               "share of rollouts GSPO's clip dropped, mean over steps (DFPO path arms only)"),
+              ("approx kl", mean_of("approx_kl"), "mean over steps of the sampling policy's KL to the updated one"),
+              ("grad norm", mean_of("grad_norm"), "mean over steps of the gradient norm before clipping"),
+              ("entropy, last 10 steps", tail_mean("entropy", 10), "mean token entropy, nats"),
+              ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")],
+        curves=[("eval/pass@1", "held-out pass@1"), ("entropy", "entropy (nats/token)"),
+                ("approx_kl", "approx KL to the sampling policy"), ("grad_norm", "gradient norm"),
+                ("cancellation_residual", "cancellation residual R_g")],
+        claims=claims, checks=checks)

@@ -1,0 +1,32 @@
+"""registry.py: every sweep by name, and the budget of each on each task.
+
+The sweeps themselves: experiments/designs_cancellation.py (the two cancellation papers)
+and experiments/designs_fade.py (FADE); what a sweep is and what it costs:
+experiments/designs.py. experiments/sweep.py runs them, experiments/pages.py reports them,
+in this order.
+"""
+
+from __future__ import annotations
+
+from experiments.designs import TASKS, WARMUP_SEEDS, estimate_minutes, runs_on, settings
+from experiments.designs_cancellation import batching, credit, dfpo, dose, specificity
+from experiments.designs_fade import advantages, fade, tradeoff
+
+SWEEPS = {"batching": batching, "advantages": advantages, "fade": fade, "dfpo": dfpo, "credit": credit,
+          "tradeoff": tradeoff, "specificity": specificity, "dose": dose}
+
+
+def budget_table(jobs: int = 2) -> str:
+    """Every sweep's estimate on each task: runs, minutes per run, wall minutes with `jobs`
+    runs at a time, its parts and the wall minutes of each (the header's table; `plan`)."""
+    lines = ["    sweep       task       arms  runs  steps  min/run  wall min  parts  min/part"]
+    for task in TASKS:
+        for name, make in SWEEPS.items():
+            if not runs_on(task, name):
+                continue
+            arms, s = len(make(task).arms), settings(task, name)
+            runs = arms * len(WARMUP_SEEDS) * len(make(task).seeds)
+            wall = runs * estimate_minutes(task, name) / jobs
+            lines.append(f"    {name:<11} {task:<10} {arms:>4} {runs:>5} {s['steps']:>6} "
+                         f"{estimate_minutes(task, name):>8.1f} {wall:>9.0f} {s['parts']:>6} {wall / s['parts']:>9.0f}")
+    return "\n".join(lines)
