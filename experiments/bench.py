@@ -7,6 +7,7 @@
     python -m experiments.bench --skip_trl --profile   # + where our step's time goes (torch.profiler)
     python -m experiments.bench --ablate            # + each step replayed without the decoder / shared prompts
     python -m experiments.bench --model smollm2-135m-instruct --threads 2   # a real model (bench_smollm2.py)
+    python -m experiments.bench --model smollm2-135m-instruct --lm_head    # one micro-batch's update, four ways
     pip install -r requirements/bench.txt     # TRL 1.16.0 and what it needs, for the comparison
 
 The work: the warmed embedded model (tinymodel.py), the synthetic addition task
@@ -502,10 +503,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="seed of the prompts, the sampling and both trainers")
     parser.add_argument("--data", default=None, choices=("addition", "countdown"),
                         help="the embedded model's task (default addition)")
+    parser.add_argument("--lm_head", action="store_true",
+                        help="the real model only, instead of its table: one micro-batch's forward and backward "
+                             "four ways (ours, the backbone alone, TRL's fused LM head, full logits; "
+                             "bench_smollm2.lm_head_paths)")
     parser.add_argument("--one", help=argparse.SUPPRESS)        # bench_smollm2.run_one's child: one configuration
     parser.add_argument("--json", help=argparse.SUPPRESS)                          # ... writing its numbers here
     args = parser.parse_args(argv)
     real = args.model != "tiny"
+    if args.lm_head and (not real or args.skip_trl):
+        parser.exit(2, "bench.py: error: --lm_head times TRL's fused LM head on the real model: it needs "
+                       "--model smollm2-135m-instruct and TRL (no --skip_trl)\n")
     if real:
         given = [f"--{k}" for k in ("data", "compile", "ablate", "profile", "scaling") if getattr(args, k)]
         if given:
@@ -551,6 +559,8 @@ def main(argv: list[str] | None = None) -> None:
             out = bench_smollm2.measure_one(args.one, args)
             with open(args.json, "w") as f:
                 json.dump(out, f)
+        elif args.lm_head:
+            bench_smollm2.lm_head_paths(args)
         else:
             bench_smollm2.main_real(args)
         return

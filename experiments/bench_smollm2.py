@@ -159,3 +159,91 @@ def print_real(runs: dict, args) -> None:
                                                                           "prompt backward", "clip", "AdamW step"))
             parts["other stages"] = med(steps, "wall") - m("sample") - m("update")
         print(f"  {CONFIGS[n][0]}: " + ", ".join(f"{k} {v:.2f}" for k, v in parts.items()))
+
+
+def lm_head_paths(args) -> None:
+    """One micro-batch's forward and backward, timed four ways on the same tensors: where
+    TRL's update spends more than ours when both run every rollout (no skip, no merge, no
+    shared prompts).
+
+    The batch: args.micro_batch rows of the first step's prompts through the chat template
+    (left-padded, as the sampler gives them) and responses of SMOLLM2.max_new_tokens tokens
+    drawn at random from the vocabulary (the time depends on the shapes only; real responses
+    are often shorter). The four ways:
+      ours            rollout.token_logprobs: the backbone over every position, the LM head
+                      over the response positions only (logits_to_keep), log_softmax, gather;
+      backbone only   the transformer without its LM head (what every way pays);
+      TRL fused head  TRL's add_fused_lm_head as GRPOTrainer sets it (log-probs and entropy):
+                      without Triton (any CPU) it projects EVERY position through the LM
+                      head, prompt included, in tiles it does not keep, so its backward
+                      projects them again;
+      full logits     the model's own forward, logits at every position, then log_softmax.
+    Each: one untimed call, then args.steps timed ones; medians of forward and backward.
+    """
+    from trl.trainer.utils import add_fused_lm_head
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from machinery import hub_models
+    from machinery.run import format_prompts
+
+    work, T, B = SMOLLM2, SMOLLM2.max_new_tokens, args.micro_batch
+    model_dir = hub_models.ensure(work.model)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model.train()
+    rows = work_rows(1, args.seed, work)[0]
+    texts = format_prompts([rows[i % len(rows)]["prompt"] for i in range(B)], tokenizer, work.chat_template)
+    tokenizer.padding_side = "left"
+    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    prompt_ids, prompt_mask = enc["input_ids"], enc["attention_mask"]
+    gen = torch.Generator().manual_seed(args.seed)
+    response_ids = torch.randint(0, model.config.vocab_size, (B, T), generator=gen)
+    response_mask = torch.ones(B, T, dtype=torch.long)
+    adv = torch.randn(B, 1, generator=gen)
+    ids, mask = torch.cat([prompt_ids, response_ids], 1), torch.cat([prompt_mask, response_mask], 1)
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :-T] = -100
+
+    def ours():
+        logp, _ = rollout.token_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask,
+                                         temperature=work.temperature)
+        return (logp * adv).sum()
+
+    def backbone():
+        hidden = model.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+        return hidden[:, -T - 1:-1].sum()
+
+    def fused():
+        out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+        return (out.log_probs[:, -T:] * adv).sum() + 0.0 * out.entropy[:, -T:].sum()
+
+    def full_logits():
+        logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, -T - 1:-1]
+        logp = torch.log_softmax(logits / work.temperature, -1).gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)
+        return (logp * adv).sum()
+
+    def timed(fn) -> tuple[float, float]:
+        fw, bw = [], []
+        for _ in range(args.steps + 1):
+            t0 = time.perf_counter()
+            loss = fn()
+            t1 = time.perf_counter()
+            loss.backward()
+            fw.append(t1 - t0)
+            bw.append(time.perf_counter() - t1)
+            model.zero_grad(set_to_none=True)
+        return statistics.median(fw[1:]), statistics.median(bw[1:])
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"one micro-batch of {B} rollouts: prompts of {prompt_ids.shape[1]} columns (chat template, left-padded), "
+          f"responses of {T} tokens; {args.steps} timed calls each after one untimed; torch {torch.__version__}, "
+          f"{args.threads} thread(s), load average {load:.2f} on {os.cpu_count()} CPUs")
+    results = {"ours (LM head on the response positions)": timed(ours),
+               "backbone only (no LM head)": timed(backbone)}
+    add_fused_lm_head(model, temperature=work.temperature, outputs=("log_probs", "entropy"))   # as GRPOTrainer does
+    results["TRL's fused LM head (every position, recomputed)"] = timed(fused)
+    results["full logits at every position"] = timed(full_logits)
+    base = sum(results["ours (LM head on the response positions)"])
+    print(f"\n{'way':<50} {'forward':>8} {'backward':>9} {'total':>7} {'/ ours':>7}")
+    for name, (f, b) in results.items():
+        print(f"{name:<50} {f:>6.2f} s {b:>7.2f} s {f + b:>5.2f} s {(f + b) / base:>7.2f}")

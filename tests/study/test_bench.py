@@ -43,7 +43,10 @@ def test_prefix_tree_size_counts_repeated_prefixes_within_a_group_only():
 def test_real_model_refuses_the_embedded_models_options_and_checks_its_own_batch(capsys):
     for argv, needle in [(["--model", "smollm2-135m-instruct", "--profile", "--data", "countdown"],
                           "--data, --profile: the embedded model's options"),
-                         (["--model", "smollm2-135m-instruct", "--micro_batch", "48"], "--micro_batch must divide 64")]:
+                         (["--model", "smollm2-135m-instruct", "--micro_batch", "48"], "--micro_batch must divide 64"),
+                         (["--lm_head"], "--lm_head times TRL's fused LM head on the real model"),
+                         (["--model", "smollm2-135m-instruct", "--lm_head", "--skip_trl"], "it needs"),
+                         (["--model", "smollm2-135m-instruct", "--one", "fast"], "--one must be one of ours,")]:
         with pytest.raises(SystemExit) as e:
             bench.main(argv)
         err = capsys.readouterr().err
