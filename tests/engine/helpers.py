@@ -26,13 +26,13 @@ def small_args(model_dir, out_dir, *extra):
 
 def run_main(argv, capsys):
     """train.main(argv) in this process: (exit code, the stderr lines it printed that start
-    with "train.py:"); 0 when it returns normally."""
+    with "train.py"); 0 when it returns normally."""
     try:
         train.main(argv)
         code = 0
     except SystemExit as e:
         code = e.code
-    return code, [line for line in capsys.readouterr().err.splitlines() if line.startswith("train.py:")]
+    return code, [line for line in capsys.readouterr().err.splitlines() if line.startswith("train.py")]
 
 
 def skip_unless_vllm():

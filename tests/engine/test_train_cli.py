@@ -27,7 +27,7 @@ from machinery import rollout
 from machinery import setup as setup_lib
 from scheduler import AdvantageScheduler
 
-from tests.engine.helpers import small_args
+from tests.engine.helpers import run_main, small_args
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RECIPES = sorted(glob.glob(os.path.join(REPO, "recipes", "*.yaml")))
@@ -406,23 +406,13 @@ def test_a_tracker_that_is_not_installed_is_one_line_before_any_warm_up(monkeypa
         train.setup(cfg)
 
 
-def door_line(argv, capsys) -> tuple[int, list[str]]:
-    """train.main(argv) in this process: (exit code, its "train.py" lines on stderr)."""
-    try:
-        train.main(argv)
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    return code, [line for line in capsys.readouterr().err.splitlines() if line.startswith("train.py")]
-
-
 def test_a_tensorboard_path_that_is_a_file_is_one_line_before_any_work(tiny_dir, tmp_path, capsys, monkeypatch):
     """Before: SummaryWriter failed with a traceback after the data, the model and start.json."""
     pytest.importorskip("tensorboard")
     monkeypatch.setattr(tinymodel, "load_or_warmup", lambda *a, **k: pytest.fail("warm-up before the door check"))
     monkeypatch.setattr(setup_lib, "load_model", lambda *a, **k: pytest.fail("model loaded before the door check"))
     (tmp_path / "tensorboard").write_text("not a directory")
-    code, err = door_line(small_args(tiny_dir, tmp_path, "--report_to", "tensorboard"), capsys)
+    code, err = run_main(small_args(tiny_dir, tmp_path, "--report_to", "tensorboard"), capsys)
     assert code == 2 and err == [f"train.py: error: --report_to tensorboard writes its event files into "
                                  f"{tmp_path / 'tensorboard'}, which is a file, not a directory"], err
 
@@ -436,7 +426,7 @@ def test_a_read_only_tensorboard_directory_is_one_line(tiny_dir, tmp_path, capsy
         pytest.skip("a read-only tmpfs cannot be mounted here (root only)")
     try:
         monkeypatch.setattr(setup_lib, "load_model", lambda *a, **k: pytest.fail("model loaded before the door check"))
-        code, err = door_line(small_args(tiny_dir, tmp_path, "--report_to", "tensorboard"), capsys)
+        code, err = run_main(small_args(tiny_dir, tmp_path, "--report_to", "tensorboard"), capsys)
     finally:
         subprocess.run(["umount", "-l", str(tmp_path / "tensorboard")], capture_output=True)
     assert code == 2 and err == [f"train.py: error: --report_to tensorboard writes its event files into "
