@@ -332,18 +332,31 @@ def specificity(task: str = "countdown") -> Sweep:
 
 GSPO_CLIP = ["--eps_low", "3e-4", "--eps_high", "4e-4"]       # GSPO paper's sequence-ratio clip range
 
-# The dose on each task: the flags every arm shares, then the doses from smallest to
-# largest as (arm suffix, words for the findings, that dose's flags). Addition: Adam's lr
-# with 4 optimizer steps per rollout batch (the step size that collapsed its dfpo runs).
-# Countdown, where lr 4e-4 with 4 mini-batches trains well in the batching and dfpo
-# sweeps: the number of optimizer steps per batch at that lr, 4 then 8 (each step after the
-# first moves the policy further from the one that sampled the batch).
-DOSES = {"addition": (["--minibatches", "4"],
-                      [("lr1e-4", "lr 1e-4", ["--lr", "1e-4"]), ("lr2e-4", "lr 2e-4", ["--lr", "2e-4"]),
-                       ("lr4e-4", "lr 4e-4", ["--lr", "4e-4"])]),
-         "countdown": (["--lr", "4e-4"],
-                       [("mb4", "4 mini-batches", ["--minibatches", "4"]),
-                        ("mb8", "8 mini-batches", ["--minibatches", "8"])])}
+# The dose on each task: the flags every arm shares, the sweep's one-sentence claim, the
+# word that puts a dose into the primary findings ("larger at lr 4e-4 than at lr 1e-4"), and
+# the doses from smallest to largest as (arm suffix, words for the findings, that dose's
+# flags). Addition: Adam's lr with 4 optimizer steps per rollout batch (the step size that
+# collapsed its dfpo runs). Countdown, where lr 4e-4 with 4 mini-batches trains well in the
+# batching and dfpo sweeps: the number of optimizer steps per batch at that lr, 4 then 8
+# (each step after the first moves the policy further from the one that sampled the batch).
+DOSES = {
+    "addition": {
+        "shared": ["--minibatches", "4"],
+        "about": "The step size as a dose: with 4 optimizer steps per rollout batch, keeping each group whole "
+                 "(Cancellation Hypothesis paper) and DFPO's orth transform (design-conditions paper) should matter "
+                 "more as Adam's lr grows from 1e-4 to 4e-4.",
+        "preposition": "at",
+        "doses": [("lr1e-4", "lr 1e-4", ["--lr", "1e-4"]), ("lr2e-4", "lr 2e-4", ["--lr", "2e-4"]),
+                  ("lr4e-4", "lr 4e-4", ["--lr", "4e-4"])]},
+    "countdown": {
+        "shared": ["--lr", "4e-4"],
+        "about": "The number of optimizer steps per rollout batch as a dose: at lr 4e-4, keeping each group whole "
+                 "(Cancellation Hypothesis paper) and DFPO's orth transform (design-conditions paper) should matter "
+                 "more with 8 mini-batches than with 4.",
+        "preposition": "with",
+        "doses": [("mb4", "4 mini-batches", ["--minibatches", "4"]),
+                  ("mb8", "8 mini-batches", ["--minibatches", "8"])]},
+}
 
 
 def dose_arm(method: str, dose: str) -> str:
@@ -382,15 +395,14 @@ def dose(task: str = "addition") -> Sweep:
     The countdown doses were declared after the addition runs had shown both interactions
     opposite to the papers, and before any countdown dose run: a test on a second task.
     """
-    shared, doses = DOSES[task]
+    doses, by = DOSES[task]["doses"], DOSES[task]["preposition"]
     methods = {"random": ["--minibatch_mode", "random"], "query": ["--minibatch_mode", "query"],
                "gspo": ["--minibatch_mode", "query", "--loss_type", "gspo", *GSPO_CLIP],
                "orth": ["--minibatch_mode", "query", "--loss_type", "gspo", *GSPO_CLIP, "--weight_transform", "orth"]}
     arms = {dose_arm(m, d): [*flags, *dose_flags] for d, _, dose_flags in doses for m, flags in methods.items()}
     (low, low_words, _), (high, high_words, _) = doses[0], doses[-1]
     pairs = (("query", "random", CANCELLATION, Q_BATCHING_GAIN), ("orth", "gspo", DESIGN, Q_DFPO))
-    larger = f"at {high_words} than at {low_words}" if task == "addition" else f"with {high_words} than with {low_words}"
-    claims = [Claim(paper, f"{arm}'s gain over {ref} in final pass@1 is larger {larger}",
+    claims = [Claim(paper, f"{arm}'s gain over {ref} in final pass@1 is larger {by} {high_words} than {by} {low_words}",
                     quote, "final pass@1", dose_arm(arm, high), dose_arm(ref, high), +1,
                     minus=(dose_arm(arm, low), dose_arm(ref, low)), family="primary")
               for arm, ref, paper, quote in pairs]
@@ -410,16 +422,10 @@ def dose(task: str = "addition") -> Sweep:
                     "zero", tol=FIRST_STEP_TOL),
               Check("orth: the kept rollouts' weights cancel in every group", "cancellation residual",
                     tuple(dose_arm("orth", d) for d, _, _ in doses), "zero", tol=RESIDUAL_TOL)]
-    claim = ("The step size as a dose: with 4 optimizer steps per rollout batch, keeping each group whole "
-             "(Cancellation Hypothesis paper) and DFPO's orth transform (design-conditions paper) should matter "
-             "more as Adam's lr grows from 1e-4 to 4e-4." if task == "addition" else
-             "The number of optimizer steps per rollout batch as a dose: at lr 4e-4, keeping each group whole "
-             "(Cancellation Hypothesis paper) and DFPO's orth transform (design-conditions paper) should matter "
-             "more with 8 mini-batches than with 4.")
     return Sweep(
         name="dose",
-        claim=claim,
-        flags=[*TASKS[task]["flags"], *shared, "--coupling_pairs", "0"],
+        claim=DOSES[task]["about"],
+        flags=[*TASKS[task]["flags"], *DOSES[task]["shared"], "--coupling_pairs", "0"],
         arms=arms,
         rows=[("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
               ("start pass@1", at_start("eval/pass@1"), "held-out pass@1 of the starting weights (start.json)"),

@@ -569,9 +569,9 @@ def write_readme_tables(readme: str, results: dict) -> str:
              f"One line per sweep; each claim's verdict per task: [docs/{CLAIMS_PAGE}](docs/{CLAIMS_PAGE}).", "",
              "| sweep | findings | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
     for name, make in SWEEPS.items():
-        counts = [sum(c.paper != OURS for c in make(t).claims) for t in tasks if runs_on(t, name)]
-        findings = str(counts[0]) if len(set(counts)) == 1 else \
-            " / ".join(str(sum(c.paper != OURS for c in make(t).claims)) if runs_on(t, name) else "-" for t in tasks)
+        counts = {t: sum(c.paper != OURS for c in make(t).claims) for t in tasks if runs_on(t, name)}
+        findings = str(next(iter(counts.values()))) if len(set(counts.values())) == 1 else \
+            " / ".join(str(counts[t]) if t in counts else "-" for t in tasks)
         lines.append(f"| {name} | {findings} | " + " | ".join(summary(t, name) for t in tasks) + " |")
     lines += [""] + [f"[{links[t, n]}]: docs/sweep_{t}_{n}.md" for t in tasks for n in SWEEPS
                      if (t, n) in results] + ["", TABLES_END]
@@ -598,6 +598,7 @@ def write_claims_page(path: str, results: dict) -> str:
              "effect, its paired SE and p). Exact paired tests over (warm-up seed, RL seed) pairs, Holm's "
              "correction per sweep per task.", "",
              "| sweep | claim | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
+    declared = {name: _declared(name) for name in SWEEPS}       # name -> {task: its claims' texts}
     for name in SWEEPS:
         for claim in _claims_of(name):
             if claim.paper == OURS:
@@ -606,7 +607,7 @@ def write_claims_page(path: str, results: dict) -> str:
             for task in tasks:
                 c, page = cells[task, name], f"sweep_{task}_{name}.md"
                 shown = c["status"] or _shown(c["verdicts"].get(claim.text, "not run"))
-                row.append("-" if not _declares(task, name, claim) else
+                row.append("-" if claim.text not in declared[name].get(task, ()) else
                            shown if c["status"] == "not run" else f"[{shown}]({page})")
             lines.append(f"| {name} | {claim.text}{' *re-read*' if claim.posthoc else ''} | " + " | ".join(row) + " |")
     ours = [(name, claim) for name in SWEEPS for claim in _claims_of(name) if claim.paper == OURS]
@@ -619,7 +620,7 @@ def write_claims_page(path: str, results: dict) -> str:
             for task in tasks:
                 c, page = cells[task, name], f"sweep_{task}_{name}.md"
                 shown = c["status"] or _shown(c["ours"].get(claim.text, "not run"))
-                row.append("-" if not _declares(task, name, claim) else
+                row.append("-" if claim.text not in declared[name].get(task, ()) else
                            shown if c["status"] == "not run" else f"[{shown}]({page})")
             lines.append(f"| {name} | {claim.text} | " + " | ".join(row) + " |")
     if any(claim.posthoc for name in SWEEPS for claim in _claims_of(name)):
@@ -647,19 +648,17 @@ def design_file(name: str) -> str:
 def _claims_of(name: str) -> list:
     """The sweep's claims on every task it is declared on, each text once, in TASKS' order
     (most sweeps declare the same claims on every task; the dose sweep's doses differ)."""
-    seen, claims = set(), []
+    claims = {}
     for task in TASKS:
         if runs_on(task, name):
             for claim in SWEEPS[name](task).claims:
-                if claim.text not in seen:
-                    seen.add(claim.text)
-                    claims.append(claim)
-    return claims
+                claims.setdefault(claim.text, claim)
+    return list(claims.values())
 
 
-def _declares(task: str, name: str, claim) -> bool:
-    """Whether the sweep, on this task, declares this claim (same text)."""
-    return runs_on(task, name) and any(c.text == claim.text for c in SWEEPS[name](task).claims)
+def _declared(name: str) -> dict:
+    """{task: the texts of the claims the sweep declares on it}, for the tasks it runs on."""
+    return {task: {c.text for c in SWEEPS[name](task).claims} for task in TASKS if runs_on(task, name)}
 
 
 def _write(path: str, text: str) -> None:
