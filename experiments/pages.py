@@ -1,4 +1,4 @@
-"""pages.py: a sweep's page, the claims page and the README's summary, from the runs on disk and the committed data.
+"""pages.py: a sweep's page, from the runs on disk and the committed data; `report` rebuilds them all.
 
     python -m experiments.sweep report      # rebuild docs/sweep_TASK_NAME.{md,png,jsonl.gz}, docs/claims.md, the README's summary
 
@@ -44,8 +44,9 @@ import numpy as np
 
 from experiments import claims as claims_lib
 from experiments import plot_runs, quantities
-from experiments.designs import OURS, TASKS, WARMUP_SEEDS, Sweep, eval_flags, runs_on, settings
+from experiments.designs import TASKS, WARMUP_SEEDS, Sweep, eval_flags, runs_on, settings
 from experiments.registry import SWEEPS
+from experiments.summaries import CLAIMS_PAGE, write_claims_page, write_readme_tables
 
 
 @dataclass
@@ -496,176 +497,9 @@ def report(out: str, docs: str, readme: str) -> list[str]:
     return written
 
 
-TABLES_BEGIN, TABLES_END = "<!-- claims:begin -->", "<!-- claims:end -->"
-VERDICT_ORDER = ("agrees", "opposite", "no difference detected", "no equivalence shown", "no non-inferiority shown",
-                 "not testable")
-"""The README's summary counts the verdicts in this order (experiments/claims.py's verdicts)."""
-CLAIMS_PAGE = "claims.md"
-"""docs/claims.md: every claim on one line, its verdict per task (written by report)."""
-
-
-def verdict_cells(results: dict) -> dict:
-    """{(task, sweep): ...} what the tables show of one sweep on one task.
-
-    "status": why no verdict is shown ("not run", "k of n runs": a sweep not fully run,
-    "earlier design": data without recorded flags), or None when the verdicts count;
-    "verdicts": {claim text: verdict}; "checks": {result: how many}.
-    """
-    cells = {}
-    for task in TASKS:
-        for name in SWEEPS:
-            res = results.get((task, name))
-            if not runs_on(task, name):
-                cells[task, name] = {"status": "not declared", "verdicts": {}, "ours": {}, "checks": {}}
-                continue
-            if res is None:
-                cells[task, name] = {"status": "not run", "verdicts": {}, "ours": {}, "checks": {}}
-                continue
-            status = ("earlier design" if not res["recorded"] else
-                      f"{res['done']} of {res['planned']} runs" if res["done"] < res["planned"] else None)
-            cells[task, name] = {"status": status,
-                                 "verdicts": {v["claim"].text: v["verdict"] for v in res["verdicts"]
-                                              if v["claim"].paper != OURS},
-                                 "ours": {v["claim"].text: v["verdict"] for v in res["verdicts"]
-                                          if v["claim"].paper == OURS},
-                                 "checks": {r: n for r in ("pass", "FAIL", "not measured", "met", "NOT MET")
-                                            if (n := sum(c["result"] == r for c in res["checks"]))}}
-    return cells
-
-
-def _shown(verdict: str) -> str:
-    """A verdict as a table shows it: agrees and opposite in bold (they are the news)."""
-    return f"**{verdict}**" if verdict in ("agrees", "opposite") else verdict
-
-
-def _checks_text(checks: dict) -> str:
-    """'3 pass, 1 **FAIL**' and, when a sweep has preconditions, '; preconditions: 1 met, 1 NOT MET'."""
-    identity = ", ".join(f"{n} {'**FAIL**' if r == 'FAIL' else r}" for r, n in checks.items()
-                         if r in ("pass", "FAIL", "not measured")) or "none measured"
-    pre = ", ".join(f"{n} {r}" for r, n in checks.items() if r in ("met", "NOT MET"))
-    return identity + (f"; preconditions: {pre}" if pre else "")
-
-
-def write_readme_tables(readme: str, results: dict) -> str:
-    """Replace the README's text between the markers with one short line per sweep.
-
-    Per task: how the sweep's findings came out (verdict counts; or "k of n runs", "earlier
-    design", "not run", which give no verdict) and its implementation checks, linked to
-    the sweep's page. Every claim, one line each: docs/claims.md (write_claims_page).
-    """
-    tasks, cells = list(TASKS), verdict_cells(results)
-    links = {(t, n): f"{t[0]}-{n}" for t in tasks for n in SWEEPS}
-
-    def summary(task: str, name: str) -> str:
-        c = cells[task, name]
-        if c["status"] in ("not run", "not declared"):
-            return "-" if c["status"] == "not declared" else "not run"
-        verdicts = list(c["verdicts"].values())
-        counts = {v: verdicts.count(v) for v in VERDICT_ORDER if v in verdicts}
-        findings = c["status"] or ", ".join(f"{n} {_shown(v)}" for v, n in counts.items()) or "no findings"
-        return f"[{findings}][{links[task, name]}]; checks: {_checks_text(c['checks'])}"
-
-    lines = [TABLES_BEGIN, "",
-             f"One line per sweep; each claim's verdict per task: [docs/{CLAIMS_PAGE}](docs/{CLAIMS_PAGE}).", "",
-             "| sweep | findings | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
-    for name, make in SWEEPS.items():
-        counts = {t: sum(c.paper != OURS for c in make(t).claims) for t in tasks if runs_on(t, name)}
-        findings = str(next(iter(counts.values()))) if len(set(counts.values())) == 1 else \
-            " / ".join(str(counts[t]) if t in counts else "-" for t in tasks)
-        lines.append(f"| {name} | {findings} | " + " | ".join(summary(t, name) for t in tasks) + " |")
-    lines += [""] + [f"[{links[t, n]}]: docs/sweep_{t}_{n}.md" for t in tasks for n in SWEEPS
-                     if (t, n) in results] + ["", TABLES_END]
-    text = open(readme).read()
-    if TABLES_BEGIN in text and TABLES_END in text:
-        head, rest = text.split(TABLES_BEGIN, 1)
-        _write(readme, head + "\n".join(lines) + rest.split(TABLES_END, 1)[1])
-    return readme
-
-
-def write_claims_page(path: str, results: dict) -> str:
-    """docs/claims.md: the findings, one line per claim and one verdict cell per task,
-    each linked to its sweep's page; then the implementation checks, one line per sweep.
-
-    A sweep not fully run shows "k of n runs"; data of an earlier design "earlier design";
-    no data "not run": none of them is a verdict.
-    """
-    tasks, cells = list(TASKS), verdict_cells(results)
-    lines = ["# The papers' claims on real training, one line each", "",
-             "Written by `python -m experiments.sweep report` from the committed per-run data "
-             "(`docs/sweep_TASK_NAME.jsonl.gz`) and any finished runs; do not edit by hand. How the sweeps are "
-             "designed and what we read in them: [results.md](results.md#the-papers-claims-on-real-training).", "",
-             "**Findings** (claims that could have failed; each page quotes the sentence tested and gives the "
-             "effect, its paired SE and p). Exact paired tests over (warm-up seed, RL seed) pairs, Holm's "
-             "correction per sweep per task.", "",
-             "| sweep | claim | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
-    declared = {name: _declared(name) for name in SWEEPS}       # name -> {task: its claims' texts}
-    for name in SWEEPS:
-        for claim in _claims_of(name):
-            if claim.paper == OURS:
-                continue
-            row = []
-            for task in tasks:
-                c, page = cells[task, name], f"sweep_{task}_{name}.md"
-                shown = c["status"] or _shown(c["verdicts"].get(claim.text, "not run"))
-                row.append("-" if claim.text not in declared[name].get(task, ()) else
-                           shown if c["status"] == "not run" else f"[{shown}]({page})")
-            lines.append(f"| {name} | {claim.text}{' *re-read*' if claim.posthoc else ''} | " + " | ".join(row) + " |")
-    ours = [(name, claim) for name in SWEEPS for claim in _claims_of(name) if claim.paper == OURS]
-    if ours:
-        lines += ["", "**Our own questions** (claims of no paper: a mode or a measure this project added; "
-                  "not counted with the papers' findings):", "",
-                  "| sweep | claim | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
-        for name, claim in ours:
-            row = []
-            for task in tasks:
-                c, page = cells[task, name], f"sweep_{task}_{name}.md"
-                shown = c["status"] or _shown(c["ours"].get(claim.text, "not run"))
-                row.append("-" if claim.text not in declared[name].get(task, ()) else
-                           shown if c["status"] == "not run" else f"[{shown}]({page})")
-            lines.append(f"| {name} | {claim.text} | " + " | ".join(row) + " |")
-    if any(claim.posthoc for name in SWEEPS for claim in _claims_of(name)):
-        lines += ["", "*re-read*: a claim restated after its runs were public and read again on the same runs, "
-                  "not a test declared before its data."]
-    lines += ["", "**Implementation checks** (identities the code must satisfy, measured on every run; "
-              "preconditions: what a finding needs of the training, met or not):", "",
-              "| sweep | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
-    for name in SWEEPS:
-        row = []
-        for task in tasks:
-            c = cells[task, name]
-            row.append("-" if c["status"] == "not declared" else "not run" if c["status"] == "not run"
-                       else f"[{_checks_text(c['checks'])}](sweep_{task}_{name}.md)")
-        lines.append(f"| {name} | " + " | ".join(row) + " |")
-    _write(path, "\n".join(lines) + "\n")
-    return path
-
-
 def design_file(name: str) -> str:
     """The file that declares the sweep: 'experiments/designs_fade.py'."""
     return SWEEPS[name].__module__.replace(".", "/") + ".py"
-
-
-def _claims_of(name: str) -> list:
-    """The sweep's claims on every task it is declared on, each text once, in TASKS' order
-    (most sweeps declare the same claims on every task; the dose sweep's doses differ)."""
-    claims = {}
-    for task in TASKS:
-        if runs_on(task, name):
-            for claim in SWEEPS[name](task).claims:
-                claims.setdefault(claim.text, claim)
-    return list(claims.values())
-
-
-def _declared(name: str) -> dict:
-    """{task: the texts of the claims the sweep declares on it}, for the tasks it runs on."""
-    return {task: {c.text for c in SWEEPS[name](task).claims} for task in TASKS if runs_on(task, name)}
-
-
-def _write(path: str, text: str) -> None:
-    """Write a file atomically (a temporary file renamed into place)."""
-    with open(path + ".tmp", "w") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
 
 
 # ---------------------------------------------------------------------------------------

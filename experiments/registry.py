@@ -2,8 +2,8 @@
 
 The sweeps themselves: experiments/designs_cancellation.py (the two cancellation papers)
 and experiments/designs_fade.py (FADE); what a sweep is and what it costs:
-experiments/designs.py. experiments/sweep.py runs them, experiments/pages.py reports them,
-in this order.
+experiments/designs.py. experiments/sweep.py runs them, experiments/pages.py reports them
+(experiments/summaries.py: all of them together), in this order.
 """
 
 from __future__ import annotations

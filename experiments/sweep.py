@@ -12,7 +12,8 @@ before the runs) are in experiments/designs_cancellation.py and designs_fade.py,
 by name in experiments/registry.py (what a sweep is and its budget: experiments/designs.py);
 how a claim is judged (exact paired tests, Holm's correction, the effect detectable at
 80% power) in experiments/claims.py; the pages and the committed per-run data in
-experiments/pages.py. This file runs them.
+experiments/pages.py, docs/claims.md and the README's table in experiments/summaries.py.
+This file runs them.
 
 A sweep is a set of ARMS, train.py flag sets that differ in one design choice, each run
 from every (warm-up seed, RL seed) pair of designs.WARMUP_SEEDS x designs.SEEDS. The

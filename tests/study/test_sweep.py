@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import diagnostics
-from experiments import designs, designs_cancellation, designs_fade, pages, quantities, registry, sweep
+from experiments import designs, designs_cancellation, designs_fade, pages, quantities, registry, summaries, sweep
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -327,9 +327,9 @@ def test_report_in_a_fresh_clone_changes_no_tracked_file(tmp_path):
     # Damage what report must rebuild, so a clean status means it rebuilt them: the README's
     # tables, a page and its curves.
     readme = (clone / "README.md").read_text()
-    head, rest = readme.split(pages.TABLES_BEGIN, 1)
-    (clone / "README.md").write_text(head + pages.TABLES_BEGIN + "\nstale\n" + pages.TABLES_END
-                                     + rest.split(pages.TABLES_END, 1)[1])
+    head, rest = readme.split(summaries.TABLES_BEGIN, 1)
+    (clone / "README.md").write_text(head + summaries.TABLES_BEGIN + "\nstale\n" + summaries.TABLES_END
+                                     + rest.split(summaries.TABLES_END, 1)[1])
     pages_md = sorted((clone / "docs").glob("sweep_*.md"))
     assert pages_md, "no sweep page committed"
     pages_md[0].unlink()
