@@ -20,37 +20,29 @@ claim is tested on the per-pair differences d_k = x_arm(k) - x_ref(k). What the 
 share (start, prompts, held-out set) cancels in d_k; on countdown it was 59-72% of the
 variance of final pass@1.
 
-The tests. Pairs are few (10 by default) and the numbers bounded or skewed, so none
-assumes a distribution; each is exact: every p below is a count over all 2^n equally
-likely sign patterns, not an approximation.
-  - mean (direction +1 or -1): the exact two-sided sign-flip test of mean(d) = 0. With no
-    effect the two runs of a pair are exchangeable, so d_k is as likely +|d_k| as -|d_k|
-    and all 2^n sign patterns are equally likely; p = the share of patterns whose |mean|
-    is at least the observed one. Floor: 2 / 2^n (the observed pattern and its mirror),
-    0.00195 for 10 pairs. With a margin m ("a share above 1%"): the same test of
-    d_k - direction * m.
+The tests. Every p-value is exact, a count over the 2^n equally likely sign patterns of n
+pairs (experiments/exact_tests.py: why, the floors, the power). Which test a claim gets:
+  - mean (direction +1 or -1): the two-sided sign-flip test of mean(d) = 0 on the per-pair
+    differences. Floor 2 / 2^n, 0.00195 for 10 pairs. With a margin m ("a share above
+    1%"): the same test of d_k - direction * m.
   - within a run (reference None): the same test on each run's own number (a difference
     inside the run, such as value b+ minus value s+).
-  - equivalence (direction 0, margin m > 0: "similar"): TOST, two one-sided sign-flip
-    tests, of mean(d) > -m and of mean(d) < m; p is the larger. Floor 1 / 2^n.
-  - spread (statistic "spread": "seed spread" as stability): the exact paired swap test.
-    Swapping the two runs of a pair is again one of 2^n equally likely patterns; the
-    statistic is the difference of the two arms' standard deviations within a warm-up
-    seed. Floor 2 / 2^n.
+  - equivalence (direction 0, margin m > 0: "similar"): TOST within +-m. Floor 1 / 2^n.
+  - not lower (statistic "not_lower"): the one-sided test of d + m, that the arm is not
+    lower than the reference by m or more. Floor 1 / 2^n.
+  - spread (statistic "spread": "seed spread" as stability): the paired swap test of the
+    difference of the two arms' standard deviations within a warm-up seed. Floor 2 / 2^n.
   - interaction (Claim.minus: does arm's gain over reference grow from one setting to
-    another, e.g. from lr 1e-4 to 4e-4?): the same sign-flip test on the per-pair
-    difference of differences d_k = (x_arm - x_ref)(k) - (x_c - x_d)(k), all four runs
-    sharing the pair's start, prompts and samples.
+    another, e.g. from lr 1e-4 to 4e-4?): the sign-flip test on the per-pair difference
+    of differences d_k = (x_arm - x_ref)(k) - (x_c - x_d)(k), all four runs sharing the
+    pair's start, prompts and samples.
   - every row (row a tuple, e.g. pass@k at every k): the intersection-union test (Berger
     1982). The claim holds only if it holds on each row, so its p is the largest of the
     rows' p-values; no correction across the rows is needed.
-  - Holm's correction over the testable claims of ONE sweep on ONE task, its family:
-    sort the m raw p-values, multiply the i-th smallest (i from 0) by m - i, take the
-    running maximum, cap at 1. It keeps the chance of any false agrees/opposite in the
-    family at 5% without assuming the tests independent (they share arms). 10 pairs'
-    floor survives Holm over up to 25 claims (25 x 0.00195 = 0.049). A sweep may declare
-    families of its own (Claim.family: its primary findings apart from its secondary
-    ones); Holm then runs within each.
+  - Holm's correction over the testable claims of ONE sweep on ONE task, its family. 10
+    pairs' floor survives Holm over up to 25 claims (25 x 0.00195 = 0.049). A sweep may
+    declare families of its own (Claim.family: its primary findings apart from its
+    secondary ones); Holm then runs within each.
 Verdicts (ALPHA = 0.05 on the Holm-adjusted p):
   agrees                  p_holm < ALPHA, predicted sign (equivalence: inside the margin)
   opposite                p_holm < ALPHA, the other sign (with a margin: short of it)
@@ -58,29 +50,25 @@ Verdicts (ALPHA = 0.05 on the Holm-adjusted p):
   no equivalence shown    direction 0, otherwise
   not testable            the claim's own check says the runs cannot speak to it (with the
                           measured reason), or fewer than 2 pairs have a number.
-The effect detectable at 80% power: the true mean difference delta such that, if the
-per-pair differences were normal with the observed standard deviation s around delta,
-the exact sign-flip test at level ALPHA / m would call it, with the predicted sign, in
-80% of repetitions. ALPHA / m is Holm's strictest step: an effect this large is found
-even when no other claim of the family is. delta = r(n, ALPHA / m) * s, where r comes
-from a simulation of the exact test (power_ratio). It replaces the "minimum detectable
-effect", the effect that would JUST reach significance, which a design finds only about
-half of the time.
+The effect detectable at 80% power: the true mean difference delta that the exact test at
+level ALPHA / m would call, with the predicted sign, in 80% of repetitions (ALPHA / m is
+Holm's strictest step: an effect this large is found even when no other claim of the family
+is); delta = r(n, ALPHA / m) * s with s the observed SD of the differences. The tests, Holm's
+correction and r, simulated from the exact test: experiments/exact_tests.py.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
+from experiments.exact_tests import (holm, paired_swap_p, power_ratio, sign_flip_p, sign_flip_p_greater,
+                                     spread_ratio, tost_p, tost_ratio, within_block_sd)
+
 ALPHA = 0.05
-POWER = 0.8
-CORRECTION = "Holm"
-CHUNK = 1 << 15          # sign patterns enumerated at a time (memory: CHUNK x n floats)
 
 
 @dataclass
@@ -143,10 +131,6 @@ class Check:
     """The sweep table row(s) that measure it (one number per run); a tuple: every row must satisfy it."""
     arms: tuple[str, ...]
     """The arms whose every run must satisfy it."""
-
-    @property
-    def rows(self) -> tuple[str, ...]:
-        return self.row if isinstance(self.row, tuple) else (self.row,)
     expect: str
     """"zero" (|x| <= tol), "positive" (x > tol), "equals" (|x - value| <= tol), "within" (value = (lo, hi))."""
     value: float | tuple[float, float] = 0.0
@@ -156,227 +140,13 @@ class Check:
     the training (a manipulation check, e.g. "the clip was never reached"), measured and shown
     as met / NOT MET: the training, not the code, decides it."""
 
-
-# ---------------------------------------------------------------------------------------
-# 1. The exact tests
-# ---------------------------------------------------------------------------------------
-
-def pattern_sums(d: np.ndarray) -> np.ndarray:
-    """sum_k eps_k d_k for every sign pattern eps, in chunks: yields arrays over patterns.
-
-    Pattern i gives d_k the sign - if bit k of i is set: i = 0 is the observed pattern,
-    i = 2^n - 1 its mirror. d: [n] (or [R, n]: then each chunk is [R, chunk]).
-    """
-    n = d.shape[-1]
-    for start in range(0, 2 ** n, CHUNK):
-        index = np.arange(start, min(start + CHUNK, 2 ** n))
-        signs = 1.0 - 2.0 * ((index[:, None] >> np.arange(n)) & 1)       # [chunk, n] of +-1
-        yield d @ signs.T
-
-
-def _tolerance(d: np.ndarray) -> np.ndarray:
-    """Sums that differ only by float rounding count as equal: 1e-9 of sum_k |d_k|."""
-    return 1e-9 * np.abs(d).sum(axis=-1)
-
-
-def sign_flip_p(d) -> float:
-    """Two-sided exact sign-flip p-value of mean(d) = 0.
-
-    p = #{patterns eps: |sum eps_k d_k| >= |sum d_k|} / 2^n. Examples:
-    sign_flip_p([1, 2, 3, 4, 5]) == 2/32 (five pairs can never reach 0.05);
-    sign_flip_p([0.3, 1.3]) == 0.5.
-    """
-    d = np.asarray(d, float)
-    observed = abs(d.sum()) - _tolerance(d)
-    count = sum(int((np.abs(s) >= observed).sum()) for s in pattern_sums(d))
-    return count / 2 ** len(d)
-
-
-def sign_flip_p_greater(d) -> float:
-    """One-sided exact sign-flip p-value against mean(d) <= 0: #{sum eps d >= sum d} / 2^n.
-
-    Example: sign_flip_p_greater([1, 2, 3]) == 1/8 (only the observed pattern reaches 6).
-    """
-    d = np.asarray(d, float)
-    observed = d.sum() - _tolerance(d)
-    return sum(int((s >= observed).sum()) for s in pattern_sums(d)) / 2 ** len(d)
-
-
-def tost_p(d, margin: float) -> float:
-    """Equivalence within +-margin (TOST): the larger of the two one-sided exact p-values.
-
-        lower: H0 mean(d) <= -margin, tested on d + margin (is it above 0?)
-        upper: H0 mean(d) >= +margin, tested on margin - d (is it above 0?)
-    Each shifted sample is symmetric about 0 at its null's boundary, which is what the
-    sign-flip test needs. Example: d = [0.1, -0.1, 0.05, 0, 0.02] with margin 1 -> 1/32,
-    the floor of 5 pairs (every pattern of d + 1 and of 1 - d is below the observed one).
-    """
-    d = np.asarray(d, float)
-    return max(sign_flip_p_greater(d + margin), sign_flip_p_greater(margin - d))
-
-
-def within_block_sd(x, blocks) -> float:
-    """Pooled standard deviation within blocks: sqrt(sum_k (x_k - mean of x in its block)^2 / (n - B)).
-
-    blocks: one label per value (the warm-up seed), B distinct labels. The spread of the RL
-    seeds from one start, pooled over the starts. NaN when n - B < 1.
-    Example: x = [1, 3, 10, 14], blocks [0, 0, 1, 1] -> sqrt((1 + 1 + 4 + 4) / 2) = sqrt(5).
-    """
-    x, blocks = np.asarray(x, float), np.asarray(blocks)
-    labels = np.unique(blocks)
-    if len(x) - len(labels) < 1:
-        return math.nan
-    ss = sum(((x[blocks == b] - x[blocks == b].mean()) ** 2).sum() for b in labels)
-    return math.sqrt(ss / (len(x) - len(labels)))
-
-
-def paired_swap_p(x, y, blocks) -> float:
-    """Two-sided exact paired swap p-value of within_block_sd(x) - within_block_sd(y) = 0.
-
-    Pattern eps swaps x_k and y_k where eps_k = -1; with no difference between the arms
-    every pattern is equally likely (as in the sign-flip test, whose statistic is the mean
-    instead). T(all swapped) = -T(observed), so the floor is 2 / 2^n.
-    """
-    x, y, blocks = np.asarray(x, float), np.asarray(y, float), np.asarray(blocks)
-    n = len(x)
-    onehot = (blocks[:, None] == np.unique(blocks)[None, :]).astype(float)     # [n, B]
-    dof = n - onehot.shape[1]
-
-    def sd(values):                                                             # [P, n] -> [P]
-        means = values @ onehot / onehot.sum(0)
-        return np.sqrt(((values - means @ onehot.T) ** 2).sum(1) / dof)
-    observed = within_block_sd(x, blocks) - within_block_sd(y, blocks)
-    tol = 1e-9 * (np.abs(x).sum() + np.abs(y).sum())
-    count = 0
-    for start in range(0, 2 ** n, CHUNK):
-        index = np.arange(start, min(start + CHUNK, 2 ** n))
-        swap = ((index[:, None] >> np.arange(n)) & 1).astype(bool)             # [P, n]
-        t = sd(np.where(swap, y, x)) - sd(np.where(swap, x, y))
-        count += int((np.abs(t) >= abs(observed) - tol).sum())
-    return count / 2 ** n
-
-
-def holm(pvalues: list[float]) -> list[float]:
-    """Holm-adjusted p-values, in the input order: p_(i) (m - i), running max, capped at 1.
-
-    Example: holm([0.01, 0.04, 0.03]) == [0.03, 0.06, 0.06].
-    """
-    m = len(pvalues)
-    order = sorted(range(m), key=lambda i: pvalues[i])
-    adjusted, running = [0.0] * m, 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * pvalues[i]))
-        adjusted[i] = running
-    return adjusted
+    @property
+    def rows(self) -> tuple[str, ...]:
+        return self.row if isinstance(self.row, tuple) else (self.row,)
 
 
 # ---------------------------------------------------------------------------------------
-# 2. Power: the effect detectable at 80% power
-# ---------------------------------------------------------------------------------------
-
-@functools.lru_cache(maxsize=None)
-def power_ratio(n: int, level: float, power: float = POWER, draws: int = 2000, seed: int = 0,
-                sided: str = "two") -> float:
-    """r such that the exact two-sided sign-flip test at `level` detects, with the right
-    sign, a shift r * s of n normal differences of standard deviation s with probability
-    `power` (sided="greater": the one-sided test, #{sum eps d >= sum d} / 2^n). inf when
-    the test's floor (2 / 2^n two-sided, 1 / 2^n one-sided) is not below the level.
-
-    By simulation: `draws` samples z [draws, n] of N(0, 1), the same ones for every r
-    (common random numbers make the simulated power a deterministic, increasing step
-    function of r), then bisection on r. The test is scale-free (p does not change when
-    every d_k is multiplied by s > 0), so r depends on n and the level only, and one
-    simulation serves every claim of a family. Its Monte Carlo error is about 1% of r for
-    2000 draws (tests/study/test_claims.py checks it against an independent simulation, and
-    against the closed form r = Phi^-1(power^(1/n)) of levels below 4 / 2^n, where only
-    the all-positive pattern is significant).
-    """
-    if n < 1 or (2 if sided == "two" else 1) / 2 ** n >= level:
-        return math.inf
-    z = np.random.default_rng(seed).standard_normal((draws, n))
-
-    def detected(r: float) -> float:
-        d = z + r
-        if sided == "greater":
-            observed = d.sum(1) - _tolerance(d)
-            count = sum((s >= observed[:, None]).sum(1) for s in pattern_sums(d))
-            return float(np.mean(count / 2 ** n < level))
-        observed = np.abs(d.sum(1)) - _tolerance(d)                             # [draws]
-        count = sum((np.abs(s) >= observed[:, None]).sum(1) for s in pattern_sums(d))
-        return float(np.mean((count / 2 ** n < level) & (d.sum(1) > 0)))
-    return _bisect(detected, power)
-
-
-@functools.lru_cache(maxsize=None)
-def tost_ratio(n: int, level: float, power: float = POWER, draws: int = 2000, seed: int = 0) -> float:
-    """r0 such that TOST at `level` shows equivalence within a margin r0 * s, 4 times in 5
-    (power), when the n differences are normal around a TRUE difference of 0 with SD s:
-    the smallest margin this design could have shown. inf below the floor 1 / 2^n.
-    Simulated as power_ratio (common random numbers, bisection on the margin)."""
-    if n < 1 or 1 / 2 ** n >= level:
-        return math.inf
-    z = np.random.default_rng(seed).standard_normal((draws, n))
-
-    def one_sided(d: np.ndarray) -> np.ndarray:
-        observed = d.sum(1) - _tolerance(d)
-        return sum((s >= observed[:, None]).sum(1) for s in pattern_sums(d)) / 2 ** n
-
-    def shown(m: float) -> float:
-        return float(np.mean(np.maximum(one_sided(z + m), one_sided(m - z)) < level))
-    return _bisect(shown, power)
-
-
-@functools.lru_cache(maxsize=None)
-def spread_ratio(blocks: tuple, level: float, direction: int = -1, power: float = POWER, draws: int = 400,
-                 seed: int = 0) -> float:
-    """c such that the paired swap test of seed spread at `level` finds, with the predicted
-    sign, an arm whose within-block SD is c times the reference's (c < 1 for direction -1),
-    4 times in 5. blocks: the pairs' warm-up seeds, in order. inf if even c = 0 (or 10^3)
-    is not found 4 times in 5.
-
-    Simulated: per draw, each pair shares a block effect; the reference's runs add N(0, 1)
-    noise, the arm's c N(0, 1); the test is scale- and shift-free, so c depends only on the
-    blocks and the level. Fewer draws than power_ratio (each is a 2^n swap enumeration):
-    Monte Carlo error a few % of c.
-    """
-    n = len(blocks)
-    if n < 2 or 2 / 2 ** n >= level:
-        return math.inf
-    rng = np.random.default_rng(seed)
-    labels = np.unique(blocks)
-    shared = rng.standard_normal((draws, len(labels)))[:, np.searchsorted(labels, blocks)]
-    ex, ey = rng.standard_normal((draws, n)), rng.standard_normal((draws, n))
-
-    def found(c: float) -> float:
-        hits = 0
-        for k in range(draws):
-            x, y = shared[k] + c * ex[k], shared[k] + ey[k]
-            effect = within_block_sd(x, blocks) - within_block_sd(y, blocks)
-            hits += paired_swap_p(x, y, blocks) < level and np.sign(effect) == direction
-        return hits / draws
-    if direction < 0:                       # shrink c from 1 toward 0
-        if found(0.0) < power:
-            return math.inf
-        return 1 - _bisect(lambda t: found(1 - t), power, high=1.0, cap=1.0, steps=12)
-    return 1 + _bisect(lambda t: found(1 + t), power, steps=12)
-
-
-def _bisect(rate, power: float, high: float = 1.0, cap: float = 1e3, steps: int = 24) -> float:
-    """The smallest x (to 2^-steps of the bracket) with rate(x) >= power; rate increases in x.
-    Doubles the bracket up to `cap` first; inf if rate(cap) < power."""
-    low = 0.0
-    while rate(high) < power:
-        low, high = high, 2 * high
-        if high > cap:
-            return math.inf
-    for _ in range(steps):
-        mid = (low + high) / 2
-        low, high = (low, mid) if rate(mid) >= power else (mid, high)
-    return high
-
-
-# ---------------------------------------------------------------------------------------
-# 3. Verdicts
+# 1. Verdicts
 # ---------------------------------------------------------------------------------------
 
 def judge(claims: list[Claim], values: dict, series: dict) -> list[dict]:
@@ -550,7 +320,7 @@ def power_statement(rec: dict) -> tuple[float, str]:
 
 
 # ---------------------------------------------------------------------------------------
-# 4. Checks
+# 2. Checks
 # ---------------------------------------------------------------------------------------
 
 def run_checks(checks: list[Check], values: dict) -> list[dict]:
@@ -597,7 +367,7 @@ def expectation(check: Check) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# 5. Tables (the sweep pages)
+# 3. Tables (the sweep pages)
 # ---------------------------------------------------------------------------------------
 
 def verdict_table(rows: list[dict]) -> str:

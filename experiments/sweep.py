@@ -10,8 +10,8 @@
 The sweeps themselves (arms, table rows, curves, and the checks and claims written
 before the runs) are in experiments/designs_cancellation.py and designs_fade.py, listed
 by name in experiments/registry.py (what a sweep is and its budget: experiments/designs.py);
-how a claim is judged (exact paired tests, Holm's correction, the effect detectable at
-80% power) in experiments/claims.py; the pages and the committed per-run data in
+how a claim is judged in experiments/claims.py (the exact paired tests, Holm's correction
+and the effect detectable at 80% power: experiments/exact_tests.py); the pages and the committed per-run data in
 experiments/pages.py, docs/claims.md and the README's table in experiments/summaries.py.
 This file runs them.
 

@@ -1,5 +1,5 @@
-"""experiments/claims.py: the exact tests against brute-force enumeration, Holm's correction,
-the effect detectable at 80% power against its closed form and an independent simulation,
+"""experiments/exact_tests.py and claims.py: the exact tests against brute-force enumeration, Holm's
+correction, the effect detectable at 80% power against its closed form and an independent simulation,
 the verdicts on planted paired effects and planted nulls, the checks, and a sweep end to
 end on a tiny model with a planted difference (detected) and a planted null (not)."""
 
@@ -12,7 +12,7 @@ import statistics
 import numpy as np
 import pytest
 
-from experiments import claims, designs, pages, quantities, registry, sweep
+from experiments import claims, designs, exact_tests, pages, quantities, registry, sweep
 from experiments.claims import Check, Claim
 
 
@@ -25,52 +25,52 @@ def brute(d, keep):
 # --- the exact tests ---------------------------------------------------------------------
 
 def test_sign_flip_p_exact_values_and_brute_force():
-    assert claims.sign_flip_p([1, 2, 3, 4, 5]) == 2 / 32          # five pairs can never reach 0.05
-    assert claims.sign_flip_p(list(range(1, 11))) == 2 / 1024     # the design's floor: 10 pairs
-    assert claims.sign_flip_p([1, -1]) == 1.0 and claims.sign_flip_p([0.3, 1.3]) == 0.5
-    assert claims.sign_flip_p([0.0, 0.0, 0.0]) == 1.0
+    assert exact_tests.sign_flip_p([1, 2, 3, 4, 5]) == 2 / 32          # five pairs can never reach 0.05
+    assert exact_tests.sign_flip_p(list(range(1, 11))) == 2 / 1024     # the design's floor: 10 pairs
+    assert exact_tests.sign_flip_p([1, -1]) == 1.0 and exact_tests.sign_flip_p([0.3, 1.3]) == 0.5
+    assert exact_tests.sign_flip_p([0.0, 0.0, 0.0]) == 1.0
     rng = np.random.default_rng(0)
     for _ in range(5):
         d = rng.normal(0.3, 1, 9)
-        assert claims.sign_flip_p(d) == pytest.approx(brute(d, lambda s: abs(s) >= abs(d.sum()) - 1e-12))
-        assert claims.sign_flip_p_greater(d) == pytest.approx(brute(d, lambda s: s >= d.sum() - 1e-12))
+        assert exact_tests.sign_flip_p(d) == pytest.approx(brute(d, lambda s: abs(s) >= abs(d.sum()) - 1e-12))
+        assert exact_tests.sign_flip_p_greater(d) == pytest.approx(brute(d, lambda s: s >= d.sum() - 1e-12))
     # the chunked enumeration (more patterns than one chunk) gives the same count
     d = rng.normal(0.5, 1, 17)
     half = np.mean([abs(np.dot(1 - 2 * ((i >> np.arange(17)) & 1), d)) >= abs(d.sum()) - 1e-9
                     for i in range(0, 2 ** 17, 2)])              # the patterns with d_0 positive: |sum| is
-    assert claims.sign_flip_p(d) == pytest.approx(half)          # the same for a pattern and its mirror
+    assert exact_tests.sign_flip_p(d) == pytest.approx(half)          # the same for a pattern and its mirror
 
 
 def test_tost_p_is_the_larger_one_sided_p():
     d = np.array([0.1, -0.1, 0.05, 0.0, 0.02])
-    assert claims.tost_p(d, 1.0) == 1 / 32                        # far inside the margin: the floor of 5 pairs
-    assert claims.tost_p(d, 0.01) > 0.4                           # the margin is smaller than the spread
+    assert exact_tests.tost_p(d, 1.0) == 1 / 32                        # far inside the margin: the floor of 5 pairs
+    assert exact_tests.tost_p(d, 0.01) > 0.4                           # the margin is smaller than the spread
     rng = np.random.default_rng(1)
     d = rng.normal(0.2, 0.3, 8)
     lower = brute(d + 0.5, lambda s: s >= (d + 0.5).sum() - 1e-12)
     upper = brute(0.5 - d, lambda s: s >= (0.5 - d).sum() - 1e-12)
-    assert claims.tost_p(d, 0.5) == pytest.approx(max(lower, upper))
+    assert exact_tests.tost_p(d, 0.5) == pytest.approx(max(lower, upper))
 
 
 def test_within_block_sd_and_paired_swap_p_by_enumeration():
-    assert claims.within_block_sd([1, 3, 10, 14], [0, 0, 1, 1]) == pytest.approx(math.sqrt(5))
-    assert math.isnan(claims.within_block_sd([1, 2], [0, 1]))     # no degree of freedom left
+    assert exact_tests.within_block_sd([1, 3, 10, 14], [0, 0, 1, 1]) == pytest.approx(math.sqrt(5))
+    assert math.isnan(exact_tests.within_block_sd([1, 2], [0, 1]))     # no degree of freedom left
     rng = np.random.default_rng(2)
     blocks = [0] * 4 + [1] * 4
     x, y = rng.normal(0, 2, 8), rng.normal(0, 1, 8)
-    observed = claims.within_block_sd(x, blocks) - claims.within_block_sd(y, blocks)
+    observed = exact_tests.within_block_sd(x, blocks) - exact_tests.within_block_sd(y, blocks)
     count = 0
     for swap in itertools.product((False, True), repeat=8):
         a, b = np.where(swap, y, x), np.where(swap, x, y)
-        count += abs(claims.within_block_sd(a, blocks) - claims.within_block_sd(b, blocks)) >= abs(observed) - 1e-9
-    assert claims.paired_swap_p(x, y, blocks) == pytest.approx(count / 256)
+        count += abs(exact_tests.within_block_sd(a, blocks) - exact_tests.within_block_sd(b, blocks)) >= abs(observed) - 1e-9
+    assert exact_tests.paired_swap_p(x, y, blocks) == pytest.approx(count / 256)
 
 
 def test_holm_known_vectors():
-    assert claims.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
-    assert claims.holm([0.02]) == [0.02]
-    assert claims.holm([0.5, 0.001, 0.2, 0.01]) == pytest.approx([0.5, 0.004, 0.4, 0.03])
-    assert claims.holm([0.4, 0.9]) == pytest.approx([0.8, 0.9])                # capped running max
+    assert exact_tests.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert exact_tests.holm([0.02]) == [0.02]
+    assert exact_tests.holm([0.5, 0.001, 0.2, 0.01]) == pytest.approx([0.5, 0.004, 0.4, 0.03])
+    assert exact_tests.holm([0.4, 0.9]) == pytest.approx([0.8, 0.9])                # capped running max
 
 
 # --- the effect detectable at 80% power --------------------------------------------------
@@ -78,23 +78,23 @@ def test_holm_known_vectors():
 def simulated_power(r, n, level, draws=4000, seed=12345):
     """An independent simulation: fresh normal draws shifted by r, the exact test on each one."""
     z = np.random.default_rng(seed).standard_normal((draws, n)) + r
-    return np.mean([claims.sign_flip_p(d) < level and d.sum() > 0 for d in z])
+    return np.mean([exact_tests.sign_flip_p(d) < level and d.sum() > 0 for d in z])
 
 
 def test_power_ratio_closed_form_where_only_the_all_positive_pattern_is_significant():
     # 10 pairs at a level in [2/1024, 4/1024): significant iff all 10 differences are positive,
     # so power = Phi(r)^10 and r = Phi^-1(0.8^(1/10)) = 2.013
-    r = claims.power_ratio(10, 0.003)
+    r = exact_tests.power_ratio(10, 0.003)
     assert r == pytest.approx(statistics.NormalDist().inv_cdf(0.8 ** 0.1), rel=0.03)
-    assert claims.power_ratio(5, 0.05) == math.inf                # floor 2/32 = 0.0625: never significant
-    assert claims.power_ratio(10, 0.0019) == math.inf              # below the floor 2/1024
+    assert exact_tests.power_ratio(5, 0.05) == math.inf                # floor 2/32 = 0.0625: never significant
+    assert exact_tests.power_ratio(10, 0.0019) == math.inf              # below the floor 2/1024
 
 
 @pytest.mark.parametrize("n, level", [(10, 0.01), (12, 0.05 / 6)])
 @pytest.mark.slow
 def test_power_ratio_matches_an_independent_simulation_within_10_percent(n, level):
-    r = claims.power_ratio(n, level)
-    assert simulated_power(0.9 * r, n, level) < claims.POWER < simulated_power(1.1 * r, n, level)
+    r = exact_tests.power_ratio(n, level)
+    assert simulated_power(0.9 * r, n, level) < exact_tests.POWER < simulated_power(1.1 * r, n, level)
 
 
 # --- verdicts ----------------------------------------------------------------------------
@@ -127,7 +127,7 @@ def test_a_planted_paired_effect_is_detected_and_a_planted_null_is_not():
     assert np.std([arm[k] for k in KEYS]) > 10 * found["effect"]
     assert null["verdict"] == "no difference detected" and null["p"] > 0.05
     dn = np.array([null_arm[k] - null_ref[k] for k in KEYS])
-    power80 = claims.power_ratio(10, 0.05 / 2) * dn.std(ddof=1)
+    power80 = exact_tests.power_ratio(10, 0.05 / 2) * dn.std(ddof=1)
     assert null["power80"] == pytest.approx(power80) and f"80%-power effect {claims._fmt(power80)}" in null["detail"]
 
 
@@ -195,7 +195,7 @@ def test_interaction_is_the_difference_of_two_paired_gaps_and_families_take_holm
     d = np.array([(values["x", "q_hi"][k] - values["x", "r_hi"][k]) - (values["x", "q_lo"][k] - values["x", "r_lo"][k])
                   for k in KEYS])
     assert r_int["effect"] == pytest.approx(d.mean()) and r_int["effect"] == pytest.approx(0.08, abs=0.02)
-    assert r_int["p"] == claims.sign_flip_p(d) == 2 / 1024 and r_int["verdict"] == "agrees"
+    assert r_int["p"] == exact_tests.sign_flip_p(d) == 2 / 1024 and r_int["verdict"] == "agrees"
     assert r_int["family"] == 1 and r_int["p_holm"] == r_int["p"]       # alone in its family: no Holm factor
     assert r_hi["family"] == r_lo["family"] == 2 and r_hi["p_holm"] == pytest.approx(2 * r_hi["p"])
     assert interaction.arms == ("q_hi", "r_hi", "q_lo", "r_lo")
@@ -228,10 +228,10 @@ def test_not_lower_is_one_sided_with_its_margin_and_every_verdict_has_a_power_st
     far = Claim("P", "far", "q", "peak", "bad", "m", +1, margin=0.02, statistic="not_lower")
     r_close, r_far = claims.judge([close, far], values, {})
     d = np.array([values["peak", "f"][k] - values["peak", "m"][k] for k in KEYS])
-    assert r_close["p"] == claims.sign_flip_p_greater(d + 0.02) < 0.025 and r_close["verdict"] == "agrees"
+    assert r_close["p"] == exact_tests.sign_flip_p_greater(d + 0.02) < 0.025 and r_close["verdict"] == "agrees"
     assert r_close["floor"] == 1 / 1024
     assert r_far["verdict"] == "no non-inferiority shown" and r_far["p"] == 1.0
-    r1 = claims.power_ratio(10, 0.05 / 2, sided="greater")
+    r1 = exact_tests.power_ratio(10, 0.05 / 2, sided="greater")
     assert r_close["power80"] == pytest.approx(r1 * d.std(ddof=1) - 0.02)
     assert "shown 4 times in 5 if the true difference is" in r_close["detail"]
     assert "sign-flip one-sided, not lower by 0.02 (pairs)" in claims.verdict_table([r_close])
@@ -245,23 +245,23 @@ def test_not_lower_is_one_sided_with_its_margin_and_every_verdict_has_a_power_st
 
 def test_one_sided_tost_and_spread_power_against_direct_simulation():
     # one-sided at a level in [1/1024, 2/1024): significant iff all 10 are positive: r = Phi^-1(0.8^(1/10))
-    assert claims.power_ratio(10, 0.0015, sided="greater") == pytest.approx(
+    assert exact_tests.power_ratio(10, 0.0015, sided="greater") == pytest.approx(
         statistics.NormalDist().inv_cdf(0.8 ** 0.1), rel=0.03)
-    r0 = claims.tost_ratio(10, 0.05)
+    r0 = exact_tests.tost_ratio(10, 0.05)
     z = np.random.default_rng(11).standard_normal((400, 10))
-    shown = np.mean([claims.tost_p(row, r0) < 0.05 for row in z])
+    shown = np.mean([exact_tests.tost_p(row, r0) < 0.05 for row in z])
     assert shown == pytest.approx(0.8, abs=0.06)            # an independent simulation at the found margin
-    assert claims.tost_ratio(10, 0.0009) == math.inf        # below TOST's floor 1/1024
+    assert exact_tests.tost_ratio(10, 0.0009) == math.inf        # below TOST's floor 1/1024
     blocks = (0,) * 5 + (5,) * 5
-    c = claims.spread_ratio(blocks, 0.05, -1)
+    c = exact_tests.spread_ratio(blocks, 0.05, -1)
     assert 0 < c < 1
     rng = np.random.default_rng(1)
     hits = 0
     for _ in range(600):
         shared = np.repeat(rng.standard_normal(2), 5)
         x, y = shared + c * rng.standard_normal(10), shared + rng.standard_normal(10)
-        hits += claims.paired_swap_p(x, y, list(blocks)) < 0.05 and \
-            claims.within_block_sd(x, list(blocks)) < claims.within_block_sd(y, list(blocks))
+        hits += exact_tests.paired_swap_p(x, y, list(blocks)) < 0.05 and \
+            exact_tests.within_block_sd(x, list(blocks)) < exact_tests.within_block_sd(y, list(blocks))
     assert hits / 600 == pytest.approx(0.8, abs=0.06)
 
 
