@@ -115,7 +115,7 @@ PANELS = [
                                          ("where/dlogp_reasoning_pos", "reasoning +"),
                                          ("where/dlogp_template_neg", "template -"),
                                          ("where/dlogp_reasoning_neg", "reasoning -")]),
-    # Monte Carlo token value V(with token) - V(without) (diagnostics.token_values, [recon]).
+    # Monte Carlo token value V(with token) - V(without) (token_diagnostics.token_values, [recon]).
     # The paper: boosted > suppressed, in positive and in negative rollouts alike.
     ("token value (success prob. with - without)", [("value/boosted_pos", "boosted +"),
                                                      ("value/suppressed_pos", "suppressed +"),
