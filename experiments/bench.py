@@ -77,7 +77,7 @@ import torch
 import tasks
 from experiments.bench_trl import measure_trl, peak_rss_mb, reset_peak_rss
 from machinery import rollout
-from machinery import tinymodel
+from machinery import warmups
 import verify
 
 N_PROMPTS, G_DEFAULT, MAX_NEW_DEFAULT = 32, 8, 48
@@ -564,7 +564,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             bench_smollm2.main_real(args)
         return
-    model_dir = tinymodel.load_or_warmup(tinymodel.warmup_config(args.data, digits=3))
+    model_dir = warmups.load_or_warmup(warmups.warmup_config(args.data, digits=3))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"work: {args.data}, {N_PROMPTS} prompts x {G_DEFAULT} rollouts, <= {MAX_NEW_DEFAULT} new tokens, T=1, lr 4e-4, "
           f"no KL, 1 optimizer step/batch; {args.warmup} warm-up + {args.steps} measured steps; "

@@ -107,7 +107,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from experiments.claims import Check, Claim
-from machinery import tinymodel
+from machinery import warmups
 
 CANCELLATION = "Cancellation Hypothesis"
 OURS = "ours (no paper)"      # a question this project added: on the pages, outside the papers' tables
@@ -115,7 +115,7 @@ DESIGN = "Token Gradient Cancellation (design conditions)"
 FADE = "FADE"
 
 # The design: every arm of every sweep runs from each of these pairs.
-WARMUP_SEEDS = tinymodel.SHIPPED_SEEDS   # starting checkpoints (train.py --warmup_seed), the blocks:
+WARMUP_SEEDS = warmups.SHIPPED_SEEDS   # starting checkpoints (train.py --warmup_seed), the blocks:
                                         # the shipped ones, so every machine starts from the same bytes
 SEEDS = (0, 1, 2, 3, 4)      # RL seeds per warm-up seed: 2 x 5 = 10 pairs per comparison
 FRESH_SEEDS = (5, 6, 7, 8, 9)   # RL seeds no earlier sweep ran: claims suggested by earlier runs are tested here

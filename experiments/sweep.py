@@ -18,7 +18,7 @@ This file runs them.
 A sweep is a set of ARMS, train.py flag sets that differ in one design choice, each run
 from every (warm-up seed, RL seed) pair of designs.WARMUP_SEEDS x designs.SEEDS. The
 warm-up seed picks the embedded model's starting weights (train.py --warmup_seed, cached
-or shipped, tinymodel.py); the RL seed the prompt order, the held-out set, the sampling
+or shipped, machinery/warmups.py); the RL seed the prompt order, the held-out set, the sampling
 and the mini-batch shuffles. Runs with the same pair in two arms differ only in the arm.
 
 Parts. A sweep longer than one sitting runs in parts: --part k/K runs the k-th of K
@@ -122,7 +122,7 @@ class RunSpec:
     """train.py's arguments (without --resume)."""
     steps: int
     warmup: object | None
-    """The embedded model's tinymodel.WarmupConfig when the run uses it (--model tiny), else None."""
+    """The embedded model's warmups.WarmupConfig when the run uses it (--model tiny), else None."""
 
     @property
     def label(self) -> str:
@@ -216,14 +216,14 @@ def ensure_warmup(runs: list[RunSpec], say: Callable[[str], None]) -> None:
     several at a time, on the same cores (each ~50 s) and race for the same cache entry.
     """
     import torch
-    from machinery import tinymodel
+    from machinery import warmups
     torch.set_num_threads(1)                   # this process warms up while no run is going
-    configs = {tinymodel.cache_key(r.warmup): r.warmup for r in runs if r.warmup is not None}
+    configs = {warmups.cache_key(r.warmup): r.warmup for r in runs if r.warmup is not None}
     for key, cfg in sorted(configs.items()):
-        if tinymodel.existing_warmup(cfg) is None:
+        if warmups.existing_warmup(cfg) is None:
             say(f"warm-up of the embedded model ({cfg.task}; 1-3 min, once): "
-                f"{os.path.join(tinymodel.DEFAULT_CACHE_DIR, key)}")
-        tinymodel.load_or_warmup(cfg)
+                f"{os.path.join(warmups.DEFAULT_CACHE_DIR, key)}")
+        warmups.load_or_warmup(cfg)
 
 
 # ---------------------------------------------------------------------------------------

@@ -49,11 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import PrinterCallback
 
     from tasks import addition
-    from machinery import tinymodel
+    from machinery import warmups
     from integrations.trl_grpo import TokencreditGRPOTrainer
     from scheduler import SchedulerConfig
 
-    model_dir = tinymodel.load_or_warmup()
+    model_dir = warmups.load_or_warmup()
     rows = addition.addition_split_rows(args.prompts * args.steps * 4, split="train", seed=args.seed)
     dataset = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in rows])
 
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     config = GRPOConfig(
         output_dir=out_dir, use_cpu=True, report_to="none", disable_tqdm=True, save_strategy="no",
         seed=args.seed, learning_rate=args.lr, temperature=1.0, logging_steps=1, dataloader_num_workers=0,
-        num_generations=args.group_size, max_completion_length=tinymodel.max_response_tokens(tinymodel.WarmupConfig(digits=3)),
+        num_generations=args.group_size, max_completion_length=warmups.max_response_tokens(warmups.WarmupConfig(digits=3)),
         per_device_train_batch_size=args.prompts * args.group_size // args.minibatches,
         steps_per_generation=args.minibatches, gradient_accumulation_steps=1,
         max_steps=args.steps * args.minibatches, loss_type="dapo")

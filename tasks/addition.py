@@ -43,7 +43,7 @@ def addition_response(a: int, b: int, digit_noise: float = 0.0, rng: random.Rand
     computed from the true sum), and the answer line is read off the written digits, as
     a model that copies its scratchpad would: 347+85 with the middle digit replaced by 7
     gives "...4+8+1=17\\n...A:472". A model trained on such targets to convergence is
-    unsure at exactly the tokens that decide the reward (tinymodel.py says why).
+    unsure at exactly the tokens that decide the reward (machinery/warmups.py says why).
     """
     if a < 0 or b < 0:
         raise ValueError(f"addition operands must be non-negative, got a={a}, b={b}")
@@ -144,10 +144,10 @@ def rows(n: int | None, split: str, seed: int = 0, digits: int = 3) -> list[dict
 
 
 def warmup_fields(digits: int) -> dict:
-    """The embedded model's warm-up (tinymodel.WarmupConfig fields): width 128 with 4 heads
+    """The embedded model's warm-up (warmups.WarmupConfig fields): width 128 with 4 heads
     of 32, 1500 steps at learning rate 1e-3 decayed to 0, on the noisy teacher's targets
     (digit_noise 0.25). It converges to a model that gets about half the held-out
-    problems right from any seed (tinymodel.py's header says why). At width 64 with 2
+    problems right from any seed (machinery/warmups.py's header says why). At width 64 with 2
     heads, or at learning rate 3e-3, some seeds never learned to copy the answer line
     or the carry of the second column."""
     return {"digits": digits, "hidden_size": 128, "num_heads": 4, "lr": 1e-3, "max_steps": 1500,

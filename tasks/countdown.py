@@ -294,7 +294,7 @@ def rows(n: int | None, split: str, seed: int = 0, digits: int = 3, instruct: bo
 
 
 def warmup_fields(digits: int) -> dict:
-    """The embedded model's warm-up (tinymodel.WarmupConfig fields): width 64 with 2 heads,
+    """The embedded model's warm-up (warmups.WarmupConfig fields): width 64 with 2 heads,
     3000 steps on clean targets. The warm-up is meant to leave the model uncertain among
     several right answers and wordings, not to solve the task (docs/results.md)."""
     return {"max_steps": 3000, "eval_every": 500}

@@ -10,7 +10,7 @@ import contextlib
 import pytest
 import torch
 
-from machinery import tinymodel
+from machinery import tinymodel, warmups
 from tasks.addition import make_addition_rows
 
 torch.set_num_threads(1)
@@ -59,13 +59,13 @@ def addition_tiny_model():
     tok = tinymodel.build_char_tokenizer()
     m = tinymodel.build_tiny_model(tok, seed=0, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
     rows = make_addition_rows(256, digits=1, seed=0)
-    inputs, labels = tinymodel._encode_rows(tok, rows)
+    inputs, labels = warmups._encode_rows(tok, rows)
     opt = torch.optim.AdamW(m.parameters(), lr=2e-2)
     gen = torch.Generator().manual_seed(0)
     m.train()
     for _ in range(30):
         idx = torch.randint(len(rows), (32,), generator=gen)
-        loss = tinymodel._response_loss(m, inputs[idx], labels[idx], tok.pad_token_id)
+        loss = warmups._response_loss(m, inputs[idx], labels[idx], tok.pad_token_id)
         opt.zero_grad()
         loss.backward()
         opt.step()

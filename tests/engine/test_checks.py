@@ -14,7 +14,7 @@ import time
 import pytest
 
 import train
-from machinery import checkpoint, tinymodel
+from machinery import checkpoint, tinymodel, warmups
 from machinery import checks as door_checks
 from machinery import config
 import tasks
@@ -29,7 +29,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def no_work(monkeypatch):
     """Any data load, warm-up or model load fails the test: the check came too late."""
     monkeypatch.setattr(tasks, "load", lambda *a, **k: pytest.fail("data loaded before the door check"))
-    monkeypatch.setattr(tinymodel, "load_or_warmup", lambda *a, **k: pytest.fail("warm-up before the door check"))
+    monkeypatch.setattr(warmups, "load_or_warmup", lambda *a, **k: pytest.fail("warm-up before the door check"))
 
 
 # --- values ---------------------------------------------------------------------------------
@@ -200,10 +200,10 @@ def test_jsonl_row_nested_a_hundred_thousand_deep_is_one_line(tiny_dir, tmp_path
 
 def test_truncated_cached_warm_up_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
     cache = tmp_path / "cache"
-    monkeypatch.setattr(tinymodel, "load_or_warmup", functools.partial(tinymodel.load_or_warmup, cache_dir=str(cache),
+    monkeypatch.setattr(warmups, "load_or_warmup", functools.partial(warmups.load_or_warmup, cache_dir=str(cache),
                                                                        shipped_dir=None))
     cfg = train.parse_args(["--out_dir", str(tmp_path / "run"), "--digits", "1"])
-    entry = cache / tinymodel.cache_key(config.embedded_warmup(cfg))
+    entry = cache / warmups.cache_key(config.embedded_warmup(cfg))
     tok = tinymodel.build_char_tokenizer()
     tinymodel.build_tiny_model(tok, seed=0).save_pretrained(entry)
     tok.save_pretrained(entry)
@@ -227,7 +227,7 @@ def test_start_json_says_whether_the_start_was_verified(tiny_dir, tmp_path, caps
     start = json.load(open(tmp_path / "shipped" / "start.json"))
     key = os.path.basename(start["model_path"])
     assert start["shipped"] and start["verified"] is True
-    assert start["weights_sha256"] == tinymodel.SHIPPED_SHA256[key] == tinymodel.weights_sha256(start["model_path"])
+    assert start["weights_sha256"] == warmups.SHIPPED_SHA256[key] == warmups.weights_sha256(start["model_path"])
     assert run_main(quick_run_args(tiny_dir, tmp_path / "path", "--steps", "1"), capsys)[0] == 0
     start = json.load(open(tmp_path / "path" / "start.json"))
     assert not start["shipped"] and start["verified"] is False          # a model directory: nothing recorded
@@ -235,18 +235,18 @@ def test_start_json_says_whether_the_start_was_verified(tiny_dir, tmp_path, caps
 
 def test_a_flipped_byte_in_a_shipped_warm_up_is_one_line_before_the_run(tmp_path, capsys, monkeypatch):
     """The issue's case: the run started "(shipped, sha256 15df9f3a56c5)" without a word."""
-    key = tinymodel.cache_key(tinymodel.warmup_config("addition", seed=0))
-    shutil.copytree(os.path.join(tinymodel.SHIPPED_DIR, key), tmp_path / "weights" / key)
+    key = warmups.cache_key(warmups.warmup_config("addition", seed=0))
+    shutil.copytree(os.path.join(warmups.SHIPPED_DIR, key), tmp_path / "weights" / key)
     weights = tmp_path / "weights" / key / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-1] ^= 0x01
     weights.write_bytes(bytes(data))
-    monkeypatch.setattr(tinymodel, "load_or_warmup", functools.partial(
-        tinymodel.load_or_warmup, cache_dir=str(tmp_path / "cache"), shipped_dir=str(tmp_path / "weights")))
+    monkeypatch.setattr(warmups, "load_or_warmup", functools.partial(
+        warmups.load_or_warmup, cache_dir=str(tmp_path / "cache"), shipped_dir=str(tmp_path / "weights")))
     code, err = run_main(shipped_start(tmp_path / "run"), capsys)
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith(f"train.py: error: shipped warm-up {tmp_path / 'weights' / key} is damaged: its weights "
-                             f"do not match their recorded SHA-256 ({tinymodel.SHIPPED_SHA256[key][:12]}, got "), err
+                             f"do not match their recorded SHA-256 ({warmups.SHIPPED_SHA256[key][:12]}, got "), err
     assert not os.path.exists(tmp_path / "run" / "start.json") and not os.path.exists(tmp_path / "cache")
 
 

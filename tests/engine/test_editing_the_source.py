@@ -192,13 +192,13 @@ def test_nothing_to_learn_speaks_once_at_the_streaks_length():
 
 
 def test_a_task_without_a_shipped_warm_up_is_said_to_be_warmed_up_here(tmp_path):
-    from machinery import tinymodel
+    from machinery import warmups
     said = []
-    cfg = tinymodel.WarmupConfig(task="mytask", max_steps=1)
+    cfg = warmups.WarmupConfig(task="mytask", max_steps=1)
     shipped = tmp_path / "weights"
     (shipped / "addition-s0-abc").mkdir(parents=True)
     try:
-        tinymodel.load_or_warmup(cfg, cache_dir=str(tmp_path / "cache"), shipped_dir=str(shipped), say=said.append)
+        warmups.load_or_warmup(cfg, cache_dir=str(tmp_path / "cache"), shipped_dir=str(shipped), say=said.append)
     except Exception:                # the warm-up itself needs the task's rows; the message comes first
         pass
     assert said and said[0].startswith("mytask: no warm-up of the embedded model ships for this task") \
@@ -312,15 +312,15 @@ def test_clip_flags_are_taken_where_they_act():
 
 
 def test_target_noise_is_a_noisy_teacher_for_any_task_and_leaves_the_shipped_names_alone():
-    from machinery import tinymodel
-    clean = tinymodel.WarmupConfig(task="countdown", n_train=400)
-    noisy = tinymodel.WarmupConfig(task="countdown", n_train=400, target_noise=0.5)
-    (rows, _), (swapped, _) = tinymodel._task_rows(clean), tinymodel._task_rows(noisy)
+    from machinery import warmups
+    clean = warmups.WarmupConfig(task="countdown", n_train=400)
+    noisy = warmups.WarmupConfig(task="countdown", n_train=400, target_noise=0.5)
+    (rows, _), (swapped, _) = warmups._task_rows(clean), warmups._task_rows(noisy)
     changed = [a["target"] != b["target"] for a, b in zip(rows, swapped)]
     assert [r["prompt"] for r in rows] == [r["prompt"] for r in swapped]          # the same problems
     assert 0.35 < sum(changed) / len(changed) < 0.6                               # about half swapped
     targets = {r["target"] for r in rows}
     assert all(b["target"] in targets for b in swapped)                          # each a well-formed target
-    assert tinymodel.cache_key(noisy) != tinymodel.cache_key(clean)
-    shipped = {tinymodel.cache_key(c) for c in tinymodel.shipped_configs()}
-    assert shipped == {d for d in os.listdir(tinymodel.SHIPPED_DIR) if os.path.isdir(os.path.join(tinymodel.SHIPPED_DIR, d))}
+    assert warmups.cache_key(noisy) != warmups.cache_key(clean)
+    shipped = {warmups.cache_key(c) for c in warmups.shipped_configs()}
+    assert shipped == {d for d in os.listdir(warmups.SHIPPED_DIR) if os.path.isdir(os.path.join(warmups.SHIPPED_DIR, d))}

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import tasks
-from machinery import tinymodel
+from machinery import warmups
 from tasks import addition
 from tasks.addition import addition_response, addition_split_rows, make_addition_rows
 from tasks.math_datasets import format_prompt, gsm8k_rows, load_gsm8k, load_jsonl, load_math, math_rows, save_jsonl
@@ -56,7 +56,7 @@ def test_every_registered_task_keeps_the_task_contract(name):
             assert score["reward"] == score["correct"] == 0.0, (wrong, score)
     assert task.eval_prompts >= 1 and task.eval_samples >= 1
     if task.warmup is not None:                   # the embedded model's warm-up is a valid config
-        assert tinymodel.warmup_config(task.name, 3, seed=0).task == task.name
+        assert warmups.warmup_config(task.name, 3, seed=0).task == task.name
         assert task.max_response_tokens(3) >= 1
     if task.is_reasoning_text is not None:        # the answer's digits are reasoning, a newline template
         assert task.is_reasoning_text(train[0]["answer"][0]) and not task.is_reasoning_text("\n")

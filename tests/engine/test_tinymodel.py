@@ -13,9 +13,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from machinery import tinymodel
+from machinery import tinymodel, warmups
+from machinery.tinymodel import build_char_tokenizer, build_tiny_model
+from machinery.warmups import WarmupConfig
 from tasks import addition, countdown
-from machinery.tinymodel import WarmupConfig, build_char_tokenizer, build_tiny_model
 
 # A warm-up small enough for a test: ~5k parameters, a handful of steps, 1-digit problems.
 TINY = dict(digits=1, hidden_size=16, num_heads=2, intermediate_size=32, batch_size=8, n_train=64,
@@ -143,7 +144,7 @@ def test_the_warm_up_checks_with_the_task_checker():
 
 def test_encoded_rows_put_loss_on_response_tokens_only(tok):
     rows = addition.make_addition_rows(5, digits=2, seed=0)
-    inputs, labels = tinymodel._encode_rows(tok, rows)
+    inputs, labels = warmups._encode_rows(tok, rows)
     for i, r in enumerate(rows):
         p, t = tok(r["prompt"])["input_ids"], tok(r["target"])["input_ids"]
         n = len(p) + len(t) + 1
@@ -157,9 +158,9 @@ def test_encoded_rows_put_loss_on_response_tokens_only(tok):
 def test_response_loss_equals_hand_computed_cross_entropy(tok):
     model = build_tiny_model(tok, seed=0, hidden_size=16, num_heads=2, intermediate_size=32)
     rows = addition.make_addition_rows(4, digits=2, seed=1)
-    inputs, labels = tinymodel._encode_rows(tok, rows)
+    inputs, labels = warmups._encode_rows(tok, rows)
     with torch.no_grad():
-        loss = tinymodel._response_loss(model, inputs, labels, tok.pad_token_id)
+        loss = warmups._response_loss(model, inputs, labels, tok.pad_token_id)
         total, count = 0.0, 0
         for i in range(len(rows)):
             n = int((inputs[i] != tok.pad_token_id).sum())
@@ -179,32 +180,32 @@ def test_warmup_config_validation_and_cache_key():
         WarmupConfig(batch_size=0).validate()
     with pytest.raises(ValueError, match="lr must be > 0"):
         WarmupConfig(lr=0.0).validate()
-    assert tinymodel.cache_key(WarmupConfig()) == tinymodel.cache_key(WarmupConfig())
-    assert tinymodel.cache_key(WarmupConfig()).startswith("addition-s0-")
-    assert tinymodel.cache_key(WarmupConfig(digits=2)) != tinymodel.cache_key(WarmupConfig())   # in the hash
-    assert tinymodel.cache_key(WarmupConfig(seed=1)) != tinymodel.cache_key(WarmupConfig())
-    assert tinymodel.cache_key(WarmupConfig(lr=1e-3)) != tinymodel.cache_key(WarmupConfig())
+    assert warmups.cache_key(WarmupConfig()) == warmups.cache_key(WarmupConfig())
+    assert warmups.cache_key(WarmupConfig()).startswith("addition-s0-")
+    assert warmups.cache_key(WarmupConfig(digits=2)) != warmups.cache_key(WarmupConfig())   # in the hash
+    assert warmups.cache_key(WarmupConfig(seed=1)) != warmups.cache_key(WarmupConfig())
+    assert warmups.cache_key(WarmupConfig(lr=1e-3)) != warmups.cache_key(WarmupConfig())
 
 
 def test_max_response_tokens_covers_the_longest_target():
     for d in (1, 2, 3):
         longest = "9" * d + "+" + "9" * d
         target = addition.addition_response(int("9" * d), int("9" * d))
-        assert len(target) + 1 == tinymodel.max_response_tokens(tinymodel.WarmupConfig(digits=d)), longest
+        assert len(target) + 1 == warmups.max_response_tokens(warmups.WarmupConfig(digits=d)), longest
 
 
 def test_warmup_stops_at_first_eval_reaching_target(tmp_path, monkeypatch):
     script = iter([0.1, 0.2, 0.35, 0.9])
     calls = []
-    monkeypatch.setattr(tinymodel, "_eval_pass1", lambda *a: calls.append(a[-1]) or next(script))
+    monkeypatch.setattr(warmups, "_eval_pass1", lambda *a: calls.append(a[-1]) or next(script))
     cfg = WarmupConfig(**{**TINY, "max_steps": 20, "target_pass1": 0.3})
-    path = tinymodel.warmup(cfg, str(tmp_path))
+    path = warmups.warmup(cfg, str(tmp_path))
     summary = json.load(open(os.path.join(path, "warmup.json")))
     assert calls == [2, 4, 6]                                    # stopped at the third evaluation
     assert summary["steps"] == 6 and summary["reached_target"] and summary["final_pass1"] == 0.35
     # the step cap: never reaching the target still saves a model, flagged as such
-    monkeypatch.setattr(tinymodel, "_eval_pass1", lambda *a: 0.0)
-    path = tinymodel.warmup(WarmupConfig(**{**TINY, "max_steps": 3, "target_pass1": 0.3}), str(tmp_path))
+    monkeypatch.setattr(warmups, "_eval_pass1", lambda *a: 0.0)
+    path = warmups.warmup(WarmupConfig(**{**TINY, "max_steps": 3, "target_pass1": 0.3}), str(tmp_path))
     summary = json.load(open(os.path.join(path, "warmup.json")))
     assert summary["steps"] == 3 and not summary["reached_target"]
     assert [h["step"] for h in summary["history"]] == [2, 3]     # every eval_every, and at the cap
@@ -216,20 +217,20 @@ def test_warmup_stops_at_first_eval_reaching_target(tmp_path, monkeypatch):
 
 def test_warmup_writes_a_cache_and_a_second_call_reuses_it(tmp_path, monkeypatch):
     cfg = WarmupConfig(**TINY)
-    path = tinymodel.load_or_warmup(cfg, str(tmp_path))
-    assert os.path.basename(path) == tinymodel.cache_key(cfg)
-    assert sorted(os.listdir(tmp_path)) == [tinymodel.cache_key(cfg)]      # no temporary left over
+    path = warmups.load_or_warmup(cfg, str(tmp_path))
+    assert os.path.basename(path) == warmups.cache_key(cfg)
+    assert sorted(os.listdir(tmp_path)) == [warmups.cache_key(cfg)]      # no temporary left over
     summary = json.load(open(os.path.join(path, "warmup.json")))
     assert summary["steps"] == 4 and summary["config"] == {**WarmupConfig().__dict__, **TINY}
     mtime = os.path.getmtime(os.path.join(path, "model.safetensors"))
 
     calls = []
-    real = tinymodel.warmup
-    monkeypatch.setattr(tinymodel, "warmup", lambda *a, **k: calls.append(1) or real(*a, **k))
-    assert tinymodel.load_or_warmup(cfg, str(tmp_path)) == path
+    real = warmups.warmup
+    monkeypatch.setattr(warmups, "warmup", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert warmups.load_or_warmup(cfg, str(tmp_path)) == path
     assert calls == [] and os.path.getmtime(os.path.join(path, "model.safetensors")) == mtime
     # a different config is a different entry, and it is trained
-    other = tinymodel.load_or_warmup(WarmupConfig(**{**TINY, "seed": 1}), str(tmp_path))
+    other = warmups.load_or_warmup(WarmupConfig(**{**TINY, "seed": 1}), str(tmp_path))
     assert calls == [1] and other != path
     # the entry is an ordinary model directory
     model = AutoModelForCausalLM.from_pretrained(path)
@@ -246,10 +247,10 @@ def test_failed_save_leaves_no_partial_directory(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tok_class, "save_pretrained", broken_save)
     with pytest.raises(OSError, match="disk full"):
-        tinymodel.load_or_warmup(cfg, str(tmp_path))
+        warmups.load_or_warmup(cfg, str(tmp_path))
     assert os.listdir(tmp_path) == []                # neither the entry nor a temporary
     monkeypatch.undo()
-    path = tinymodel.load_or_warmup(cfg, str(tmp_path))  # a retry then succeeds
+    path = warmups.load_or_warmup(cfg, str(tmp_path))  # a retry then succeeds
     assert os.path.isfile(os.path.join(path, "warmup.json"))
 
 
@@ -257,13 +258,13 @@ def test_incomplete_entry_is_replaced(tmp_path):
     """A directory without warmup.json (never written by warmup, which renames complete
     entries into place; e.g. a hand copy interrupted half-way) is retrained over."""
     cfg = WarmupConfig(**TINY)
-    stale = tmp_path / tinymodel.cache_key(cfg)
+    stale = tmp_path / warmups.cache_key(cfg)
     stale.mkdir()
     (stale / "junk.bin").write_bytes(b"half a model")
-    path = tinymodel.load_or_warmup(cfg, str(tmp_path))
+    path = warmups.load_or_warmup(cfg, str(tmp_path))
     assert sorted(os.listdir(path)) == ["config.json", "generation_config.json", "model.safetensors",
                                         "tokenizer.json", "tokenizer_config.json", "warmup.json"]
-    assert sorted(os.listdir(tmp_path)) == [tinymodel.cache_key(cfg)]
+    assert sorted(os.listdir(tmp_path)) == [warmups.cache_key(cfg)]
 
 
 # ---------------------------------------------------------------------------------------
@@ -273,51 +274,51 @@ def test_incomplete_entry_is_replaced(tmp_path):
 def test_shipped_weights_are_exactly_the_codes_warmups():
     """weights/ holds one complete model directory per shipped_configs() entry, under the
     key this code computes, built from that config, and nothing else. Fails when the
-    warm-up code or config changes without `python -m machinery.tinymodel` (stale weights)."""
-    expected = {tinymodel.cache_key(cfg): cfg for cfg in tinymodel.shipped_configs()}
-    assert sorted(os.listdir(tinymodel.SHIPPED_DIR)) == sorted(expected)
+    warm-up code or config changes without `python -m machinery.warmups` (stale weights)."""
+    expected = {warmups.cache_key(cfg): cfg for cfg in warmups.shipped_configs()}
+    assert sorted(os.listdir(warmups.SHIPPED_DIR)) == sorted(expected)
     for key, cfg in expected.items():
-        path = os.path.join(tinymodel.SHIPPED_DIR, key)
+        path = os.path.join(warmups.SHIPPED_DIR, key)
         summary = json.load(open(os.path.join(path, "warmup.json")))
-        added = {name: WarmupConfig.__dataclass_fields__[name].default for name in tinymodel.ADDED_LATER}
-        assert {**added, **summary["config"]} == cfg.__dict__ and summary["cache_format"] == tinymodel.CACHE_FORMAT, key
+        added = {name: WarmupConfig.__dataclass_fields__[name].default for name in warmups.ADDED_LATER}
+        assert {**added, **summary["config"]} == cfg.__dict__ and summary["cache_format"] == warmups.CACHE_FORMAT, key
         assert summary["steps"] == cfg.max_steps
-        assert len(tinymodel.weights_sha256(path)) == 64
+        assert len(warmups.weights_sha256(path)) == 64
 
 
 def test_default_embedded_runs_start_from_shipped_weights(monkeypatch, tmp_path):
     """Seed 0 of each task loads from weights/ and trains nothing, whatever the cache holds."""
-    monkeypatch.setattr(tinymodel, "warmup", lambda *a, **k: pytest.fail("warm-up of a shipped config"))
-    for task in tinymodel.TASKS:
-        cfg = tinymodel.warmup_config(task, seed=0)
-        path = tinymodel.load_or_warmup(cfg, str(tmp_path))
-        assert path == os.path.join(tinymodel.SHIPPED_DIR, tinymodel.cache_key(cfg))
+    monkeypatch.setattr(warmups, "warmup", lambda *a, **k: pytest.fail("warm-up of a shipped config"))
+    for task in warmups.TASKS:
+        cfg = warmups.warmup_config(task, seed=0)
+        path = warmups.load_or_warmup(cfg, str(tmp_path))
+        assert path == os.path.join(warmups.SHIPPED_DIR, warmups.cache_key(cfg))
 
 
 def test_shipped_then_cache_then_warmup_and_stale_shipped_weights_are_said(tmp_path, monkeypatch):
     cfg = WarmupConfig(**TINY)
     shipped, cache = tmp_path / "shipped", tmp_path / "cache"
-    built = tinymodel.load_or_warmup(cfg, str(cache), shipped_dir=None)         # trains into the cache
+    built = warmups.load_or_warmup(cfg, str(cache), shipped_dir=None)         # trains into the cache
     trained = []
-    monkeypatch.setattr(tinymodel, "warmup", lambda *a, **k: trained.append(1) or built)
+    monkeypatch.setattr(warmups, "warmup", lambda *a, **k: trained.append(1) or built)
     # 1. a shipped copy wins over the cache
-    shutil.copytree(built, shipped / tinymodel.cache_key(cfg))
-    assert tinymodel.load_or_warmup(cfg, str(cache), shipped_dir=str(shipped)) == str(shipped / tinymodel.cache_key(cfg))
+    shutil.copytree(built, shipped / warmups.cache_key(cfg))
+    assert warmups.load_or_warmup(cfg, str(cache), shipped_dir=str(shipped)) == str(shipped / warmups.cache_key(cfg))
     # 2. no shipped copy: the cache
-    shutil.rmtree(shipped / tinymodel.cache_key(cfg))
+    shutil.rmtree(shipped / warmups.cache_key(cfg))
     said = []
-    assert tinymodel.load_or_warmup(cfg, str(cache), shipped_dir=str(shipped), say=said.append) == built
+    assert warmups.load_or_warmup(cfg, str(cache), shipped_dir=str(shipped), say=said.append) == built
     assert trained == [] and said == []
     # 3. a config the repository ships, missing from shipped_dir (which ships other warm-ups of
     #    its task): stale, said in one line, then warmed up
-    monkeypatch.setattr(tinymodel, "shipped_configs", lambda: [cfg])
+    monkeypatch.setattr(warmups, "shipped_configs", lambda: [cfg])
     shutil.rmtree(built)
     os.makedirs(shipped / f"{cfg.task}-s9-000000000000")
-    tinymodel.load_or_warmup(cfg, str(cache), shipped_dir=str(shipped), say=said.append)
-    assert trained == [1] and len(said) == 1 and "stale" in said[0] and tinymodel.cache_key(cfg) in said[0]
+    warmups.load_or_warmup(cfg, str(cache), shipped_dir=str(shipped), say=said.append)
+    assert trained == [1] and len(said) == 1 and "stale" in said[0] and warmups.cache_key(cfg) in said[0]
     # a config nobody ships is warmed up without a word (a custom width is not a stale checkpoint)
-    monkeypatch.setattr(tinymodel, "shipped_configs", lambda: [])
-    tinymodel.load_or_warmup(cfg, str(cache), shipped_dir=str(shipped), say=said.append)
+    monkeypatch.setattr(warmups, "shipped_configs", lambda: [])
+    warmups.load_or_warmup(cfg, str(cache), shipped_dir=str(shipped), say=said.append)
     assert trained == [1, 1] and len(said) == 1
 
 
@@ -327,9 +328,9 @@ def test_shipped_then_cache_then_warmup_and_stale_shipped_weights_are_said(tmp_p
 
 def test_the_shipped_sha256_table_names_every_shipped_directory():
     """SHIPPED_SHA256 pins weights/: one line per directory, each the hash of its bytes."""
-    assert tinymodel.SHIPPED_SHA256 == {key: tinymodel.weights_sha256(os.path.join(tinymodel.SHIPPED_DIR, key))
-                                        for key in os.listdir(tinymodel.SHIPPED_DIR)}
-    assert tinymodel.SHIPPED_SHA256["addition-s0-b840513ee205"].startswith("5b98e55b3977")
+    assert warmups.SHIPPED_SHA256 == {key: warmups.weights_sha256(os.path.join(warmups.SHIPPED_DIR, key))
+                                        for key in os.listdir(warmups.SHIPPED_DIR)}
+    assert warmups.SHIPPED_SHA256["addition-s0-b840513ee205"].startswith("5b98e55b3977")
 
 
 def damaged_copy(src, dst, damage):
@@ -353,35 +354,35 @@ def damaged_copy(src, dst, damage):
 def test_a_changed_shipped_warm_up_is_refused_in_one_line(damage, detail, tmp_path, monkeypatch):
     """Before: a flipped byte started "(shipped, sha256 ...)" without a word; a renamed tensor
     loaded random embeddings, trained nothing, and exited 0."""
-    monkeypatch.setattr(tinymodel, "warmup", lambda *a, **k: pytest.fail("warmed up instead"))
-    cfg = tinymodel.warmup_config("addition", seed=0)
-    key = tinymodel.cache_key(cfg)
-    damaged_copy(os.path.join(tinymodel.SHIPPED_DIR, key), tmp_path / "weights" / key, damage)
-    with pytest.raises(tinymodel.UsageError) as e:
-        tinymodel.load_or_warmup(cfg, str(tmp_path / "cache"), shipped_dir=str(tmp_path / "weights"))
+    monkeypatch.setattr(warmups, "warmup", lambda *a, **k: pytest.fail("warmed up instead"))
+    cfg = warmups.warmup_config("addition", seed=0)
+    key = warmups.cache_key(cfg)
+    damaged_copy(os.path.join(warmups.SHIPPED_DIR, key), tmp_path / "weights" / key, damage)
+    with pytest.raises(warmups.UsageError) as e:
+        warmups.load_or_warmup(cfg, str(tmp_path / "cache"), shipped_dir=str(tmp_path / "weights"))
     message = str(e.value)
     assert message.startswith(f"shipped warm-up {tmp_path / 'weights' / key} is damaged: ") and "\n" not in message
     assert detail in message and message.endswith(f"git checkout -- weights/{key} restores the repository's copy")
     # the intact copy passes, and is the one returned
-    shutil.copytree(os.path.join(tinymodel.SHIPPED_DIR, key), tmp_path / "intact" / key)
-    assert tinymodel.load_or_warmup(cfg, str(tmp_path / "cache"), shipped_dir=str(tmp_path / "intact")) == \
+    shutil.copytree(os.path.join(warmups.SHIPPED_DIR, key), tmp_path / "intact" / key)
+    assert warmups.load_or_warmup(cfg, str(tmp_path / "cache"), shipped_dir=str(tmp_path / "intact")) == \
         str(tmp_path / "intact" / key)
 
 
 def test_a_cache_entry_records_its_sha256_and_is_checked_against_it(tmp_path):
     cfg = WarmupConfig(**TINY)
-    path = tinymodel.load_or_warmup(cfg, str(tmp_path / "cache"), shipped_dir=None)
+    path = warmups.load_or_warmup(cfg, str(tmp_path / "cache"), shipped_dir=None)
     recorded = json.load(open(os.path.join(path, "warmup.json")))["weights_sha256"]
-    assert recorded == tinymodel.weights_sha256(path) and tinymodel.recorded_sha256(path, shipped=False) == recorded
-    assert tinymodel.verify_warmup(path, shipped=False) is True
+    assert recorded == warmups.weights_sha256(path) and warmups.recorded_sha256(path, shipped=False) == recorded
+    assert warmups.verify_warmup(path, shipped=False) is True
     weights = os.path.join(path, "model.safetensors")
     data = bytearray(open(weights, "rb").read())
     data[-1] ^= 0x01
     open(weights, "wb").write(bytes(data))
-    with pytest.raises(tinymodel.UsageError, match=rf"^warm-up {path} is damaged: its weights do not match their "
+    with pytest.raises(warmups.UsageError, match=rf"^warm-up {path} is damaged: its weights do not match their "
                                                    rf"recorded SHA-256 \({recorded[:12]}, got [0-9a-f]{{12}}\); "
                                                    r"delete that directory to rebuild it$"):
-        tinymodel.load_or_warmup(cfg, str(tmp_path / "cache"), shipped_dir=None)
+        warmups.load_or_warmup(cfg, str(tmp_path / "cache"), shipped_dir=None)
 
 
 def test_a_cache_entry_from_before_the_records_is_used_unverified_unless_a_tensor_is_wrong(tmp_path):
@@ -393,15 +394,15 @@ def test_a_cache_entry_from_before_the_records_is_used_unverified_unless_a_tenso
     tok.save_pretrained(entry)
     (entry / "warmup.json").write_text("{}")
     said = []
-    assert tinymodel.verify_warmup(str(entry), shipped=False, say=said.append) is False
+    assert warmups.verify_warmup(str(entry), shipped=False, say=said.append) is False
     assert said == [f"warm-up {entry} records no SHA-256 (written before they were recorded): used unverified; "
                     "delete that directory to rebuild it with one"]
     shutil.rmtree(tmp_path / "renamed", ignore_errors=True)
     damaged_copy(entry, tmp_path / "renamed", "rename")
-    with pytest.raises(tinymodel.UsageError, match=r"is damaged: no tensor model.embed_tokens.weight, an unexpected "
+    with pytest.raises(warmups.UsageError, match=r"is damaged: no tensor model.embed_tokens.weight, an unexpected "
                                                    r"tensor model.emced_tokens.weight; delete that directory"):
-        tinymodel.verify_warmup(str(tmp_path / "renamed"), shipped=False, say=said.append)
-    assert tinymodel.weight_keys_problem(str(entry)) is None
+        warmups.verify_warmup(str(tmp_path / "renamed"), shipped=False, say=said.append)
+    assert warmups.weight_keys_problem(str(entry)) is None
 
 
 def test_weights_hash_names_the_bytes(tmp_path):
@@ -410,5 +411,5 @@ def test_weights_hash_names_the_bytes(tmp_path):
         d = tmp_path / f"m{seed}"
         if not d.exists():
             tinymodel.build_tiny_model(tok, seed=seed).save_pretrained(d)
-    assert tinymodel.weights_sha256(str(tmp_path / "m0")) != tinymodel.weights_sha256(str(tmp_path / "m1"))
-    assert tinymodel.weights_sha256(str(tmp_path / "nothing")) is None
+    assert warmups.weights_sha256(str(tmp_path / "m0")) != warmups.weights_sha256(str(tmp_path / "m1"))
+    assert warmups.weights_sha256(str(tmp_path / "nothing")) is None

@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from machinery import tinymodel
+from machinery import tinymodel, warmups
 import train
 from machinery import forward
 from machinery import checks, config, rollout
@@ -51,7 +51,7 @@ def test_smoke_full_loop_writes_metrics_and_checkpoint(tiny_dir, tmp_path):
     assert json.load(open(tmp_path / "config.json"))["steps"] == 3
     # what the run started from: the weights' hash names the start on any machine
     start = json.load(open(tmp_path / "start.json"))
-    assert start["weights_sha256"] == tinymodel.weights_sha256(tiny_dir) and not start["shipped"]
+    assert start["weights_sha256"] == warmups.weights_sha256(tiny_dir) and not start["shipped"]
     assert len(start["weights_sha256"]) == 64
 
 
@@ -174,8 +174,8 @@ def test_short_rl_run_on_the_synthetic_task_raises_held_out_pass_at_1(tmp_path):
     # only 100 problems: RL then memorises the training side and held-out pass@1 FALLS.)
     # 60 steps, not 40: after 40 steps the gain over seeds and float-rounding variants
     # came too close to the 0.05 asserted below; after 60 it clears it.
-    cfg_w = tinymodel.WarmupConfig(digits=2, target_pass1=0.3, eval_every=25, eval_prompts=64, n_train=5000)
-    model_dir = tinymodel.warmup(cfg_w, str(tmp_path / "cache"))
+    cfg_w = warmups.WarmupConfig(digits=2, target_pass1=0.3, eval_every=25, eval_prompts=64, n_train=5000)
+    model_dir = warmups.warmup(cfg_w, str(tmp_path / "cache"))
     cfg = train.parse_args(["--model", model_dir, "--out_dir", str(tmp_path / "run"), "--digits", "2",
                             "--steps", "60", "--prompts_per_step", "32", "--max_new_tokens", "28", "--lr", "4e-4",
                             "--n_eval", "100", "--eval_samples", "4", "--eval_every", "0", "--flip_every", "0"])
@@ -489,7 +489,7 @@ def test_door_rejects_values(flags, needle, tmp_path, tiny_dir, capsys):
 
 def test_door_rejects_paths_before_any_work(tmp_path, tiny_dir, capsys, monkeypatch):
     # Any warm-up or model load would mean the check came too late.
-    monkeypatch.setattr(tinymodel, "load_or_warmup", lambda *a, **k: pytest.fail("warm-up before the door check"))
+    monkeypatch.setattr(warmups, "load_or_warmup", lambda *a, **k: pytest.fail("warm-up before the door check"))
     a_file = tmp_path / "file"
     a_file.write_text("x")
     (tmp_path / "not_a_model").mkdir()

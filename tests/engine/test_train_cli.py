@@ -21,7 +21,7 @@ import torch
 import advantages
 import tasks
 import train
-from machinery import checkpoint, config, tinymodel
+from machinery import checkpoint, config, warmups
 from machinery import trackers
 from machinery import rollout
 from machinery import setup as setup_lib
@@ -399,7 +399,7 @@ def test_wandb_offline_run_holds_metrics_jsonl_series(tiny_dir, tmp_path):
 
 def test_a_tracker_that_is_not_installed_is_one_line_before_any_warm_up(monkeypatch):
     monkeypatch.setattr(trackers.importlib.util, "find_spec", lambda name: None)
-    monkeypatch.setattr(tinymodel, "load_or_warmup", lambda *a, **k: pytest.fail("warm-up started"))
+    monkeypatch.setattr(warmups, "load_or_warmup", lambda *a, **k: pytest.fail("warm-up started"))
     cfg = train.parse_args(["--report_to", "wandb", "--out_dir", "/tmp/never-written"])
     with pytest.raises(ValueError, match=r"^--report_to wandb needs the wandb package, which is not installed "
                                          r"\(pip install -r requirements/trackers.txt\)$"):
@@ -409,7 +409,7 @@ def test_a_tracker_that_is_not_installed_is_one_line_before_any_warm_up(monkeypa
 def test_a_tensorboard_path_that_is_a_file_is_one_line_before_any_work(tiny_dir, tmp_path, capsys, monkeypatch):
     """Before: SummaryWriter failed with a traceback after the data, the model and start.json."""
     pytest.importorskip("tensorboard")
-    monkeypatch.setattr(tinymodel, "load_or_warmup", lambda *a, **k: pytest.fail("warm-up before the door check"))
+    monkeypatch.setattr(warmups, "load_or_warmup", lambda *a, **k: pytest.fail("warm-up before the door check"))
     monkeypatch.setattr(setup_lib, "load_model", lambda *a, **k: pytest.fail("model loaded before the door check"))
     (tmp_path / "tensorboard").write_text("not a directory")
     code, err = run_main(small_args(tiny_dir, tmp_path, "--report_to", "tensorboard"), capsys)

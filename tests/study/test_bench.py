@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from experiments import bench, bench_smollm2, bench_trl
-from machinery import tinymodel
+from machinery import warmups
 
 
 def test_missing_trl_is_one_line_before_the_warm_up(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "trl", None)                 # `import trl` raises ImportError
-    monkeypatch.setattr(tinymodel, "load_or_warmup", lambda *a, **k: pytest.fail("warm-up before the TRL check"))
+    monkeypatch.setattr(warmups, "load_or_warmup", lambda *a, **k: pytest.fail("warm-up before the TRL check"))
     with pytest.raises(SystemExit) as e:
         bench.main([])
     err = capsys.readouterr().err
