@@ -129,30 +129,30 @@ def write_claims_page(path: str, results: dict) -> str:
              "correction per sweep per task.", "",
              "| sweep | claim | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
     declared = {name: _declared(name) for name in SWEEPS}       # name -> {task: its claims' texts}
+
+    def verdict_cells_of(name: str, claim, kind: str) -> str:
+        """The claim's cell per task ("verdicts" or "ours" of verdict_cells): its verdict,
+        linked to the sweep's page; "-" where the task does not declare it."""
+        row = []
+        for task in tasks:
+            c, page = cells[task, name], f"sweep_{task}_{name}.md"
+            shown = c["status"] or _shown(c[kind].get(claim.text, "not run"))
+            row.append("-" if claim.text not in declared[name].get(task, ()) else
+                       shown if c["status"] == "not run" else f"[{shown}]({page})")
+        return " | ".join(row)
+
     for name in SWEEPS:
         for claim in _claims_of(name):
-            if claim.paper == OURS:
-                continue
-            row = []
-            for task in tasks:
-                c, page = cells[task, name], f"sweep_{task}_{name}.md"
-                shown = c["status"] or _shown(c["verdicts"].get(claim.text, "not run"))
-                row.append("-" if claim.text not in declared[name].get(task, ()) else
-                           shown if c["status"] == "not run" else f"[{shown}]({page})")
-            lines.append(f"| {name} | {claim.text}{' *re-read*' if claim.posthoc else ''} | " + " | ".join(row) + " |")
+            if claim.paper != OURS:
+                lines.append(f"| {name} | {claim.text}{' *re-read*' if claim.posthoc else ''} | "
+                             f"{verdict_cells_of(name, claim, 'verdicts')} |")
     ours = [(name, claim) for name in SWEEPS for claim in _claims_of(name) if claim.paper == OURS]
     if ours:
         lines += ["", "**Our own questions** (claims of no paper: a mode or a measure this project added; "
                   "not counted with the papers' findings):", "",
                   "| sweep | claim | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
         for name, claim in ours:
-            row = []
-            for task in tasks:
-                c, page = cells[task, name], f"sweep_{task}_{name}.md"
-                shown = c["status"] or _shown(c["ours"].get(claim.text, "not run"))
-                row.append("-" if claim.text not in declared[name].get(task, ()) else
-                           shown if c["status"] == "not run" else f"[{shown}]({page})")
-            lines.append(f"| {name} | {claim.text} | " + " | ".join(row) + " |")
+            lines.append(f"| {name} | {claim.text} | {verdict_cells_of(name, claim, 'ours')} |")
     if any(claim.posthoc for name in SWEEPS for claim in _claims_of(name)):
         lines += ["", "*re-read*: a claim restated after its runs were public and read again on the same runs, "
                   "not a test declared before its data."]

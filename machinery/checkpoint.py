@@ -213,7 +213,7 @@ def check_checkpoint(path: str) -> str | None:
         size = os.path.getsize(full)
         if size != meta.get("bytes"):
             return f"{rel} has {size} bytes, the manifest says {meta.get('bytes')}"
-        if _sha256(full) != meta.get("sha256"):
+        if file_sha256(full) != meta.get("sha256"):
             return f"{rel} does not match its checksum"
     return None
 
@@ -448,7 +448,7 @@ def write_manifest(directory: str, step: int) -> None:
             rel = os.path.relpath(full, directory)
             with open(full, "rb") as f:
                 os.fsync(f.fileno())
-            files[rel] = {"bytes": os.path.getsize(full), "sha256": _sha256(full)}
+            files[rel] = {"bytes": os.path.getsize(full), "sha256": file_sha256(full)}
     atomic_write(os.path.join(directory, MANIFEST), json.dumps({"step": step, "files": files}, indent=1))
     _fsync_dir(directory)
 
@@ -552,7 +552,9 @@ def _tensor_bytes(obj) -> int:
 
 
 
-def _sha256(path: str) -> str:
+def file_sha256(path: str) -> str:
+    """SHA-256 of a file's bytes, read in 1 MB blocks: the manifest's per-file hashes, and the
+    warm-ups' weights (warmups.weights_sha256)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

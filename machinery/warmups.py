@@ -56,7 +56,7 @@ from dataclasses import dataclass
 import torch
 
 import tasks
-from machinery import rollout
+from machinery import checkpoint, rollout
 from machinery.checks import UsageError
 from machinery.tinymodel import build_char_tokenizer, build_tiny_model, count_params
 from tasks import addition
@@ -238,7 +238,7 @@ def weights_sha256(path: str) -> str | None:
     if not os.path.isdir(path):
         return None
     files = sorted(n for n in os.listdir(path) if n.endswith((".safetensors", ".bin")))
-    digests = [(n, _file_sha256(os.path.join(path, n))) for n in files]
+    digests = [(n, checkpoint.file_sha256(os.path.join(path, n))) for n in files]
     if len(digests) == 1:
         return digests[0][1]
     return hashlib.sha256("".join(f"{n} {d}\n" for n, d in digests).encode()).hexdigest() if digests else None
@@ -487,14 +487,6 @@ def _task_rows(cfg: WarmupConfig) -> tuple[list[dict], list[dict]]:
         train_rows = [{**r, "target": rng.choice(targets)} if rng.random() < cfg.target_noise else r
                       for r in train_rows]
     return train_rows, task.rows(cfg.eval_prompts, "test", seed=cfg.seed + 7919, digits=cfg.digits)
-
-
-def _file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _made(path: str) -> str:
