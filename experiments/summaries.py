@@ -130,7 +130,7 @@ def write_claims_page(path: str, results: dict) -> str:
              "| sweep | claim | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
     declared = {name: _declared(name) for name in SWEEPS}       # name -> {task: its claims' texts}
 
-    def verdict_cells_of(name: str, claim, kind: str) -> str:
+    def claim_row_cells(name: str, claim, kind: str) -> str:
         """The claim's cell per task ("verdicts" or "ours" of verdict_cells): its verdict,
         linked to the sweep's page; "-" where the task does not declare it."""
         row = []
@@ -145,14 +145,14 @@ def write_claims_page(path: str, results: dict) -> str:
         for claim in _claims_of(name):
             if claim.paper != OURS:
                 lines.append(f"| {name} | {claim.text}{' *re-read*' if claim.posthoc else ''} | "
-                             f"{verdict_cells_of(name, claim, 'verdicts')} |")
+                             f"{claim_row_cells(name, claim, 'verdicts')} |")
     ours = [(name, claim) for name in SWEEPS for claim in _claims_of(name) if claim.paper == OURS]
     if ours:
         lines += ["", "**Our own questions** (claims of no paper: a mode or a measure this project added; "
                   "not counted with the papers' findings):", "",
                   "| sweep | claim | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
         for name, claim in ours:
-            lines.append(f"| {name} | {claim.text} | {verdict_cells_of(name, claim, 'ours')} |")
+            lines.append(f"| {name} | {claim.text} | {claim_row_cells(name, claim, 'ours')} |")
     if any(claim.posthoc for name in SWEEPS for claim in _claims_of(name)):
         lines += ["", "*re-read*: a claim restated after its runs were public and read again on the same runs, "
                   "not a test declared before its data."]

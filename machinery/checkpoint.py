@@ -552,9 +552,24 @@ def _tensor_bytes(obj) -> int:
 
 
 
+def weights_sha256(path: str) -> str | None:
+    """SHA-256 of a model directory's weights: of its one weight file, or of the sorted
+    "name sha256" lines of several (sharded checkpoints). None if it has none (a hub id).
+
+    This names the start of a run: two runs with the same hash started from the same
+    bytes, whatever machine they ran on."""
+    if not os.path.isdir(path):
+        return None
+    files = sorted(n for n in os.listdir(path) if n.endswith((".safetensors", ".bin")))
+    digests = [(n, file_sha256(os.path.join(path, n))) for n in files]
+    if len(digests) == 1:
+        return digests[0][1]
+    return hashlib.sha256("".join(f"{n} {d}\n" for n, d in digests).encode()).hexdigest() if digests else None
+
+
 def file_sha256(path: str) -> str:
-    """SHA-256 of a file's bytes, read in 1 MB blocks: the manifest's per-file hashes, and the
-    warm-ups' weights (warmups.weights_sha256)."""
+    """SHA-256 of a file's bytes, read in 1 MB blocks: the manifest's per-file hashes, and a
+    model directory's weights (weights_sha256)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

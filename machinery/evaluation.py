@@ -109,7 +109,7 @@ def generation_settings(model) -> dict:
 def record_start(run: Run, out_dir: str, model: str, start_eval) -> dict:
     """Write out_dir/start.json: what this run started from, and how good it was.
 
-    weights_sha256 names the starting bytes (warmups.weights_sha256): two runs with the
+    weights_sha256 names the starting bytes (checkpoint.weights_sha256): two runs with the
     same hash started from the same model on whatever machine. "shipped" says whether
     they came from the repository's weights/, "verified" whether they are the bytes
     recorded for them (warmups.recorded_sha256: the shipped table, or the warm-up's
@@ -120,7 +120,7 @@ def record_start(run: Run, out_dir: str, model: str, start_eval) -> dict:
     same with or without it.
     """
     shipped = os.path.dirname(os.path.abspath(run.model_path)) == warmups.SHIPPED_DIR
-    sha256 = warmups.weights_sha256(run.model_path)
+    sha256 = checkpoint.weights_sha256(run.model_path)
     record = {"model": model, "model_path": run.model_path, "weights_sha256": sha256, "shipped": shipped,
               # the bytes match the SHA-256 recorded for them (warmups.verify_warmup checked it
               # before the load); false when nothing was recorded (a model directory or hub id)

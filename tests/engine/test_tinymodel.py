@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from machinery import tinymodel, warmups
+from machinery import checkpoint, tinymodel, warmups
 from machinery.tinymodel import build_char_tokenizer, build_tiny_model
 from machinery.warmups import WarmupConfig
 from tasks import addition, countdown
@@ -283,7 +283,7 @@ def test_shipped_weights_are_exactly_the_codes_warmups():
         added = {name: WarmupConfig.__dataclass_fields__[name].default for name in warmups.ADDED_LATER}
         assert {**added, **summary["config"]} == cfg.__dict__ and summary["cache_format"] == warmups.CACHE_FORMAT, key
         assert summary["steps"] == cfg.max_steps
-        assert len(warmups.weights_sha256(path)) == 64
+        assert len(checkpoint.weights_sha256(path)) == 64
 
 
 def test_default_embedded_runs_start_from_shipped_weights(monkeypatch, tmp_path):
@@ -328,7 +328,7 @@ def test_shipped_then_cache_then_warmup_and_stale_shipped_weights_are_said(tmp_p
 
 def test_the_shipped_sha256_table_names_every_shipped_directory():
     """SHIPPED_SHA256 pins weights/: one line per directory, each the hash of its bytes."""
-    assert warmups.SHIPPED_SHA256 == {key: warmups.weights_sha256(os.path.join(warmups.SHIPPED_DIR, key))
+    assert warmups.SHIPPED_SHA256 == {key: checkpoint.weights_sha256(os.path.join(warmups.SHIPPED_DIR, key))
                                         for key in os.listdir(warmups.SHIPPED_DIR)}
     assert warmups.SHIPPED_SHA256["addition-s0-b840513ee205"].startswith("5b98e55b3977")
 
@@ -373,7 +373,7 @@ def test_a_cache_entry_records_its_sha256_and_is_checked_against_it(tmp_path):
     cfg = WarmupConfig(**TINY)
     path = warmups.load_or_warmup(cfg, str(tmp_path / "cache"), shipped_dir=None)
     recorded = json.load(open(os.path.join(path, "warmup.json")))["weights_sha256"]
-    assert recorded == warmups.weights_sha256(path) and warmups.recorded_sha256(path, shipped=False) == recorded
+    assert recorded == checkpoint.weights_sha256(path) and warmups.recorded_sha256(path, shipped=False) == recorded
     assert warmups.verify_warmup(path, shipped=False) is True
     weights = os.path.join(path, "model.safetensors")
     data = bytearray(open(weights, "rb").read())
@@ -411,5 +411,5 @@ def test_weights_hash_names_the_bytes(tmp_path):
         d = tmp_path / f"m{seed}"
         if not d.exists():
             tinymodel.build_tiny_model(tok, seed=seed).save_pretrained(d)
-    assert warmups.weights_sha256(str(tmp_path / "m0")) != warmups.weights_sha256(str(tmp_path / "m1"))
-    assert warmups.weights_sha256(str(tmp_path / "nothing")) is None
+    assert checkpoint.weights_sha256(str(tmp_path / "m0")) != checkpoint.weights_sha256(str(tmp_path / "m1"))
+    assert checkpoint.weights_sha256(str(tmp_path / "nothing")) is None

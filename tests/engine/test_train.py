@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from machinery import tinymodel, warmups
+from machinery import checkpoint, tinymodel, warmups
 import train
 from machinery import forward
 from machinery import checks, config, rollout
@@ -51,7 +51,7 @@ def test_smoke_full_loop_writes_metrics_and_checkpoint(tiny_dir, tmp_path):
     assert json.load(open(tmp_path / "config.json"))["steps"] == 3
     # what the run started from: the weights' hash names the start on any machine
     start = json.load(open(tmp_path / "start.json"))
-    assert start["weights_sha256"] == warmups.weights_sha256(tiny_dir) and not start["shipped"]
+    assert start["weights_sha256"] == checkpoint.weights_sha256(tiny_dir) and not start["shipped"]
     assert len(start["weights_sha256"]) == 64
 
 
