@@ -140,10 +140,11 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
             set_learning_rate(run.optimizer, cfg, step)             # --lr_warmup_steps
             run.model.train()
             for step_idx, norm in zip(opt_steps, norms):
+                A_step = batching.step_advantages(batch.A, step_idx, G, cfg.minibatch_mode)  # random_recentred re-centres
                 for idx, logp, ent in forward.update_batches(run.train_model, rollouts, step_idx, has_grad,
                                                              lengths.reshape(-1), **speedups):   # skip, merge, share
                     old = logp.detach() if batch.old is None else batch.old[idx]    # on-policy: the ratio is exactly 1
-                    A_i, mask_i, group_i = batch.A[idx], batch.mask[idx], batch.group[idx]
+                    A_i, mask_i, group_i = A_step[idx], batch.mask[idx], batch.group[idx]
                     l, stats = loss.policy_loss(logp, old, A_i, mask_i, cfg=cfg.loss, norm=norm, group_index=group_i,
                                                 ref_logp=take(batch.ref, idx), entropy=ent)
                     l.backward()
@@ -157,7 +158,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         # 7. log: metrics, token diagnostics, evaluation, the best model, checkpoint
         with timed("log", times):
             metrics = step_record(run, step, rows, rollouts, scores, rewards, entropy, schedule, hyper, A, opt_steps,
-                                  loss_sums, has_grad, grad_norms, diag)    # machinery/metrics.py: every key
+                                  loss_sums, has_grad, grad_norms, diag, cfg.minibatch_mode)   # every key
             if run.llm is not None:
                 vllm_rollout.push_weights(run.llm, run.model)
         last = step == cfg.steps or bool(cfg.max_minutes and minutes() > cfg.max_minutes)

