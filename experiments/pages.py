@@ -1,16 +1,17 @@
 """pages.py: a sweep's page, from the runs on disk and the committed data; `report` rebuilds them all.
 
-    python -m experiments.sweep report      # rebuild docs/sweep_TASK_NAME.{md,png,jsonl.gz}, docs/claims.md, the README's summary
+    python -m experiments.sweep report      # rebuild experiments/results/: sweep_TASK_NAME.{md,png,jsonl.gz}, claims.md; the README's summary
 
 Where the numbers come from. A run's metrics live in its run directory
 (OUT/TASK/NAME/ARM/warmup_W/seed_S, machine-local, not committed) and, once `report` has
-seen it, in docs/sweep_TASK_NAME.jsonl.gz: per run, one line with its record (the
+seen it, in experiments/results/sweep_TASK_NAME.jsonl.gz (the study's wing; docs/ is the
+lesson's): per run, one line with its record (the
 train.py flags it ran with, the hash of the weights it started from, its wall time,
 when and where it finished), then its metrics lines (timings left out but the elapsed
 time). `report` merges the two, run by run (the run directory wins for a run found in
 both), so a sweep can be run in parts on different machines: each part's runs are
 committed in the data file, and a fresh clone with an empty runs/ rebuilds every page,
-docs/claims.md and the README byte for byte.
+the study's claims.md and the README byte for byte.
 
 Which runs count. All the runs of a page must come from one design: the same train.py
 flags but the run's own (directory, seeds) and its arm's. Runs whose flags differ from
@@ -468,22 +469,22 @@ def verdict_record(r: dict) -> dict:
 # 3. report: every page, the data files, the claims page, the README's summary
 # ---------------------------------------------------------------------------------------
 
-def report(out: str, docs: str, readme: str) -> list[str]:
+def report(out: str, results: str, readme: str) -> list[str]:
     """Rebuild every sweep's page from its runs (committed data merged with OUT's finished
-    runs), rewrite its data file, write docs/claims.md and replace the README's summary. Returns
+    runs), rewrite its data file, write claims.md beside them and replace the README's summary. Returns
     the paths written.
 
     A sweep with neither committed data nor finished runs is skipped (its README cells
     read "not run"). Pages are dated by their runs, not by the rebuild, so a rebuild with
     the same runs writes the same bytes.
     """
-    written, results = [], {}
-    os.makedirs(docs, exist_ok=True)
+    written, outcomes = [], {}
+    os.makedirs(results, exist_ok=True)
     for task in TASKS:
         for name, make in SWEEPS.items():
             if not runs_on(task, name):
                 continue
-            sweep, data_path = make(task), os.path.join(docs, f"sweep_{task}_{name}.jsonl.gz")
+            sweep, data_path = make(task), os.path.join(results, f"sweep_{task}_{name}.jsonl.gz")
             runs = merge(read_run_data(data_path), local_runs(out, task, sweep), sweep)
             if not runs:
                 continue
@@ -492,15 +493,15 @@ def report(out: str, docs: str, readme: str) -> list[str]:
                 print(f"{task}/{name}: set aside {len(set_aside)} runs whose flags differ from the newest run's "
                       f"({', '.join(r.label for r in set_aside[:4])}{', ...' if len(set_aside) > 4 else ''}); "
                       f"they leave {data_path} (git keeps them)")
-            md, png = (os.path.join(docs, f"sweep_{task}_{name}.{ext}") for ext in ("md", "png"))
+            md, png = (os.path.join(results, f"sweep_{task}_{name}.{ext}") for ext in ("md", "png"))
             parts = settings(task, name)["parts"]
-            results[task, name] = write_page(sweep, task, runs, md, png, {
+            outcomes[task, name] = write_page(sweep, task, runs, md, png, {
                 "command": f"python -m experiments.sweep {name} --task {task}" + (f" --part K/{parts}" if parts > 1 else ""),
                 "parts": parts, "recorded": recorded})
             written += [md, png, write_run_data(runs, data_path)]
-    written.append(write_claims_page(os.path.join(docs, CLAIMS_PAGE), results))
+    written.append(write_claims_page(os.path.join(results, CLAIMS_PAGE), outcomes))
     if os.path.isfile(readme):
-        written.append(write_readme_tables(readme, results))
+        written.append(write_readme_tables(readme, outcomes, os.path.join(results, CLAIMS_PAGE)))
     return written
 
 

@@ -4,7 +4,7 @@
     python -m experiments.sweep advantages --task addition       # one sweep, all its runs (2 at a time)
     python -m experiments.sweep fade --task countdown --part 2/6 # one part of a long sweep
     python -m experiments.sweep advantages --arms grpo,psr --warmup_seeds 0 --seeds 0,1 --steps 60
-    python -m experiments.sweep report                           # docs/sweep_*.{md,png,jsonl.gz}, docs/claims.md, the README's summary
+    python -m experiments.sweep report                           # experiments/results/: every page, the data, claims.md; the README's summary
     python -m experiments.sweep pilot --task countdown           # time one short run per sweep: the costs of TASKS
 
 The sweeps themselves (arms, table rows, curves, and the checks and claims written
@@ -12,7 +12,8 @@ before the runs) are in experiments/designs_cancellation.py and designs_fade.py,
 by name in experiments/registry.py (what a sweep is and its budget: experiments/designs.py);
 how a claim is judged in experiments/claims.py (the exact paired tests, Holm's correction
 and the effect detectable at 80% power: experiments/exact_tests.py); the pages and the committed per-run data in
-experiments/pages.py, docs/claims.md and the README's table in experiments/summaries.py.
+experiments/pages.py, the study's page (experiments/results/claims.md) and the README's summary in
+experiments/summaries.py.
 This file runs them.
 
 A sweep is a set of ARMS, train.py flag sets that differ in one design choice, each run
@@ -25,8 +26,8 @@ Parts. A sweep longer than one sitting runs in parts: --part k/K runs the k-th o
 contiguous slices of the plan in the order (warm-up seed, RL seed, arm), so with K = 2 a
 part is one warm-up seed, and a part always holds whole pairs (every arm of its seeds): a
 part run on another machine mixes no pair's CPUs. After each part: `python -m experiments.sweep report` (which
-writes the finished runs' metrics into docs/sweep_TASK_NAME.jsonl.gz) and commit docs/
-and README.md. The next part may run on another machine with an empty runs/: `report`
+writes the finished runs' metrics into experiments/results/sweep_TASK_NAME.jsonl.gz) and
+commit experiments/results/ and README.md. The next part may run on another machine with an empty runs/: `report`
 merges the committed data with the new runs. designs.TASKS declares each sweep's parts,
 and `plan` prints the commands, each marked with how many of its runs are committed.
 
@@ -98,7 +99,7 @@ from machinery import checks
 # ---------------------------------------------------------------------------------------
 JOBS = 2                          # train.py processes at a time (one torch thread each)
 OUT = os.path.join("runs", "sweeps")   # runs go to OUT/TASK/SWEEP/ARM/seed_S
-DOCS = "docs"                     # `report` writes docs/sweep_TASK_SWEEP.md and .png here
+RESULTS = os.path.join("experiments", "results")   # `report` writes sweep_TASK_SWEEP.{md,png,jsonl.gz} and claims.md here
 TASK = "countdown"                # the default task (experiments/designs.py TASKS: steps, evaluation, parts)
 # Budget: experiments/designs.py's header (and `plan`) has the estimate per sweep and part.
 
@@ -160,9 +161,9 @@ def run_args(sweep: Sweep, arm: str, warmup_seed: int, seed: int, steps: int, ou
             *sweep.flags, *sweep.arms[arm], *extra]
 
 
-def committed_records(runs: list[RunSpec], docs: str, task: str) -> dict[str, dict]:
+def committed_records(runs: list[RunSpec], results: str, task: str) -> dict[str, dict]:
     """{label: its committed record} for the runs whose data is already committed
-    (docs/sweep_TASK_NAME.jsonl.gz) with the same train.py flags, --out_dir aside.
+    (RESULTS/sweep_TASK_NAME.jsonl.gz) with the same train.py flags, --out_dir aside.
 
     A part stopped before it finished goes on later, on any machine and with an empty
     runs/, without running those again: `report` takes their numbers from the
@@ -172,7 +173,7 @@ def committed_records(runs: list[RunSpec], docs: str, task: str) -> dict[str, di
     records = {}
     for name in {r.sweep for r in runs}:
         committed = {(c.arm, c.warmup_seed, c.seed): c.record
-                     for c in pages.read_run_data(os.path.join(docs, f"sweep_{task}_{name}.jsonl.gz"))}
+                     for c in pages.read_run_data(os.path.join(results, f"sweep_{task}_{name}.jsonl.gz"))}
         for r in runs:
             record = committed.get((r.arm, r.warmup_seed, r.seed)) if r.sweep == name else None
             if record is not None and record.get("args") is not None \
@@ -312,7 +313,7 @@ def execute(todo: list[tuple[RunSpec, str]], jobs: int, n_skipped: int, say: Cal
 
 
 # ---------------------------------------------------------------------------------------
-# 3. This machine's summary of a sweep (the docs pages: `report`, experiments/pages.py)
+# 3. This machine's summary of a sweep (the committed pages: `report`, experiments/pages.py)
 # ---------------------------------------------------------------------------------------
 
 def write_summary(sweep: Sweep, task: str, out: str, results: dict, meta: dict) -> str | None:
@@ -365,10 +366,10 @@ def pilot_costs(runs: list[RunSpec], results: dict) -> dict:
     return costs
 
 
-def committed_per_part(task: str, name: str, docs: str) -> tuple[list[tuple[int, int]], float | None]:
+def committed_per_part(task: str, name: str, results: str) -> tuple[list[tuple[int, int]], float | None]:
     """([(committed, runs)] for each part of a sweep, the mean minutes of a committed run).
 
-    A run counts when its data is committed in `docs` with the flags the design gives it
+    A run counts when its data is committed in `results` with the flags the design gives it
     today (committed_records, on the runs' arguments unchecked: planning every run through
     train.py's checks would take half a minute). Its minutes are train.py's start to exit
     as the record holds them; None when no committed run has them.
@@ -376,17 +377,17 @@ def committed_per_part(task: str, name: str, docs: str) -> tuple[list[tuple[int,
     spec, steps, parts = SWEEPS[name](task), settings(task, name)["steps"], settings(task, name)["parts"]
     runs = [RunSpec(name, arm, w, seed, "", run_args(spec, arm, w, seed, steps, "OUT", [], task), steps, None)
             for w in spec.warmup_seeds for seed in spec.seeds for arm in spec.arms]
-    committed = committed_records(runs, docs, task)
+    committed = committed_records(runs, results, task)
     seconds = [rec["seconds"] for rec in committed.values() if rec.get("seconds")]
     counts = [(sum(r.label in committed for r in part), len(part))
               for part in (select_part(runs, k, parts) for k in range(1, parts + 1))]
     return counts, (sum(seconds) / len(seconds) / 60 if seconds else None)
 
 
-def plan_text(tasks: list[str], docs: str = DOCS) -> str:
+def plan_text(tasks: list[str], results: str = RESULTS) -> str:
     """The budget table (registry.budget_table), the minutes per run measured on the
     committed runs beside their estimate, and the command of every part, per task, each
-    with how many of its runs are committed in `docs` (a finished part says "done")."""
+    with how many of its runs are committed in `results` (a finished part says "done")."""
     lines = [budget_table(), ""]
     long = [f"{name} on {task}" for task in tasks for name in SWEEPS
             if runs_on(task, name) and estimate_minutes(task, name) * len(SWEEPS[name](task).arms)
@@ -394,7 +395,7 @@ def plan_text(tasks: list[str], docs: str = DOCS) -> str:
             / JOBS / settings(task, name)["parts"] > 60]
     if long:
         lines += [f"WARNING: parts estimated over 60 min ({', '.join(long)}): raise their parts in designs.TASKS", ""]
-    committed = {(task, name): committed_per_part(task, name, docs) for task in tasks for name in SWEEPS
+    committed = {(task, name): committed_per_part(task, name, results) for task in tasks for name in SWEEPS
                  if runs_on(task, name)}
     lines += ["Minutes per run, estimated and measured (the committed runs, train.py start to exit; "
               f"{JOBS} at a time):",
@@ -403,8 +404,8 @@ def plan_text(tasks: list[str], docs: str = DOCS) -> str:
         measured = f"{minutes:>9.1f}" if minutes is not None else f"{'-':>9}"
         lines.append(f"    {name:<11} {task:<10} {sum(c for c, _ in counts):>4} of {sum(n for _, n in counts):<3}"
                      f"{estimate_minutes(task, name):>9.1f} {measured}")
-    lines += ["", "Commands, one sitting each; after each: python -m experiments.sweep report, then commit docs/ and "
-              "README.md:"]
+    lines += ["", "Commands, one sitting each; after each: python -m experiments.sweep report, then commit "
+              "experiments/results/ and README.md:"]
     for task in tasks:
         for name in SWEEPS:
             if not runs_on(task, name):
@@ -442,17 +443,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--arms", help="comma-separated subset of the sweep's arms (one sweep only)")
     parser.add_argument("--jobs", type=int, default=JOBS, help="train.py processes at a time")
     parser.add_argument("--out", default=OUT, help="root directory of the sweeps")
-    parser.add_argument("--docs", default=DOCS, help="where the pages and the committed run data are: report writes them, a sweep skips the runs committed there")
+    parser.add_argument("--results", default=RESULTS, help="where the pages and the committed run data are: report "
+                                                          "writes them, a sweep skips the runs committed there")
     parser.add_argument("--readme", default="README.md", help="report: the README whose tables are rewritten")
     args = parser.parse_args(own)
     if args.name == "report":
-        for path in pages.report(args.out, args.docs, args.readme):
+        for path in pages.report(args.out, args.results, args.readme):
             print(f"wrote {path}")
         return
     if problem := checks.writable_dir_problem(args.out):
         parser.error(f"--out {args.out!r}: {problem}")
     if args.name == "plan":
-        print(plan_text(list(TASKS), args.docs))
+        print(plan_text(list(TASKS), args.results))
         return
     seeds = _seed_list(parser, "--seeds", args.seeds, SEEDS) if args.seeds else None     # None: each sweep's own
     warmup_seeds = _seed_list(parser, "--warmup_seeds", args.warmup_seeds, WARMUP_SEEDS) \
@@ -489,7 +491,7 @@ def main(argv: list[str] | None = None) -> None:
             plans = {name: select_part(runs, *part) for name, runs in plans.items()}
         every = [r for runs in plans.values() for r in runs]
         states = {r.label: run_state(r) for r in every}
-        for label in committed_records(every, args.docs, args.task):
+        for label in committed_records(every, args.results, args.task):
             states[label] = "committed" if states[label] == "new" else states[label]
     except ValueError as e:
         parser.error(str(e))
@@ -515,7 +517,7 @@ def main(argv: list[str] | None = None) -> None:
     skipped = [r for r in every if states[r.label] in ("finished", "committed")]
     for r in skipped:
         say(r, "skipped (finished before)" if states[r.label] == "finished" else
-            f"skipped (its data is committed in {args.docs}/sweep_{args.task}_{r.sweep}.jsonl.gz)")
+            f"skipped (its data is committed in {args.results}/sweep_{args.task}_{r.sweep}.jsonl.gz)")
     todo = [(r, states[r.label]) for r in every if states[r.label] not in ("finished", "committed")]
     todo.sort(key=lambda item: -item[0].steps)          # longest first: the pool's tail stays short
     if todo:

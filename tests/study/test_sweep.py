@@ -278,20 +278,26 @@ def test_a_sweep_with_different_claims_per_task_shows_each_claim_once_with_dash_
     docs, readme = tmp_path / "docs", tmp_path / "README.md"
     readme.write_text("<!-- claims:begin -->\n<!-- claims:end -->\n")
     pages.report(str(tmp_path / "runs"), str(docs), str(readme))
+    page = (docs / "claims.md").read_text()
+    every_sweep, every_claim = page.split("## Every claim")
     rows = {line.split("|")[2].strip(): [c.strip() for c in line.split("|")[3:-1]]
-            for line in (docs / "claims.md").read_text().splitlines()
+            for line in every_claim.splitlines()
             if line.startswith("| dose |") and line.count("|") == 3 + len(designs.TASKS)}   # findings, not checks
     assert list(designs.TASKS) == ["countdown", "addition", "smollm2"]
     assert rows["8 mini-batches: query higher final pass@1 than random"] == ["not run", "-", "-"]
     assert rows["lr 4e-4: query higher final pass@1 than random"] == ["-", "not run", "-"]
     counts = {task: len(designs_cancellation.dose(task).claims) for task in designs.TASKS if designs.runs_on(task, "dose")}
     assert len(rows) == sum(counts.values()) and counts == {"countdown": 10, "addition": 14}
-    summary = next(line for line in readme.read_text().splitlines() if line.startswith("| dose |"))
+    summary = next(line for line in every_sweep.splitlines() if line.startswith("| dose |"))
     assert summary.split("|")[2].strip() == "10 / 14 / -"
-    credit = next(line for line in readme.read_text().splitlines() if line.startswith("| credit |"))
+    credit = next(line for line in every_sweep.splitlines() if line.startswith("| credit |"))
     assert credit.split("|")[2].strip() == "5 / 5 / 6"
-    dfpo = next(line for line in readme.read_text().splitlines() if line.startswith("| dfpo |"))
+    dfpo = next(line for line in every_sweep.splitlines() if line.startswith("| dfpo |"))
     assert dfpo.split("|")[2].strip() == "6"            # the same claims on both tasks it runs on: one count
+    # the README keeps a short summary, one line per task, and the link to the study's page
+    text = readme.read_text()
+    assert "[docs/claims.md](docs/claims.md)" in text and "| dose |" not in text
+    assert sum(line.startswith(f"| {task}: ") for task in designs.TASKS for line in text.splitlines()) == 3
 
 
 @pytest.mark.slow
