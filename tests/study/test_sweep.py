@@ -254,18 +254,25 @@ def test_report_merges_committed_data_with_new_runs_and_never_says_not_run(tmp_p
     w0, w1 = designs.WARMUP_SEEDS
     assert [(r.arm, r.key) for r in merged] == [("grpo", (w0, 0)), ("grpo", (w1, 0)), ("psr", (w0, 0)), ("psr", (w1, 0))]
     assert merged[3].record["start"]["sha256"] == str(w1) * 64
-    claims_page = (docs / "claims.md").read_text()
-    row = next(line for line in claims_page.splitlines() if "less of the update on template tokens" in line)
-    assert row.split("|")[-2].strip() == "[no difference detected](sweep_addition_credit.md)"   # 4 of 4 runs: a verdict
-    assert row.split("|")[-3].strip() == "not run"                                               # countdown: no data at all
-    text = readme.read_text()
-    summary = next(line for line in text.splitlines() if line.startswith("| credit |"))
-    cells = [line.split("|")[-2].strip() for line in claims_page.splitlines() if line.startswith("| credit |")]
+    every_sweep, every_claim = (docs / "claims.md").read_text().split("## Every claim")
+    column = {task: 3 + i for i, task in enumerate(designs.TASKS)}        # | sweep | claim | countdown | addition | ...
+    row = next(line for line in every_claim.splitlines() if "less of the update on template tokens" in line)
+    assert row.split("|")[column["addition"]].strip() == "[no difference detected](sweep_addition_credit.md)"  # 4 of 4
+    assert row.split("|")[column["countdown"]].strip() == "not run"                   # countdown: no data at all
+    assert row.split("|")[column["smollm2"]].strip() == "-"                           # not declared there
+    summary = next(line for line in every_sweep.splitlines() if line.startswith("| credit |"))
+    cells = [line.split("|")[column["addition"]].strip() for line in every_claim.splitlines()
+             if line.startswith("| credit |")]
     assert (cells.count("[no difference detected](sweep_addition_credit.md)"),
             cells.count("[not testable](sweep_addition_credit.md)")) == (2, 3)
-    assert summary.split("|")[-2].strip() == \
-        "[2 no difference detected, 3 not testable][a-credit]; checks: 5 not measured"    # the same verdicts, counted
-    assert summary.split("|")[-3].strip() == "not run"
+    assert summary.split("|")[column["addition"]].strip() == \
+        "[2 no difference detected, 3 not testable](sweep_addition_credit.md); checks: 5 not measured"   # counted
+    assert summary.split("|")[column["countdown"]].strip() == "not run"
+    # the README: one line per task, the fully run sweeps' findings counted
+    text = readme.read_text()
+    line = next(line for line in text.splitlines() if line.startswith("| addition: "))
+    assert line.split("|")[2].strip().startswith("1 (") and line.split("|")[3].strip() == \
+        "2 no difference detected, 3 not testable"
     # a fresh machine: no runs/, the same page from the committed data alone
     before = {f: (docs / f).read_bytes() for f in os.listdir(docs)}
     shutil.rmtree(out)
@@ -339,7 +346,7 @@ def test_report_in_a_fresh_clone_changes_no_tracked_file(tmp_path):
     head, rest = readme.split(summaries.TABLES_BEGIN, 1)
     (clone / "README.md").write_text(head + summaries.TABLES_BEGIN + "\nstale\n" + summaries.TABLES_END
                                      + rest.split(summaries.TABLES_END, 1)[1])
-    pages_md = sorted((clone / "docs").glob("sweep_*.md"))
+    pages_md = sorted((clone / "experiments" / "results").glob("sweep_*.md"))
     assert pages_md, "no sweep page committed"
     pages_md[0].unlink()
     pages_md[0].with_suffix(".png").write_bytes(b"stale")
