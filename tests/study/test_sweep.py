@@ -381,7 +381,7 @@ def test_a_part_whose_runs_are_all_committed_runs_nothing_elsewhere(finished_swe
     docs = tmp_path / "docs"
     pages.report(str(finished_sweep), str(docs), str(tmp_path / "no_readme.md"))
     elsewhere = tmp_path / "elsewhere"
-    sweep.main([*ARGV, "--out", str(elsewhere), "--docs", str(docs), *train_extra(tiny_dir)])
+    sweep.main([*ARGV, "--out", str(elsewhere), "--results", str(docs), *train_extra(tiny_dir)])
     out = capsys.readouterr()
     assert "its runs are in the committed data" in out.out + out.err
     assert sum(line.count("skipped (its data is committed") for line in (out.out + out.err).splitlines()) == 4
