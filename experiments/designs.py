@@ -107,6 +107,7 @@ continue on another machine with an empty runs/:
     specificity addition      2    20    100      1.0        10      1        10
     dose        addition     12   120    100      3.0       179      5        36
     recentred   addition      3    30    100      3.0        45      2        22
+    batching    smollm2       3    18     40     19.4       174      3        58
     advantages  smollm2       3    18     50     17.4       157      3        52
     credit      smollm2       2    12     30     17.4       105      2        52
     edge        smollm2       3     6     20     10.3        31      1        31
@@ -193,7 +194,11 @@ TASKS = {
 # samples, two runs at a time on a quiet 2-core machine) x 1.5, the slowdown a busy
 # machine gives; a step with 4 mini-batches, token diagnostics or token values costs more.
 SMOLLM2_RECIPE = "recipes/smollm2-135m-addition-cpu.yaml"
-EDGE_LR = None          # the batching sweep's lr: set from the edge pilot by its declared rule (designs_pretrained.edge)
+# The batching sweep's lr, from the edge pilot by its declared rule (designs_pretrained.edge): at
+# 1e-4 both pilot runs collapsed (held-out pass@1 0.114 -> 0.001, 0.119 -> 0.000 by step 10),
+# at 3e-5 one of two ended below its start (0.119 -> 0.409 -> 0.069; the other 0.114 -> 0.318),
+# at 1e-5 both ended above it (0.444, 0.606): the largest lr of the grid where both learned.
+EDGE_LR = "1e-5"
 TASKS["smollm2"] = {
     "recipe": SMOLLM2_RECIPE, "threshold": 0.5,
     "cost": {"start_s": 75.0, "sample_s": 0.09},
