@@ -78,7 +78,7 @@ x eval_samples x sample_s (TASKS' "cost" and "step_s", and `plan`). The costs co
 which runs one 12-step run per sweep here, two at a time as a sweep does, and prints them.
 Re-run it before starting the sweeps (the embedded model may have changed since; on another
 machine the costs differ), paste its numbers into TASKS, and set each sweep's parts so that
-`plan` shows at most ~60 min per part. The numbers in TASKS: the pilot with the current
+`plan` shows at most ~90 min per part (a sitting). The numbers in TASKS: the pilot with the current
 embedded model (addition at width 128, countdown at 64) on a box shared with other jobs
 (load average 7.5-8.6 on 2 cores), divided by 3.35, the slowdown that load gave on
 countdown (whose model is unchanged: the earlier countdown sweeps' own loop time, two runs
@@ -107,10 +107,10 @@ continue on another machine with an empty runs/:
     specificity addition      2    20    100      1.0        10      1        10
     dose        addition     12   120    100      3.0       179      5        36
     recentred   addition      3    30    100      3.0        45      2        22
-    batching    smollm2       3    18     40     19.4       174      3        58
-    advantages  smollm2       3    18     50     17.4       157      3        52
-    credit      smollm2       2    12     30     17.4       105      2        52
-    edge        smollm2       3     6     20     10.3        31      1        31
+    batching    smollm2       3    18     40     25.7       232      3        77
+    advantages  smollm2       3    18     50     17.6       159      3        53
+    credit      smollm2       2    12     30     17.9       108      2        54
+    edge        smollm2       3     6     20     13.9        42      1        42
 """
 
 from __future__ import annotations
@@ -189,10 +189,13 @@ TASKS = {
 # A pretrained model: SmolLM2-135M-Instruct on chat-worded addition, its CPU recipe's
 # settings (recipe_flags) with each sweep's budget and arms on top; the sweeps themselves,
 # their pairs (RL seeds from the model's one set of weights) and the edge-lr pilot:
-# experiments/designs_pretrained.py. Costs, for `plan`: the recipe's committed seed runs
-# (docs/runs/smollm2-135m-addition-cpu/: 10-11 s a training step, 16 s for 256 evaluation
-# samples, two runs at a time on a quiet 2-core machine) x 1.5, the slowdown a busy
-# machine gives; a step with 4 mini-batches, token diagnostics or token values costs more.
+# experiments/designs_pretrained.py. Costs, for `plan`: one step with one optimizer step per
+# batch from the recipe's committed seed runs (docs/runs/smollm2-135m-addition-cpu/: 10-11 s,
+# two at a time on a quiet 2-core machine) x 1.5, the slowdown a busy machine gives; with 4
+# mini-batches, the evaluation and the start from the edge pilot's 6 runs (AMD EPYC, two at a
+# time, other work on the machine at a lower priority): 24-35 s a step over its last 10
+# steps, 41-82 s for 800 evaluation samples, 85-240 s before the first step (the model's load
+# and the start's evaluation); token diagnostics and token values cost more (credit's step_s).
 SMOLLM2_RECIPE = "recipes/smollm2-135m-addition-cpu.yaml"
 # The batching sweep's lr, from the edge pilot by its declared rule (designs_pretrained.edge): at
 # 1e-4 both pilot runs collapsed (held-out pass@1 0.114 -> 0.001, 0.119 -> 0.000 by step 10),
@@ -201,10 +204,10 @@ SMOLLM2_RECIPE = "recipes/smollm2-135m-addition-cpu.yaml"
 EDGE_LR = "1e-5"
 TASKS["smollm2"] = {
     "recipe": SMOLLM2_RECIPE, "threshold": 0.5,
-    "cost": {"start_s": 75.0, "sample_s": 0.09},
+    "cost": {"start_s": 120.0, "sample_s": 0.07},
     "sweeps": {
-        "edge": {"steps": 20, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 20.0, "parts": 1},
-        **({"batching": {"steps": 40, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 20.0,
+        "edge": {"steps": 20, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 30.0, "parts": 1},
+        **({"batching": {"steps": 40, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 30.0,
                          "parts": 3, "flags": ["--lr", EDGE_LR]}} if EDGE_LR else {}),
         "advantages": {"steps": 50, "eval_every": 25, "n_eval": 200, "eval_samples": 4, "step_s": 16.5, "parts": 3},
         "credit": {"steps": 30, "eval_every": 30, "n_eval": 200, "eval_samples": 4, "step_s": 30.0, "parts": 2},

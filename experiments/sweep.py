@@ -392,9 +392,9 @@ def plan_text(tasks: list[str], results: str = RESULTS) -> str:
     long = [f"{name} on {task}" for task in tasks for name in SWEEPS
             if runs_on(task, name) and estimate_minutes(task, name) * len(SWEEPS[name](task).arms)
             * len(SWEEPS[name](task).warmup_seeds) * len(SWEEPS[name](task).seeds)
-            / JOBS / settings(task, name)["parts"] > 60]
+            / JOBS / settings(task, name)["parts"] > 90]
     if long:
-        lines += [f"WARNING: parts estimated over 60 min ({', '.join(long)}): raise their parts in designs.TASKS", ""]
+        lines += [f"WARNING: parts estimated over 90 min ({', '.join(long)}): raise their parts in designs.TASKS", ""]
     committed = {(task, name): committed_per_part(task, name, results) for task in tasks for name in SWEEPS
                  if runs_on(task, name)}
     lines += ["Minutes per run, estimated and measured (the committed runs, train.py start to exit; "
