@@ -117,7 +117,7 @@ def write_readme_tables(readme: str, results: dict, claims_page: str) -> str:
     link = os.path.relpath(claims_page, os.path.dirname(os.path.abspath(readme)))
     lines = [TABLES_BEGIN, "",
              f"What every sweep says, claim by claim, per task: [{link}]({link}).", "",
-             "| task | sweeps with verdicts | the papers' findings | checks |", "|---|---|---|---|"]
+             "| task | sweeps fully run | the papers' findings | checks |", "|---|---|---|---|"]
     for task in TASKS:
         done = [n for n in SWEEPS if runs_on(task, n) and cells[task, n]["status"] is None]
         verdicts = [v for n in done for v in cells[task, n]["verdicts"].values()]
