@@ -83,7 +83,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
                          cfg.project, cfg.run_name)
     if not start:                  # start.json, and with its evaluation metrics.jsonl's step 0 and RUN/best
         evaluation.record_start(run, cfg.out_dir, cfg.model, (lambda: evaluate(run, cfg, step=0))
-                                if cfg.eval_before_train and cfg.eval_every else None)
+                                if cfg.eval_before_train and cfg.eval_every else None, eval_budget(cfg)[1])
     best = checkpoint.model_info(os.path.join(cfg.out_dir, "best"))   # the model at its best held-out pass@1
     N, G = cfg.prompts_per_step, cfg.group_size
     on_policy = cfg.epochs == 1 and cfg.minibatches == 1            # the policy trained is the one that sampled

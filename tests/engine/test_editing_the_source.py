@@ -96,6 +96,9 @@ def test_step_0_is_the_start_and_the_run_ends_with_a_summary_and_its_models(tiny
     assert rows[0] == {"step": 0, **start, "time/elapsed": 0.0}          # step 0: the start's evaluation only
     assert [r["step"] for r in rows] == [0, 1, 2, 3, 4] and [h["step"] for h in history] == [1, 2, 3, 4]
     said = capsys.readouterr().out
+    # The start's evaluation says what it scores before it starts (a minute of silence on SmolLM2).
+    assert said.index("train.py: evaluating the starting model on 6 held-out prompts x 2 samples (12 rollouts)") < \
+        said.index("train.py: done:")
     evals = [r for r in rows if "eval/pass@1" in r]
     best = max(evals, key=lambda r: (r["eval/pass@1"], -r["step"]))
     assert f"held-out pass@1 {start['eval/pass@1']:.3f} at the start, {rows[-1]['eval/pass@1']:.3f} at step 4, " \
@@ -203,6 +206,24 @@ def test_a_task_without_a_shipped_warm_up_is_said_to_be_warmed_up_here(tmp_path)
         pass
     assert said and said[0].startswith("mytask: no warm-up of the embedded model ships for this task") \
         and "stale" not in said[0]
+
+
+def test_a_warm_up_that_will_run_says_its_steps_time_and_cache_first_and_trains_the_same(tmp_path):
+    # --digits 2 (any warm-up nothing ships or caches) started ~1,500 steps without a word.
+    from machinery import warmups
+    cfg = warmups.WarmupConfig(task="addition", digits=1, max_steps=4, n_train=64, eval_every=3, eval_prompts=8,
+                               batch_size=8)
+    shipped, said = tmp_path / "weights", []
+    (shipped / "addition-s0-abc").mkdir(parents=True)          # addition ships warm-ups, not this one
+    path = warmups.load_or_warmup(cfg, cache_dir=str(tmp_path / "cache"), shipped_dir=str(shipped), say=said.append)
+    assert said[0] == ("addition: no warm-up of the embedded model is shipped or cached for --digits 1 --warmup_seed 0 "
+                       "(weights/ ships --digits 3 with --warmup_seed 0 or 5): warming it up here, once")
+    assert re.fullmatch(r"warm-up: 4 supervised steps, about \d+ s on this machine \(\d+\.\d\d s a step and 2 "
+                        r"evaluations of \d+\.\d s, timed now\); cached in " + re.escape(path), said[1]), said
+    assert path == str(tmp_path / "cache" / warmups.cache_key(cfg)) and len(said) == 2
+    # The estimate ran on a copy: the same warm-up without it gives the same bytes.
+    quiet = warmups.warmup(cfg, str(tmp_path / "quiet"))
+    assert checkpoint.weights_sha256(quiet) == checkpoint.weights_sha256(path)
 
 
 # ---------------------------------------------------------------------------------------
