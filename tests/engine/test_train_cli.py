@@ -325,11 +325,14 @@ def test_each_qwen_recipe_fits_its_card_on_paper(name, card_gb, documented_gb):
 # Trackers: the same numbers as metrics.jsonl, read back from each tracker's own store
 # ---------------------------------------------------------------------------------------
 
-def test_tensorboard_event_file_holds_metrics_jsonl_series(tiny_dir, tmp_path):
+def test_tensorboard_event_file_holds_metrics_jsonl_series(tiny_dir, tmp_path, capsys):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     train.train(train.parse_args(small_args(tiny_dir, tmp_path, "--steps", "3", "--report_to", "tensorboard")))
+    said = capsys.readouterr().out.splitlines()            # the closing summary names every output, this one too
+    assert f"  tensorboard: {tmp_path / 'tensorboard'} (tensorboard --logdir {tmp_path / 'tensorboard'})" in said
+    assert f"  run:   {tmp_path} (config.json, start.json, metrics.jsonl, samples.jsonl, checkpoints/)" in said
     rows = read_jsonl(tmp_path / "metrics.jsonl")
     events = EventAccumulator(str(tmp_path / "tensorboard")).Reload()
     assert set(events.Tags()["scalars"]) == {k for r in rows for k in r} - {"step"}
