@@ -38,6 +38,18 @@ and the parameters shared with every other token drift in between. So:
                   gradient. With GRPO a 1/4-solved group's one success (+1.5) outweighs
                   each of its failures (-0.5), so a step with 2 positives and 2 negatives
                   can still push such a token hard; equal counts are not equal mass.
+  random_recentred  a CONTROL, this project's, not a paper's: the split of `random` (the
+                  same draws, so the same steps at the same seed), and then each group's
+                  part in each step re-centred to zero-sum advantage (step_advantages).
+                  Query mini-batches change two things at once: every group cancels
+                  inside its step, AND a step holds N/k whole groups (8 prompts of 32
+                  with 4 steps) instead of about N (random: ~29 of 32 prompts per step).
+                  This mode keeps random's prompts per step and gives back cancellation,
+                  so an effect of `query` that it shares is cancellation's, and one it
+                  does not share is the prompts per step's. It changes the advantages:
+                  a group part of one rollout, or of one reward, gets A = 0, so it
+                  trains on less advantage mass than random (train.py logs
+                  mb/adv_abs_trained). Needs a zero-sum advantage (the flags' check).
 
 Conventions. A rollout is "positive" if its advantage is > 0, "negative" if < 0, and
 "neutral" if exactly 0 (all-equal groups under any zero-sum advantage; dropped rollouts
@@ -61,7 +73,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-MODES = ("random", "query", "balanced", "query_balanced", "mass_balanced")
+MODES = ("random", "query", "balanced", "query_balanced", "mass_balanced", "random_recentred")
+RECENTRED = ("random_recentred",)      # modes whose optimizer steps train on re-centred advantages
 
 
 # ---------------------------------------------------------------------------------------
@@ -100,7 +113,7 @@ def minibatch_indices(advantages: Tensor, n_minibatches: int, mode: str,
     if not isinstance(generator, torch.Generator):
         raise ValueError(f"generator must be a torch.Generator, got {type(generator).__name__}")
 
-    if mode == "random":
+    if mode in ("random", "random_recentred"):            # the same draws: the same steps
         order = torch.randperm(total, generator=generator)
         steps = list(torch.tensor_split(order, n_minibatches))
     elif mode == "query":
@@ -119,6 +132,37 @@ def minibatch_indices(advantages: Tensor, n_minibatches: int, mode: str,
     steps = [torch.sort(s).values for s in steps]
     step_order = torch.randperm(len(steps), generator=generator)
     return [steps[i] for i in step_order.tolist()]
+
+
+def step_advantages(advantages: Tensor, step: Tensor, group_size: int, mode: str) -> Tensor:
+    """The advantages one optimizer step trains on: `advantages` itself, or re-centred.
+
+    advantages: [B] flat, b = n*G + g; step: the step's flat indices (a LongTensor);
+    group_size: G; mode: one of MODES. Returns a [B] tensor whose entries at `step` are
+    what the step trains on (the others are not read). For every mode but
+    random_recentred that is the batch's advantages, the same tensor, untouched.
+
+    random_recentred: for the rollouts P_n of group n inside the step,
+        A'_b = A_b - mean_{b' in P_n} A_{b'}        (b in P_n)
+    so sum_{b in P_n} A'_b = 0 and a token every rollout of the part shares at the same
+    weight cancels inside the step, as in a whole group (loss.cancellation_residual of
+    the step is 0 at ratio 1). A part of one rollout gets 0 (it has nothing to cancel
+    against); a whole group keeps its advantages up to float rounding (a zero-sum
+    advantage's group mean is 0).
+    Example: G = 4, A = [+1.5, -0.5, -0.5, -0.5], the step holds rollouts 0, 1, 2:
+    mean +0.167, so A' = [+1.333, -0.667, -0.667] (and rollout 3, in another step, gets
+    its own part's re-centring there).
+    """
+    if mode not in RECENTRED:
+        return advantages
+    step = step.to(advantages.device)
+    part = advantages[step]
+    groups, inverse = torch.unique(step // group_size, return_inverse=True)
+    sums = part.new_zeros(len(groups)).index_add_(0, inverse, part)
+    counts = torch.bincount(inverse, minlength=len(groups)).to(part.dtype)
+    out = advantages.clone()
+    out[step] = part - (sums / counts)[inverse]
+    return out
 
 
 def _balanced(advantages: Tensor, k: int, generator: torch.Generator) -> list[Tensor]:

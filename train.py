@@ -68,6 +68,7 @@ from machinery.metrics import add_stats, log_metrics, masked_mean, nothing_to_le
 from machinery.run import Run, close, keep_best, keep_final, old_policy_pass, on_device, open_run_dir, optimizer_step
 from machinery.run import repeat, sample_rollouts, save_checkpoint, take
 from machinery.setup import setup
+from tasks.user_reward import RewardError
 
 
 # ---------------------------------------------------------------------------------------
@@ -82,7 +83,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
                          cfg.project, cfg.run_name)
     if not start:                  # start.json, and with its evaluation metrics.jsonl's step 0 and RUN/best
         evaluation.record_start(run, cfg.out_dir, cfg.model, (lambda: evaluate(run, cfg, step=0))
-                                if cfg.eval_before_train and cfg.eval_every else None)
+                                if cfg.eval_before_train and cfg.eval_every else None, eval_budget(cfg)[1])
     best = checkpoint.model_info(os.path.join(cfg.out_dir, "best"))   # the model at its best held-out pass@1
     N, G = cfg.prompts_per_step, cfg.group_size
     on_policy = cfg.epochs == 1 and cfg.minibatches == 1            # the policy trained is the one that sampled
@@ -140,10 +141,11 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
             set_learning_rate(run.optimizer, cfg, step)             # --lr_warmup_steps
             run.model.train()
             for step_idx, norm in zip(opt_steps, norms):
+                A_step = batching.step_advantages(batch.A, step_idx, G, cfg.minibatch_mode)  # random_recentred re-centres
                 for idx, logp, ent in forward.update_batches(run.train_model, rollouts, step_idx, has_grad,
                                                              lengths.reshape(-1), **speedups):   # skip, merge, share
                     old = logp.detach() if batch.old is None else batch.old[idx]    # on-policy: the ratio is exactly 1
-                    A_i, mask_i, group_i = batch.A[idx], batch.mask[idx], batch.group[idx]
+                    A_i, mask_i, group_i = A_step[idx], batch.mask[idx], batch.group[idx]
                     l, stats = loss.policy_loss(logp, old, A_i, mask_i, cfg=cfg.loss, norm=norm, group_index=group_i,
                                                 ref_logp=take(batch.ref, idx), entropy=ent)
                     l.backward()
@@ -157,7 +159,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         # 7. log: metrics, token diagnostics, evaluation, the best model, checkpoint
         with timed("log", times):
             metrics = step_record(run, step, rows, rollouts, scores, rewards, entropy, schedule, hyper, A, opt_steps,
-                                  loss_sums, has_grad, grad_norms, diag)    # machinery/metrics.py: every key
+                                  loss_sums, has_grad, grad_norms, diag, cfg.minibatch_mode)   # every key
             if run.llm is not None:
                 vllm_rollout.push_weights(run.llm, run.model)
         last = step == cfg.steps or bool(cfg.max_minutes and minutes() > cfg.max_minutes)
@@ -251,10 +253,12 @@ def main(argv: list[str] | None = None) -> None:
     cfg = parse_args(argv)
     try:
         train(cfg)
-    except checks.UsageError as e:
+    except (checks.UsageError, RewardError) as e:
         # What the user gave was found wrong at the door (a data file, a model path, a run
-        # directory): one line, exit code 2. Any other exception is a bug, the user's or
-        # ours, and keeps its traceback, which says where it is.
+        # directory), or their --reward function returned no reward or did not return in
+        # time: one line, exit code 2 (metrics.jsonl and the checkpoints keep every step
+        # before). Any other exception is a bug, the user's or ours, and keeps its
+        # traceback, which says where it is.
         print(f"train.py: error: {e}", file=sys.stderr)
         sys.exit(2)
 

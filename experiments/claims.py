@@ -24,7 +24,10 @@ The tests. Every p-value is exact, a count over the 2^n equally likely sign patt
 pairs (experiments/exact_tests.py: why, the floors, the power). Which test a claim gets:
   - mean (direction +1 or -1): the two-sided sign-flip test of mean(d) = 0 on the per-pair
     differences. Floor 2 / 2^n, 0.00195 for 10 pairs. With a margin m ("a share above
-    1%"): the same test of d_k - direction * m.
+    1%"): the same test of d_k - direction * m. One-sided (Claim.sided "one") only where the
+    claim's paper states the direction: the test of mean(d) <= 0 against the predicted
+    sign, floor 1 / 2^n (6 pairs: 0.016, where two-sided gives 0.031); it cannot say
+    "opposite", so an effect of the other sign is named in the verdict's detail.
   - within a run (reference None): the same test on each run's own number (a difference
     inside the run, such as value b+ minus value s+).
   - equivalence (direction 0, margin m > 0: "similar"): TOST within +-m. Floor 1 / 2^n.
@@ -39,17 +42,27 @@ pairs (experiments/exact_tests.py: why, the floors, the power). Which test a cla
   - every row (row a tuple, e.g. pass@k at every k): the intersection-union test (Berger
     1982). The claim holds only if it holds on each row, so its p is the largest of the
     rows' p-values; no correction across the rows is needed.
-  - Holm's correction over the testable claims of ONE sweep on ONE task, its family. 10
-    pairs' floor survives Holm over up to 25 claims (25 x 0.00195 = 0.049). A sweep may
-    declare families of its own (Claim.family: its primary findings apart from its
-    secondary ones); Holm then runs within each.
+  - Holm's correction within a family DECLARED with the claims (Claim.family; all of a
+    sweep's claims on one task when none is named): its size m is the number of claims
+    declared in it, whatever the runs show, so a claim found not testable enters with
+    p = 1 instead of leaving the family (which would make the correction depend on the
+    data). 10 pairs' floor survives Holm over up to 25 claims (25 x 0.00195 = 0.049); 6
+    pairs' two-sided floor 0.031 survives only a family of 1, its one-sided floor 0.016 a
+    family of up to 3: the designs on 6 pairs declare families that small.
+  - Preconditions (Check with kind "precondition", e.g. "the clip was never reached"): a
+    claim that needs one (Claim.needs) is not testable unless it is met on every run of
+    its arms: it would measure something else.
+  - Pairs whose runs ran on different CPUs (the CPU model of the runs' records) are left
+    out of a claim and counted in its detail: another CPU rounds float sums differently,
+    so the two runs of such a pair differ in more than the arm.
 Verdicts (ALPHA = 0.05 on the Holm-adjusted p):
   agrees                  p_holm < ALPHA, predicted sign (equivalence: inside the margin)
   opposite                p_holm < ALPHA, the other sign (with a margin: short of it)
   no difference detected  direction +-1, otherwise; with the effect detectable at 80% power
   no equivalence shown    direction 0, otherwise
   not testable            the claim's own check says the runs cannot speak to it (with the
-                          measured reason), or fewer than 2 pairs have a number.
+                          measured reason), a precondition it needs is not met, or fewer
+                          than 2 pairs have a number.
 The effect detectable at 80% power: the true mean difference delta that the exact test at
 level ALPHA / m would call, with the predicted sign, in 80% of repetitions (ALPHA / m is
 Holm's strictest step: an effect this large is found even when no other claim of the family
@@ -105,7 +118,13 @@ class Claim:
     runs of one (warm-up seed, RL seed); e.g. how much more query beats random at a large step
     size than at a small one. The same exact sign-flip test on that difference."""
     family: str = ""
-    """Holm's family within the sweep ("primary", "secondary", "ours"); one family when all are ''."""
+    """Holm's family within the sweep ("primary", "secondary", "ours"), declared with the claim:
+    its size is the number of claims declared in it; one family when all are ''."""
+    sided: str = "two"
+    """"two", or "one" (the test against the predicted sign alone) where the paper states the direction."""
+    needs: tuple[str, ...] = ()
+    """The texts of the sweep's preconditions (Check, kind "precondition") the claim needs:
+    not testable unless each is met."""
     posthoc: bool = False
     """Declared after its runs' data was public (a stricter restatement of an earlier claim, read
     again on the same runs): shown as a re-reading, not as a test declared before its data."""
@@ -149,11 +168,14 @@ class Check:
 # 1. Verdicts
 # ---------------------------------------------------------------------------------------
 
-def judge(claims: list[Claim], values: dict, series: dict) -> list[dict]:
-    """One verdict record per claim, in order; Holm's family is the testable ones.
+def judge(claims: list[Claim], values: dict, series: dict, checks: list[dict] | None = None,
+          cpus: dict | None = None) -> list[dict]:
+    """One verdict record per claim, in order; Holm's families as declared (Claim.family).
 
     values: {(row, arm): {(warmup_seed, seed): number}} (NaN or missing: no number);
-    series: {arm: [each run's metric series]} for the testability checks and notes.
+    series: {arm: [each run's metric series]} for the testability checks and notes;
+    checks: run_checks' records (a claim's `needs` read their results); cpus: {(arm,
+    (warmup_seed, seed)): the run's CPU model} (pairs across CPUs are left out).
     Record: claim, reference (the arm actually compared: a tuple reference resolved), n
     (pairs, or runs within a run), effect (mean difference; spread: the difference of
     SDs; every row: the row with the weakest effect), se (the paired SE sd(d)/sqrt(n);
@@ -161,27 +183,39 @@ def judge(claims: list[Claim], values: dict, series: dict) -> list[dict]:
     with n), family (m), verdict, detail, power80 (the effect detectable at 80% power,
     NaN where not computed).
     """
-    records, testable = [], []
+    records = []
+    results = {c["check"].text: c["result"] for c in checks or []}
     for claim in claims:
         reference = _resolve_reference(claim, values)
         rec = {"claim": claim, "reference": reference, "n": 0, "effect": math.nan, "se": math.nan,
                "p": math.nan, "p_holm": math.nan, "floor": math.nan, "family": 0, "power80": math.nan}
-        reason = claim.testable(series) if claim.testable else None
-        tests = [] if reason else [_paired(values, row, claim.arm, reference, claim.minus) for row in claim.rows]
+        unmet = [text for text in claim.needs if results.get(text, "not measured") != "met"]
+        reason = (f"precondition {results.get(unmet[0], 'not measured')}: {unmet[0]}" if unmet else
+                  claim.testable(series) if claim.testable else None)
+        tests, mixed = [], 0
+        if reason is None:
+            for row in claim.rows:
+                x, y, keys = _paired(values, row, claim.arm, reference, claim.minus)
+                same = [i for i, k in enumerate(keys) if _one_cpu(cpus, claim, reference, k)]
+                mixed = max(mixed, len(keys) - len(same))
+                tests.append((x[same], y[same], [keys[i] for i in same]))
         if reason is None and min(len(t[0]) for t in tests) < 2:
             reason = f"fewer than 2 {'runs' if reference is None else 'pairs'} with a number " \
                      f"({min(len(t[0]) for t in tests)})"
         if reason is not None:
-            rec.update(verdict="not testable", detail=reason)
+            rec.update(verdict="not testable", detail=reason + (f"; {_mixed_text(mixed)}" if mixed else ""))
         else:
-            rec.update(_test(claim, tests))
-            testable.append(rec)
+            rec.update(_test(claim, tests), mixed=mixed)
         records.append(rec)
-    for family in dict.fromkeys(r["claim"].family for r in testable):     # Holm within each family
-        members = [r for r in testable if r["claim"].family == family]
-        for rec, p_holm in zip(members, holm([r["p"] for r in members])):
-            rec["p_holm"], rec["family"] = p_holm, len(members)
-            rec.update(_verdict(rec))
+    for family in dict.fromkeys(r["claim"].family for r in records):   # Holm within each declared family
+        members = [r for r in records if r["claim"].family == family]
+        # every declared member counts; a claim not testable enters with p = 1 (it rejects nothing)
+        adjusted = holm([1.0 if "verdict" in r else r["p"] for r in members])
+        for rec, p_holm in zip(members, adjusted):
+            rec["family"] = len(members)
+            if "verdict" not in rec:
+                rec["p_holm"] = p_holm
+                rec.update(_verdict(rec))
     for rec in records:                     # e.g. how far FADE's delta and alpha moved, testable or not
         if rec["claim"].note is not None:
             rec["detail"] = "; ".join(x for x in (rec["detail"], rec["claim"].note(series)) if x)
@@ -238,6 +272,8 @@ def _test(claim: Claim, tests: list) -> dict:
                 p, floor = sign_flip_p_greater(d + claim.margin), 1 / 2 ** n
             elif claim.direction == 0:
                 p, floor = tost_p(d, claim.margin), 1 / 2 ** n
+            elif claim.sided == "one":                      # H0: the effect is not of the predicted sign
+                p, floor = sign_flip_p_greater(claim.direction * (d - claim.direction * claim.margin)), 1 / 2 ** n
             else:
                 p, floor = sign_flip_p(d - claim.direction * claim.margin), 2 / 2 ** n
         per_row.append({"effect": effect, "se": se, "p": p, "floor": floor, "n": n,
@@ -259,7 +295,8 @@ def _verdict(rec: dict) -> dict:
     out = {"power80": power80}
 
     def detail(*parts):
-        return "; ".join(p for p in (*parts, power_text) if p)
+        mixed = _mixed_text(rec["mixed"]) if rec.get("mixed") else ""
+        return "; ".join(p for p in (*parts, mixed, power_text) if p)
     if claim.statistic == "not_lower":
         out.update(verdict="agrees" if significant else "no non-inferiority shown",
                    detail=detail(f"margin {_fmt(claim.margin)}"))
@@ -275,6 +312,9 @@ def _verdict(rec: dict) -> dict:
         out.update(verdict="agrees", detail=detail(margin))
     elif significant and signs == {-claim.direction}:
         out.update(verdict="opposite", detail=detail(margin))
+    elif claim.sided == "one" and signs == {-claim.direction}:       # a one-sided test cannot call it
+        out.update(verdict="no difference detected",
+                   detail=detail(margin, "the effect has the other sign (one-sided test: not tested that way)"))
     else:
         out.update(verdict="no difference detected",
                    detail=detail("the rows disagree in sign" if len(signs) > 1 and significant else ""))
@@ -312,7 +352,7 @@ def power_statement(rec: dict) -> tuple[float, str]:
         if not math.isfinite(r):
             return none
         return r * rec["sd"], f"80%-power margin {_fmt(r * rec['sd'])} at a true difference of 0"
-    r = power_ratio(n, level)
+    r = power_ratio(n, level, sided="greater" if claim.sided == "one" else "two")
     if not math.isfinite(r):
         return none
     effect = claim.margin + r * rec["sd"]
@@ -414,7 +454,7 @@ def test_name(claim: Claim) -> str:
         return f"sign-flip one-sided, not lower by {_fmt(claim.margin)}" + (" (runs)" if within else " (pairs)")
     if claim.direction == 0:
         return f"TOST ±{_fmt(claim.margin)}" + (" (runs)" if within else " (pairs)")
-    name = "sign-flip" + (" (runs)" if within else " (pairs)")
+    name = ("sign-flip one-sided" if claim.sided == "one" else "sign-flip") + (" (runs)" if within else " (pairs)")
     if claim.minus:
         name = "sign-flip (pairs), interaction"
     if claim.margin:
@@ -425,6 +465,20 @@ def test_name(claim: Claim) -> str:
 def format_p(p: float, floor: float) -> str:
     """p with 4 decimals, marked when it is the smallest p the test can give ('0.0020, floor')."""
     return f"{p:.4f}" + (", floor" if abs(p - floor) <= 1e-12 else "")
+
+
+def _one_cpu(cpus: dict | None, claim: Claim, reference: str | None, key) -> bool:
+    """Whether every run the claim reads at this (warm-up seed, seed) ran on one CPU model
+    (True where the CPUs are not recorded: data from before they were)."""
+    if not cpus:
+        return True
+    arms = (claim.arm, reference, *(claim.minus or ()))
+    models = {cpus.get((arm, key)) for arm in arms if arm is not None} - {None}
+    return len(models) <= 1
+
+
+def _mixed_text(n: int) -> str:
+    return f"{n} pair{'s' if n > 1 else ''} left out: {'their' if n > 1 else 'its'} runs ran on different CPUs"
 
 
 def _finite(x) -> bool:

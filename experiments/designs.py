@@ -48,6 +48,14 @@ The sweeps (the two cancellation papers' in designs_cancellation.py, FADE's in d
               or 8 optimizer steps per batch at lr 4e-4, x {random, query} mini-batches
               and {GSPO, orth}: does what keeps cancellation alive matter more as updates
               grow (both cancellation papers' stability claims)?
+  recentred   the dose result's confound (addition, lr 4e-4): random mini-batches
+              re-centred per group part (cancellation with random's prompts per step)
+              against random and query (ours).
+On a pretrained model (task smollm2: SmolLM2-135M-Instruct from its CPU recipe, pairs by
+RL seed from its one start; experiments/designs_pretrained.py): batching (random, query,
+random_recentred at the edge lr), advantages (the sign axis: psr, nsr against mean on
+entropy), credit (grpo vs psr: flips, value, specificity), and edge, the pilot that picks
+the batching sweep's lr by a rule declared before it ran.
 
 Tasks. Countdown (tasks/countdown.py, the default) starts at held-out pass@1 ~0.23
 with pass@16 ~0.83, its tokens have entropy, and most prompts have several correct
@@ -70,7 +78,7 @@ x eval_samples x sample_s (TASKS' "cost" and "step_s", and `plan`). The costs co
 which runs one 12-step run per sweep here, two at a time as a sweep does, and prints them.
 Re-run it before starting the sweeps (the embedded model may have changed since; on another
 machine the costs differ), paste its numbers into TASKS, and set each sweep's parts so that
-`plan` shows at most ~40 min per part. The numbers in TASKS: the pilot with the current
+`plan` shows at most ~90 min per part (a sitting). The numbers in TASKS: the pilot with the current
 embedded model (addition at width 128, countdown at 64) on a box shared with other jobs
 (load average 7.5-8.6 on 2 cores), divided by 3.35, the slowdown that load gave on
 countdown (whose model is unchanged: the earlier countdown sweeps' own loop time, two runs
@@ -98,17 +106,24 @@ continue on another machine with an empty runs/:
     credit      addition      2    20    100      1.0        10      1        10
     specificity addition      2    20    100      1.0        10      1        10
     dose        addition     12   120    100      3.0       179      5        36
+    recentred   addition      3    30    100      3.0        45      2        22
+    batching    smollm2       3    18     40     25.7       232      3        77
+    advantages  smollm2       3    18     50     17.6       159      3        53
+    credit      smollm2       2    12     30     17.9       108      2        54
+    edge        smollm2       3     6     20     13.9        42      1        42
 """
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Callable
 
 from experiments.claims import Check, Claim
 from machinery import warmups
 
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # recipes are read from here
 CANCELLATION = "Cancellation Hypothesis"
 OURS = "ours (no paper)"      # a question this project added: on the pages, outside the papers' tables
 DESIGN = "Token Gradient Cancellation (design conditions)"
@@ -165,8 +180,78 @@ TASKS = {
             "specificity": {"steps": 100, "eval_every": 20, "n_eval": 200, "eval_samples": 4, "step_s": 0.46,
                             "parts": 1},
             "dose": {"steps": 100, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 1.6, "parts": 5},
+            # the dose sweep's lr 4e-4 arms' budget and step cost; 2 parts: one warm-up seed each
+            "recentred": {"steps": 100, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 1.6,
+                          "parts": 2},
         }},
 }
+
+# A pretrained model: SmolLM2-135M-Instruct on chat-worded addition, its CPU recipe's
+# settings (recipe_flags) with each sweep's budget and arms on top; the sweeps themselves,
+# their pairs (RL seeds from the model's one set of weights) and the edge-lr pilot:
+# experiments/designs_pretrained.py. Costs, for `plan`: one step with one optimizer step per
+# batch from the recipe's committed seed runs (docs/runs/smollm2-135m-addition-cpu/: 10-11 s,
+# two at a time on a quiet 2-core machine) x 1.5, the slowdown a busy machine gives; with 4
+# mini-batches, the evaluation and the start from the edge pilot's 6 runs (AMD EPYC, two at a
+# time, other work on the machine at a lower priority): 24-35 s a step over its last 10
+# steps, 41-82 s for 800 evaluation samples, 85-240 s before the first step (the model's load
+# and the start's evaluation); token diagnostics and token values cost more (credit's step_s).
+SMOLLM2_RECIPE = "recipes/smollm2-135m-addition-cpu.yaml"
+# The batching sweep's lr, from the edge pilot by its declared rule (designs_pretrained.edge): at
+# 1e-4 both pilot runs collapsed (held-out pass@1 0.114 -> 0.001, 0.119 -> 0.000 by step 10),
+# at 3e-5 one of two ended below its start (0.119 -> 0.409 -> 0.069; the other 0.114 -> 0.318),
+# at 1e-5 both ended above it (0.444, 0.606): the largest lr of the grid where both learned.
+EDGE_LR = "1e-5"
+TASKS["smollm2"] = {
+    "recipe": SMOLLM2_RECIPE, "threshold": 0.5,
+    "cost": {"start_s": 120.0, "sample_s": 0.07},
+    "sweeps": {
+        "edge": {"steps": 20, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 30.0, "parts": 1},
+        **({"batching": {"steps": 40, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 30.0,
+                         "parts": 3, "flags": ["--lr", EDGE_LR]}} if EDGE_LR else {}),
+        "advantages": {"steps": 50, "eval_every": 25, "n_eval": 200, "eval_samples": 4, "step_s": 16.5, "parts": 3},
+        "credit": {"steps": 30, "eval_every": 30, "n_eval": 200, "eval_samples": 4, "step_s": 30.0, "parts": 2},
+    }}
+
+
+def recipe_flags(path: str) -> list[str]:
+    """A YAML recipe's settings as explicit train.py flags, but those a sweep sets itself.
+
+    'lr: 1.0e-5' -> ['--lr', '1e-05']; 'chat_template: true' -> ['--chat_template'] (false:
+    '--no-chat_template'). Left out: the budget and evaluation (steps, eval_every, n_eval,
+    eval_samples: each sweep's own, TASKS) and threads (the sweep's --threads 1). Explicit
+    flags rather than `--config PATH`: each run's recorded flags are then the whole design,
+    so a recipe edited later shows as another design (its runs set aside), never as the same.
+    """
+    import yaml
+    with open(os.path.join(REPO_DIR, path)) as f:
+        recipe = yaml.safe_load(f)
+    flags = []
+    for key, value in recipe.items():
+        if key in ("steps", "eval_every", "n_eval", "eval_samples", "threads"):
+            continue
+        if isinstance(value, bool):
+            flags.append(f"--{key}" if value else f"--no-{key}")
+        else:
+            flags += [f"--{key}", str(value)]
+    return flags
+
+
+def task_flags(task: str) -> list[str]:
+    """The flags every run on the task gets: its recipe's (recipe_flags) or TASKS[task]["flags"]."""
+    recipe = TASKS[task].get("recipe")
+    return recipe_flags(recipe) if recipe else list(TASKS[task]["flags"])
+
+
+def task_seeds(task: str) -> dict:
+    """The pairs' seeds on the task: {"seeds", "warmup_seeds"} for a pretrained model's recipe
+    (6 RL seeds from its one start: with 6 pairs the exact two-sided test reaches 0.031, with
+    5 it cannot), {} for the embedded model (the Sweep's defaults)."""
+    return {"seeds": PRETRAINED_SEEDS, "warmup_seeds": (0,)} if TASKS[task].get("recipe") else {}
+
+
+PRETRAINED_SEEDS = (0, 1, 2, 3, 4, 5)
+
 
 # The sources' sentences each claim tests, verbatim (the papers' abstracts).
 Q_FLIPS = ("In contrast, we study critic-free RL from a token-level perspective, revealing the token-flipping "
@@ -181,7 +266,6 @@ Q_BATCHING = ("Guided by this view, we implement two batching interventions to e
 Q_BATCHING_GAIN = ("Despite their simplicity, these interventions improve RLVR training across multiple model "
                    "scales, supporting cancellation as both an explanatory principle and a practical design "
                    "criterion for critic-free RL training.")
-Q_MECHANISMS = 'We show that two common mechanisms disrupting exchangeability make "non-cancellation" a structural norm.'
 Q_DFPO = ("Experimental results demonstrate that these transformations stabilize training, improve sample "
           "efficiency, and enhance final performance, validating the value of this design condition.")
 Q_EXCHANGE = ("This paper presents a necessary condition for algorithm design from a token-level credit assignment "
@@ -225,6 +309,11 @@ class Sweep:
     seeds: tuple[int, ...] = SEEDS
     """The RL seeds of its pairs: SEEDS, or FRESH_SEEDS for a sweep that retests on runs no
     earlier claim has seen (with the same warm-up seeds)."""
+    warmup_seeds: tuple[int, ...] = WARMUP_SEEDS
+    """The warm-up seeds of its pairs (the embedded model's starting weights); (0,) on a
+    pretrained model, whose runs all start from its one set of weights."""
+    declared_in: str = ""
+    """The file that declares it, when it is not its registry function's (the pages name it)."""
 
 
 def settings(task: str, name: str) -> dict:

@@ -12,6 +12,9 @@ them by name:
   credit       GRPO against positive-only training, the token diagnostics
   specificity  the hypothesis' central sentence, on fresh RL seeds
   dose         the update size as a dose for both papers' interventions
+  recentred    the dose result's confound: cancellation, or fewer prompts per step?
+On a pretrained model, batching and credit are declared in experiments/designs_pretrained.py
+(this file's functions hand a recipe task over to it).
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ from typing import Callable
 
 from experiments.claims import Check, Claim
 from experiments.designs import (CANCELLATION, DESIGN, FIRST_STEP_TOL, FRESH_SEEDS, OURS, Q_BATCHING, Q_BATCHING_GAIN,
-                                 Q_DFPO, Q_DRIFT, Q_EXCHANGE, Q_FLIPS, Q_MECHANISMS, Q_SPECIFIC, Q_TEMPLATE, Q_VALUE,
+                                 Q_DFPO, Q_DRIFT, Q_EXCHANGE, Q_FLIPS, Q_SPECIFIC, Q_TEMPLATE, Q_VALUE,
                                  RESIDUAL_TOL, TASKS, Sweep, logged, settings, threshold)
+from experiments import designs_pretrained
 from experiments.quantities import (at_start, collapsed, difference, final, final_max_pass, first_reach, log_ratio,
-                                    mean_of, min_of, peak_of, pooled_n, pooled_value, tail_mean, total)
+                                    mean_of, min_of, peak_of, pooled_n, pooled_value, tail_mean, total, value_at)
 
 
 def batching(task: str = "countdown") -> Sweep:
@@ -40,6 +44,8 @@ def batching(task: str = "countdown") -> Sweep:
     mean |Δ log π| per template token after the step (diagnostics.where_updates_go,
     every 10th step), and final pass@1, each against random.
     """
+    if TASKS[task].get("recipe"):                     # a pretrained model: its own arms and claims
+        return designs_pretrained.batching(task)
     modes = ("random", "query", "balanced", "query_balanced", "mass_balanced")
     claims = [*[Claim(CANCELLATION, f"{mode} mini-batches: less template drift than random", Q_BATCHING,
                       "template drift", mode, "random", -1, testable=logged("where/abs_dlogp_template", mode))
@@ -115,9 +121,11 @@ def dfpo(task: str = "countdown") -> Sweep:
     """
     gspo_clip = ["--eps_low", "3e-4", "--eps_high", "4e-4"]
     no_clip = ["--eps_low", "0.5", "--eps_high", "1"]                  # a range the sequence ratio never reaches
-    claims = [Claim(DESIGN, "GSPO's sequence weights alone (clip out of reach): more residual than equal weights",
-                    Q_MECHANISMS, "cancellation residual", "seq_weights", "equal_noclip", +1, posthoc=True),
-              Claim(DESIGN, "orth reaches the task's pass@1 threshold in fewer steps than GSPO", Q_DFPO,
+    # "GSPO's sequence weights alone: more residual than equal weights" was a finding once; with
+    # whole groups equal weights give a residual of exactly 0 while no rollout is dropped
+    # (every m_i = A_i), so any spread of the sequence weights wins every pair: checks now,
+    # not evidence (equal weights' 0: the first-step check; the weights' residual: below).
+    claims = [Claim(DESIGN, "orth reaches the task's pass@1 threshold in fewer steps than GSPO", Q_DFPO,
                     f"steps to pass@1 >= {threshold(task)}", "dfpo_orth", "gspo", -1),
               Claim(DESIGN, "orth: smaller seed spread of final pass@1 than GSPO", Q_DFPO, "final pass@1",
                     "dfpo_orth", "gspo", -1, statistic="spread"),
@@ -131,6 +139,8 @@ def dfpo(task: str = "countdown") -> Sweep:
                     -1, posthoc=True, testable=logged("where/abs_dlogp_template", "dfpo_orth"))]
     checks = [Check("orth: the kept rollouts' weights cancel in every group", "cancellation residual", ("dfpo_orth",),
                     "zero", tol=RESIDUAL_TOL),
+              Check("GSPO's sequence weights alone (clip out of reach) weigh a group's rollouts apart: residual "
+                    "above float rounding", "cancellation residual", ("seq_weights",), "positive", tol=RESIDUAL_TOL),
               Check("equal weights on-policy: the first optimizer step's residual is 0 to rounding",
                     "first-step residual", ("grpo", "equal_noclip", "seq_weights", "clip_only", "dfpo_min", "dfpo_orth"),
                     "zero", tol=FIRST_STEP_TOL),
@@ -200,6 +210,8 @@ def credit(task: str = "countdown") -> Sweep:
     low-confidence tokens and ~0 for confident ones whatever the training, so both of its
     orderings are checks (psr shows them too), not findings.
     """
+    if TASKS[task].get("recipe"):                     # a pretrained model: its own claims, specificity's among them
+        return designs_pretrained.credit(task)
     cells = {"boosted_pos": "b+", "suppressed_pos": "s+", "boosted_neg": "b-", "suppressed_neg": "s-"}
     # The factor-2 margins were set after earlier runs' shares were public: re-readings here;
     # the specificity sweep tests them again on fresh RL seeds, declared before its runs.
@@ -450,4 +462,73 @@ def dose(task: str = "addition") -> Sweep:
         curves=[("eval/pass@1", "held-out pass@1"), ("entropy", "entropy (nats/token)"),
                 ("approx_kl", "approx KL to the sampling policy"), ("grad_norm", "gradient norm"),
                 ("cancellation_residual", "cancellation residual R_g")],
+        claims=claims, checks=checks)
+
+
+def recentred(task: str = "addition") -> Sweep:
+    """The dose result's confound: cancellation, or fewer prompts per optimizer step?
+
+    At lr 4e-4 with 4 mini-batches the dose sweep's query arm ended below random (addition,
+    the dose page). But query changes two things at once: every group cancels inside its
+    optimizer step, and each step holds 8 whole prompts of the batch's 32 where random's
+    holds rollouts of about 29. random_recentred (batching.py) keeps random's split (the
+    same steps at the same seed: the same generator draws) and re-centres each group's
+    part of a step to zero-sum advantage, so it has query's cancellation and random's
+    prompts per step. The same 10 (warm-up seed, RL seed) pairs and flags as the dose
+    sweep's lr 4e-4 arms, all three arms run on one machine. The prediction, both ways,
+    written before the runs:
+      - random_recentred ends below random, with query: cancellation inside a step is
+        what makes these large steps fragile (claim 2 agrees, claim 3 does not);
+      - random_recentred stays with random, above query: the fewer prompts per Adam step
+        are (claim 3 agrees, claim 2 does not);
+      - both or neither: the two readings do not separate here; the page says which.
+    Claim 1 repeats the dose finding on this machine's runs. Our questions, not a paper's:
+    two-sided, one family of 3 (10 pairs' floor 0.002 survives it). Checks: random_recentred's
+    first-step residual is 0 to rounding (its parts are zero-sum at ratio 1), as query's;
+    random's is not. random_recentred trains on less advantage mass (mean |A| trained, a
+    row): under Adam a global scale cancels (m / sqrt(v)), the uneven part does not, so the
+    row is read beside the findings.
+    """
+    arms = {mode: ["--minibatch_mode", mode] for mode in ("random", "query", "random_recentred")}
+    claims = [Claim(OURS, "lr 4e-4: query lower final pass@1 than random (the dose result, on this machine)",
+                    Q_BATCHING_GAIN, "final pass@1", "query", "random", -1, family="ours"),
+              Claim(OURS, "lr 4e-4: random_recentred lower final pass@1 than random (cancellation's share)",
+                    Q_BATCHING_GAIN, "final pass@1", "random_recentred", "random", -1, family="ours"),
+              Claim(OURS, "lr 4e-4: random_recentred higher final pass@1 than query (the prompts per step's share)",
+                    Q_BATCHING_GAIN, "final pass@1", "random_recentred", "query", +1, family="ours")]
+    checks = [Check("query mini-batches never split a group", "split groups / step", ("query",), "zero"),
+              Check("random and random_recentred split groups", "split groups / step",
+                    ("random", "random_recentred"), "positive"),
+              Check("whole groups, or each group's part re-centred: the first optimizer step's residual is 0 to "
+                    "rounding", "first-step residual", ("query", "random_recentred"), "zero", tol=FIRST_STEP_TOL),
+              Check("split groups cannot cancel: random's first-step residual is above 0", "first-step residual",
+                    ("random",), "positive", tol=1e-3)]
+    return Sweep(
+        name="recentred",
+        claim="Does query's fragility at a large step come from cancellation inside a step or from its fewer "
+              "prompts per optimizer step? random_recentred has the first without the second (ours).",
+        flags=[*TASKS[task]["flags"], *DOSES[task]["shared"], "--lr", "4e-4", "--coupling_pairs", "0"],
+        arms=arms,
+        rows=[("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
+              ("start pass@1", at_start("eval/pass@1"), "held-out pass@1 of the starting weights (start.json)"),
+              ("pass@1 at step 10", value_at("eval/pass@1", 10), "held-out pass@1 after the first 10 batches"),
+              ("peak pass@1", peak_of("eval/pass@1"), "best held-out pass@1 over the run's evaluations"),
+              ("min pass@1", min_of("eval/pass@1"), "worst held-out pass@1 over the run's evaluations"),
+              ("collapsed", collapsed(), "1 if final pass@1 < half of start pass@1, else 0"),
+              ("first-step residual", mean_of("cancellation_residual_first"),
+               "R_g of the first optimizer step of each batch (ratio 1), mean over diagnostic steps"),
+              ("cancellation residual", mean_of("cancellation_residual"),
+               "R_g per optimizer step, mean over diagnostic steps"),
+              ("split groups / step", mean_of("mb/split_groups"),
+               "groups cut across optimizer steps, per optimizer step, mean over steps"),
+              ("mean |A| of the batch", mean_of("adv_abs_mean"), "mean |advantage| per rollout, mean over steps"),
+              ("mean |A| trained", mean_of("mb/adv_abs_trained"),
+               "mean |advantage| the optimizer steps trained on (random_recentred's re-centring lowers it)"),
+              ("approx kl", mean_of("approx_kl"), "mean over steps of the sampling policy's KL to the updated one"),
+              ("grad norm", mean_of("grad_norm"), "mean over steps of the gradient norm before clipping"),
+              ("entropy, last 10 steps", tail_mean("entropy", 10), "mean token entropy, nats"),
+              ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")],
+        curves=[("eval/pass@1", "held-out pass@1"), ("entropy", "entropy (nats/token)"),
+                ("approx_kl", "approx KL to the sampling policy"), ("grad_norm", "gradient norm"),
+                ("mb/adv_abs_trained", "mean |A| trained"), ("cancellation_residual", "cancellation residual R_g")],
         claims=claims, checks=checks)

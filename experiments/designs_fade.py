@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from experiments import designs_pretrained
 from experiments.claims import Check, Claim
 from experiments.designs import (FADE, FRESH_SEEDS, Q_DIFFICULTY, Q_FADE, Q_PHASES, Q_SIGN, RESIDUAL_TOL, TASKS, Sweep,
                                  settings)
@@ -89,6 +90,8 @@ def advantages(task: str = "countdown") -> Sweep:
     group's std, a difficulty reweighting of its own; it is run as a descriptive arm).
     Every arm passes only the hyper-parameter its advantage reads.
     """
+    if TASKS[task].get("recipe"):                     # a pretrained model: the sign axis alone
+        return designs_pretrained.advantages(task)
     zero_sum = ("grpo", "mean", "power")
     # power (alpha 2) is no finding here: the source states a trade-off ("sharpens signal but
     # costs sample size"), not a higher pass@1; the trade-off is declared in the tradeoff

@@ -1,16 +1,17 @@
 """pages.py: a sweep's page, from the runs on disk and the committed data; `report` rebuilds them all.
 
-    python -m experiments.sweep report      # rebuild docs/sweep_TASK_NAME.{md,png,jsonl.gz}, docs/claims.md, the README's summary
+    python -m experiments.sweep report      # rebuild experiments/results/: sweep_TASK_NAME.{md,png,jsonl.gz}, claims.md; the README's summary
 
 Where the numbers come from. A run's metrics live in its run directory
 (OUT/TASK/NAME/ARM/warmup_W/seed_S, machine-local, not committed) and, once `report` has
-seen it, in docs/sweep_TASK_NAME.jsonl.gz: per run, one line with its record (the
+seen it, in experiments/results/sweep_TASK_NAME.jsonl.gz (the study's wing; docs/ is the
+lesson's): per run, one line with its record (the
 train.py flags it ran with, the hash of the weights it started from, its wall time,
 when and where it finished), then its metrics lines (timings left out but the elapsed
 time). `report` merges the two, run by run (the run directory wins for a run found in
 both), so a sweep can be run in parts on different machines: each part's runs are
 committed in the data file, and a fresh clone with an empty runs/ rebuilds every page,
-docs/claims.md and the README byte for byte.
+the study's claims.md and the README byte for byte.
 
 Which runs count. All the runs of a page must come from one design: the same train.py
 flags but the run's own (directory, seeds) and its arm's. Runs whose flags differ from
@@ -44,7 +45,7 @@ import numpy as np
 
 from experiments import claims as claims_lib
 from experiments import plot_runs, quantities
-from experiments.designs import TASKS, WARMUP_SEEDS, Sweep, eval_flags, runs_on, settings
+from experiments.designs import TASKS, Sweep, eval_flags, runs_on, settings
 from experiments.registry import SWEEPS
 from experiments.summaries import CLAIMS_PAGE, write_claims_page, write_readme_tables
 
@@ -219,8 +220,15 @@ def judge_runs(sweep: Sweep, runs: list[RunData]) -> tuple[list[dict], list[dict
     refs = lambda c: c.reference if isinstance(c.reference, tuple) else (c.reference,)
     claims = [c for c in sweep.claims if c.arm in arms and all(r is None or r in arms for r in refs(c))
               and all(m in arms for m in (c.minus or ()))]
-    checks = [c for c in sweep.checks if any(a in arms for a in c.arms)]
-    return claims_lib.judge(claims, values, arm_series), claims_lib.run_checks(checks, values), values, arm_series
+    checks = claims_lib.run_checks([c for c in sweep.checks if any(a in arms for a in c.arms)], values)
+    cpus = {(r.arm, r.key): cpu_model(r.record) for r in runs}
+    return claims_lib.judge(claims, values, arm_series, checks, cpus), checks, values, arm_series
+
+
+def cpu_model(record: dict) -> str | None:
+    """The CPU model of a run's record ('AMD EPYC' of 'nproc 2, AMD EPYC, Linux x86_64'), None if unrecorded."""
+    parts = (record.get("machine") or "").split(", ")
+    return parts[1] if len(parts) > 1 else None
 
 
 def with_start(series: dict, record: dict) -> dict:
@@ -243,7 +251,7 @@ def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_p
     """
     verdicts, checks, values, arm_series = judge_runs(sweep, runs)
     arms = [a for a in sweep.arms if any(r.arm == a for r in runs)]
-    planned = [(a, w, s) for a in sweep.arms for w in WARMUP_SEEDS for s in sweep.seeds]
+    planned = [(a, w, s) for a in sweep.arms for w in sweep.warmup_seeds for s in sweep.seeds]
     done = sum((r.arm, *r.key) in set(planned) for r in runs)
     finished = sorted(r.record["finished"] for r in runs if r.record.get("finished"))
     machines = sorted({r.record["machine"] for r in runs if r.record.get("machine")})
@@ -258,7 +266,7 @@ def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_p
     lines += [f"- Command: `{meta['command']}`" + (f" for K = 1..{parts}" if parts > 1 else "")
               + "; this page: `python -m experiments.sweep report`",
               (f"- Runs: {done} of {len(planned)} planned ({len(sweep.arms)} arms x warm-up seeds "
-               f"{_list(WARMUP_SEEDS)} x RL seeds {_list(sweep.seeds)})"
+               f"{_list(sweep.warmup_seeds)} x RL seeds {_list(sweep.seeds)})"
                + ("" if done >= len(planned) else "; INCOMPLETE: the findings are not the declared test yet")
                + (f"; {len(runs) - done} more outside the plan" if len(runs) > done else ""))
               if meta["recorded"] else f"- Runs: {len(runs)}, of an earlier design",
@@ -293,7 +301,7 @@ def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_p
                   "not met measures something else (its reading says what).", "",
                   claims_lib.check_table(preconditions)]
     lines += ["## Findings", "",
-              f"Each claim was written before the runs ({design_file(sweep.name)}), quoting the sentence it tests"
+              f"Each claim was written before the runs ({design_file(sweep)}), quoting the sentence it tests"
               + (", except those marked *re-read*: restated after their runs were public, read again on the same "
                  "runs (not a test declared before its data)" if posthoc else "") + ". "
               f"Runs are paired by (warm-up seed, RL seed); each test is exact (experiments/claims.py). "
@@ -368,7 +376,7 @@ def eval_noise(task: str, sweep: Sweep, values: dict) -> str:
     p = float(np.mean(finals)) if finals else 0.5
     samples = s["n_eval"] * s["eval_samples"]
     se = math.sqrt(p * (1 - p) / samples)
-    pairs = len(WARMUP_SEEDS) * len(sweep.seeds)
+    pairs = len(sweep.warmup_seeds) * len(sweep.seeds)
     return (f"held-out pass@1 averages {s['n_eval']} prompts x {s['eval_samples']} samples; its sampling SE is at "
             f"most sqrt(p(1-p)/{samples}) = {fmt(se)} at p = {fmt(p)} (the runs' mean final pass@1), "
             f"{fmt(se * math.sqrt(2))} for a paired difference, {fmt(se * math.sqrt(2 / pairs))} for the mean "
@@ -461,22 +469,22 @@ def verdict_record(r: dict) -> dict:
 # 3. report: every page, the data files, the claims page, the README's summary
 # ---------------------------------------------------------------------------------------
 
-def report(out: str, docs: str, readme: str) -> list[str]:
+def report(out: str, results: str, readme: str) -> list[str]:
     """Rebuild every sweep's page from its runs (committed data merged with OUT's finished
-    runs), rewrite its data file, write docs/claims.md and replace the README's summary. Returns
+    runs), rewrite its data file, write claims.md beside them and replace the README's summary. Returns
     the paths written.
 
     A sweep with neither committed data nor finished runs is skipped (its README cells
     read "not run"). Pages are dated by their runs, not by the rebuild, so a rebuild with
     the same runs writes the same bytes.
     """
-    written, results = [], {}
-    os.makedirs(docs, exist_ok=True)
+    written, outcomes = [], {}
+    os.makedirs(results, exist_ok=True)
     for task in TASKS:
         for name, make in SWEEPS.items():
             if not runs_on(task, name):
                 continue
-            sweep, data_path = make(task), os.path.join(docs, f"sweep_{task}_{name}.jsonl.gz")
+            sweep, data_path = make(task), os.path.join(results, f"sweep_{task}_{name}.jsonl.gz")
             runs = merge(read_run_data(data_path), local_runs(out, task, sweep), sweep)
             if not runs:
                 continue
@@ -485,21 +493,21 @@ def report(out: str, docs: str, readme: str) -> list[str]:
                 print(f"{task}/{name}: set aside {len(set_aside)} runs whose flags differ from the newest run's "
                       f"({', '.join(r.label for r in set_aside[:4])}{', ...' if len(set_aside) > 4 else ''}); "
                       f"they leave {data_path} (git keeps them)")
-            md, png = (os.path.join(docs, f"sweep_{task}_{name}.{ext}") for ext in ("md", "png"))
+            md, png = (os.path.join(results, f"sweep_{task}_{name}.{ext}") for ext in ("md", "png"))
             parts = settings(task, name)["parts"]
-            results[task, name] = write_page(sweep, task, runs, md, png, {
+            outcomes[task, name] = write_page(sweep, task, runs, md, png, {
                 "command": f"python -m experiments.sweep {name} --task {task}" + (f" --part K/{parts}" if parts > 1 else ""),
                 "parts": parts, "recorded": recorded})
             written += [md, png, write_run_data(runs, data_path)]
-    written.append(write_claims_page(os.path.join(docs, CLAIMS_PAGE), results))
+    written.append(write_claims_page(os.path.join(results, CLAIMS_PAGE), outcomes))
     if os.path.isfile(readme):
-        written.append(write_readme_tables(readme, results))
+        written.append(write_readme_tables(readme, outcomes, os.path.join(results, CLAIMS_PAGE)))
     return written
 
 
-def design_file(name: str) -> str:
+def design_file(sweep: Sweep) -> str:
     """The file that declares the sweep: 'experiments/designs_fade.py'."""
-    return SWEEPS[name].__module__.replace(".", "/") + ".py"
+    return sweep.declared_in or SWEEPS[sweep.name].__module__.replace(".", "/") + ".py"
 
 
 # ---------------------------------------------------------------------------------------

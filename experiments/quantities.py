@@ -25,6 +25,17 @@ def mean_of(key: str) -> Callable[[dict], float]:
     return lambda series: nanmean(series[key][1]) if key in series else math.nan
 
 
+def value_at(key: str, step: int) -> Callable[[dict], float]:
+    """The key's value at one step (NaN where it was not logged there): pass@1 after 10 steps."""
+    def at(series: dict) -> float:
+        if key not in series:
+            return math.nan
+        steps, values = series[key]
+        hit = np.flatnonzero(np.asarray(steps) == step)
+        return float(values[hit[0]]) if len(hit) else math.nan
+    return at
+
+
 def head_mean(key: str, n: int) -> Callable[[dict], float]:
     """Mean of the key over its first n logged steps."""
     return lambda series: nanmean(series[key][1][:n]) if key in series else math.nan

@@ -8,12 +8,13 @@ experiments/designs.py. experiments/sweep.py runs them, experiments/pages.py rep
 
 from __future__ import annotations
 
-from experiments.designs import TASKS, WARMUP_SEEDS, estimate_minutes, runs_on, settings
-from experiments.designs_cancellation import batching, credit, dfpo, dose, specificity
+from experiments.designs import TASKS, estimate_minutes, runs_on, settings
+from experiments.designs_cancellation import batching, credit, dfpo, dose, recentred, specificity
 from experiments.designs_fade import advantages, fade, tradeoff
+from experiments.designs_pretrained import edge
 
 SWEEPS = {"batching": batching, "advantages": advantages, "fade": fade, "dfpo": dfpo, "credit": credit,
-          "tradeoff": tradeoff, "specificity": specificity, "dose": dose}
+          "tradeoff": tradeoff, "specificity": specificity, "dose": dose, "recentred": recentred, "edge": edge}
 
 
 def budget_table(jobs: int = 2) -> str:
@@ -24,8 +25,8 @@ def budget_table(jobs: int = 2) -> str:
         for name, make in SWEEPS.items():
             if not runs_on(task, name):
                 continue
-            arms, s = len(make(task).arms), settings(task, name)
-            runs = arms * len(WARMUP_SEEDS) * len(make(task).seeds)
+            sweep, s = make(task), settings(task, name)
+            arms, runs = len(sweep.arms), len(sweep.arms) * len(sweep.warmup_seeds) * len(sweep.seeds)
             wall = runs * estimate_minutes(task, name) / jobs
             lines.append(f"    {name:<11} {task:<10} {arms:>4} {runs:>5} {s['steps']:>6} "
                          f"{estimate_minutes(task, name):>8.1f} {wall:>9.0f} {s['parts']:>6} {wall / s['parts']:>9.0f}")

@@ -1,4 +1,4 @@
-"""summaries.py: what the sweeps say together: docs/claims.md and the README's table.
+"""summaries.py: what the sweeps say together: the study's page (claims.md) and the README's summary.
 
     python -m experiments.sweep report      # writes both, after every sweep's page (experiments/pages.py)
 
@@ -6,11 +6,14 @@ A sweep's page (pages.write_page) is one sweep on one task, with its runs, check
 findings. This file reads the results of every page at once and writes the two places
 where a reader meets them side by side:
 
-- docs/claims.md: every claim on one line, its verdict per task, linked to the page that
-  measured it; the papers' findings first, then our own questions (claims of no paper,
-  marked OURS in the designs), then the implementation checks, one line per sweep.
-- the README's table, between the markers TABLES_BEGIN and TABLES_END: one line per sweep,
-  its verdict counts per task and its checks.
+- claims.md, beside the sweeps' pages (experiments/results/): one line per sweep (its
+  verdict counts per task and its checks), then every claim on one line, its verdict per
+  task, linked to the page that measured it; the papers' findings first, then our own
+  questions (claims of no paper, marked OURS in the designs), then the implementation
+  checks, one line per sweep.
+- the README's summary, between the markers TABLES_BEGIN and TABLES_END: one line per
+  task, the papers' findings' verdicts and the checks summed over its sweeps, and a link
+  to claims.md.
 
 A sweep that is not fully run, or whose data predates recorded flags, shows why it has no
 verdict ("k of n runs", "earlier design", "not run") instead of one: a partial sweep's
@@ -31,7 +34,11 @@ VERDICT_ORDER = ("agrees", "opposite", "no difference detected", "no equivalence
                  "not testable")
 """The README's summary counts the verdicts in this order (experiments/claims.py's verdicts)."""
 CLAIMS_PAGE = "claims.md"
-"""docs/claims.md: every claim on one line, its verdict per task (written by report)."""
+"""The study's page, beside the sweeps' pages: every sweep and every claim, one line each (written by report)."""
+TASK_LABELS = {"countdown": "the 342k-parameter character model on Countdown",
+               "addition": "the character model on addition with written-out carries",
+               "smollm2": "SmolLM2-135M-Instruct on chat-worded addition"}
+"""How the summaries name a task: the model it trains matters as much as the task."""
 
 
 def verdict_cells(results: dict) -> dict:
@@ -76,15 +83,11 @@ def _checks_text(checks: dict) -> str:
     return identity + (f"; preconditions: {pre}" if pre else "")
 
 
-def write_readme_tables(readme: str, results: dict) -> str:
-    """Replace the README's text between the markers with one short line per sweep.
-
-    Per task: how the sweep's findings came out (verdict counts; or "k of n runs", "earlier
-    design", "not run", which give no verdict) and its implementation checks, linked to
-    the sweep's page. Every claim, one line each: docs/claims.md (write_claims_page).
-    """
+def sweep_summary_table(results: dict, link=lambda task, name: f"sweep_{task}_{name}.md") -> list[str]:
+    """One line per sweep: how many findings it declares, and per task how they came out
+    (verdict counts; or "k of n runs", "earlier design", "not run", which give no verdict)
+    and its implementation checks, linked to the sweep's page (`link(task, name)`)."""
     tasks, cells = list(TASKS), verdict_cells(results)
-    links = {(t, n): f"{t[0]}-{n}" for t in tasks for n in SWEEPS}
 
     def summary(task: str, name: str) -> str:
         c = cells[task, name]
@@ -93,18 +96,40 @@ def write_readme_tables(readme: str, results: dict) -> str:
         verdicts = list(c["verdicts"].values())
         counts = {v: verdicts.count(v) for v in VERDICT_ORDER if v in verdicts}
         findings = c["status"] or ", ".join(f"{n} {_shown(v)}" for v, n in counts.items()) or "no findings"
-        return f"[{findings}][{links[task, name]}]; checks: {_checks_text(c['checks'])}"
+        return f"[{findings}]({link(task, name)}); checks: {_checks_text(c['checks'])}"
 
-    lines = [TABLES_BEGIN, "",
-             f"One line per sweep; each claim's verdict per task: [docs/{CLAIMS_PAGE}](docs/{CLAIMS_PAGE}).", "",
-             "| sweep | findings | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
+    lines = ["| sweep | findings | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
     for name, make in SWEEPS.items():
         counts = {t: sum(c.paper != OURS for c in make(t).claims) for t in tasks if runs_on(t, name)}
         findings = str(next(iter(counts.values()))) if len(set(counts.values())) == 1 else \
             " / ".join(str(counts[t]) if t in counts else "-" for t in tasks)
         lines.append(f"| {name} | {findings} | " + " | ".join(summary(t, name) for t in tasks) + " |")
-    lines += [""] + [f"[{links[t, n]}]: docs/sweep_{t}_{n}.md" for t in tasks for n in SWEEPS
-                     if (t, n) in results] + ["", TABLES_END]
+    return lines
+
+
+def write_readme_tables(readme: str, results: dict, claims_page: str) -> str:
+    """Replace the README's text between the markers with a short summary: per task, how
+    many of the papers' findings each verdict got and how the checks came out, and a link
+    to the study's page (`claims_page`, written by write_claims_page), where every sweep and
+    every claim has its line. Only sweeps fully run count (a partial sweep's verdicts are
+    not the test its claims were declared with)."""
+    cells = verdict_cells(results)
+    link = os.path.relpath(claims_page, os.path.dirname(os.path.abspath(readme)))
+    lines = [TABLES_BEGIN, "",
+             f"What every sweep says, claim by claim, per task: [{link}]({link}).", "",
+             "| task | sweeps fully run | the papers' findings | checks |", "|---|---|---|---|"]
+    for task in TASKS:
+        done = [n for n in SWEEPS if runs_on(task, n) and cells[task, n]["status"] is None]
+        verdicts = [v for n in done for v in cells[task, n]["verdicts"].values()]
+        counts = ", ".join(f"{verdicts.count(v)} {_shown(v)}" for v in VERDICT_ORDER if v in verdicts) or "-"
+        checks = {}
+        for n in done:
+            for r, k in cells[task, n]["checks"].items():
+                checks[r] = checks.get(r, 0) + k
+        pending = [n for n in SWEEPS if runs_on(task, n) and cells[task, n]["status"] is not None]
+        lines.append(f"| {task}: {TASK_LABELS.get(task, task)} | {len(done)}" + (f" ({len(pending)} pending)" if pending else "")
+                     + f" | {counts} | {_checks_text(checks) if checks else '-'} |")
+    lines += ["", TABLES_END]
     text = open(readme).read()
     if TABLES_BEGIN in text and TABLES_END in text:
         head, rest = text.split(TABLES_BEGIN, 1)
@@ -120,13 +145,18 @@ def write_claims_page(path: str, results: dict) -> str:
     no data "not run": none of them is a verdict.
     """
     tasks, cells = list(TASKS), verdict_cells(results)
-    lines = ["# The papers' claims on real training, one line each", "",
+    lines = ["# The study: the papers' claims on real training", "",
              "Written by `python -m experiments.sweep report` from the committed per-run data "
-             "(`docs/sweep_TASK_NAME.jsonl.gz`) and any finished runs; do not edit by hand. How the sweeps are "
-             "designed and what we read in them: [results.md](results.md#the-papers-claims-on-real-training).", "",
+             "(`sweep_TASK_NAME.jsonl.gz`, beside this page) and any finished runs; do not edit by hand. How the "
+             "sweeps are designed and what we read in them: "
+             "[docs/results.md](../../docs/results.md#the-papers-claims-on-real-training). Tasks: "
+             + "; ".join(f"**{t}**, {TASK_LABELS.get(t, t)}" for t in tasks) + ".", "",
+             "## Every sweep", "", "One line per sweep: its findings' verdicts per task, its implementation checks, "
+             "its page.", "", *sweep_summary_table(results), "",
+             "## Every claim", "",
              "**Findings** (claims that could have failed; each page quotes the sentence tested and gives the "
              "effect, its paired SE and p). Exact paired tests over (warm-up seed, RL seed) pairs, Holm's "
-             "correction per sweep per task.", "",
+             "correction within each family the sweep declares.", "",
              "| sweep | claim | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
     declared = {name: _declared(name) for name in SWEEPS}       # name -> {task: its claims' texts}
 

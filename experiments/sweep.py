@@ -4,7 +4,7 @@
     python -m experiments.sweep advantages --task addition       # one sweep, all its runs (2 at a time)
     python -m experiments.sweep fade --task countdown --part 2/6 # one part of a long sweep
     python -m experiments.sweep advantages --arms grpo,psr --warmup_seeds 0 --seeds 0,1 --steps 60
-    python -m experiments.sweep report                           # docs/sweep_*.{md,png,jsonl.gz}, docs/claims.md, the README's summary
+    python -m experiments.sweep report                           # experiments/results/: every page, the data, claims.md; the README's summary
     python -m experiments.sweep pilot --task countdown           # time one short run per sweep: the costs of TASKS
 
 The sweeps themselves (arms, table rows, curves, and the checks and claims written
@@ -12,7 +12,8 @@ before the runs) are in experiments/designs_cancellation.py and designs_fade.py,
 by name in experiments/registry.py (what a sweep is and its budget: experiments/designs.py);
 how a claim is judged in experiments/claims.py (the exact paired tests, Holm's correction
 and the effect detectable at 80% power: experiments/exact_tests.py); the pages and the committed per-run data in
-experiments/pages.py, docs/claims.md and the README's table in experiments/summaries.py.
+experiments/pages.py, the study's page (experiments/results/claims.md) and the README's summary in
+experiments/summaries.py.
 This file runs them.
 
 A sweep is a set of ARMS, train.py flag sets that differ in one design choice, each run
@@ -22,10 +23,11 @@ or shipped, machinery/warmups.py); the RL seed the prompt order, the held-out se
 and the mini-batch shuffles. Runs with the same pair in two arms differ only in the arm.
 
 Parts. A sweep longer than one sitting runs in parts: --part k/K runs the k-th of K
-contiguous slices of the plan in the order (warm-up seed, arm, RL seed), so with K = 2 a
-part is one warm-up seed. After each part: `python -m experiments.sweep report` (which
-writes the finished runs' metrics into docs/sweep_TASK_NAME.jsonl.gz) and commit docs/
-and README.md. The next part may run on another machine with an empty runs/: `report`
+contiguous slices of the plan in the order (warm-up seed, RL seed, arm), so with K = 2 a
+part is one warm-up seed, and a part always holds whole pairs (every arm of its seeds): a
+part run on another machine mixes no pair's CPUs. After each part: `python -m experiments.sweep report` (which
+writes the finished runs' metrics into experiments/results/sweep_TASK_NAME.jsonl.gz) and
+commit experiments/results/ and README.md. The next part may run on another machine with an empty runs/: `report`
 merges the committed data with the new runs. designs.TASKS declares each sweep's parts,
 and `plan` prints the commands, each marked with how many of its runs are committed.
 
@@ -97,7 +99,7 @@ from machinery import checks
 # ---------------------------------------------------------------------------------------
 JOBS = 2                          # train.py processes at a time (one torch thread each)
 OUT = os.path.join("runs", "sweeps")   # runs go to OUT/TASK/SWEEP/ARM/seed_S
-DOCS = "docs"                     # `report` writes docs/sweep_TASK_SWEEP.md and .png here
+RESULTS = os.path.join("experiments", "results")   # `report` writes sweep_TASK_SWEEP.{md,png,jsonl.gz} and claims.md here
 TASK = "countdown"                # the default task (experiments/designs.py TASKS: steps, evaluation, parts)
 # Budget: experiments/designs.py's header (and `plan`) has the estimate per sweep and part.
 
@@ -122,7 +124,9 @@ class RunSpec:
     """train.py's arguments (without --resume)."""
     steps: int
     warmup: object | None
-    """The embedded model's warmups.WarmupConfig when the run uses it (--model tiny), else None."""
+    """What the run starts from and must exist before it does: the embedded model's
+    warmups.WarmupConfig (--model tiny), or --model's name or path (a hub model's is fetched
+    and converted once, ensure_warmup), or None in tests that build specs by hand."""
 
     @property
     def label(self) -> str:
@@ -133,18 +137,18 @@ def plan_runs(sweep: Sweep, arms: list[str], warmup_seeds: list[int], seeds: lis
               extra: list[str], task: str = TASK) -> list[RunSpec]:
     """Every (arm, warm-up seed, seed) run's train.py arguments, each checked by train.parse_args.
 
-    Runs go to out/TASK/SWEEP/ARM/warmup_W/seed_S, in the order (warm-up seed, arm, seed)
-    that the parts slice. Flags: the run's own, the sweep's evaluation, the sweep's flags,
+    Runs go to out/TASK/SWEEP/ARM/warmup_W/seed_S, in the order (warm-up seed, seed, arm)
+    that the parts slice, so a part holds whole pairs (every arm of its seeds). Flags: the run's own, the sweep's evaluation, the sweep's flags,
     the arm's, then `extra` (so a test's --model wins). Raises ValueError naming the run
     and train.py's complaint for a bad flag set.
     """
     runs = []
     for w in warmup_seeds:
-        for arm in arms:
-            for seed in seeds:
+        for seed in seeds:
+            for arm in arms:
                 args = run_args(sweep, arm, w, seed, steps, out, extra, task)
                 cfg = _check_train_args(f"{sweep.name}/{arm}/warmup_{w}/seed_{seed}", args)
-                warmup = _embedded_warmup(cfg) if cfg.model == "tiny" else None
+                warmup = _embedded_warmup(cfg) if cfg.model == "tiny" else cfg.model
                 runs.append(RunSpec(sweep.name, arm, w, seed, cfg.out_dir, args, cfg.steps, warmup))
     return runs
 
@@ -157,9 +161,9 @@ def run_args(sweep: Sweep, arm: str, warmup_seed: int, seed: int, steps: int, ou
             *sweep.flags, *sweep.arms[arm], *extra]
 
 
-def committed_records(runs: list[RunSpec], docs: str, task: str) -> dict[str, dict]:
+def committed_records(runs: list[RunSpec], results: str, task: str) -> dict[str, dict]:
     """{label: its committed record} for the runs whose data is already committed
-    (docs/sweep_TASK_NAME.jsonl.gz) with the same train.py flags, --out_dir aside.
+    (RESULTS/sweep_TASK_NAME.jsonl.gz) with the same train.py flags, --out_dir aside.
 
     A part stopped before it finished goes on later, on any machine and with an empty
     runs/, without running those again: `report` takes their numbers from the
@@ -169,7 +173,7 @@ def committed_records(runs: list[RunSpec], docs: str, task: str) -> dict[str, di
     records = {}
     for name in {r.sweep for r in runs}:
         committed = {(c.arm, c.warmup_seed, c.seed): c.record
-                     for c in pages.read_run_data(os.path.join(docs, f"sweep_{task}_{name}.jsonl.gz"))}
+                     for c in pages.read_run_data(os.path.join(results, f"sweep_{task}_{name}.jsonl.gz"))}
         for r in runs:
             record = committed.get((r.arm, r.warmup_seed, r.seed)) if r.sweep == name else None
             if record is not None and record.get("args") is not None \
@@ -181,9 +185,10 @@ def committed_records(runs: list[RunSpec], docs: str, task: str) -> dict[str, di
 def select_part(runs: list[RunSpec], part: int, parts: int) -> list[RunSpec]:
     """The part-th (from 1) of `parts` contiguous, near-equal slices of the plan.
 
-    The plan is ordered (warm-up seed, arm, seed), so a slice holds one warm-up seed's runs
-    (or part of them): parts = 2 with 2 warm-up seeds is one warm-up seed each. Sizes
-    differ by at most one run. Example: 10 runs in 3 parts -> 4, 3, 3.
+    The plan is ordered (warm-up seed, seed, arm), so a slice holds one warm-up seed's runs
+    (or part of them): parts = 2 with 2 warm-up seeds is one warm-up seed each; a design's
+    parts are sized so that each holds whole pairs (every arm of a seed), which then run
+    on one machine. Sizes differ by at most one run. Example: 10 runs in 3 parts -> 4, 3, 3.
     """
     size, extra = divmod(len(runs), parts)
     start = (part - 1) * size + min(part - 1, extra)
@@ -210,15 +215,21 @@ def run_state(run: RunSpec) -> str:
 
 
 def ensure_warmup(runs: list[RunSpec], say: Callable[[str], None]) -> None:
-    """Warm up the embedded model here, once per warm-up (task, digits), before any run starts.
+    """Warm up the embedded model here, once per warm-up (task, digits), and fetch and convert
+    a hub model once, before any run starts.
 
     Each train.py with --model tiny would otherwise find no cache and warm up itself,
-    several at a time, on the same cores (each ~50 s) and race for the same cache entry.
+    several at a time, on the same cores (each ~50 s) and race for the same cache entry;
+    two runs of a hub model (--model smollm2-135m-instruct) would both download its wheel
+    and convert it into the same directory.
     """
     import torch
-    from machinery import warmups
+    from machinery import hub_models, warmups
     torch.set_num_threads(1)                   # this process warms up while no run is going
-    configs = {warmups.cache_key(r.warmup): r.warmup for r in runs if r.warmup is not None}
+    for name in sorted({r.warmup for r in runs if isinstance(r.warmup, str) and r.warmup in hub_models.MODELS}):
+        hub_models.ensure(name, say=say)
+    configs = {warmups.cache_key(r.warmup): r.warmup for r in runs
+               if r.warmup is not None and not isinstance(r.warmup, str)}
     for key, cfg in sorted(configs.items()):
         if warmups.existing_warmup(cfg) is None:
             say(f"warm-up of the embedded model ({cfg.task}; 1-3 min, once): "
@@ -302,7 +313,7 @@ def execute(todo: list[tuple[RunSpec, str]], jobs: int, n_skipped: int, say: Cal
 
 
 # ---------------------------------------------------------------------------------------
-# 3. This machine's summary of a sweep (the docs pages: `report`, experiments/pages.py)
+# 3. This machine's summary of a sweep (the committed pages: `report`, experiments/pages.py)
 # ---------------------------------------------------------------------------------------
 
 def write_summary(sweep: Sweep, task: str, out: str, results: dict, meta: dict) -> str | None:
@@ -355,36 +366,36 @@ def pilot_costs(runs: list[RunSpec], results: dict) -> dict:
     return costs
 
 
-def committed_per_part(task: str, name: str, docs: str) -> tuple[list[tuple[int, int]], float | None]:
+def committed_per_part(task: str, name: str, results: str) -> tuple[list[tuple[int, int]], float | None]:
     """([(committed, runs)] for each part of a sweep, the mean minutes of a committed run).
 
-    A run counts when its data is committed in `docs` with the flags the design gives it
+    A run counts when its data is committed in `results` with the flags the design gives it
     today (committed_records, on the runs' arguments unchecked: planning every run through
     train.py's checks would take half a minute). Its minutes are train.py's start to exit
     as the record holds them; None when no committed run has them.
     """
     spec, steps, parts = SWEEPS[name](task), settings(task, name)["steps"], settings(task, name)["parts"]
     runs = [RunSpec(name, arm, w, seed, "", run_args(spec, arm, w, seed, steps, "OUT", [], task), steps, None)
-            for w in WARMUP_SEEDS for arm in spec.arms for seed in spec.seeds]
-    committed = committed_records(runs, docs, task)
+            for w in spec.warmup_seeds for seed in spec.seeds for arm in spec.arms]
+    committed = committed_records(runs, results, task)
     seconds = [rec["seconds"] for rec in committed.values() if rec.get("seconds")]
     counts = [(sum(r.label in committed for r in part), len(part))
               for part in (select_part(runs, k, parts) for k in range(1, parts + 1))]
     return counts, (sum(seconds) / len(seconds) / 60 if seconds else None)
 
 
-def plan_text(tasks: list[str], docs: str = DOCS) -> str:
+def plan_text(tasks: list[str], results: str = RESULTS) -> str:
     """The budget table (registry.budget_table), the minutes per run measured on the
     committed runs beside their estimate, and the command of every part, per task, each
-    with how many of its runs are committed in `docs` (a finished part says "done")."""
+    with how many of its runs are committed in `results` (a finished part says "done")."""
     lines = [budget_table(), ""]
     long = [f"{name} on {task}" for task in tasks for name in SWEEPS
-            if runs_on(task, name) and estimate_minutes(task, name) * len(SWEEPS[name](task).arms) * len(WARMUP_SEEDS)
-            * len(SWEEPS[name](task).seeds)
-            / JOBS / settings(task, name)["parts"] > 45]
+            if runs_on(task, name) and estimate_minutes(task, name) * len(SWEEPS[name](task).arms)
+            * len(SWEEPS[name](task).warmup_seeds) * len(SWEEPS[name](task).seeds)
+            / JOBS / settings(task, name)["parts"] > 90]
     if long:
-        lines += [f"WARNING: parts estimated over 45 min ({', '.join(long)}): raise their parts in designs.TASKS", ""]
-    committed = {(task, name): committed_per_part(task, name, docs) for task in tasks for name in SWEEPS
+        lines += [f"WARNING: parts estimated over 90 min ({', '.join(long)}): raise their parts in designs.TASKS", ""]
+    committed = {(task, name): committed_per_part(task, name, results) for task in tasks for name in SWEEPS
                  if runs_on(task, name)}
     lines += ["Minutes per run, estimated and measured (the committed runs, train.py start to exit; "
               f"{JOBS} at a time):",
@@ -393,8 +404,8 @@ def plan_text(tasks: list[str], docs: str = DOCS) -> str:
         measured = f"{minutes:>9.1f}" if minutes is not None else f"{'-':>9}"
         lines.append(f"    {name:<11} {task:<10} {sum(c for c, _ in counts):>4} of {sum(n for _, n in counts):<3}"
                      f"{estimate_minutes(task, name):>9.1f} {measured}")
-    lines += ["", "Commands, one sitting each; after each: python -m experiments.sweep report, then commit docs/ and "
-              "README.md:"]
+    lines += ["", "Commands, one sitting each; after each: python -m experiments.sweep report, then commit "
+              "experiments/results/ and README.md:"]
     for task in tasks:
         for name in SWEEPS:
             if not runs_on(task, name):
@@ -425,26 +436,29 @@ def main(argv: list[str] | None = None) -> None:
                              "short run per sweep of --task here and print the costs for designs.TASKS)")
     parser.add_argument("--task", default=TASK, choices=list(TASKS), help="the task every run trains on")
     parser.add_argument("--part", help="K-th of N slices of the plan, as K/N (one sweep; designs.TASKS declares N)")
-    parser.add_argument("--warmup_seeds", help=f"comma-separated warm-up seeds (default: {_join(WARMUP_SEEDS)})")
+    parser.add_argument("--warmup_seeds", help=f"comma-separated warm-up seeds (default: the sweep's, "
+                                               f"{_join(WARMUP_SEEDS)} for the embedded model)")
     parser.add_argument("--seeds", help=f"comma-separated RL seeds (default: the sweep's, {_join(SEEDS)} for most)")
     parser.add_argument("--steps", type=int, help="training steps per run (default per sweep: designs.TASKS)")
     parser.add_argument("--arms", help="comma-separated subset of the sweep's arms (one sweep only)")
     parser.add_argument("--jobs", type=int, default=JOBS, help="train.py processes at a time")
     parser.add_argument("--out", default=OUT, help="root directory of the sweeps")
-    parser.add_argument("--docs", default=DOCS, help="where the pages and the committed run data are: report writes them, a sweep skips the runs committed there")
+    parser.add_argument("--results", default=RESULTS, help="where the pages and the committed run data are: report "
+                                                          "writes them, a sweep skips the runs committed there")
     parser.add_argument("--readme", default="README.md", help="report: the README whose tables are rewritten")
     args = parser.parse_args(own)
     if args.name == "report":
-        for path in pages.report(args.out, args.docs, args.readme):
+        for path in pages.report(args.out, args.results, args.readme):
             print(f"wrote {path}")
         return
     if problem := checks.writable_dir_problem(args.out):
         parser.error(f"--out {args.out!r}: {problem}")
     if args.name == "plan":
-        print(plan_text(list(TASKS), args.docs))
+        print(plan_text(list(TASKS), args.results))
         return
     seeds = _seed_list(parser, "--seeds", args.seeds, SEEDS) if args.seeds else None     # None: each sweep's own
-    warmup_seeds = _seed_list(parser, "--warmup_seeds", args.warmup_seeds, WARMUP_SEEDS)
+    warmup_seeds = _seed_list(parser, "--warmup_seeds", args.warmup_seeds, WARMUP_SEEDS) \
+        if args.warmup_seeds else None                                                    # None: each sweep's own
     if args.steps is not None and args.steps < 1:
         parser.error(f"--steps must be >= 1, got {args.steps}")
     if args.jobs < 1:
@@ -469,14 +483,15 @@ def main(argv: list[str] | None = None) -> None:
                          f"(arms: {', '.join(sweeps[0].arms)})")
     try:
         out_lock = checks.lock_dir(args.out, "--out")       # held until this process exits
-        plans = {s.name: plan_runs(s, arms if args.arms else list(s.arms), warmup_seeds, seeds or list(s.seeds),
+        plans = {s.name: plan_runs(s, arms if args.arms else list(s.arms), warmup_seeds or list(s.warmup_seeds),
+                                   seeds or list(s.seeds),
                                    args.steps or settings(args.task, s.name)["steps"], args.out, extra, args.task)
                  for s in sweeps}
         if part:
             plans = {name: select_part(runs, *part) for name, runs in plans.items()}
         every = [r for runs in plans.values() for r in runs]
         states = {r.label: run_state(r) for r in every}
-        for label in committed_records(every, args.docs, args.task):
+        for label in committed_records(every, args.results, args.task):
             states[label] = "committed" if states[label] == "new" else states[label]
     except ValueError as e:
         parser.error(str(e))
@@ -502,7 +517,7 @@ def main(argv: list[str] | None = None) -> None:
     skipped = [r for r in every if states[r.label] in ("finished", "committed")]
     for r in skipped:
         say(r, "skipped (finished before)" if states[r.label] == "finished" else
-            f"skipped (its data is committed in {args.docs}/sweep_{args.task}_{r.sweep}.jsonl.gz)")
+            f"skipped (its data is committed in {args.results}/sweep_{args.task}_{r.sweep}.jsonl.gz)")
     todo = [(r, states[r.label]) for r in every if states[r.label] not in ("finished", "committed")]
     todo.sort(key=lambda item: -item[0].steps)          # longest first: the pool's tail stays short
     if todo:
@@ -535,7 +550,7 @@ def pilot(args, extra: list[str]) -> None:
         if not runs_on(args.task, name):
             continue
         s = make(args.task)
-        runs += plan_runs(s, list(s.arms)[:1], [0], [0], steps, os.path.join(args.out, "pilot"),
+        runs += plan_runs(s, list(s.arms)[:1], [0], [s.seeds[0]], steps, os.path.join(args.out, "pilot"),
                           ["--eval_every", str(max(steps // 2, 1)), "--save_every", "0", *extra], args.task)
     for r in runs:
         if os.path.isdir(r.dir):

@@ -122,6 +122,9 @@ class TokencreditGRPOTrainer(GRPOTrainer):
             return
         if mode not in batching.MODES:
             raise ValueError(f"unknown minibatch_mode {mode!r}; expected None or one of {batching.MODES}")
+        if mode in batching.RECENTRED and not adv_lib.ADVANTAGES[self.tc_advantage].zero_sum:
+            raise ValueError(f"minibatch_mode {mode!r} re-centres each group's part of a step to zero sum, which "
+                             f"would undo advantage {self.tc_advantage!r}'s imbalance; use a zero-sum advantage")
         spg, ga = args.steps_per_generation, args.gradient_accumulation_steps
         if spg % ga:
             raise ValueError(f"minibatch_mode needs steps_per_generation ({spg}) to be a multiple of "
@@ -262,6 +265,9 @@ class TokencreditGRPOTrainer(GRPOTrainer):
         lengths = whole["completion_mask"].sum(dim=1).cpu().view(-1, G)
         n_steps = self.args.steps_per_generation // self.args.gradient_accumulation_steps
         steps = batching.minibatch_indices(adv, n_steps, self.tc_minibatch_mode, self.tc_generator, lengths)
+        for step in steps:          # random_recentred: each group's part of a step re-centred (else unchanged)
+            whole["advantages"] = batching.step_advantages(whole["advantages"], step.to(ids.device), G,
+                                                           self.tc_minibatch_mode)
         self._metrics["train"]["tokencredit/split_groups"].append(float(batching.split_groups(steps, G)))
         micro = [part for step in steps for part in torch.tensor_split(step, self.args.gradient_accumulation_steps)]
         return [_take(whole, idx.to(ids.device)) for idx in micro]

@@ -175,6 +175,8 @@ class Config:
     """Wrap prompts in the tokenizer's chat template (instruct hub models)."""
     reward: str | None = None
     """MODULE:FUNCTION or FILE.py:FUNCTION, f(response, answer, prompt) -> reward in [0, 1] (or a dict with "reward"): replaces the task's checker (tasks/user_reward.py)."""
+    reward_timeout: float = 30.0
+    """--reward: seconds one call of the function may take before the run stops, in one line naming the call (0 = no limit)."""
 
     # --- rollouts ---
     backend: str = "transformers"
@@ -291,6 +293,8 @@ RESUME_SAFE = {
     "gradient_checkpointing", "flip_every", "coupling_pairs", "value_every", "value_samples", "value_k",
     # Where the numbers are also sent and what is kept to read: no number changes.
     "report_to", "project", "run_name", "log_eval_completions",
+    # A limit that, when it acts, stops the run: what it lets through is the same.
+    "reward_timeout",
 }
 # Everything else is the run's math and refused: the seed, model, data and task (a new
 # --digits even trains a new warm-up), sampling (backend, temperature, group size, ...),
@@ -431,6 +435,17 @@ def validate(cfg: Config) -> None:
     need(cfg.grad_clip == 0 or cfg.grad_clip >= MIN_GRAD_CLIP,
          f"--grad_clip must be 0 (off) or at least {MIN_GRAD_CLIP} (a smaller norm sinks under Adam's eps and "
          f"nothing moves), got {cfg.grad_clip}")
+    # The limit is a timer counted in microseconds: below that it would round to 0, no limit at all.
+    need(cfg.reward_timeout == 0 or cfg.reward_timeout >= 0.01,
+         f"--reward_timeout must be 0 (no limit) or at least 0.01 seconds, got {cfg.reward_timeout}")
+    need(cfg.reward is not None or cfg.reward_timeout == Config.reward_timeout,
+         f"--reward_timeout {cfg.reward_timeout:g} limits a --reward function's calls; there is no --reward")
+    # The embedded model's character tokenizer has no chat template (transformers raised
+    # from deep inside apply_chat_template at the first prompt); a hub model's tokenizer is
+    # checked when it loads (checks.chat_template_problem).
+    need(not (cfg.chat_template and cfg.model == "tiny"),
+         "--chat_template wraps prompts in the tokenizer's chat template, and the embedded model's character "
+         "tokenizer has none (it reads bare prompts): leave --chat_template out, or train an instruct --model")
     need(cfg.model == "tiny" or cfg.warmup_seed == 0,
          f"--warmup_seed {cfg.warmup_seed} seeds the embedded model's warm-up; --model {cfg.model!r} has none")
     need(0 < cfg.gpu_memory_utilization <= 1, f"--gpu_memory_utilization must be in (0, 1], got {cfg.gpu_memory_utilization}")
@@ -465,6 +480,12 @@ def validate(cfg: Config) -> None:
     need(transform != "orth" or zero_sum,
          f"--weight_transform orth re-centres advantages that do not sum to zero per group (it would undo "
          f"--advantage {cfg.advantage}'s imbalance); use a zero-sum advantage or --weight_transform min")
+    need(cfg.minibatch_mode not in batching.RECENTRED or zero_sum,
+         f"--minibatch_mode {cfg.minibatch_mode} re-centres each group's part of a step to zero sum, which would "
+         f"undo --advantage {cfg.advantage}'s imbalance; use a zero-sum advantage (grpo, mean, ...)")
+    need(cfg.minibatch_mode not in batching.RECENTRED or cfg.minibatches > 1,
+         f"--minibatch_mode {cfg.minibatch_mode} with one optimizer step per batch keeps every group whole: it is "
+         "--minibatch_mode random; raise --minibatches")
     # A flag that would change nothing is refused: `--beta 0.04` once ran with no KL
     # penalty at all. A hyper-parameter the chosen advantage does not take, alpha and delta
     # while a schedule sets them, and the decay schedule's settings under another schedule.
@@ -479,6 +500,12 @@ def validate(cfg: Config) -> None:
     for name in ("alpha_start", "alpha_end", "delta_end", "total_steps"):
         need(cfg.sched.schedule == "decay" or getattr(cfg.sched, name) == getattr(SchedulerConfig(), name),
              f"--{name} {getattr(cfg.sched, name)} is read only by --schedule decay, not {cfg.sched.schedule}")
+    # The decay ramp moves alpha by (alpha_end - alpha_start) / (total_steps - 1) a step: a
+    # ramp longer than any run (--steps < 2**20) never reaches its end, and at 10**30 the
+    # step (~1e-30) is below alpha's float64 rounding, so alpha never leaves alpha_start.
+    need(cfg.sched.total_steps is None or cfg.sched.total_steps < 2 ** 20,
+         f"--total_steps must be below {2 ** 20}, the longest run (--steps): a longer decay ramp never reaches "
+         f"--alpha_end and --delta_end, got {cfg.sched.total_steps}")
     for flag, source in (("--data", cfg.data), ("--eval_data", cfg.eval_data)):
         bare = getattr(tasks.TASKS.get(source), "bare_wording", None)    # named tasks only: no file read here
         need(cfg.model != "tiny" or bare is None,

@@ -106,12 +106,19 @@ def step_metrics(*, rewards, scores, adv, entropy, mask, truncated, template, sc
     }
 
 
-def update_metrics(*, opt_steps, adv, lengths, loss_sums, has_grad, grad_norms, duplicate_share, lr, staleness) -> dict:
-    """What the update did: mini-batch composition, the loss's statistics, the work left
-    out (frac_skipped: advantage exactly 0; frac_duplicate: run once as a copy), the
-    gradient norm (mean over optimizer steps), the learning rate, and the vLLM staleness check's metrics."""
+def update_metrics(*, opt_steps, adv, lengths, mode, loss_sums, has_grad, grad_norms, duplicate_share, lr,
+                   staleness) -> dict:
+    """What the update did: mini-batch composition, the advantage mass it trained on
+    (mb/adv_abs_trained: mean |A| over every rollout of every optimizer step, as
+    batching.step_advantages gave it; below adv_abs_mean only under random_recentred), the
+    loss's statistics, the work left out (frac_skipped: advantage exactly 0;
+    frac_duplicate: run once as a copy), the gradient norm (mean over optimizer steps), the
+    learning rate, and the vLLM staleness check's metrics."""
     comps = batching.minibatch_stats(opt_steps, adv, lengths)
+    flat, G = adv.reshape(-1), adv.shape[1]
+    trained = [batching.step_advantages(flat, idx, G, mode)[idx].abs() for idx in opt_steps]
     return {"mb/max_pos_neg_gap": float(max(abs(c["n_pos"] - c["n_neg"]) for c in comps)),
+            "mb/adv_abs_trained": float(torch.cat(trained).mean()),
             # groups only partly inside an optimizer step (their updates cannot cancel there), mean over steps
             "mb/split_groups": float(np.mean([c["n_groups"] - c["n_whole_groups"] for c in comps])),
             **stat_means(loss_sums, skipped_all=not has_grad.any()),
@@ -122,14 +129,14 @@ def update_metrics(*, opt_steps, adv, lengths, loss_sums, has_grad, grad_norms, 
 
 def step_record(run, step: int, rows: list[dict], rollouts, scores: list[dict], rewards: torch.Tensor,
                 entropy: torch.Tensor, schedule: dict, hyper: dict, A: torch.Tensor, opt_steps: list[torch.Tensor],
-                loss_sums: dict, has_grad: torch.Tensor, grad_norms: list[float], diag) -> dict:
+                loss_sums: dict, has_grad: torch.Tensor, grad_norms: list[float], diag, mode: str) -> dict:
     """One training step's line of metrics.jsonl: {"step", then every key of docs/metrics.md}.
 
     step_metrics (the batch: rewards, masses, entropy, lengths, template, schedule),
     update_metrics (the optimizer steps: mini-batches, the loss's statistics, the work left
     out, gradient norms, the learning rate, vLLM's staleness check) and the token
     diagnostics' report (nothing off a diagnostic step). rows: the step's N data rows;
-    A: [N, G] advantages; diag: the step's token_diagnostics recorder.
+    A: [N, G] advantages; diag: the step's token_diagnostics recorder; mode: --minibatch_mode.
     """
     mask = rollouts.response_mask.float()
     N, G = rewards.shape
@@ -137,7 +144,7 @@ def step_record(run, step: int, rows: list[dict], rollouts, scores: list[dict], 
     return {"step": step,
             **step_metrics(rewards=rewards, scores=scores, adv=A, entropy=entropy, mask=mask,
                            truncated=rollouts.truncated, template=template, sched=schedule, hyper=hyper),
-            **update_metrics(opt_steps=opt_steps, adv=A, lengths=mask.sum(1).view(N, G), loss_sums=loss_sums,
+            **update_metrics(opt_steps=opt_steps, adv=A, lengths=mask.sum(1).view(N, G), mode=mode, loss_sums=loss_sums,
                              has_grad=has_grad, grad_norms=grad_norms,
                              duplicate_share=forward.duplicate_share(rollouts, has_grad),
                              lr=run.optimizer.param_groups[0]["lr"], staleness=run.staleness.last),
@@ -195,19 +202,30 @@ def start_line(start_eval: dict) -> dict:
     return {"step": 0, **{k: v for k, v in start_eval.items() if k.startswith("eval/")}, "time/elapsed": 0.0}
 
 
+RUN_FILES = ("config.json", "start.json", "metrics.jsonl", "samples.jsonl", "checkpoints/")
+"""What a run writes into its directory besides its models (final/, best/) and its tracker's
+files: the closing summary names those that exist."""
+
+
 def closing_summary(out_dir: str, steps: int, minutes: float, start_eval: dict | None, last: dict | None,
-                    best: dict | None, final_dir: str) -> str:
+                    best: dict | None, final_dir: str, tracker: str | None = None) -> str:
     """What a run says when it ends: held-out pass@1 at the start, at the end and at its best
-    (with the step), where the run and the model are, and the command that plots it.
+    (with the step), every output (the run's files, its models, its tracker's files) and the
+    command that plots it.
 
     start_eval: the step-0 evaluation (None if off); last: the last evaluation's metrics;
-    best: RUN/best's info.json ({"step", "eval/pass@1"}). Example (the default run):
+    best: RUN/best's info.json ({"step", "eval/pass@1"}); tracker: where --report_to keeps
+    the run and how to open it (trackers.open_tracker's `where`), None for none. Example
+    (the default run):
         train.py: done: 300 steps in 1.3 min; held-out pass@1 0.511 at the start, 0.896 at step 300,
           best 0.956 at step 175
-          run:   runs/addition_s0 (metrics.jsonl, samples.jsonl, config.json, checkpoints/)
+          run:   runs/addition_s0 (config.json, start.json, metrics.jsonl, samples.jsonl, checkpoints/)
           model: runs/addition_s0/final (step 300) and runs/addition_s0/best (step 175):
                  AutoModelForCausalLM.from_pretrained(DIR), AutoTokenizer.from_pretrained(DIR)
-          plot:  python -m experiments.plot_runs runs/addition_s0
+          plot:  python -m experiments.plot_runs runs/addition_s0 (its plots.png: pass@1, reward, entropy,
+                 the cancellation residual; --dashboard: every panel)
+    With --report_to tensorboard a line before the plot's names it:
+          tensorboard: runs/addition_s0/tensorboard (tensorboard --logdir runs/addition_s0/tensorboard)
     """
     fmt = lambda m: f"{m['eval/pass@1']:.3f}"
     parts = []
@@ -222,8 +240,11 @@ def closing_summary(out_dir: str, steps: int, minutes: float, start_eval: dict |
     scores = "held-out pass@1 " + ", ".join(parts) if parts else "no held-out evaluation (--eval_every 0)"
     best_dir = os.path.join(out_dir, "best")
     model = f"{final_dir} (step {steps})" + (f" and {best_dir} (step {best['step']})" if best else "")
+    files = [name for name in RUN_FILES if os.path.exists(os.path.join(out_dir, name))]
     return "\n".join([f"train.py: done: {steps} steps in {minutes:.1f} min; {scores}",
-                      f"  run:   {out_dir} (metrics.jsonl, samples.jsonl, config.json, checkpoints/)",
+                      f"  run:   {out_dir} ({', '.join(files)})",
                       f"  model: {model}:",
                       "         AutoModelForCausalLM.from_pretrained(DIR), AutoTokenizer.from_pretrained(DIR)",
-                      f"  plot:  python -m experiments.plot_runs {out_dir}"])
+                      *([f"  {tracker}"] if tracker else []),
+                      f"  plot:  python -m experiments.plot_runs {out_dir} (its plots.png: pass@1, reward, entropy, "
+                      "the cancellation residual; --dashboard: every panel)"])

@@ -9,7 +9,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from batching import MODES, minibatch_indices, minibatch_stats, split_groups  # noqa: E402
+from batching import MODES, minibatch_indices, minibatch_stats, split_groups, step_advantages  # noqa: E402
 
 
 def gen(seed=0):
@@ -270,3 +270,42 @@ def test_bad_inputs_raise_naming_the_value():
         minibatch_stats([torch.tensor([12])], adv)
     # 12 steps over 12 rollouts (more steps than groups) is fine when groups may be split
     assert len(minibatch_indices(adv, 12, "balanced", gen())) == 12
+
+
+# --- random_recentred: random's split, each group's part of a step re-centred ------------
+
+def part_sums(A, step, g):
+    """{group: sum of A over the group's rollouts inside the step}."""
+    sums = {}
+    for b in step.tolist():
+        sums[b // g] = sums.get(b // g, 0.0) + float(A[b])
+    return sums
+
+
+def test_recentred_uses_randoms_split_and_zeroes_every_part():
+    adv, g = random_batch(), 8
+    flat = adv.reshape(-1)
+    recentred = minibatch_indices(adv, 4, "random_recentred", gen(3))
+    plain = minibatch_indices(adv, 4, "random", gen(3))
+    assert all(torch.equal(a, b) for a, b in zip(recentred, plain))       # the same draws, the same steps
+    assert split_groups(recentred, g) > 0
+    for step in recentred:
+        trained = step_advantages(flat, step, g, "random_recentred")
+        assert max(abs(v) for v in part_sums(trained, step, g).values()) < 1e-6
+        # negative control: random trains on the batch's advantages, whose parts do not sum to 0
+        assert step_advantages(flat, step, g, "random") is flat
+        assert max(abs(v) for v in part_sums(flat, step, g).values()) > 0.1
+
+
+def test_recentred_documented_example_and_edge_cases():
+    # G = 4, A = [+1.5, -0.5, -0.5, -0.5]; the step holds rollouts 0, 1, 2 and rollout 4 of
+    # the next group alone: mean of the first part +1/6, the lone rollout gets 0.
+    flat = torch.tensor([1.5, -0.5, -0.5, -0.5, 0.75, -0.75, 0.75, -0.75])
+    out = step_advantages(flat, torch.tensor([0, 1, 2, 4]), 4, "random_recentred")
+    assert torch.allclose(out[[0, 1, 2]], torch.tensor([4 / 3, -2 / 3, -2 / 3]))
+    assert out[4] == 0
+    assert torch.equal(out[[3, 5, 6, 7]], flat[[3, 5, 6, 7]])            # outside the step: untouched
+    assert torch.equal(flat, torch.tensor([1.5, -0.5, -0.5, -0.5, 0.75, -0.75, 0.75, -0.75]))   # not in place
+    # a whole zero-sum group keeps its advantages (to rounding): one step per batch changes nothing
+    whole = step_advantages(flat, torch.arange(8), 4, "random_recentred")
+    assert torch.allclose(whole, flat, atol=1e-7)

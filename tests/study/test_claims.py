@@ -12,7 +12,7 @@ import statistics
 import numpy as np
 import pytest
 
-from experiments import claims, designs, exact_tests, pages, quantities, registry, sweep
+from experiments import claims, designs, designs_pretrained, exact_tests, pages, quantities, registry, sweep
 from experiments.claims import Check, Claim
 
 
@@ -158,7 +158,9 @@ def test_opposite_margin_equivalence_spread_and_not_testable():
     assert spread["verdict"] == "agrees" and spread["effect"] < -0.15 and spread["p"] == 2 / 1024
     assert rows["checked"]["verdict"] == "not testable" and rows["checked"]["detail"] == "delta stayed in [0.98, 1.00]"
     assert rows["missing"]["verdict"] == "not testable" and "fewer than 2 pairs" in rows["missing"]["detail"]
-    assert all(r["family"] == 6 for r in rows.values() if r["verdict"] != "not testable")
+    # the family is the 8 claims declared, the two not testable included (each with p = 1)
+    assert all(r["family"] == 8 for r in rows.values())
+    assert rows["similar"]["p_holm"] == pytest.approx(8 / 1024)
     table = claims.verdict_table(list(rows.values()))
     assert "0.0010, floor" in table and "TOST ±0.693 (runs)" in table and '"q"' in table
 
@@ -302,26 +304,38 @@ def test_checks_pass_fail_and_not_measured():
 # --- the declared sweeps -----------------------------------------------------------------
 
 def test_every_sweep_declares_rows_arms_quotes_and_a_design_that_can_survive_holm():
-    pairs = len(designs.WARMUP_SEEDS) * len(designs.SEEDS)
-    assert len(designs.WARMUP_SEEDS) >= 2 and len(designs.SEEDS) >= 5
-    for task in designs.TASKS:
-        for name, make in registry.SWEEPS.items():
-            s = make(task)
-            labels = {label for label, _, _ in s.rows}
-            assert len({c.text for c in s.claims}) == len(s.claims), (task, name)     # the README matches by text
-            for c in s.claims:
-                assert set(c.rows) <= labels, (name, c.text)
-                assert set(c.arms) <= set(s.arms) and c.arm in c.arms, (name, c.text)    # arms: the references too
-                assert c.direction in (-1, 0, 1) and (c.direction != 0 or c.margin > 0)
-                assert (c.quote[0].isupper() or c.quote[0] == "(") and c.quote[-1] in ".;", c.quote
-                assert not isinstance(c.reference, tuple) or c.best_by in labels
-            for c in s.checks:
-                assert set(c.rows) <= labels and set(c.arms) <= set(s.arms), (name, c.text)
-            floor = max(1 if c.direction == 0 else 2 for c in s.claims) / 2 ** pairs
-            for family in {c.family for c in s.claims}:                   # Holm runs per family
-                assert floor * sum(c.family == family for c in s.claims) < claims.ALPHA, (task, name, family)
-    # FADE's pass@k at every k needs 16 samples per held-out prompt on both tasks
-    assert all(designs.settings(t, "fade")["eval_samples"] == 16 for t in designs.TASKS)
+    assert len(designs.WARMUP_SEEDS) >= 2 and len(designs.SEEDS) >= 5 and len(designs.PRETRAINED_SEEDS) >= 6
+    declared = [(task, make(task)) for task in designs.TASKS for name, make in registry.SWEEPS.items()
+                if designs.runs_on(task, name)]
+    declared.append(("smollm2", designs_pretrained.batching("smollm2")))   # declared before its lr is set
+    for task, s in declared:
+        name = s.name
+        pairs = len(s.warmup_seeds) * len(s.seeds)
+        labels = {label for label, _, _ in s.rows}
+        assert len({c.text for c in s.claims}) == len(s.claims), (task, name)     # the README matches by text
+        for c in s.claims:
+            assert set(c.rows) <= labels, (name, c.text)
+            assert set(c.arms) <= set(s.arms) and c.arm in c.arms, (name, c.text)    # arms: the references too
+            assert c.direction in (-1, 0, 1) and (c.direction != 0 or c.margin > 0)
+            assert (c.quote[0].isupper() or c.quote[0] == "(") and c.quote[-1] in ".;", c.quote
+            assert not isinstance(c.reference, tuple) or c.best_by in labels
+            assert c.sided in ("one", "two") and (c.sided == "two" or c.direction != 0), (name, c.text)
+            preconditions = {k.text for k in s.checks if k.kind == "precondition"}
+            assert set(c.needs) <= preconditions, (name, c.text)        # a need names a declared precondition
+        for c in s.checks:
+            assert set(c.rows) <= labels and set(c.arms) <= set(s.arms), (name, c.text)
+        # Holm runs per declared family, its size the claims declared in it: the smallest p
+        # a claim's test can give (one-sided, TOST, not-lower: 1/2^n; two-sided 2/2^n)
+        # times that size must be below ALPHA, or the family could never find anything
+        for family in {c.family for c in s.claims}:
+            members = [c for c in s.claims if c.family == family]
+            floor = max(1 if c.direction == 0 or c.sided == "one" or c.statistic == "not_lower" else 2
+                        for c in members) / 2 ** pairs
+            assert floor * len(members) < claims.ALPHA, (task, name, family)
+    # FADE's pass@k at every k needs 16 samples per held-out prompt on every task that runs it
+    assert all(designs.settings(t, "fade")["eval_samples"] == 16 for t in designs.TASKS if designs.runs_on(t, "fade"))
+    # the negative control: two two-sided claims in one family of 6 pairs cannot survive Holm
+    assert 2 * (2 / 2 ** 6) >= claims.ALPHA
 
 
 def test_the_budget_in_the_header_is_the_one_the_cost_model_gives():
@@ -330,9 +344,9 @@ def test_the_budget_in_the_header_is_the_one_the_cost_model_gives():
         for name in registry.SWEEPS:
             if not designs.runs_on(task, name):
                 continue
-            s = designs.settings(task, name)
-            runs = len(registry.SWEEPS[name](task).arms) * 10
-            assert runs * designs.estimate_minutes(task, name) / 2 / s["parts"] <= 45, (task, name)
+            s, spec = designs.settings(task, name), registry.SWEEPS[name](task)
+            runs = len(spec.arms) * len(spec.warmup_seeds) * len(spec.seeds)
+            assert runs * designs.estimate_minutes(task, name) / 2 / s["parts"] <= 90, (task, name)
 
 
 # --- end to end: a planted difference is found, a planted null is not --------------------
@@ -386,10 +400,88 @@ def test_sweep_end_to_end_detects_the_planted_difference_and_not_the_null(tiny_d
     text = readme.read_text()
     assert text.startswith("intro\n<!-- claims:begin -->") and text.endswith("<!-- claims:end -->\nrest\n")
     # the plan is 3 arms x 2 warm-up seeds x 5 RL seeds: warm-up seed 0 alone is not the declared test
-    summary = next(line for line in text.splitlines() if line.startswith("| planted |"))       # one line per sweep
-    assert summary.split("|")[-2].strip().startswith("[15 of 30 runs][a-planted]; checks: ")
-    assert summary.split("|")[-3].strip() == "-"          # not declared on countdown
-    claims_page = (tmp_path / "docs" / "claims.md").read_text()                                # one line per claim
-    row = next(line for line in claims_page.splitlines() if "longer budget, longer responses" in line)
-    assert row.split("|")[-2].strip() == "[15 of 30 runs](sweep_addition_planted.md)"
-    assert row.split("|")[-3].strip() == "-"
+    every_sweep, every_claim = (tmp_path / "docs" / "claims.md").read_text().split("## Every claim")
+    addition, countdown = 3 + list(designs.TASKS).index("addition"), 3 + list(designs.TASKS).index("countdown")
+    summary = next(line for line in every_sweep.splitlines() if line.startswith("| planted |"))  # one line per sweep
+    assert summary.split("|")[addition].strip().startswith("[15 of 30 runs](sweep_addition_planted.md); checks: ")
+    assert summary.split("|")[countdown].strip() == "-"          # not declared on countdown
+    row = next(line for line in every_claim.splitlines() if "longer budget, longer responses" in line)  # one per claim
+    assert row.split("|")[addition].strip() == "[15 of 30 runs](sweep_addition_planted.md)"
+    assert row.split("|")[countdown].strip() == "-"
+    # the README counts only fully run sweeps: this one is pending on addition
+    assert next(line for line in text.splitlines() if line.startswith("| addition: ")).split("|")[2].strip() \
+        .endswith("pending)")
+
+
+# --- declared families, one-sided tests, preconditions, pairs across CPUs ---------------
+
+def test_holm_family_size_is_declared_not_found_in_the_data():
+    # The same significant claim beside a claim that turns out not testable: its Holm p is
+    # doubled all the same, because its family was declared with two members. Negative
+    # control: declared alone (a family of its own), it keeps its raw p.
+    rng = np.random.default_rng(6)
+    values = {}
+    values["x", "a"], values["x", "b"] = design_values(0.05, rng)
+    sig = Claim("P", "a above b", "q", "x", "a", "b", +1)
+    dropped = Claim("P", "untestable", "q", "x", "a", "b", +1, testable=lambda series: "no run collapsed")
+    together = claims.judge([sig, dropped], values, {})
+    assert together[1]["verdict"] == "not testable" and together[0]["family"] == 2
+    assert together[0]["p_holm"] == pytest.approx(2 * together[0]["p"])
+    apart = claims.judge([sig, Claim("P", "untestable", "q", "x", "a", "b", +1, family="other",
+                                     testable=lambda series: "no run collapsed")], values, {})
+    assert apart[0]["family"] == 1 and apart[0]["p_holm"] == apart[0]["p"]
+
+
+def test_one_sided_claims_have_half_the_floor_and_name_an_effect_of_the_other_sign():
+    six = [(0, s) for s in range(6)]
+    up = {("x", "a"): {k: 1.0 + 0.1 * i for i, k in enumerate(six)}, ("x", "b"): {k: 0.0 for k in six}}
+    two = claims.judge([Claim("P", "up", "q", "x", "a", "b", +1)], up, {})[0]
+    one = claims.judge([Claim("P", "up", "q", "x", "a", "b", +1, sided="one")], up, {})[0]
+    assert two["p"] == two["floor"] == 2 / 64 and one["p"] == one["floor"] == 1 / 64
+    assert one["verdict"] == two["verdict"] == "agrees"
+    # three one-sided claims in one family still reach 0.05 with 6 pairs; two two-sided ones cannot
+    fam_one = claims.judge([Claim("P", f"up {i}", "q", "x", "a", "b", +1, sided="one") for i in range(3)], up, {})
+    assert all(r["verdict"] == "agrees" and r["p_holm"] == pytest.approx(3 / 64) for r in fam_one)
+    fam_two = claims.judge([Claim("P", f"up {i}", "q", "x", "a", "b", +1) for i in range(2)], up, {})
+    assert all(r["verdict"] == "no difference detected" for r in fam_two)
+    # the other sign: a one-sided test does not call it, and says so
+    down = claims.judge([Claim("P", "down", "q", "x", "a", "b", -1, sided="one")], up, {})[0]
+    assert down["verdict"] == "no difference detected" and down["p"] == 1.0
+    assert "the effect has the other sign" in down["detail"]
+    assert claims.test_name(Claim("P", "up", "q", "x", "a", "b", +1, sided="one")) == "sign-flip one-sided (pairs)"
+
+
+def test_a_claim_whose_precondition_is_not_met_is_not_testable():
+    rng = np.random.default_rng(7)
+    values = {}
+    values["x", "a"], values["x", "b"] = design_values(0.05, rng)
+    values["clip", "a"] = {k: 0.0 for k in KEYS}
+    values["clip", "b"] = {k: (0.02 if k == KEYS[0] else 0.0) for k in KEYS}     # one run reached the clip
+    pre = claims.Check("the clip is never reached", "clip", ("a", "b"), "zero", kind="precondition")
+    needing = Claim("P", "needs it", "q", "x", "a", "b", +1, needs=(pre.text,))
+    free = Claim("P", "does not", "q", "x", "a", "b", +1)
+    checks = claims.run_checks([pre], values)
+    assert checks[0]["result"] == "NOT MET"
+    rows = claims.judge([needing, free], values, {}, checks)
+    assert rows[0]["verdict"] == "not testable" and rows[0]["detail"] == "precondition NOT MET: the clip is never reached"
+    assert rows[1]["verdict"] == "agrees"
+    # negative control: met, the same claim is judged
+    met = claims.run_checks([pre], {**values, ("clip", "b"): {k: 0.0 for k in KEYS}})
+    assert met[0]["result"] == "met" and claims.judge([needing], values, {}, met)[0]["verdict"] == "agrees"
+    # never measured is not met either
+    assert claims.judge([needing], values, {}, [])[0]["detail"] == "precondition not measured: the clip is never reached"
+
+
+def test_pairs_whose_runs_ran_on_different_cpus_are_left_out():
+    rng = np.random.default_rng(8)
+    values = {}
+    values["x", "a"], values["x", "b"] = design_values(0.05, rng)
+    cpus = {(arm, k): "AMD EPYC" for arm in ("a", "b") for k in KEYS}
+    cpus["b", KEYS[0]] = cpus["b", KEYS[1]] = "Intel(R) Xeon(R) Processor"
+    claim = Claim("P", "a above b", "q", "x", "a", "b", +1)
+    rec = claims.judge([claim], values, {}, cpus=cpus)[0]
+    assert rec["n"] == 8 and "2 pairs left out: their runs ran on different CPUs" in rec["detail"]
+    assert claims.judge([claim], values, {})[0]["n"] == 10          # no CPUs recorded: every pair
+    every_b_intel = {(arm, k): ("Intel" if arm == "b" else "AMD") for arm in ("a", "b") for k in KEYS}
+    none = claims.judge([claim], values, {}, cpus=every_b_intel)[0]
+    assert none["verdict"] == "not testable" and "fewer than 2 pairs" in none["detail"] and "10 pairs left out" in none["detail"]

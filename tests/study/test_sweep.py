@@ -254,18 +254,25 @@ def test_report_merges_committed_data_with_new_runs_and_never_says_not_run(tmp_p
     w0, w1 = designs.WARMUP_SEEDS
     assert [(r.arm, r.key) for r in merged] == [("grpo", (w0, 0)), ("grpo", (w1, 0)), ("psr", (w0, 0)), ("psr", (w1, 0))]
     assert merged[3].record["start"]["sha256"] == str(w1) * 64
-    claims_page = (docs / "claims.md").read_text()
-    row = next(line for line in claims_page.splitlines() if "less of the update on template tokens" in line)
-    assert row.split("|")[-2].strip() == "[no difference detected](sweep_addition_credit.md)"   # 4 of 4 runs: a verdict
-    assert row.split("|")[-3].strip() == "not run"                                               # countdown: no data at all
-    text = readme.read_text()
-    summary = next(line for line in text.splitlines() if line.startswith("| credit |"))
-    cells = [line.split("|")[-2].strip() for line in claims_page.splitlines() if line.startswith("| credit |")]
+    every_sweep, every_claim = (docs / "claims.md").read_text().split("## Every claim")
+    column = {task: 3 + i for i, task in enumerate(designs.TASKS)}        # | sweep | claim | countdown | addition | ...
+    row = next(line for line in every_claim.splitlines() if "less of the update on template tokens" in line)
+    assert row.split("|")[column["addition"]].strip() == "[no difference detected](sweep_addition_credit.md)"  # 4 of 4
+    assert row.split("|")[column["countdown"]].strip() == "not run"                   # countdown: no data at all
+    assert row.split("|")[column["smollm2"]].strip() == "-"                           # not declared there
+    summary = next(line for line in every_sweep.splitlines() if line.startswith("| credit |"))
+    cells = [line.split("|")[column["addition"]].strip() for line in every_claim.splitlines()
+             if line.startswith("| credit |")]
     assert (cells.count("[no difference detected](sweep_addition_credit.md)"),
             cells.count("[not testable](sweep_addition_credit.md)")) == (2, 3)
-    assert summary.split("|")[-2].strip() == \
-        "[2 no difference detected, 3 not testable][a-credit]; checks: 5 not measured"    # the same verdicts, counted
-    assert summary.split("|")[-3].strip() == "not run"
+    assert summary.split("|")[column["addition"]].strip() == \
+        "[2 no difference detected, 3 not testable](sweep_addition_credit.md); checks: 5 not measured"   # counted
+    assert summary.split("|")[column["countdown"]].strip() == "not run"
+    # the README: one line per task, the fully run sweeps' findings counted
+    text = readme.read_text()
+    line = next(line for line in text.splitlines() if line.startswith("| addition: "))
+    assert line.split("|")[2].strip().startswith("1 (") and line.split("|")[3].strip() == \
+        "2 no difference detected, 3 not testable"
     # a fresh machine: no runs/, the same page from the committed data alone
     before = {f: (docs / f).read_bytes() for f in os.listdir(docs)}
     shutil.rmtree(out)
@@ -278,17 +285,26 @@ def test_a_sweep_with_different_claims_per_task_shows_each_claim_once_with_dash_
     docs, readme = tmp_path / "docs", tmp_path / "README.md"
     readme.write_text("<!-- claims:begin -->\n<!-- claims:end -->\n")
     pages.report(str(tmp_path / "runs"), str(docs), str(readme))
+    page = (docs / "claims.md").read_text()
+    every_sweep, every_claim = page.split("## Every claim")
     rows = {line.split("|")[2].strip(): [c.strip() for c in line.split("|")[3:-1]]
-            for line in (docs / "claims.md").read_text().splitlines()
-            if line.startswith("| dose |") and line.count("|") == 5}      # the findings' table, not the checks
-    assert rows["8 mini-batches: query higher final pass@1 than random"] == ["not run", "-"]
-    assert rows["lr 4e-4: query higher final pass@1 than random"] == ["-", "not run"]
-    counts = {task: len(designs_cancellation.dose(task).claims) for task in designs.TASKS}
+            for line in every_claim.splitlines()
+            if line.startswith("| dose |") and line.count("|") == 3 + len(designs.TASKS)}   # findings, not checks
+    assert list(designs.TASKS) == ["countdown", "addition", "smollm2"]
+    assert rows["8 mini-batches: query higher final pass@1 than random"] == ["not run", "-", "-"]
+    assert rows["lr 4e-4: query higher final pass@1 than random"] == ["-", "not run", "-"]
+    counts = {task: len(designs_cancellation.dose(task).claims) for task in designs.TASKS if designs.runs_on(task, "dose")}
     assert len(rows) == sum(counts.values()) and counts == {"countdown": 10, "addition": 14}
-    summary = next(line for line in readme.read_text().splitlines() if line.startswith("| dose |"))
-    assert summary.split("|")[2].strip() == "10 / 14"
-    credit = next(line for line in readme.read_text().splitlines() if line.startswith("| credit |"))
-    assert credit.split("|")[2].strip() == "5"          # the same claims on both tasks: one count
+    summary = next(line for line in every_sweep.splitlines() if line.startswith("| dose |"))
+    assert summary.split("|")[2].strip() == "10 / 14 / -"
+    credit = next(line for line in every_sweep.splitlines() if line.startswith("| credit |"))
+    assert credit.split("|")[2].strip() == "5 / 5 / 6"
+    dfpo = next(line for line in every_sweep.splitlines() if line.startswith("| dfpo |"))
+    assert dfpo.split("|")[2].strip() == "6"            # the same claims on both tasks it runs on: one count
+    # the README keeps a short summary, one line per task, and the link to the study's page
+    text = readme.read_text()
+    assert "[docs/claims.md](docs/claims.md)" in text and "| dose |" not in text
+    assert sum(line.startswith(f"| {task}: ") for task in designs.TASKS for line in text.splitlines()) == 3
 
 
 @pytest.mark.slow
@@ -330,7 +346,7 @@ def test_report_in_a_fresh_clone_changes_no_tracked_file(tmp_path):
     head, rest = readme.split(summaries.TABLES_BEGIN, 1)
     (clone / "README.md").write_text(head + summaries.TABLES_BEGIN + "\nstale\n" + summaries.TABLES_END
                                      + rest.split(summaries.TABLES_END, 1)[1])
-    pages_md = sorted((clone / "docs").glob("sweep_*.md"))
+    pages_md = sorted((clone / "experiments" / "results").glob("sweep_*.md"))
     assert pages_md, "no sweep page committed"
     pages_md[0].unlink()
     pages_md[0].with_suffix(".png").write_bytes(b"stale")
@@ -365,7 +381,7 @@ def test_a_part_whose_runs_are_all_committed_runs_nothing_elsewhere(finished_swe
     docs = tmp_path / "docs"
     pages.report(str(finished_sweep), str(docs), str(tmp_path / "no_readme.md"))
     elsewhere = tmp_path / "elsewhere"
-    sweep.main([*ARGV, "--out", str(elsewhere), "--docs", str(docs), *train_extra(tiny_dir)])
+    sweep.main([*ARGV, "--out", str(elsewhere), "--results", str(docs), *train_extra(tiny_dir)])
     out = capsys.readouterr()
     assert "its runs are in the committed data" in out.out + out.err
     assert sum(line.count("skipped (its data is committed") for line in (out.out + out.err).splitlines()) == 4
