@@ -1,127 +1,131 @@
 """Sandbox: scoring text a model wrote, in processes that cannot hurt the trainer.
 
-Some verifiers evaluate the answer they check. reasoning-gym's countdown and puzzle24
-scorers call sympy's parse_expr, which hands the text to Python's eval; n_queens,
-spiral_matrix and a few others call eval directly; math-verify passes parts of an
-answer to sympy. A policy under RL explores its output space and keeps whatever is
-rewarded, so "the scorer runs model text as code" is a question of when, not if: an
-answer `__import__('os').system('rm -rf ~')` or `os.kill(os.getppid(), 9)` is a few
-dozen tokens. Running the scorer "in a worker process" is not enough: a process started
-by the trainer has the trainer's rights. This file runs such scorers behind three
-process boundaries:
+Some verifiers evaluate the answer they check. reasoning-gym's puzzle24 scorer calls
+sympy's parse_expr, which hands the text to Python's eval; n_queens, spiral_matrix and
+a few others call eval directly; math-verify passes parts of an answer to sympy. A
+policy under RL explores its output space and keeps whatever is rewarded, so "the
+scorer runs model text as code" is a question of when, not if: an answer
+`__import__('os').system('rm -rf ~')` or `os.kill(os.getppid(), 9)` is a few dozen
+tokens. Running the scorer "in a worker process" is not enough: a process started by
+the trainer has the trainer's rights. So such scorers run behind three process
+boundaries, and the innermost may do only what a scorer needs:
 
-    trainer ──pipe──> worker: imports the scorer's      ──fork──> one child per answer:
-    (this module)     library once, drops root, and               locks itself down, scores
-                      never reads model text itself               ONE answer, writes one
-                                                                  JSON value, exits
+    trainer ──pipe──> worker: imports the scorer's   ──fork──> one child per answer:
+    (this file)       library once, isolates itself,           locks itself down, scores
+                      drops root, never reads                  ONE answer, writes one
+                      model text itself                        JSON value, exits
+                      (tasks/sandbox_worker.py)
 
-What a child can NOT do (Linux; each line names the mechanism):
+Deny by default. The child's seccomp filter is an allow-list (tasks/sandbox_filter.py
+says what it allows and why): the calls a Python scorer makes on its own memory, its
+own descriptors and its own signals, and reads; anything else fails with EPERM, and the
+scorer reports a wrong answer. Around it, the worker runs where the machine allows in
+namespaces of its own, so that a child sees no process but its worker and itself:
+  - under bubblewrap (`bwrap`, the sandbox Flatpak uses; Debian's `bubblewrap`) when it
+    is on PATH: PID, network, IPC, mount and UTS namespaces (and a user namespace when
+    the trainer is not root), a read-only root holding only Python, its libraries and
+    the environment's packages (never the home directory), a private /tmp, and the
+    sandbox killed with its parent (bubblewrap_command);
+  - otherwise built in: PID, network, IPC and mount namespaces by unshare (as root, or
+    in a user namespace of its own where the kernel allows unprivileged ones);
+  - where neither is possible, the filter alone keeps the child off other processes.
+The first worker of a run prints one line saying which it got (_say_what_holds).
+TOKENCREDIT_SANDBOX=builtin forces the built-in path, =bwrap requires bubblewrap, and
+=filter enters no namespace (the weakest case, so that its tests run anywhere).
+
+What a child can NOT do (Linux, x86_64 or aarch64; each line names the mechanism):
+  - open a socket of any kind (TCP, UDP, MPTCP, UNIX, netlink): the filter; and in a
+    network namespace there is no interface to reach anything by;
+  - reach another process: kill, tgkill, ptrace, process_vm_*, pidfd_*, prlimit with a
+    pid, setpriority, sched_setaffinity are refused (the filter), and in a PID namespace
+    no other process is in sight; Landlock (ABI 6) scopes signals too;
+  - break its worker for later answers: besides the above, the worker checks its own
+    limits, priority and CPUs before and after each child and replaces itself if any
+    changed, or if a child fails to lock down (it writes "L" first); the trainer then
+    asks the answer again of a fresh worker, so a right answer always scores;
+  - store anything in the kernel that outlives it: the keyring (add_key, request_key,
+    keyctl), SysV IPC, POSIX message queues, memfd, all refused by the filter;
+  - write, create, remove or execute any file: openat only for reading (the filter),
+    no unlink, rename, mkdir, execve; and Landlock where the kernel has it;
   - outlive its timeout: its worker kills it at `timeout` seconds of wall time (SIGKILL
     to its process group); RLIMIT_CPU (timeout + 1 CPU seconds) bounds a spinning one;
-  - outlive its worker (killed by the trainer, the OOM killer, anyone): PR_SET_PDEATHSIG
-    sends it SIGKILL when the worker dies, and a seccomp filter refuses it the prctl
-    that would clear that (a sleeping child is bounded by neither timer once its
-    worker is gone; it would live on under PID 1);
-  - leave anything in the kernel behind: SysV shared memory, message queues and
-    semaphores (shmget, msgget, semget, ...) are refused by the same filter (on x86_64
-    and aarch64), POSIX message queues by RLIMIT_MSGQUEUE 0; such objects outlive their
-    creator, and shared memory is counted by no rlimit once detached;
-  - see the trainer's secrets: a worker's environment is built from nothing
-    (WORKER_ENV, never a copy of the trainer's), and the trainer's own, in
-    /proc/PID/environ, is closed to `nobody` and, with Landlock, to any process outside
-    the child's Landlock domain;
-  - put its own text in front of the trainer's user: the trainer keeps of a reply only
-    a bool or finite number and installed module names (_clean_reply), so no escape
-    code, secret or file reaches its stderr or logs;
-  - fork or start threads: RLIMIT_NPROC 0, so a fork bomb is one failed fork;
+  - outlive its worker: PR_SET_PDEATHSIG (SIGKILL when the worker dies), and prctl,
+    which could clear it, is refused;
+  - fork, start threads or run a program: clone, fork, execve refused, RLIMIT_NPROC 0;
   - use more than SCORER_MEMORY_BYTES beyond what it inherited: RLIMIT_AS (a memory
     bomb is a MemoryError), no core dump (RLIMIT_CORE 0), no file growth (RLIMIT_FSIZE 0);
-  - touch another answer's score: each answer gets a fresh child, so code one answer
-    runs dies with it; the worker only forks and reads replies;
-  - talk to the trainer: it holds no descriptor of the trainer's pipe (closed after the
-    fork), stdin/stdout/stderr are /dev/null, and its reply is read as at most
-    MAX_REPLY_BYTES of JSON, never unpickled (a pickle is a program);
-  - signal the trainer's process group: the worker runs in a session of its own
-    (setsid) and the child in a group of its own, so kill(0, ...) reaches the child only;
-  - gain privileges through a setuid program: PR_SET_NO_NEW_PRIVS;
-  - when the trainer runs as root: act as root. The worker switches to the unprivileged
-    user `nobody` (uid 65534) after importing its library and before any request, so the
-    child can neither signal, trace nor write to anything of root's;
-  - with Landlock (Linux >= 6.12 for every part; the kernel's unprivileged sandbox,
-    used when the kernel offers it): create, write, truncate, remove or execute any file
-    anywhere, connect or bind a TCP socket, reach an abstract UNIX socket, or signal
-    any process outside itself, whoever the trainer runs as.
-  - find anything through a relative path: its working directory is an empty, read-only
-    directory of its worker's own, removed when the worker stops.
+  - see the trainer's secrets: a worker's environment is built from nothing
+    (WORKER_ENV, never a copy of the trainer's), and the trainer's own, in
+    /proc/PID/environ, is out of sight (a PID namespace), closed to `nobody`, and with
+    Landlock closed to any process outside the child's domain;
+  - put its own text in front of the trainer's user: the trainer keeps of a reply only
+    a bool or finite number and installed module names (_clean_reply);
+  - talk to the trainer: it holds no descriptor of the trainer's pipe, stdin/stdout/
+    stderr are /dev/null, and its reply is read as at most MAX_REPLY_BYTES of JSON,
+    never unpickled (a pickle is a program);
+  - read its worker's memory or a sibling's: the worker is not dumpable, and the
+    children inherit that;
+  - act as root: a root trainer's worker switches to `nobody` (uid 65534) after
+    importing its library and before any request; PR_SET_NO_NEW_PRIVS;
+  - find anything through a relative path: its working directory is empty and
+    read-only (a directory of its worker's own, removed when the worker stops, or by
+    the next trainer if this one was killed; under bubblewrap, the sandbox's root).
 
 What a child CAN still do (the limits of this sandbox; say so, do not hide it):
   - It sets ITS OWN score: it runs inside the scorer. This is why the countdown task,
     reasoning-gym's countdown data included, is scored by our own parser
     (tasks/expression.py), which evaluates nothing; a task whose only scorer evals
     (puzzle24, n_queens, polynomial_multiplication, ...) can be reward-hacked this way.
-  - It can READ what its user can read (nothing restricts reads: the scorers import
-    modules lazily), and use UDP or other non-TCP sockets (Landlock has no rules for
-    them), so a secret in a file readable by `nobody` (or by you, not as root) can
-    leave, over the network or encoded in its own score (a float carries 6 bytes).
-  - Not root and no Landlock (kernels before 5.13, or Landlock disabled): the child runs
-    as you, so it can signal or write anything you own, the trainer included, and read
-    the trainer's environment in /proc. The first worker prints a warning saying so.
-  - Other architectures than x86_64 and aarch64: no seccomp filter (no system call
-    table here), so SysV IPC stays open and the parent-death signal can be cleared;
-    the first worker prints a warning saying so.
-  - As root without Landlock: `nobody` can still write where everyone may (/tmp,
-    /dev/shm, /var/tmp).
-  - It is not a defence against kernel bugs; a container or VM is the next layer.
+  - It can READ what its user can read (the scorers import modules lazily, so reads
+    stay open): under bubblewrap only what is bound there (Python, its packages, the
+    system's libraries), elsewhere any file `nobody` (or you, not as root) may read;
+    and carry what it read out in its own score (a float holds 6 bytes), its only way out.
+  - Spend its timeout's worth of CPU and 1 GiB of memory, and sleep through its timeout.
+  - Other architectures than x86_64 and aarch64: no seccomp filter (no system call table
+    here); the first worker prints a warning saying so.
+  - It is not a defence against kernel bugs: for untrusted production use, run the
+    trainer in a container or a VM.
 
 Cost: a fork per answer, which on a small virtual machine takes longer than
-math-verify's own comparison (docs/LOG.md has the numbers); in exchange a hang costs its
-timeout and nothing more, because the warm worker kills the child and stays.
+math-verify's own comparison (experiments/bench_sandbox.py measures it;
+docs/faults_and_safety.md has the numbers); in exchange a hang costs its timeout and
+nothing more, because the warm worker kills the child and stays. A worker starts
+about half a second slower under bubblewrap (matplotlib, which reasoning-gym imports,
+rebuilds its font cache in the sandbox's empty /tmp), once per worker.
 
-Why a filter and not an IPC namespace of the child's own (unshare(CLONE_NEWIPC), whose
-objects die with it): the namespace needs CAP_SYS_ADMIN, which the child, `nobody` or
-you, does not have. It could take one only inside a user namespace of its own, which
-hands model-written code every capability within it and is refused or restricted on
-many hosts (Docker's default seccomp profile, Ubuntu's AppArmor default since 24.04);
-and inside its own namespace a child still fills memory for its whole timeout (1 GB of
-detached segments took 1.1-1.2 s on the 2-core machine: docs/faults_and_safety.md). The
-filter refuses the first shmget, as any user, on any kernel since 3.5.
-
-Written for Linux (where the tests run). Elsewhere there is no Landlock, no seccomp and
-no parent-death signal, and the rest is untested.
+Written for Linux (where the tests run). Elsewhere there is no Landlock, no seccomp, no
+namespaces and no parent-death signal, and the rest is untested.
 """
 
 from __future__ import annotations
 
 import atexit
-import ctypes
 import functools
 import json
-import logging
 import math
 import os
 import pkgutil
 import platform
 import queue
 import re
-import resource
-import select
+import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 from multiprocessing.connection import Connection
 
+from tasks import sandbox_filter
+from tasks.sandbox_worker import MAX_REPLY_BYTES, NOBODY, STARTUP_TIMEOUT  # noqa: F401  (NOBODY: the tests')
+from tasks.sandbox_worker import PR_SET_PDEATHSIG, prctl  # noqa: F401  (machinery/checks.py's parent-death signal)
+
 POOL_SIZE = 2                 # workers per scorer library; the machine this was written on has 2 cores
-STARTUP_TIMEOUT = 120.0       # seconds a new worker may take to import its library (1-3 s when idle)
 REPLY_GRACE = 10.0            # a worker answers within timeout + this, or is taken to be broken
-SCORER_MEMORY_BYTES = 1 << 30  # address space a child may add to what it inherited (1 GiB)
-MAX_REPLY_BYTES = 4096        # a child's reply (one JSON value) may not be longer
-NOBODY = 65534                # the unprivileged uid/gid a root trainer's workers switch to
-REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKER_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_worker.py")
+CHOICE_VARIABLE = "TOKENCREDIT_SANDBOX"    # bwrap, builtin or filter: _start_worker
+WORKDIR_PREFIX = "tokencredit-sandbox-"    # + the trainer's PID and start time: see _remove_stale_workdirs
 
 _pools: dict[str, queue.Queue] = {}      # library -> POOL_SIZE slots: a Worker, or None (start on demand)
 _pools_guard = threading.Lock()
@@ -133,14 +137,17 @@ def run_scorer(library: str, args: list, timeout: float, warmup: list | None = N
     """Score one answer in a sandboxed child: the scorer's value (a bool or a finite float), or None.
 
     library: what the worker imports and scores with, "math" or "reasoning_gym:NAME"
-    (prepare_scorer). args: the scorer's arguments (JSON values). warmup: arguments
-    the worker scores once at start, as the trainer's user, before it drops privileges
-    (so the library's lazy imports happen while its files are readable); only trusted
-    text belongs there (a dataset's own reference answers, never model output).
+    (sandbox_worker.prepare_scorer). args: the scorer's arguments (JSON values). warmup:
+    arguments the worker scores once at start, as the trainer's user, before it drops
+    privileges (so the library's lazy imports happen while its files are readable); only
+    trusted text belongs there (a dataset's own reference answers, never model output).
     None means: no reply within `timeout` seconds, the child crashed (out of memory,
     killed), or its reply was not JSON, or its value not a bool or a finite number
-    (_clean_reply). A worker found dead is restarted and the answer asked again, once;
-    a worker that dies on the retry too scores None.
+    (_clean_reply).
+    A worker found dead, or one that says it is broken (something changed its limits,
+    priority or CPUs, or its child could not lock down), is replaced; when the answer did
+    not run, it is asked again of the new worker, once. So an answer that breaks its
+    worker costs the next answer a worker's start, never its score.
     Thread-safe; calls beyond POOL_SIZE concurrent ones per library wait for a worker.
     """
     pool = _pool(library)
@@ -155,13 +162,20 @@ def run_scorer(library: str, args: list, timeout: float, warmup: list | None = N
                     _stop_worker(worker)     # the worker itself is stuck: never seen, but bounded
                     worker = None
                     return None
-                reply = _clean_reply(json.loads(worker.conn.recv_bytes(2 * MAX_REPLY_BYTES)))
-                if reply["missing"]:
-                    _warn_missing(library, reply["missing"])
-                return reply["value"]
+                reply = json.loads(worker.conn.recv_bytes(2 * MAX_REPLY_BYTES))
             except (EOFError, OSError):      # dead: killed, or out of memory; start another
                 _stop_worker(worker)
                 worker = None
+                continue
+            if reply.get("broken"):          # the worker's word (it never runs model text)
+                _stop_worker(worker)
+                worker = None
+                if not reply.get("scored"):  # the answer never ran: ask a fresh worker
+                    continue
+            reply = _clean_reply(reply)
+            if reply["missing"]:
+                _warn_missing(library, reply["missing"])
+            return reply["value"]
         return None
     finally:
         pool.put(worker)
@@ -172,7 +186,8 @@ def shutdown() -> None:
 
     Runs at exit too (atexit), so the workers' directories are removed. Workers also exit
     on their own when the trainer's end of the pipe closes (the trainer was killed), and
-    their children die with them (parent-death signal).
+    their children die with them (parent-death signal); a killed trainer's directories
+    are removed by the next one (_remove_stale_workdirs).
     """
     with _pools_guard:
         pools = list(_pools.values())
@@ -190,9 +205,9 @@ atexit.register(shutdown)
 # ---------------------------------------------------------------------------------------
 
 class Worker:
-    """One worker process, the trainer's end of its pipe, and its working directory."""
+    """One worker process, the trainer's end of its pipe, and its working directory (or None)."""
 
-    def __init__(self, proc: subprocess.Popen, conn: Connection, workdir: str):
+    def __init__(self, proc: subprocess.Popen, conn: Connection, workdir: str | None):
         self.proc, self.conn, self.workdir = proc, conn, workdir
 
 
@@ -206,28 +221,73 @@ def _pool(library: str) -> queue.Queue:
 
 
 def _start_worker(library: str, warmup: list) -> Worker:
+    """Start one worker, under bubblewrap where it is on PATH and works, else on the built-in path.
+
+    TOKENCREDIT_SANDBOX=bwrap makes a missing or failing bubblewrap an error instead of
+    a warning; =builtin never tries it (CI runs the hostile answers both ways); =filter
+    enters no namespace either: what a machine that allows none gets, for its tests.
+    """
+    _remove_stale_workdirs()
+    choice = os.environ.get(CHOICE_VARIABLE, "")
+    if choice not in ("", "bwrap", "builtin", "filter"):
+        raise RuntimeError(f"{CHOICE_VARIABLE}={choice!r}: use bwrap, builtin, filter, or leave it unset")
+    bwrap = shutil.which("bwrap") if choice in ("", "bwrap") else None
+    if choice == "bwrap" and not bwrap:
+        raise RuntimeError(f"{CHOICE_VARIABLE}=bwrap, but bwrap is not on PATH (apt-get install bubblewrap)")
+    if bwrap and (problem := _bwrap_problem(bwrap)):
+        if choice == "bwrap":
+            raise RuntimeError(f"{CHOICE_VARIABLE}=bwrap, but bwrap cannot run here: {problem}")
+        _warn_once("bwrap", f"bwrap is on PATH but cannot run here ({problem}): scorers use the built-in "
+                   "sandbox (tasks/sandbox.py)")
+        bwrap = None
+    return _launch(library, warmup, bwrap, namespaces=choice != "filter")
+
+
+@functools.cache
+def _bwrap_problem(bwrap: str) -> str:
+    """"" when bubblewrap runs Python here, else its last line of error (a container without
+    user namespaces, say). Asked once per trainer: about 50 ms."""
+    try:
+        out = subprocess.run(bubblewrap_command(bwrap) + [sys.executable, "-P", "-c", "pass"], env=worker_env(),
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=STARTUP_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    return "" if out.returncode == 0 else (out.stderr.strip().splitlines() or [f"exit code {out.returncode}"])[-1]
+
+
+def _launch(library: str, warmup: list, bwrap: str | None, namespaces: bool = True) -> Worker:
     """Start one worker and wait until it has imported its library and locked itself down.
 
-    A plain `python -P -c` process (not multiprocessing): it imports only this file
-    and the scorer's library, never the trainer's main module, and it talks
-    bytes (JSON), never pickles. -P keeps the working directory off sys.path.
-    start_new_session: a session and process group of its own (setsid).
+    A plain `python -P -c` process (not multiprocessing): it imports only
+    tasks/sandbox_worker.py, by its path, and the scorer's library, never the trainer's
+    main module, and it talks bytes (JSON), never pickles. -P keeps the working directory
+    off sys.path. start_new_session: a session and process group of its own (setsid).
     env: worker_env(), built from nothing, never a copy of the trainer's environment.
+    Under bubblewrap the same command runs inside bubblewrap_command's sandbox; on the
+    built-in path its working directory is an empty read-only directory of its own, and
+    it enters namespaces of its own unless `namespaces` is False.
     """
-    workdir = tempfile.mkdtemp(prefix="tokencredit-sandbox-")
-    os.chmod(workdir, 0o555)                 # empty and read-only, for the worker's user too
+    workdir = None
+    if not bwrap:
+        workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-{_start_time(os.getpid())}-")
+        os.chmod(workdir, 0o555)             # empty and read-only, for the worker's user too
     mine, theirs = socket.socketpair()
-    # This file by its path, not `from tasks import sandbox`: the package would import every
-    # task (and torch) into the worker, and the tasks folder on sys.path would shadow the
-    # scorer libraries (tasks/reasoning_gym.py is not reasoning_gym).
-    code = (f"import importlib.util as u; s = u.spec_from_file_location('tokencredit_sandbox', {__file__!r}); "
-            f"m = u.module_from_spec(s); s.loader.exec_module(m); m.worker_main({theirs.fileno()})")
-    proc = subprocess.Popen([sys.executable, "-P", "-c", code], pass_fds=[theirs.fileno()], cwd=workdir,
-                            env=worker_env(), stdin=subprocess.DEVNULL, start_new_session=True)
+    # sandbox_worker.py by its path, not `from tasks import sandbox_worker`: the package
+    # would import every task (and torch) into the worker, and the tasks folder on
+    # sys.path would shadow the scorer libraries (tasks/reasoning_gym.py is not reasoning_gym).
+    code = (f"import importlib.util as u; s = u.spec_from_file_location('tokencredit_sandbox_worker', "
+            f"{WORKER_FILE!r}); m = u.module_from_spec(s); s.loader.exec_module(m); m.worker_main({theirs.fileno()})")
+    command = [sys.executable, "-P", "-c", code]
+    if bwrap:
+        command = bubblewrap_command(bwrap) + command
+    proc = subprocess.Popen(command, pass_fds=[theirs.fileno()], cwd=workdir or "/", env=worker_env(),
+                            stdin=subprocess.DEVNULL, start_new_session=True)
     theirs.close()
     worker = Worker(proc, Connection(mine.detach()), workdir)
+    program = sandbox_filter.program(platform.machine()) if sandbox_filter.supported() else []
     try:
-        worker.conn.send_bytes(json.dumps({"library": library, "warmup": warmup}).encode())
+        worker.conn.send_bytes(json.dumps({"library": library, "warmup": warmup, "filter": program,
+                                           "namespaces": namespaces and not bwrap}).encode())
         if not worker.conn.poll(STARTUP_TIMEOUT):
             raise RuntimeError(f"the {library} scorer's worker did not start within {STARTUP_TIMEOUT:.0f} s")
         info = json.loads(worker.conn.recv_bytes(MAX_REPLY_BYTES))
@@ -241,17 +301,144 @@ def _start_worker(library: str, warmup: list) -> Worker:
     if "error" in info:
         _stop_worker(worker)
         raise RuntimeError(f"the {library} scorer's worker started, but {info['error']}")
+    if bwrap:
+        info["namespaces"] = BWRAP_NAMESPACES + ([] if os.geteuid() == 0 else ["user"])
+    info["sandbox"] = "bubblewrap" if bwrap else "namespaces" if info["namespaces"] else "filter"
     WORKER_INFO[library] = info
+    _say_what_holds(info)
     _warn_if_weak(info)
     return worker
+
+
+# ---------------------------------------------------------------------------------------
+# bubblewrap: the worker in a sandbox that holds only what a scorer needs
+# ---------------------------------------------------------------------------------------
+
+BWRAP_NAMESPACES = ["PID", "network", "IPC", "mount", "UTS"]
+
+
+def bubblewrap_command(bwrap: str) -> list[str]:
+    """bwrap's arguments, up to the `--` before the worker's command. What each gives:
+
+      --unshare-pid, -net, -ipc, -uts, -cgroup-try: namespaces of the sandbox's own; the
+          worker and its children see only each other (and bubblewrap's own PID 1), have
+          a network with nothing in it, and SysV objects no one else has.
+      --unshare-user when the trainer is not root: your uid mapped to itself, without
+          capabilities (bubblewrap drops them). As root there is none: the worker runs
+          as root until it switches to the real `nobody`, which owns nothing, rather than
+          a user namespace's root, which owns the files it maps.
+      --ro-bind of _read_only_paths only, on an empty root made read-only (--remount-ro):
+          Python, its libraries and packages and sandbox_worker.py; not the home
+          directory, the repository, the run directories, /etc. The directories that
+          hold the binds are made world-readable, so `nobody` reaches a Python that
+          lives under /root (the built-in path cannot: modules it lazily imports are
+          missing there; sandbox_worker's _MissingImports).
+      --proc, --dev, --tmpfs /tmp: a /proc of the sandbox's PID namespace, a minimal
+          /dev (null, zero, random, ...), a /tmp of its own that goes with it.
+      --die-with-parent: the sandbox is killed with SIGKILL when the trainer dies.
+    """
+    args = [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try"]
+    if os.geteuid() != 0:
+        args += ["--unshare-user"]
+    paths = _read_only_paths()
+    # The directories that hold the binds, made first and world-readable (bubblewrap
+    # would make them 0700, closed to `nobody`); they hold nothing but the binds.
+    for parent in sorted({a for p in paths for a in _ancestors(p)}):
+        args += ["--dir", parent]
+    for path in paths:
+        args += ["--ro-bind", path, path]
+    for link in ("/bin", "/lib", "/lib32", "/lib64", "/libx32"):   # merged /usr: /lib -> usr/lib
+        if os.path.islink(link):
+            args += ["--symlink", os.readlink(link), link]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--remount-ro", "/", "--chdir", "/"]
+    # matplotlib (reasoning-gym imports it) wants a writable configuration directory and
+    # warns at each start without one: the sandbox's own /tmp, which goes with it.
+    return args + ["--setenv", "MPLCONFIGDIR", "/tmp", "--"]
+
+
+def _read_only_paths() -> list[str]:
+    """What a worker reads: its interpreter, the directories its Python searches (asked of
+    that Python itself, with the worker's environment), the system's shared libraries and
+    the loader's cache, LD_LIBRARY_PATH, and sandbox_worker.py. Never "/", never the home
+    directory or a directory above it (a home's dot-files hold tokens and credentials);
+    a path inside another one is bound with it."""
+    paths = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, WORKER_FILE,
+             os.path.dirname(os.path.realpath(sys.executable)), "/etc/ld.so.cache"}
+    paths |= set(_worker_sys_path())
+    paths |= {p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p}
+    paths |= {p for p in ("/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libx32", "/bin", "/lib", "/lib32",
+                          "/lib64", "/libx32") if not os.path.islink(p)}
+    home = os.path.realpath(os.path.expanduser("~"))
+    kept = []
+    for path in sorted(os.path.abspath(p) for p in paths if os.path.isabs(p) and os.path.exists(p)):
+        if path == "/" or home == path or home.startswith(path.rstrip("/") + "/"):
+            continue
+        if not any(path.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(path)
+    return kept
+
+
+def _ancestors(path: str) -> list[str]:
+    """"/a/b/c" -> ["/a", "/a/b"]."""
+    parts = path.strip("/").split("/")[:-1]
+    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+@functools.cache
+def _worker_sys_path() -> tuple[str, ...]:
+    """The worker's sys.path, as its Python computes it with its environment (-P: no cwd)."""
+    out = subprocess.run([sys.executable, "-P", "-c", "import json, sys; print(json.dumps(sys.path))"],
+                         env=worker_env(), capture_output=True, text=True, timeout=STARTUP_TIMEOUT, cwd="/")
+    return tuple(json.loads(out.stdout)) if out.returncode == 0 else ()
+
+
+# ---------------------------------------------------------------------------------------
+# The working directories of killed trainers
+# ---------------------------------------------------------------------------------------
+
+@functools.cache
+def _remove_stale_workdirs() -> None:
+    """Remove, once per trainer, the built-in path's working directories that no living trainer owns.
+
+    Each is named WORKDIR_PREFIX + PID + start time of the trainer that made it: a
+    trainer killed with SIGKILL runs no exit handler, and its directories stayed in the
+    temporary directory. A directory is removed when it is ours (same owner) and no
+    process with that PID and start time exists (a PID alone may have been reused).
+    Linux only (the start time comes from /proc); elsewhere nothing is removed.
+    """
+    if _start_time(os.getpid()) is None:
+        return
+    base = tempfile.gettempdir()
+    for name in os.listdir(base):
+        found = re.fullmatch(re.escape(WORKDIR_PREFIX) + r"(\d+)-(\d+)-\w+", name)
+        path = os.path.join(base, name)
+        try:
+            if (not found or _start_time(int(found[1])) == int(found[2]) or not os.path.isdir(path)
+                    or os.path.islink(path) or os.lstat(path).st_uid != os.geteuid()):
+                continue
+            os.chmod(path, 0o700)
+            shutil.rmtree(path, ignore_errors=True)
+        except OSError:                       # gone meanwhile, or not ours to remove
+            pass
+
+
+def _start_time(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot (/proc/PID/stat, field 22); None if none."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rpartition(")")[2].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 # What a worker's environment holds: these values, set here, and nothing else. A trainer's
 # environment is where secrets live (WANDB_API_KEY, HF_TOKEN, AWS_SECRET_ACCESS_KEY, a
 # cloud's tokens, ...), and whatever a worker holds, its children hold too: code in a
-# child reads os.environ and can send it away (UDP is open; the module header), or encode
-# it in its own score. So the environment is built from nothing rather than filtered
-# from the trainer's, where a new secret would pass by default.
+# child reads os.environ and can encode it in its own score (a float holds 6 bytes; the
+# module header), and had sockets before the allow-list. So the environment is built
+# from nothing rather than filtered from the trainer's, where a new secret would pass by
+# default.
 WORKER_ENV = {
     # One thread each: POOL_SIZE workers share the cores with the trainer, and a child
     # cannot start threads at all (RLIMIT_NPROC 0), so no library should plan on a pool.
@@ -287,20 +474,41 @@ def _stop_worker(worker: Worker | None) -> None:
         pass
     worker.proc.wait()
     worker.conn.close()
-    try:
-        os.rmdir(worker.workdir)
-    except OSError:                           # not empty: a child without Landlock wrote in it
-        pass
+    if worker.workdir:
+        try:
+            os.rmdir(worker.workdir)
+        except OSError:                       # not empty: never seen (no child can write)
+            pass
+
+
+def describe(info: dict) -> str:
+    """What a worker's report (WORKER_INFO) means, in one line."""
+    where = {"bubblewrap": "under bubblewrap", "namespaces": "in namespaces of their own",
+             "filter": "in no namespace of their own"}[info["sandbox"]]
+    detail = "; ".join(part for part in (", ".join(info["namespaces"]), info.get("no_namespaces_because")) if part)
+    landlock = f"Landlock ABI {info['landlock']}" if info["landlock"] else "no Landlock"
+    seccomp = "the seccomp allow-list" if info["seccomp"] else f"NO seccomp filter ({platform.machine()})"
+    return (f"scorers run {where} ({detail}), as uid {info['uid']}, with {seccomp} and {landlock}; "
+            f"a scoring child sees {info['processes_seen']} process(es)")
+
+
+def _say_what_holds(info: dict) -> None:
+    """The first worker of a trainer prints which sandbox the run got (stderr, one line)."""
+    if "said" not in _warned:
+        _warned.add("said")
+        print(f"sandbox: {describe(info)} (tasks/sandbox.py)", file=sys.stderr)
 
 
 def _warn_if_weak(info: dict) -> None:
-    """Warn once when a child could signal the trainer (same user and no Landlock signal scope),
-    and once when it has no seccomp filter (an architecture without a system call table here)."""
-    if not info.get("seccomp"):
-        _warn_once("no-seccomp", f"the scorer sandbox has no seccomp filter on {platform.machine()}: a scored "
-                   "answer that runs code could leave SysV shared memory behind and outlive its worker "
-                   "(tasks/sandbox.py)")
-    if info.get("uid") != os.getuid() or info.get("landlock", 0) >= 6:
+    """Warn once when a child has no seccomp filter (an architecture without a system call
+    table here), and once more when it could then also signal the trainer (same user, no
+    Landlock signal scope, no namespaces)."""
+    if info.get("seccomp"):
+        return
+    _warn_once("no-seccomp", f"the scorer sandbox has no seccomp filter on {platform.machine()}: a scored "
+               "answer that runs code could open sockets, store keys in the kernel and re-limit or renice "
+               "your processes (tasks/sandbox.py)")
+    if info.get("uid") != os.getuid() or info.get("landlock", 0) >= 6 or info.get("namespaces"):
         return
     _warn_once("weak", f"the scorer sandbox runs as your user (uid {os.getuid()}) without Landlock's signal scope "
                f"(Landlock ABI {info.get('landlock', 0)}, needs 6): a scored answer that runs code could signal or "
@@ -314,7 +522,8 @@ def _warn_missing(library: str, names: list) -> None:
     """
     _warn_once(library, f"the sandboxed {library} scorer needed {', '.join(names[:3])}, which its user "
                f"(uid {WORKER_INFO.get(library, {}).get('uid')}) cannot read: answers that need it score 0. Install "
-               "Python where every user can read it, or add such an answer to MATH_WARMUP")
+               "Python where every user can read it, install bubblewrap, or add such an answer to "
+               "sandbox_worker.MATH_WARMUP")
 
 
 def _warn_once(key: str, message: str) -> None:
@@ -377,375 +586,3 @@ def _installed_top_level() -> frozenset:
     return frozenset({m.name for m in pkgutil.iter_modules()} | set(sys.builtin_module_names)
                      | set(getattr(sys, "stdlib_module_names", ())))
 
-
-# ---------------------------------------------------------------------------------------
-# The scorers a worker runs: math-verify's comparison, reasoning-gym's dataset scorers
-# ---------------------------------------------------------------------------------------
-
-# One answer of each kind math-verify treats differently (numbers, fractions, roots,
-# sets, intervals, matrices, calculus, units, degrees, ...). A sandbox worker scores them
-# once BEFORE it gives up the trainer's rights: sympy imports many of its modules only
-# when an answer first needs them, and a worker that has switched to `nobody` may be
-# unable to read them (Python installed under /root, say). What it loads here, every
-# child inherits.
-MATH_WARMUP = [
-    ("\\frac{1}{2}", "0.5"), ("2\\sqrt{2}", "\\sqrt{8}"), ("1,234", "1234"), ("10\\%", "0.1"), ("2,3", "3,2"),
-    ("x=3", "3"), ("\\{1,2\\}", "\\{2,1\\}"), ("[1,2)", "(0,1]"), ("x \\in (0,1]", "(0,1]"),
-    ("\\begin{pmatrix}1\\\\2\\end{pmatrix}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}"), ("\\sin x", "\\sin(x)"),
-    ("e^{i\\pi}", "-1"), ("\\int_0^1 x dx", "0.5"), ("\\log_2 8", "3"), ("3 \\text{ cm}", "3"), ("a<b", "b>a"),
-    ("\\infty", "\\infty"), ("\\binom{5}{2}", "10"), ("5!", "120"), ("\\sum_{i=1}^3 i", "6"),
-    ("\\lim_{x\\to 0} x", "0"), ("\\frac{d}{dx} x^2", "2x"), ("|x|", "\\left|x\\right|"), ("\\emptyset", "\\{\\}"),
-    ("\\sqrt[3]{8}", "2"), ("0.\\overline{3}", "1/3"), ("\\gcd(4,6)", "2"), ("x^2+2x+1", "(x+1)^2"),
-    ("90^\\circ", "\\frac{\\pi}{2}"), ("π", "\\pi"), ("−3", "-3"),
-    ("\\sum_{n=1}^\\infty \\frac{1}{n^2}", "\\frac{\\pi^2}{6}"), ("\\prod_{i=1}^{3} i", "6"),
-]
-
-
-def prepare_scorer(library: str, warmup: list):
-    """In a sandbox worker, with the trainer's rights still: import `library`, score the
-    warm-up once, and return the function its children call with a request's arguments.
-
-    "math": math-verify; the function (pred, ref) -> bool, after MATH_WARMUP.
-    "reasoning_gym:NAME": reasoning-gym's scorer of dataset NAME; the function
-    (answer text, entry JSON) -> float in [0, 1] (0.0 on any failure), after scoring
-    each warm-up argument pair (the dataset's own reference answers, never model text).
-    """
-    if library == "math":
-        from math_verify import parse, verify
-
-        # The sandbox enforces the time limit, so math-verify's signal timeouts are off
-        # (None); silence the warning it logs about that, and its per-failure logging.
-        logging.getLogger("math_verify").setLevel(logging.CRITICAL)
-
-        def equal(pred: str, ref: str) -> bool:
-            try:
-                gold = parse(f"${ref}$", parsing_timeout=None)
-                guess = parse(f"${pred}$", parsing_timeout=None)
-                return bool(gold) and bool(guess) and bool(verify(gold, guess, timeout_seconds=None))
-            except Exception:                 # any parser/sympy failure is "not equal"
-                return False
-        for args in MATH_WARMUP:
-            equal(*args)
-        return equal
-    if library.startswith("reasoning_gym:"):
-        import reasoning_gym
-
-        score_answer = reasoning_gym.get_score_answer_fn(library[len("reasoning_gym:"):])
-
-        def rg_score(text: str, entry_json: str) -> float:
-            try:
-                value = float(score_answer(answer=text, entry=json.loads(entry_json)))
-                return value if 0.0 <= value <= 1.0 else 0.0
-            except Exception:
-                return 0.0
-        for args in warmup:
-            rg_score(*args)
-        return rg_score
-    raise ValueError(f"prepare_scorer: unknown library {library!r}")
-
-
-# ---------------------------------------------------------------------------------------
-# The worker: imports once, forks a locked-down child per answer
-# ---------------------------------------------------------------------------------------
-
-def worker_main(fd: int) -> None:
-    """Body of a worker process (started by _start_worker with its end of the pipe as fd).
-
-    1. read {"library", "warmup"}; import the library and score the warm-up arguments
-       (prepare_scorer), still with the trainer's rights;
-    2. drop root (to nobody), set PR_SET_NO_NEW_PRIVS, check that a child can lock
-       itself down, and say "ready" with what holds;
-    3. for each request {"timeout", "args"}: fork a child that locks itself down
-       (_lock_down) and scores; reply {"value": its value or None, "missing": [...]}.
-    Exits when the trainer's end of the pipe closes.
-    """
-    import gc
-
-    conn = Connection(fd)
-    hello = json.loads(conn.recv_bytes())
-    score = prepare_scorer(hello["library"], hello["warmup"])
-    path = [p for p in sys.path if os.path.isabs(p) and os.path.isdir(p)]
-    installed = {m.name for m in pkgutil.iter_modules()}      # top-level names, read while readable
-    uid = _drop_root()
-    prctl(PR_SET_NO_NEW_PRIVS, 1)
-    abi = landlock_abi()
-    # Where Python's files may now be out of reach (Python under /root, read by nobody):
-    # children then report the modules they failed to import (the module header).
-    hidden = installed if any(not os.access(p, os.R_OK | os.X_OK) for p in path) else set()
-    gc.freeze()                               # children then leave the inherited objects alone (no copies)
-    info = {"uid": uid, "landlock": abi, "seccomp": seccomp_supported(), "pid": os.getpid(),
-            "python_readable": not hidden}
-    if _score_in_child(lambda: True, [], STARTUP_TIMEOUT, abi, hidden) != {"value": True, "missing": []}:
-        info["error"] = "a sandboxed child could not lock itself down and answer"
-    conn.send_bytes(json.dumps(info).encode())
-    while True:
-        try:
-            request = json.loads(conn.recv_bytes())
-        except (EOFError, OSError):
-            return
-        reply = _score_in_child(score, request["args"], request["timeout"], abi, hidden)
-        try:
-            conn.send_bytes(json.dumps(reply or {"value": None}).encode())
-        except OSError:                       # the trainer is gone
-            return
-
-
-def _score_in_child(score, args: list, timeout: float, abi: int, hidden: set) -> dict | None:
-    """Fork; the child locks down, scores, writes {"value", "missing"}; None on timeout or crash."""
-    memory = _address_space() + SCORER_MEMORY_BYTES
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:                              # the child: nothing of the trainer's may survive this block
-        try:
-            os.close(read_end)
-            _lock_down(write_end, cpu_seconds=int(timeout) + 1, memory_bytes=memory, landlock=abi)
-            missing = _MissingImports(hidden) if hidden else None
-            if missing:
-                sys.meta_path.insert(0, missing)
-            reply = json.dumps({"value": score(*args), "missing": missing.names[:20] if missing else []})
-            if len(reply) <= MAX_REPLY_BYTES:
-                os.write(write_end, reply.encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    try:
-        os.setpgid(pid, pid)                  # also done by the child: whichever runs first
-    except OSError:
-        pass
-    reply = _read_reply(read_end, timeout)
-    os.close(read_end)
-    try:
-        os.killpg(pid, signal.SIGKILL)        # done or not, the child and anything it left go
-    except OSError:
-        os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    try:
-        reply = json.loads(reply) if reply else None
-    except (ValueError, RecursionError):      # not JSON, or nested absurdly deep
-        return None
-    return reply if isinstance(reply, dict) and isinstance(reply.get("missing"), list) else None
-
-
-class _MissingImports:
-    """First finder of a child's sys.meta_path: notes each installed module it cannot find.
-
-    Installed only when some of sys.path is unreadable to the worker's user: the library
-    may then import a module lazily that the child cannot read. `installed`: the
-    top-level names the worker could see before it dropped root (a module that is not
-    installed at all, an optional dependency the library probes for, is not reported).
-    """
-
-    def __init__(self, installed: set):
-        self.installed, self.names = installed, []
-
-    def find_spec(self, name, path=None, target=None):
-        for finder in sys.meta_path:
-            if finder is not self and hasattr(finder, "find_spec"):
-                spec = finder.find_spec(name, path, target)
-                if spec is not None:
-                    return spec
-        if name.partition(".")[0] in self.installed:
-            self.names.append(name)
-        return None
-
-
-def _read_reply(fd: int, timeout: float) -> bytes | None:
-    """The bytes a child writes before it closes its end, or None after `timeout` s or too many bytes."""
-    deadline, data = time.monotonic() + timeout, b""
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            return None
-        chunk = os.read(fd, MAX_REPLY_BYTES + 1)
-        if not chunk:
-            return data
-        data += chunk
-        if len(data) > MAX_REPLY_BYTES:
-            return None
-
-
-def _lock_down(keep_fd: int, cpu_seconds: int, memory_bytes: int, landlock: int) -> None:
-    """The child's restrictions, applied before it reads the answer (the module header's list)."""
-    parent = os.getppid()
-    os.setpgid(0, 0)                          # its own process group: kill(0, ...) reaches only itself
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with its worker (for good: the filter below)...
-    if os.getppid() != parent:                # ...even one that died before the line above
-        os._exit(1)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for std in (0, 1, 2):
-        os.dup2(devnull, std)
-    os.closerange(3, keep_fd)                 # the trainer's pipe, /dev/null's extra descriptor, ...
-    os.closerange(keep_fd + 1, 1 << 16)
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a write past RLIMIT_FSIZE fails instead of killing
-    # RLIMIT_MSGQUEUE 0: no POSIX message queue (mq_open), which would outlive the child
-    # under its name, in kernel memory, like the SysV objects the filter below refuses.
-    for limit, value in ((resource.RLIMIT_CPU, cpu_seconds), (resource.RLIMIT_AS, memory_bytes),
-                         (resource.RLIMIT_NPROC, 0), (resource.RLIMIT_FSIZE, 0), (resource.RLIMIT_CORE, 0),
-                         (resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_MSGQUEUE, 0)):
-        resource.setrlimit(limit, (value, value))
-    if landlock:
-        _landlock_restrict_self(landlock)
-    if seccomp_supported():
-        _seccomp_restrict_self()
-
-
-# --- helpers of the worker: uid, prctl, Landlock, seccomp -------------------------------
-
-def _drop_root() -> int:
-    """As root: become nobody for good (groups, gid, then uid; no way back). Returns the uid."""
-    if os.geteuid() != 0:
-        return os.getuid()
-    try:
-        import pwd
-        entry = pwd.getpwnam("nobody")
-        uid, gid = entry.pw_uid, entry.pw_gid
-    except (ImportError, KeyError):
-        uid = gid = NOBODY
-    os.setgroups([])
-    os.setgid(gid)
-    os.setuid(uid)                            # as root this sets the real, effective and saved uid
-    return os.getuid()
-
-
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
-
-
-def prctl(option: int, value: int) -> None:
-    """prctl(2) through libc (Linux only; a no-op elsewhere)."""
-    if sys.platform.startswith("linux"):
-        if ctypes.CDLL(None, use_errno=True).prctl(option, ctypes.c_ulong(value), 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
-
-
-# Landlock (Linux's unprivileged sandbox, kernel docs: userspace-api/landlock). Three system
-# calls, numbered alike on every architecture. A ruleset names the access rights it
-# HANDLES; with no rule added, every handled right is denied everywhere; restrict_self
-# applies it to this process and its children for good. Rights a kernel does not know
-# must not be named, so the set grows with the ABI version the kernel reports.
-_SYS_CREATE_RULESET, _SYS_RESTRICT_SELF = 444, 446
-_CREATE_RULESET_VERSION = 1
-_FS_EXECUTE, _FS_WRITE_FILE = 1 << 0, 1 << 1
-_FS_MAKE_AND_REMOVE = sum(1 << bit for bit in (4, 5, 6, 7, 8, 9, 10, 11, 12))   # rmdir, unlink, mknod, mkdir, ...
-_FS_REFER, _FS_TRUNCATE, _FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15               # ABI 2, 3, 5
-_NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1                                  # ABI 4
-_SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1                       # ABI 6
-
-
-def landlock_abi() -> int:
-    """The kernel's Landlock ABI version, 0 when there is none (not Linux, too old, disabled)."""
-    if not sys.platform.startswith("linux"):
-        return 0
-    libc = ctypes.CDLL(None, use_errno=True)
-    version = libc.syscall(ctypes.c_long(_SYS_CREATE_RULESET), None, ctypes.c_long(0),
-                           ctypes.c_long(_CREATE_RULESET_VERSION))
-    return max(int(version), 0)
-
-
-def _landlock_restrict_self(abi: int) -> None:
-    """Deny this process, for good: every file write/create/remove/execute, TCP, and (ABI >= 6)
-    signals and abstract UNIX sockets beyond itself. Reads stay allowed."""
-    fs = _FS_EXECUTE | _FS_WRITE_FILE | _FS_MAKE_AND_REMOVE
-    fs |= (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0) | (_FS_IOCTL_DEV if abi >= 5 else 0)
-    net = _NET_BIND_TCP | _NET_CONNECT_TCP if abi >= 4 else 0
-    scoped = _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL if abi >= 6 else 0
-    attr = (ctypes.c_uint64 * 3)(fs, net, scoped)          # struct landlock_ruleset_attr
-    size = 8 if abi < 4 else 16 if abi < 6 else 24         # the fields this ABI knows
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = libc.syscall(ctypes.c_long(_SYS_CREATE_RULESET), ctypes.byref(attr), ctypes.c_long(size), ctypes.c_long(0))
-    if fd < 0:
-        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
-    prctl(PR_SET_NO_NEW_PRIVS, 1)            # restrict_self requires it
-    if libc.syscall(ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_long(fd), ctypes.c_long(0)) != 0:
-        raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
-    os.close(fd)
-
-
-# seccomp (kernel docs: userspace-api/seccomp_filter): a small classic-BPF program the
-# kernel runs at every system call of this process (and of any it could start), reading
-# the call's architecture, number and arguments (struct seccomp_data) and answering
-# ALLOW or ERRNO. Like Landlock it needs PR_SET_NO_NEW_PRIVS, not root, and stays for good.
-# The child's filter refuses (EPERM) two things nothing else here covers:
-#   - SysV IPC (shmget, msgget, semget and the calls that use their objects): a segment
-#     lives in the kernel, not in a process, so RLIMIT_AS does not count it once detached,
-#     Landlock has no rule for it, and it stays after its creator, its worker and the
-#     trainer are gone. Refusing shmget itself also bounds memory during the child's 2 s,
-#     which a private IPC namespace would not (the module header says why there is none);
-#   - prctl(PR_SET_PDEATHSIG, ...): the child set it to SIGKILL first thing, and may not
-#     clear it (then sleep and outlive its killed worker, reparented to PID 1).
-# System call numbers differ between architectures and there is no portable way to look
-# them up at run time, so this file carries the two tables it was checked on (from the
-# kernel's asm/unistd_64.h and asm-generic/unistd.h); elsewhere there is no filter, and
-# the worker reports "seccomp": false.
-_SYSCALLS = {   # platform.machine() -> (AUDIT_ARCH_* of the 64-bit ABI, {name: number})
-    "x86_64": (0xC000003E, {"shmget": 29, "shmat": 30, "shmctl": 31, "semget": 64, "semop": 65, "semctl": 66,
-                            "shmdt": 67, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71,
-                            "semtimedop": 220, "prctl": 157}),
-    "aarch64": (0xC00000B7, {"msgget": 186, "msgctl": 187, "msgrcv": 188, "msgsnd": 189, "semget": 190,
-                             "semctl": 191, "semtimedop": 192, "semop": 193, "shmget": 194, "shmctl": 195,
-                             "shmat": 196, "shmdt": 197, "prctl": 167}),
-}
-_SYSV_IPC = ("shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semctl", "semtimedop",
-             "msgget", "msgsnd", "msgrcv", "msgctl")
-_X32_SYSCALL_BIT = 0x40000000             # x86_64's x32 ABI: the same arch value, numbers with this bit
-_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
-_SECCOMP_RET_ALLOW, _SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
-_BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_JGE_K, _BPF_RET_K = 0x20, 0x15, 0x35, 0x06   # BPF_LD|BPF_W|BPF_ABS, ...
-_ARCH_OFFSET, _NR_OFFSET, _ARG0_OFFSET = 4, 0, 16                         # in struct seccomp_data
-
-
-class _SockFilter(ctypes.Structure):      # struct sock_filter: one BPF instruction
-    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
-
-
-class _SockFprog(ctypes.Structure):       # struct sock_fprog: the program
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
-
-
-def seccomp_supported() -> bool:
-    """Is there a system call table here for the child's filter? (Linux, 64-bit Python, x86_64 or aarch64)."""
-    return sys.platform.startswith("linux") and platform.machine() in _SYSCALLS and struct.calcsize("P") == 8
-
-
-def seccomp_program(machine: str) -> list:
-    """The child's filter as (code, jt, jf, k) instructions. jt/jf: how many instructions to
-    skip when the test holds/fails; the last two are ALLOW and DENY (errno EPERM).
-
-        A = arch;  not this ABI (a 32-bit call on a 64-bit kernel, through int 0x80) -> DENY
-        A = nr;    x32 call -> DENY;  a SysV IPC call -> DENY
-        not prctl -> ALLOW;  A = low 32 bits of arg 0;  PR_SET_PDEATHSIG -> DENY;  else ALLOW
-
-    The prctl test reads only the low half of the 64-bit argument, as the kernel does
-    (prctl's option is an int): a value with high bits set cannot slip past it.
-    """
-    arch, numbers = _SYSCALLS[machine]
-    prog = [(_BPF_LD_W_ABS, 0, 0, _ARCH_OFFSET), (_BPF_JEQ_K, 0, "DENY", arch),
-            (_BPF_LD_W_ABS, 0, 0, _NR_OFFSET), (_BPF_JGE_K, "DENY", 0, _X32_SYSCALL_BIT)]
-    prog += [(_BPF_JEQ_K, "DENY", 0, numbers[name]) for name in _SYSV_IPC]
-    prog += [(_BPF_JEQ_K, 0, "ALLOW", numbers["prctl"]), (_BPF_LD_W_ABS, 0, 0, _ARG0_OFFSET),
-             (_BPF_JEQ_K, "DENY", "ALLOW", PR_SET_PDEATHSIG)]
-    labels = {"ALLOW": len(prog), "DENY": len(prog) + 1}       # where the two answers will be
-
-    def skip(target, i: int) -> int:                             # a label, or 0 (the next instruction)
-        return labels[target] - i - 1 if isinstance(target, str) else target
-    prog = [(code, skip(jt, i), skip(jf, i), k) for i, (code, jt, jf, k) in enumerate(prog)]
-    return prog + [(_BPF_RET_K, 0, 0, _SECCOMP_RET_ALLOW), (_BPF_RET_K, 0, 0, _SECCOMP_RET_ERRNO | 1)]
-
-
-def _seccomp_restrict_self() -> None:
-    """Install seccomp_program for this machine on this process, for good (OSError if refused)."""
-    prog = seccomp_program(platform.machine())
-    filters = (_SockFilter * len(prog))(*[_SockFilter(*instruction) for instruction in prog])
-    fprog = _SockFprog(len(prog), filters)
-    prctl(PR_SET_NO_NEW_PRIVS, 1)            # required, as for Landlock
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_SECCOMP, ctypes.c_ulong(_SECCOMP_MODE_FILTER), ctypes.byref(fprog), 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
-
-
-def _address_space() -> int:
-    """This process's virtual memory size in bytes (Linux: /proc/self/statm; 0 elsewhere)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):
-        return 0
