@@ -17,7 +17,7 @@ and lose a line it covers; lines logged after the checkpoint are dropped on resu
 the checkpoint's.
 
 A disk that fills up, or refuses a write, while a checkpoint is written: the half-written
-temporary directory is removed, and the run stops with one line (checks.UsageError) that
+temporary directory is removed, and the run stops with one line (UsageError) that
 names the step, the error and the intact checkpoint it can resume from: nothing is lost.
 Before writing, a save that cannot fit (free space below the bytes it will write, which
 save_bytes counts) is refused the same way without writing anything; train.py's
@@ -57,7 +57,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
-from machinery import checks
+from machinery.errors import UsageError
 
 MANIFEST = "manifest.json"
 STEP_DIR = re.compile(r"step_(\d+)")          # a checkpoint directory's name: step_000040
@@ -78,7 +78,7 @@ def save_checkpoint(out_dir: str, step: int, config: dict, model, tokenizer, sta
     leaves either the previous complete checkpoint or the new complete one, never half
     of one. Then `prune` keeps the newest `keep`, this one always among them.
     A disk that cannot take it (full, read-only, ...): nothing half-written is left, and
-    checks.UsageError says so in one line (the module header).
+    UsageError says so in one line (the module header).
     """
     if keep < 1:
         raise ValueError(f"save_checkpoint needs keep >= 1, got {keep}")
@@ -95,7 +95,7 @@ def save_checkpoint(out_dir: str, step: int, config: dict, model, tokenizer, sta
         _remove(tmp)
         need, free = save_bytes(model, state), free_bytes(root)
         if free < need:                       # refused before a byte is written
-            raise OSError(errno.ENOSPC, f"{checks.size_text(free)} free, the checkpoint needs {checks.size_text(need)}")
+            raise OSError(errno.ENOSPC, f"{size_text(free)} free, the checkpoint needs {size_text(need)}")
         model.save_pretrained(os.path.join(tmp, "model"))
         tokenizer.save_pretrained(os.path.join(tmp, "model"))
         torch.save(state, os.path.join(tmp, "state.pt"))
@@ -108,7 +108,7 @@ def save_checkpoint(out_dir: str, step: int, config: dict, model, tokenizer, sta
         if problem is None:                   # not the disk: a bug, with its traceback
             raise
         previous, _ = find_checkpoint(out_dir)
-        raise checks.UsageError(f"step {step}: the checkpoint could not be written in {root} ({problem}); nothing "
+        raise UsageError(f"step {step}: the checkpoint could not be written in {root} ({problem}); nothing "
                               f"is lost: " + (f"{os.path.basename(previous)} is intact, and metrics.jsonl has every "
                                               "step; free some space, then --resume" if previous else
                                               "free some space and start again")) from e
@@ -482,7 +482,7 @@ def _fsync_file(path: str) -> None:
 def atomic_write(path: str, text: str) -> None:
     """Write `text` to path through path.tmp and a rename: a reader sees the old or the new
     file, never half of one. A disk that refuses the write: path.tmp is removed, `path`
-    is as it was, and checks.UsageError says so in one line."""
+    is as it was, and UsageError says so in one line."""
     try:
         with open(path + ".tmp", "w") as f:
             f.write(text)
@@ -497,12 +497,12 @@ def atomic_write(path: str, text: str) -> None:
 
 
 def refuse_write(e: BaseException, path: str, consequence: str, problem: str | None = None) -> None:
-    """Raise checks.UsageError for a write to `path` that the disk refused (disk_problem, or
+    """Raise UsageError for a write to `path` that the disk refused (disk_problem, or
     `problem` measured earlier), saying what it leaves behind; re-raise `e` otherwise."""
     problem = problem or disk_problem(e, os.path.dirname(path) or ".")
     if problem is None:
         raise e
-    raise checks.UsageError(f"{path} could not be written ({problem}); {consequence}") from e
+    raise UsageError(f"{path} could not be written ({problem}); {consequence}") from e
 
 
 def save_bytes(model, state: dict) -> int:
@@ -627,3 +627,11 @@ def model_info(directory: str) -> dict | None:
         return info if isinstance(info, dict) else None
     except (OSError, ValueError):
         return None
+
+
+def size_text(n: int) -> str:
+    """Bytes for a reader, in powers of 1000: 1.4 MB, 3.2 GB."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"

@@ -1,12 +1,13 @@
 """checks.py: the checks at the door that every entry point shares.
 
-train.py, plot_runs.py, advantages.py, python -m toy and the sweep runner all ask the
-same questions before any work starts: can this process write where it was told to, is
+train.py, the sweep runner and plot_runs.py ask the same questions before any work
+starts: can this process write where it was told to, is
 another process already writing there (lock_dir), and can the Hugging Face hub provide a
 name. Each returns None or what is wrong, as a phrase the caller puts after the flag's
 name, so a bad path is one line before any work starts rather than a traceback after
 it. Last, train.py's --model check, built on them, raises that line itself (its
-messages differ by case).
+messages differ by case). The error type of the door, UsageError, lives in errors.py (a
+module that imports nothing) and is re-exported here.
 """
 
 from __future__ import annotations
@@ -19,18 +20,8 @@ import sys
 import tempfile
 
 from machinery import hub_models
+from machinery.errors import UsageError  # noqa: F401  (the door's error, re-exported: checks.UsageError)
 from tasks import sandbox            # prctl (exit_with_parent): the scorers' sandbox has it
-
-
-class UsageError(ValueError):
-    """A bad value, path or file given by the user, found at the door: one line and exit code 2.
-
-    Raised only where input enters (flags, --config, data files, run directories, model
-    names), never by the lesson's formulas: train.py's main turns THIS type into one line
-    and lets every other exception through with its traceback, so a bug a reader puts into
-    a chapter shows where it is. A ValueError (its base class), so callers that catch
-    ValueError for any bad input still do.
-    """
 
 
 def writable_dir_problem(path: str) -> str | None:
@@ -237,11 +228,3 @@ def memory_bytes(device) -> int | None:
         if text.isdigit():
             total = min(total, int(text))
     return total
-
-
-def size_text(n: int) -> str:
-    """Bytes for a reader, in powers of 1000: 1.4 MB, 3.2 GB."""
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"

@@ -186,8 +186,8 @@ def check_room(cfg: Config, model, tokenizer, model_path: str, rows: list[dict],
         have = checks.memory_bytes(device)
         if have and need > have:
             refuse(f"sampling {rollouts:,} rollouts at once ({what}) of up to {prompt:,} prompt tokens + "
-                   f"--max_new_tokens {cfg.max_new_tokens:,} could need {checks.size_text(need)} of key/value cache, "
-                   f"more than this machine's {checks.size_text(have)} of memory: lower --max_new_tokens or "
+                   f"--max_new_tokens {cfg.max_new_tokens:,} could need {checkpoint.size_text(need)} of key/value cache, "
+                   f"more than this machine's {checkpoint.size_text(have)} of memory: lower --max_new_tokens or "
                    f"{what.split(' ')[0]}")
     weights = sum(p.numel() * p.element_size() for p in model.parameters())          # tied weights once
     extra = sum(os.path.getsize(os.path.join(model_path, n)) for n in os.listdir(model_path)
@@ -200,6 +200,6 @@ def check_room(cfg: Config, model, tokenizer, model_path: str, rows: list[dict],
     held = sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(root) for n in names)
     have = checkpoint.free_bytes(cfg.out_dir) + held
     if need > have:
-        refuse(f"--out_dir {cfg.out_dir}: {checks.size_text(have)} free for the run's files, and it needs "
-               f"~{checks.size_text(need)} ({saves} checkpoints of {checks.size_text(ckpt)} at once: weights, Adam's "
+        refuse(f"--out_dir {cfg.out_dir}: {checkpoint.size_text(have)} free for the run's files, and it needs "
+               f"~{checkpoint.size_text(need)} ({saves} checkpoints of {checkpoint.size_text(ckpt)} at once: weights, Adam's "
                f"two moments, tokenizer; and RUN/final, RUN/best); free some space or choose another --out_dir")
