@@ -250,14 +250,15 @@ def ablation(run, cfg, rollouts, rows: list[dict], work: Work, seed: int) -> dic
     adv = compute_advantages("grpo", verify.reward_tensor(scores).view(len(rows), rollouts.G)).reshape(-1)
     B = len(adv)
     micro = forward.micro_batches(torch.arange(B), adv != 0, torch.arange(B) // rollouts.G, rollouts.response_mask.sum(1),
-                                  cfg.micro_batch, forward.needs_whole_groups(cfg.loss))
-    off = forward.prompt_sharing_off(run.model, cfg.share_prompts, cfg.compile, cfg.gradient_checkpointing)
+                                  cfg.update.micro_batch, run.whole_groups)
     run.model.train()
     for name in (("shared", "plain") if first else ("plain", "shared")):
         c = time.process_time()
-        prompts = forward.share_prompts(run.train_model, rollouts, micro, cfg.micro_batch, off) if name == "shared" else None
+        prompts = (forward.share_prompts(run.train_model, rollouts, micro, cfg.update.micro_batch, run.sharing_off)
+                   if name == "shared" else None)
         for idx in micro:
-            logp, _ = forward.forward(run.train_model, rollouts, idx, run.forward_settings, prompts=prompts)
+            logp, _ = forward.forward(run.train_model, rollouts, idx, run.update, run.sampling.temperature,
+                                      prompts=prompts)
             (logp * adv[idx].unsqueeze(1)).sum().backward()
         forward.backward_prompts(prompts)
         out[name] = time.process_time() - c

@@ -57,6 +57,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
+from machinery import flags
 from machinery.errors import UsageError
 
 MANIFEST = "manifest.json"
@@ -356,7 +357,7 @@ def keep_samples_until(path: str, step: int) -> None:
 # ---------------------------------------------------------------------------------------
 
 def resume_point(out_dir: str, config: dict, resume: bool, overwrite: bool, steps: int, may_change: set,
-                 not_compared: tuple, warn) -> str | None:
+                 not_compared: set, warn) -> str | None:
     """What out_dir holds, and what this invocation may do with it (setup.check_inputs).
 
     Fresh run: out_dir must not hold a run (non-empty metrics.jsonl or checkpoints/) unless
@@ -364,9 +365,10 @@ def resume_point(out_dir: str, config: dict, resume: bool, overwrite: bool, step
     whose steps metrics.jsonl has every line of, warning per checkpoint skipped; none at
     all: a warning and step 0 (a sweep resumes runs killed before their first checkpoint);
     some but none usable: refused, naming what is wrong with each. Then its config must
-    equal this one outside may_change (train.py's RESUME_SAFE), --steps must reach its
-    step, and metrics.jsonl must be readable up to it (a torn last line is dropped with a
-    warning). Why each rule: docs/faults_and_safety.md, "Resume and faults".
+    equal this one outside may_change (the fields that declare so: config.resume_rules),
+    --steps must reach its step, and metrics.jsonl must be readable up to it (a torn last
+    line is dropped with a warning). Why each rule: docs/faults_and_safety.md, "Resume and
+    faults".
     config: dataclasses.asdict of the run's config; warn: prints one line. Raises
     ValueError (one line) for a refusal; returns the checkpoint, or None for step 0.
     """
@@ -410,14 +412,13 @@ def resume_point(out_dir: str, config: dict, resume: bool, overwrite: bool, step
 def config_changes(saved: dict, config: dict, skip: set) -> list[str]:
     """'--name old -> new' for every field that differs from a checkpoint's config.
 
-    Both sides flattened to flag names (flags.py keeps them unique) and compared as
-    JSON values, so 4e-4 equals the 0.0004 read back from the checkpoint. The fields in
-    `skip` are not compared; a field only one side has counts as changed.
+    Both sides flattened to flag names (flags.flat_fields: names are unique, so a
+    checkpoint whose config.json is flat, written before the settings were nested in
+    parts, compares with a nested one) and compared as JSON values, so 4e-4 equals the
+    0.0004 read back from the checkpoint. The fields in `skip` are not compared; a field
+    only one side has counts as changed.
     """
-    def flat(tree: dict) -> dict:
-        return {k: v for key, value in tree.items()
-                for k, v in (value.items() if isinstance(value, dict) else [(key, value)])}
-    old, new = flat(saved), flat(json.loads(json.dumps(config)))
+    old, new = flags.flat_fields(saved), flags.flat_fields(json.loads(json.dumps(config)))
     missing = "(absent)"
     return [f"--{name} {old.get(name, missing)!r} -> {new.get(name, missing)!r}"
             for name in sorted(set(old) | set(new))
