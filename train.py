@@ -72,6 +72,7 @@ from machinery.metrics import add_stats, log_metrics, masked_mean, nothing_to_le
 from machinery.run import Run, close, keep_best, keep_final, old_policy_pass, on_device, open_run_dir, optimizer_step
 from machinery.run import repeat, sample_rollouts, save_checkpoint, take
 from machinery.setup import setup
+from tasks.user_reward import RewardError
 
 
 # ---------------------------------------------------------------------------------------
@@ -87,7 +88,8 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
     ev, up = cfg.evaluation, cfg.update
     if not start:                  # start.json, and with its evaluation metrics.jsonl's step 0 and RUN/best
         evaluation.record_start(run, cfg.out_dir, cfg.model, (lambda: evaluate(run, cfg, step=0))
-                                if ev.eval_before_train and ev.eval_every else None)
+                                if ev.eval_before_train and ev.eval_every else None,
+                                evaluation.eval_budget(ev, cfg.data)[1])
     best = checkpoint.model_info(os.path.join(cfg.out_dir, "best"))   # the model at its best held-out pass@1
     N, G = cfg.prompts_per_step, cfg.group_size
     history, t_start = [], time.perf_counter()
@@ -256,10 +258,12 @@ def main(argv: list[str] | None = None) -> None:
     cfg = parse_args(argv)
     try:
         train(cfg)
-    except checks.UsageError as e:
+    except (checks.UsageError, RewardError) as e:
         # What the user gave was found wrong at the door (a data file, a model path, a run
-        # directory): one line, exit code 2. Any other exception is a bug, the user's or
-        # ours, and keeps its traceback, which says where it is.
+        # directory), or their --reward function returned no reward or did not return in
+        # time: one line, exit code 2 (metrics.jsonl and the checkpoints keep every step
+        # before). Any other exception is a bug, the user's or ours, and keeps its
+        # traceback, which says where it is.
         print(f"train.py: error: {e}", file=sys.stderr)
         sys.exit(2)
 

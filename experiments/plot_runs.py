@@ -2,6 +2,14 @@
 
     python -m experiments.plot_runs runs/addition_s0                    # -> runs/addition_s0/plots.png
     python -m experiments.plot_runs runs/grpo runs/fade --smooth 5      # -> runs/grpo/compare.png
+    python -m experiments.plot_runs runs/addition_s0 --dashboard        # -> runs/addition_s0/dashboard.png
+
+Two figures. The first a run draws (plots.png, compare.png) is the lesson in four panels
+(LESSON): did the policy learn (held-out pass@1, from the start at step 0), what it was
+trained on (the training reward), what the learning cost (the token entropy), and
+whether the updates of the tokens every rollout shares cancelled (the cancellation
+residual). --dashboard draws every logged metric instead (PANELS: ~20 panels, the
+diagnostics and the plumbing), into dashboard.png (compare_dashboard.png for several).
 
 What a run leaves behind. train.py appends one JSON object per training step to
 RUN_DIR/metrics.jsonl: {"step": 12, "reward": 0.61, "entropy": 0.07, ...}, with the keys of
@@ -138,6 +146,19 @@ PANELS = [
 
 # Logged but not drawn: cumulative wall clock (a different scale; summarize() reports it).
 NOT_DRAWN = {"time/elapsed"}
+
+# The first figure: (title, key, what to read in it, the flag that logs it). Four panels, one
+# number each, at a size that reads from across a room.
+LESSON = [
+    ("held-out pass@1", "eval/pass@1", "did it learn? share solved, held-out prompts; step 0 = the start",
+     "--eval_every"),
+    ("training reward", "reward", "mean reward of each step's N x G rollouts", None),
+    ("token entropy (nats)", "entropy", "how sure the policy is; near 0, it stops exploring", None),
+    ("cancellation residual R_g", "cancellation_residual", "0: shared tokens' updates cancel; 1: none do",
+     "--flip_every"),
+]
+UNIT_RANGE = {"eval/pass@1", "reward", "cancellation_residual"}   # shares in [0, 1]: drawn on [0, 1]
+DENSE_WINDOW = 10      # a curve of 50+ steps, logged every step, gets a 10-step moving average over its raw line
 
 
 def load_metrics(run_dir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -322,6 +343,77 @@ def plot_runs(run_dirs: list[str], out: str, smooth_n: int = 1) -> list[str]:
     return [title for title, _ in panels]
 
 
+def plot_lesson(run_dirs: list[str], out: str, smooth_n: int = 1) -> list[str]:
+    """The first figure of a run (or of runs side by side): the four LESSON panels, 2 x 2.
+
+    Every panel is drawn, always in the same place; a metric no run logged says which
+    flag logs it instead of leaving the panel out. A key logged on every step (reward,
+    entropy) is drawn raw and thin, with a bold moving average over max(DENSE_WINDOW,
+    smooth_n) steps on top, so the trend reads through one batch's noise; a sparse one
+    (pass@1 every --eval_every steps, the residual every --flip_every) as points joined by
+    lines, smoothed only by --smooth. One run: its result in the figure's title and each
+    curve's last value right of its panel's title. Several runs: one colour per run, named
+    once at the top. Returns the titles of the panels that hold data. ValueError if none does.
+    """
+    runs = [(run_label(d), load_metrics(d)) for d in run_dirs]
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8), squeeze=False)
+    drawn = []
+    for ax, (title, key, reading, flag) in zip(axes.flat, LESSON):
+        have = [(r, series[key]) for r, (_, series) in enumerate(runs) if key in series]
+        last = None
+        for r, (steps, values) in have:
+            colour = f"C{r}"
+            every_step = len(steps) > 1 and int(np.median(np.diff(steps))) == 1
+            dense = every_step and len(steps) >= 5 * DENSE_WINDOW
+            if dense:
+                ax.plot(steps, values, color=colour, lw=0.6, alpha=0.35)
+                line = smooth(steps, values, max(DENSE_WINDOW, smooth_n))
+                ax.plot(steps, line, color=colour, lw=2.2)
+            else:
+                line = smooth(steps, values, smooth_n)
+                ax.plot(steps, line, color=colour, lw=2, marker=None if every_step else "o", ms=4)
+            if len(runs) == 1 and np.isfinite(line[-1]):        # the last value, right of the title
+                last = (f"last {max(DENSE_WINDOW, smooth_n)} steps: " if dense else f"step {steps[-1]}: ") + \
+                    f"{line[-1]:.3g}"
+        if have:
+            drawn.append(title)
+        else:
+            ax.text(0.5, 0.5, f"not logged\n({flag} > 0 logs it)" if flag else "not logged", ha="center",
+                    va="center", fontsize=12, color="0.4", transform=ax.transAxes)
+        if key in UNIT_RANGE:
+            ax.set_ylim(-0.02, 1.05)
+        ax.set_title(title, fontsize=14, loc="left", fontweight="bold", pad=20)
+        if last:
+            ax.set_title(last, fontsize=12, loc="right", pad=20, color="C0")
+        ax.text(0, 1.015, reading, fontsize=10, color="0.3", transform=ax.transAxes, va="bottom", ha="left")
+        ax.set_xlabel("training step", fontsize=11)
+        ax.tick_params(labelsize=10)
+        ax.grid(alpha=0.3)
+    if not drawn:
+        raise ValueError(f"nothing to plot: none of {', '.join(k for _, k, _, _ in LESSON)} in "
+                         f"{', '.join(map(repr, run_dirs))}")
+    if len(runs) > 1:
+        fig.legend([Line2D([], [], color=f"C{r}", lw=3) for r in range(len(runs))], [label for label, _ in runs],
+                   loc="upper center", ncol=min(len(runs), 4), bbox_to_anchor=(0.5, 0.985), frameon=False,
+                   fontsize=11)
+    else:
+        fig.suptitle(f"{runs[0][0]}: {headline(summarize(run_dirs[0]))}", fontsize=13, y=0.99)
+    fig.tight_layout(rect=(0, 0, 1, 0.94 if len(runs) > 1 else 0.96), h_pad=2.5)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return drawn
+
+
+def headline(summary: dict) -> str:
+    """One run's result in words: 'held-out pass@1 0.511 -> 0.896 in 300 steps (best 0.956 at step 175)'."""
+    if "last_pass@1" not in summary:
+        return f"{summary['steps']} steps, no held-out evaluation"
+    start = f"{summary['start_pass@1']:.3f} -> " if "start_pass@1" in summary else ""
+    best = (f" (best {summary['best_pass@1']:.3f} at step {summary['best_step']})"
+            if "best_pass@1" in summary else "")
+    return f"held-out pass@1 {start}{summary['last_pass@1']:.3f} in {summary['steps']} steps{best}"
+
+
 def summarize(run_dir: str) -> dict:
     """Headline numbers of one run, for the table and the README.
 
@@ -380,13 +472,18 @@ def _numeric_suffix(key: str) -> tuple[int, str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Plot train.py run directories into one PNG.")
+    parser = argparse.ArgumentParser(description="Plot train.py run directories into one PNG: the lesson's four "
+                                                 "panels, or every metric with --dashboard.")
     # argparse's own error() prints the usage block too; one line is easier to read in a
     # log. Same exit code (2) and the same "prog: error: message" form.
     parser.error = lambda message: parser.exit(2, f"{parser.prog}: error: {message}\n")
     parser.add_argument("runs", nargs="+", help="run directories, each holding metrics.jsonl")
-    parser.add_argument("--out", help="PNG path (default: RUN/plots.png for one run, FIRST_RUN/compare.png for several)")
+    parser.add_argument("--out", help="PNG path (default: RUN/plots.png for one run, FIRST_RUN/compare.png for "
+                                      "several; with --dashboard RUN/dashboard.png, FIRST_RUN/compare_dashboard.png)")
     parser.add_argument("--smooth", type=int, default=1, help="moving-average window in steps (1 = off)")
+    parser.add_argument("--dashboard", action="store_true",
+                        help="every logged metric (~20 panels: diagnostics, schedule, plumbing) instead of the four "
+                             "panels of the lesson (held-out pass@1, reward, entropy, cancellation residual)")
     args = parser.parse_args(argv)
     if args.smooth < 1:
         parser.error(f"--smooth must be >= 1, got {args.smooth}")
@@ -396,11 +493,13 @@ def main(argv: list[str] | None = None) -> None:
         if not os.path.isfile(os.path.join(d, "metrics.jsonl")):
             parser.error(f"no metrics.jsonl in {d!r}")
     # Never the current directory (in a clone, the repository root): the first run's directory.
-    out = args.out or os.path.join(args.runs[0], "plots.png" if len(args.runs) == 1 else "compare.png")
+    name = ("plots.png" if len(args.runs) == 1 else "compare.png") if not args.dashboard else \
+        ("dashboard.png" if len(args.runs) == 1 else "compare_dashboard.png")
+    out = args.out or os.path.join(args.runs[0], name)
     if problem := checks.writable_file_problem(out):
         parser.error(f"--out {out!r}: {problem}")
     try:
-        titles = plot_runs(args.runs, out, args.smooth)
+        titles = (plot_runs if args.dashboard else plot_lesson)(args.runs, out, args.smooth)
         rows = [summarize(d) for d in args.runs]
     except ValueError as e:                   # malformed line or nothing to plot
         parser.error(str(e))

@@ -58,7 +58,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from machinery import flags
-from machinery.errors import UsageError
+from machinery.door import UsageError, size_text
 
 MANIFEST = "manifest.json"
 STEP_DIR = re.compile(r"step_(\d+)")          # a checkpoint directory's name: step_000040
@@ -628,11 +628,3 @@ def model_info(directory: str) -> dict | None:
         return info if isinstance(info, dict) else None
     except (OSError, ValueError):
         return None
-
-
-def size_text(n: int) -> str:
-    """Bytes for a reader, in powers of 1000: 1.4 MB, 3.2 GB."""
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"

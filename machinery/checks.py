@@ -1,13 +1,17 @@
 """checks.py: the checks at the door that every entry point shares.
 
 train.py, the sweep runner and plot_runs.py ask the same questions before any work
-starts: can this process write where it was told to, is
-another process already writing there (lock_dir), and can the Hugging Face hub provide a
-name. Each returns None or what is wrong, as a phrase the caller puts after the flag's
+starts: can this process write where it was told to, is another process already writing
+there (lock_dir), and can the Hugging Face hub provide a name. Each returns None or what is wrong, as a phrase the caller puts after the flag's
 name, so a bad path is one line before any work starts rather than a traceback after
-it. Last, train.py's --model check, built on them, raises that line itself (its
-messages differ by case). The error type of the door, UsageError, lives in errors.py (a
-module that imports nothing) and is re-exported here.
+it. Then train.py's --model check, built on them, raises that line itself (its
+messages differ by case). Last, three questions of train.py's that need the data or the
+model (machinery/setup.py asks them as soon as it has them): does --eval_data hold out
+prompts the training rows do not have (shared_prompts_problem), does the tokenizer have
+the chat template --chat_template asks for (chat_template_problem), and can Adam's step
+of size --lr change the model's float32 weights at all (lr_problem). What the modules
+below the door need of it (the error type UsageError, writable_dir_problem, size_text)
+lives in door.py, which imports nothing of the project, and is re-exported here.
 """
 
 from __future__ import annotations
@@ -17,37 +21,10 @@ import os
 import re
 import signal
 import sys
-import tempfile
 
 from machinery import hub_models
-from machinery.errors import UsageError  # noqa: F401  (the door's error, re-exported: checks.UsageError)
+from machinery.door import UsageError, size_text, writable_dir_problem  # noqa: F401  (re-exported)
 from tasks import sandbox            # prctl (exit_with_parent): the scorers' sandbox has it
-
-
-def writable_dir_problem(path: str) -> str | None:
-    """None if `path` is, or can be created as, a directory this process can write in.
-
-    Otherwise what is wrong: "is a file", "X (above it) is a file", or "cannot write in
-    X (reason)" for the directory itself or, when it does not exist yet, its nearest
-    existing ancestor (where makedirs would create it). Writability is tested by
-    creating and removing a temporary file, not with os.access: access() says yes to
-    root on a read-only mount, and the question is whether the write will succeed.
-    """
-    path = os.path.abspath(os.path.expanduser(path))
-    probe = path
-    while not os.path.exists(probe):
-        if os.path.islink(probe):           # exists() is False through a dangling link or a loop of links
-            return f"{probe} is a symbolic link that leads nowhere (dangling, or a loop)"
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe):
-        return "is a file, not a directory" if probe == path else f"{probe} (above it) is a file, not a directory"
-    try:
-        fd, name = tempfile.mkstemp(dir=probe, prefix=".write-test-")
-        os.close(fd)
-        os.remove(name)
-    except OSError as e:
-        return f"cannot write in {probe} ({e.strerror})"
-    return None
 
 
 def writable_file_problem(path: str) -> str | None:
@@ -184,6 +161,70 @@ def check_model(model: str) -> None:
         raise ValueError(f"--model {model!r}: no such directory, and not a hub id (name or owner/name)")
     if problem := hub_problem(model, "model"):
         raise ValueError(f"--model {model!r} is no local directory, and {problem}")
+
+
+def shared_prompts_problem(train_rows: list[dict], eval_rows: list[dict]) -> str | None:
+    """None if no held-out row's prompt is a training row's prompt, else how many are.
+
+    Compared as the exact text the model is given. Refused (setup), not warned: held-out
+    pass@1 is what every curve, the closing summary and RUN/best are read by, and on
+    training prompts it is training accuracy under a held-out name. Measuring accuracy on
+    the training prompts is a legitimate wish, and the training reward already is that
+    number; so no use is left that the refusal would block.
+    """
+    train = {r["prompt"] for r in train_rows}
+    shared = sum(r["prompt"] in train for r in eval_rows)
+    if not shared:
+        return None
+    return (f"{shared} of its {len(eval_rows)} prompts are also training prompts, so held-out pass@1 would "
+            "partly be training accuracy; remove them from the evaluation file (the training reward already "
+            "measures the training prompts)")
+
+
+def chat_template_problem(tokenizer) -> str | None:
+    """None if the tokenizer has a chat template (--chat_template), else what is wrong.
+
+    transformers' apply_chat_template raises from deep inside at the first prompt when a
+    tokenizer has none (a base model's, the embedded model's character tokenizer: config.py
+    refuses that pair before the warm-up).
+    """
+    if getattr(tokenizer, "chat_template", None):
+        return None
+    return ("has no chat template (a base model's tokenizer, not an instruct model's): leave --chat_template out, "
+            "or train an instruct model")
+
+
+def lr_problem(lr: float, model) -> str | None:
+    """None if Adam's step of size --lr can change the model's typical float32 weight, else why not.
+
+    The criterion. Adam (and AdamW) moves each weight by lr x m_hat / (sqrt(v_hat) + eps),
+    and the ratio is about 1 whatever the gradient's scale (exactly sign(g) at the first
+    step), so a step moves a weight by about lr. A float32 weight w = 1.m x 2^e keeps 24
+    significant bits: w + d rounds back to w unless |d| reaches half the spacing between
+    floats at w, spacing(w) / 2 = 2^(e - 24), between 2^-25 |w| and 2^-24 |w| (~3e-8 to
+    6e-8 of |w|). So with lr below spacing(M) / 2, M the median |w|, at least half of the
+    weights can never change, and the other half move by less than one part in ~10^7 of
+    the median weight: the run trains nothing and still exits 0 (--lr 1e-30 did). The
+    bound depends on the weights: 9.3e-10 for the embedded addition model (M = 0.0196),
+    3.7e-9 for SmolLM2-135M (M = 0.105), far below any useful rate (1e-6 is a 0.5B
+    model's). M is taken from at most ~2^20 weights, every k-th of each tensor.
+    """
+    import numpy as np
+    import torch
+
+    params = [p.detach() for p in model.parameters() if p.dtype == torch.float32]
+    total = sum(p.numel() for p in params)
+    if not total:
+        return None
+    stride = max(1, total // 2 ** 20)
+    median = float(torch.cat([p.flatten()[::stride] for p in params]).abs().median())
+    floor = float(np.spacing(np.float32(median))) / 2
+    if lr >= floor:
+        return None
+    return (f"--lr {lr:g} cannot change this model's float32 weights: Adam moves a weight by about lr per step, "
+            f"and a weight of the median size {median:.3g} changes only by at least {floor:.2g} (half the "
+            f"float32 spacing there), so at least half the weights would never move; raise --lr to {floor:.2g} "
+            "or more (1e-6 to 1e-3 is usual)")
 
 
 def exit_with_parent() -> None:

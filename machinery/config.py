@@ -199,6 +199,8 @@ class Config:
     """Training prompts to draw (0 = the loader's default / all)."""
     reward: str | None = field(default=None, metadata=FIXED)
     """MODULE:FUNCTION or FILE.py:FUNCTION, f(response, answer, prompt) -> reward in [0, 1] (or a dict with "reward"): replaces the task's checker (tasks/user_reward.py)."""
+    reward_timeout: float = field(default=30.0, metadata=MAY_CHANGE)
+    """--reward: seconds one call of the function may take before the run stops, in one line naming the call (0 = no limit)."""
 
     # --- the rollout batch ---
     prompts_per_step: int = field(default=32, metadata=FIXED)
@@ -272,7 +274,8 @@ def resume_rules(cfg: Config) -> tuple[set, set]:
     diagnostics run (each computes the same update up to float rounding, tested in
     tests/engine/test_train.py; the diagnostics draw from their own seeded streams, and
     on a diagnostic step no zero-advantage rollout is skipped, which again changes only
-    rounding); where the numbers are also sent and what is kept to read. Everything
+    rounding); where the numbers are also sent and what is kept to read; a limit that,
+    when it acts, stops the run (--reward_timeout: what it lets through is the same). Everything
     else is the run's math and refused: the seed, model, data and task (a new --digits
     even trains a new warm-up), sampling (backend, temperature, group size, ...), the
     advantage and its schedule, the loss, the optimizer (--lr and --weight_decay too: the
@@ -343,6 +346,11 @@ def check_fields(cfg: Config) -> None:
     require(cfg.lr * cfg.weight_decay <= MAX_DECAY_PER_STEP,
             f"--lr x --weight_decay must be at most {MAX_DECAY_PER_STEP} (AdamW shrinks every weight by that share "
             f"at each step), got {cfg.lr:g} x {cfg.weight_decay:g}")
+    # The limit is a timer counted in microseconds: below that it would round to 0, no limit at all.
+    require(cfg.reward_timeout == 0 or cfg.reward_timeout >= 0.01,
+            f"--reward_timeout must be 0 (no limit) or at least 0.01 seconds, got {cfg.reward_timeout}")
+    require(cfg.reward is not None or cfg.reward_timeout == Config.reward_timeout,
+            f"--reward_timeout {cfg.reward_timeout:g} limits a --reward function's calls; there is no --reward")
     require(cfg.model == "tiny" or cfg.warmup_seed == 0,
             f"--warmup_seed {cfg.warmup_seed} seeds the embedded model's warm-up; --model {cfg.model!r} has none")
     require(not (cfg.resume and cfg.overwrite), "--resume continues the run in --out_dir and --overwrite deletes it: "
@@ -407,6 +415,18 @@ def validate(cfg: Config) -> None:
     for name in ("alpha_start", "alpha_end", "delta_end", "total_steps"):
         require(cfg.sched.schedule == "decay" or getattr(cfg.sched, name) == getattr(SchedulerConfig(), name),
                 f"--{name} {getattr(cfg.sched, name)} is read only by --schedule decay, not {cfg.sched.schedule}")
+    # The decay ramp moves alpha by (alpha_end - alpha_start) / (total_steps - 1) a step: a
+    # ramp longer than any run (--steps < 2**20) never reaches its end, and at 10**30 the
+    # step (~1e-30) is below alpha's float64 rounding, so alpha never leaves alpha_start.
+    require(cfg.sched.total_steps is None or cfg.sched.total_steps < 2 ** 20,
+            f"--total_steps must be below {2 ** 20}, the longest run (--steps): a longer decay ramp never reaches "
+            f"--alpha_end and --delta_end, got {cfg.sched.total_steps}")
+    # The embedded model's character tokenizer has no chat template (transformers raised
+    # from deep inside apply_chat_template at the first prompt); a hub model's tokenizer is
+    # checked when it loads (checks.chat_template_problem).
+    require(not (cfg.sampling.chat_template and cfg.model == "tiny"),
+            "--chat_template wraps prompts in the tokenizer's chat template, and the embedded model's character "
+            "tokenizer has none (it reads bare prompts): leave --chat_template out, or train an instruct --model")
     for flag, source in (("--data", cfg.data), ("--eval_data", cfg.evaluation.eval_data)):
         bare = getattr(tasks.TASKS.get(source), "bare_wording", None)    # named tasks only: no file read here
         require(cfg.model != "tiny" or bare is None,

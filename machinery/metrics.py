@@ -202,19 +202,30 @@ def start_line(start_eval: dict) -> dict:
     return {"step": 0, **{k: v for k, v in start_eval.items() if k.startswith("eval/")}, "time/elapsed": 0.0}
 
 
+RUN_FILES = ("config.json", "start.json", "metrics.jsonl", "samples.jsonl", "checkpoints/")
+"""What a run writes into its directory besides its models (final/, best/) and its tracker's
+files: the closing summary names those that exist."""
+
+
 def closing_summary(out_dir: str, steps: int, minutes: float, start_eval: dict | None, last: dict | None,
-                    best: dict | None, final_dir: str) -> str:
+                    best: dict | None, final_dir: str, tracker: str | None = None) -> str:
     """What a run says when it ends: held-out pass@1 at the start, at the end and at its best
-    (with the step), where the run and the model are, and the command that plots it.
+    (with the step), every output (the run's files, its models, its tracker's files) and the
+    command that plots it.
 
     start_eval: the step-0 evaluation (None if off); last: the last evaluation's metrics;
-    best: RUN/best's info.json ({"step", "eval/pass@1"}). Example (the default run):
+    best: RUN/best's info.json ({"step", "eval/pass@1"}); tracker: where --report_to keeps
+    the run and how to open it (trackers.open_tracker's `where`), None for none. Example
+    (the default run):
         train.py: done: 300 steps in 1.3 min; held-out pass@1 0.511 at the start, 0.896 at step 300,
           best 0.956 at step 175
-          run:   runs/addition_s0 (metrics.jsonl, samples.jsonl, config.json, checkpoints/)
+          run:   runs/addition_s0 (config.json, start.json, metrics.jsonl, samples.jsonl, checkpoints/)
           model: runs/addition_s0/final (step 300) and runs/addition_s0/best (step 175):
                  AutoModelForCausalLM.from_pretrained(DIR), AutoTokenizer.from_pretrained(DIR)
-          plot:  python -m experiments.plot_runs runs/addition_s0
+          plot:  python -m experiments.plot_runs runs/addition_s0 (its plots.png: pass@1, reward, entropy,
+                 the cancellation residual; --dashboard: every panel)
+    With --report_to tensorboard a line before the plot's names it:
+          tensorboard: runs/addition_s0/tensorboard (tensorboard --logdir runs/addition_s0/tensorboard)
     """
     fmt = lambda m: f"{m['eval/pass@1']:.3f}"
     parts = []
@@ -229,8 +240,11 @@ def closing_summary(out_dir: str, steps: int, minutes: float, start_eval: dict |
     scores = "held-out pass@1 " + ", ".join(parts) if parts else "no held-out evaluation (--eval_every 0)"
     best_dir = os.path.join(out_dir, "best")
     model = f"{final_dir} (step {steps})" + (f" and {best_dir} (step {best['step']})" if best else "")
+    files = [name for name in RUN_FILES if os.path.exists(os.path.join(out_dir, name))]
     return "\n".join([f"train.py: done: {steps} steps in {minutes:.1f} min; {scores}",
-                      f"  run:   {out_dir} (metrics.jsonl, samples.jsonl, config.json, checkpoints/)",
+                      f"  run:   {out_dir} ({', '.join(files)})",
                       f"  model: {model}:",
                       "         AutoModelForCausalLM.from_pretrained(DIR), AutoTokenizer.from_pretrained(DIR)",
-                      f"  plot:  python -m experiments.plot_runs {out_dir}"])
+                      *([f"  {tracker}"] if tracker else []),
+                      f"  plot:  python -m experiments.plot_runs {out_dir} (its plots.png: pass@1, reward, entropy, "
+                      "the cancellation residual; --dashboard: every panel)"])

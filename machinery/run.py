@@ -233,7 +233,8 @@ def keep_final(run: Run, out_dir: str, step: int, best: dict | None, minutes: fl
     evals = [m for m in lines if "eval/pass@1" in m]
     start = next((m for m in evals if m["step"] == 0), None)
     last = next((m for m in reversed(evals) if m["step"] > 0), None)
-    print(metrics.closing_summary(out_dir, step, minutes, start, last, best, final), flush=True)
+    print(metrics.closing_summary(out_dir, step, minutes, start, last, best, final,
+                                  getattr(run.tracker, "where", None)), flush=True)
 
 
 def close(run: Run) -> None:

@@ -53,11 +53,15 @@ def setup(cfg: Config) -> Run:
             ev.eval_data or cfg.data, eval_split, n=None if ev.final_eval < 0 else ev.final_eval, seed=cfg.seed,
             digits=cfg.digits)[0]
         if cfg.reward:                               # the user's reward function replaces the checker
-            task = user_reward.with_reward(task, cfg.reward, train_rows[0])
-            eval_task = user_reward.with_reward(eval_task, cfg.reward, eval_rows[0])
+            task = user_reward.with_reward(task, cfg.reward, train_rows[0], cfg.reward_timeout)
+            eval_task = user_reward.with_reward(eval_task, cfg.reward, eval_rows[0], cfg.reward_timeout)
     except (ValueError, FileNotFoundError) as e:     # a bad value or file the user gave: one line (main)
         raise checks.UsageError(str(e)) from e
     check_prompts(cfg, train_rows + eval_rows + (final_rows or []), lock)    # before any tokenizer sees them
+    for rows in (eval_rows, final_rows or []) if ev.eval_data else ():      # held out means not trained on
+        if problem := checks.shared_prompts_problem(train_rows, rows):
+            lock.close()
+            raise checks.UsageError(f"--eval_data {ev.eval_data}: {problem} (--data {cfg.data})")
     if str(cfg.data).endswith(".jsonl") and ":" not in str(cfg.data) and ev.eval_data is None:
         print(f"train.py: --data {cfg.data}: {len(train_rows)} rows to train on, {len(eval_rows)} held out for "
               "evaluation (1 prompt in 10, by a hash of its text; --eval_data FILE evaluates on another file)")
@@ -162,7 +166,9 @@ def check_prompts(cfg: Config, rows: list[dict], lock) -> None:
 
 
 def check_room(cfg: Config, model, tokenizer, model_path: str, rows: list[dict], lock) -> None:
-    """The checks at the door that need the model: memory for sampling, disk for checkpoints.
+    """The checks at the door that need the model: a chat template if --chat_template asks for
+    one (checks.chat_template_problem), a learning rate that can move its float32 weights
+    (checks.lr_problem), memory for sampling, disk for checkpoints.
 
     Memory (our sampler; vLLM sizes its own cache): every rollout keeps keys and values
     for its prompt and up to --max_new_tokens tokens, 2 x layers x kv heads x head size
@@ -179,6 +185,10 @@ def check_room(cfg: Config, model, tokenizer, model_path: str, rows: list[dict],
     def refuse(message):
         lock.close()
         raise checks.UsageError(message)
+    if cfg.sampling.chat_template and (problem := checks.chat_template_problem(tokenizer)):
+        refuse(f"--chat_template: the tokenizer of --model {cfg.model} {problem}")
+    if problem := checks.lr_problem(cfg.lr, model):
+        refuse(problem)
     c = model.config
     heads = getattr(c, "num_key_value_heads", None) or getattr(c, "num_attention_heads", None)
     head_dim = getattr(c, "head_dim", None) or (c.hidden_size // c.num_attention_heads
@@ -203,8 +213,8 @@ def check_room(cfg: Config, model, tokenizer, model_path: str, rows: list[dict],
         have = checks.memory_bytes(device)
         if have and need > have:
             refuse(f"sampling {rollouts:,} rollouts at once ({what}) of up to {prompt:,} prompt tokens + "
-                   f"--max_new_tokens {s.max_new_tokens:,} could need {checkpoint.size_text(need)} of key/value cache, "
-                   f"more than this machine's {checkpoint.size_text(have)} of memory: lower --max_new_tokens or "
+                   f"--max_new_tokens {s.max_new_tokens:,} could need {checks.size_text(need)} of key/value cache, "
+                   f"more than this machine's {checks.size_text(have)} of memory: lower --max_new_tokens or "
                    f"{what.split(' ')[0]}")
     weights = sum(p.numel() * p.element_size() for p in model.parameters())          # tied weights once
     extra = sum(os.path.getsize(os.path.join(model_path, n)) for n in os.listdir(model_path)
@@ -217,6 +227,6 @@ def check_room(cfg: Config, model, tokenizer, model_path: str, rows: list[dict],
     held = sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(root) for n in names)
     have = checkpoint.free_bytes(cfg.out_dir) + held
     if need > have:
-        refuse(f"--out_dir {cfg.out_dir}: {checkpoint.size_text(have)} free for the run's files, and it needs "
-               f"~{checkpoint.size_text(need)} ({saves} checkpoints of {checkpoint.size_text(ckpt)} at once: weights, Adam's "
+        refuse(f"--out_dir {cfg.out_dir}: {checks.size_text(have)} free for the run's files, and it needs "
+               f"~{checks.size_text(need)} ({saves} checkpoints of {checks.size_text(ckpt)} at once: weights, Adam's "
                f"two moments, tokenizer; and RUN/final, RUN/best); free some space or choose another --out_dir")

@@ -81,7 +81,8 @@ def start_problem(name: str, out_dir: str) -> str | None:
 
 
 def open_tracker(name: str, out_dir: str, project: str, run_name: str, config: dict):
-    """A tracker for one run: an object with log(metrics, step) and close(), or None for "none".
+    """A tracker for one run: an object with log(metrics, step), close() and `where` (where it
+    keeps the run and how to open it, a line of the run's closing summary), or None for "none".
 
     config: the run's config (dataclasses.asdict of train.py's Config), stored with the run
     by trackio and wandb. Each log call sends one step's metrics dict; values that are
@@ -99,16 +100,20 @@ def open_tracker(name: str, out_dir: str, project: str, run_name: str, config: d
             for key, value in scalars(metrics).items():
                 writer.add_scalar(key, value, global_step=step)
             writer.flush()        # a killed run keeps every step it finished, like metrics.jsonl
-        return SimpleNamespace(log=log, close=writer.close)
+        where = os.path.join(out_dir, "tensorboard")
+        return SimpleNamespace(log=log, close=writer.close, where=f"tensorboard: {where} (tensorboard --logdir {where})")
     if name == "trackio":
         import trackio
 
         run = trackio.init(project=project, name=run_name, config=config, embed=False)
-        return SimpleNamespace(log=lambda metrics, step: run.log(scalars(metrics), step=step), close=run.finish)
+        store = os.environ.get("TRACKIO_DIR", "~/.cache/huggingface/trackio")
+        return SimpleNamespace(log=lambda metrics, step: run.log(scalars(metrics), step=step), close=run.finish,
+                               where=f"trackio: run {run_name} of project {project} in {store} (trackio show)")
     import wandb
 
     run = wandb.init(project=project, name=run_name, dir=out_dir, config=config)
-    return SimpleNamespace(log=lambda metrics, step: run.log(scalars(metrics), step=step), close=run.finish)
+    return SimpleNamespace(log=lambda metrics, step: run.log(scalars(metrics), step=step), close=run.finish,
+                           where=f"wandb: run {run_name} of project {project}, files in {os.path.join(out_dir, 'wandb')}")
 
 
 def scalars(metrics: dict) -> dict:

@@ -42,6 +42,7 @@ never leaves a half-written model.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -197,7 +198,9 @@ def load_or_warmup(cfg: WarmupConfig | None = None, cache_dir: str | None = None
     3. a new warm-up, cached. If cfg is one the repository should ship (shipped_configs)
        but shipped_dir lacks it, the shipped weights are stale (the warm-up code changed
        since they were built): `say` reports it in one line first, because the run will
-       not start from shipped bytes.
+       not start from shipped bytes. Otherwise it says why nothing fits (a task nothing
+       ships for; another --digits or --warmup_seed than the shipped ones), and then
+       warmup says how many steps, about how long on this machine and where it caches.
     An entry counts only if it is complete (it holds warmup.json, written last), and it is
     checked against its recorded SHA-256 before it is used (verify_warmup: a mismatch is
     one line, UsageError).
@@ -213,10 +216,14 @@ def load_or_warmup(cfg: WarmupConfig | None = None, cache_dir: str | None = None
         say(f"{os.path.relpath(shipped_dir, REPO_DIR)}/ has no {key} (the shipped warm-ups are stale; "
             "python -m machinery.warmups rebuilds them): warming up locally")
     elif cfg.task not in shipped_tasks:     # a task of the user's: nothing shipped is expected
-        say(f"{cfg.task}: no warm-up of the embedded model ships for this task: warming it up here, once "
-            f"(up to {cfg.max_steps} supervised steps on its warm-up rows, a few minutes on one core; cached in "
-            f"{cache_dir or DEFAULT_CACHE_DIR}/{key})")
-    return warmup(cfg, cache_dir)
+        say(f"{cfg.task}: no warm-up of the embedded model ships for this task: warming it up here, once")
+    else:                                   # a shipped task, at another --digits or --warmup_seed
+        shipped = [c for c in shipped_configs() if c.task == cfg.task]
+        ships = (f" (weights/ ships --digits {'/'.join(sorted({str(c.digits) for c in shipped}))} with --warmup_seed "
+                 f"{' or '.join(str(c.seed) for c in shipped)})" if shipped else "")
+        say(f"{cfg.task}: no warm-up of the embedded model is shipped or cached for --digits {cfg.digits} "
+            f"--warmup_seed {cfg.seed}{ships}: warming it up here, once")
+    return warmup(cfg, cache_dir, say=say)
 
 
 def existing_warmup(cfg: WarmupConfig, cache_dir: str | None = None, shipped_dir: str | None = SHIPPED_DIR) -> str | None:
@@ -332,7 +339,7 @@ def ship(shipped_dir: str = SHIPPED_DIR, cache_dir: str | None = None) -> list[s
     return keep
 
 
-def warmup(cfg: WarmupConfig, cache_dir: str | None = None) -> str:
+def warmup(cfg: WarmupConfig, cache_dir: str | None = None, say=None) -> str:
     """Train the tiny model from scratch for cfg.max_steps steps (or to cfg.target_pass1).
 
     Objective: next-token cross-entropy on the RESPONSE tokens only (scratchpad + answer
@@ -347,6 +354,9 @@ def warmup(cfg: WarmupConfig, cache_dir: str | None = None) -> str:
     eval history, seconds, parameter count, the weights' SHA-256; renamed into place when
     complete). Returns the
     path. CPU; the global torch RNG is untouched, so the result depends only on cfg.
+    say: None, or a function of one line that hears, before the first step, how many
+    steps, about how long on this machine (estimate_seconds: timed on a copy, so the
+    warm-up itself is the same with or without it) and where it will be cached.
     """
     from tqdm import tqdm
 
@@ -363,6 +373,13 @@ def warmup(cfg: WarmupConfig, cache_dir: str | None = None) -> str:
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(cfg, s))
     gen = torch.Generator().manual_seed(cfg.seed)
+    if say is not None:
+        per_step, per_eval = estimate_seconds(cfg, model, tokenizer, inputs, labels, eval_rows)
+        evals = -(-cfg.max_steps // cfg.eval_every)             # every eval_every steps and at the end
+        say(f"warm-up: {cfg.max_steps} supervised steps" + (" (fewer if it reaches its target)" if cfg.target_pass1
+                                                             else "") +
+            f", about {duration_text(cfg.max_steps * per_step + evals * per_eval)} on this machine "
+            f"({per_step:.2f} s a step and {evals} evaluations of {per_eval:.1f} s, timed now); cached in {final}")
 
     history, step, reached = [], 0, False
     goal = f"{cfg.max_steps} steps" if cfg.target_pass1 is None else f"stops at pass@1 >= {cfg.target_pass1}"
@@ -393,6 +410,50 @@ def warmup(cfg: WarmupConfig, cache_dir: str | None = None) -> str:
                "final_pass1": history[-1]["pass@1"] if history else None,
                "seconds": time.perf_counter() - t_start, "params": count_params(model), "history": history}
     return _save_atomic(model.eval(), tokenizer, summary, final)
+
+
+def estimate_seconds(cfg: WarmupConfig, model, tokenizer, inputs: torch.Tensor, labels: torch.Tensor,
+                     eval_rows: list[dict], steps: int = 4, eval_prompts: int = 32) -> tuple[float, float]:
+    """(seconds per warm-up step, seconds per evaluation) on this machine, now.
+
+    Timed on a deep copy of the model with an optimizer and a batch generator of its own
+    (a seed the warm-up's stream never uses), and the evaluation in _eval_pass1's forked
+    RNG: nothing the warm-up draws or trains is touched, so its result is the same with
+    or without the estimate (tested). One untimed step first (allocations), then `steps`
+    steps; the evaluation on `eval_prompts` held-out rows, scaled to all of them. The
+    untrained copy writes every response to its full length, as a warm model nearly does
+    (the budget is the longest reference), so the evaluation is not underestimated. About
+    a second in all; a busy machine's time, if it is busy now.
+    """
+    trial = copy.deepcopy(model)
+    optimizer = torch.optim.AdamW(trial.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    gen = torch.Generator().manual_seed(cfg.seed + 1_000_003)
+
+    def one_step():
+        idx = torch.randint(len(inputs), (cfg.batch_size,), generator=gen)
+        loss = _response_loss(trial.train(), inputs[idx], labels[idx], tokenizer.pad_token_id)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    one_step()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        one_step()
+    per_step = (time.perf_counter() - t0) / steps
+    rows = eval_rows[:eval_prompts]
+    t0 = time.perf_counter()
+    _eval_pass1(trial.eval(), tokenizer, rows, cfg, step=0)
+    per_eval = (time.perf_counter() - t0) * len(eval_rows) / max(1, len(rows))
+    return per_step, per_eval
+
+
+def duration_text(seconds: float) -> str:
+    """A duration for a reader: '40 s', '3 min', '1.4 h'."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 # ---------------------------------------------------------------------------------------

@@ -17,6 +17,14 @@ exec, a subprocess) is the user's to sandbox: tasks/sandbox.py shows how ours do
 At the door (train.py's setup) the function is imported and called once, on the first
 training row with its reference answer as the response, so a wrong name, a signature
 that does not fit or a value outside [0, 1] is one line before any model loads.
+
+After the door, every call is checked the same way: a value that is not a finite number
+in [0, 1] (NaN, None, 5.0, an integer too large for a float), or a call that has not
+returned after --reward_timeout seconds, stops the run with one line (RewardError: the
+function, the value or the wait, the response and its row), exit code 2. The run
+directory keeps every step logged before it and its checkpoints (--resume continues
+once the function is fixed). An exception the function raises itself is a bug in it and
+keeps its traceback, which points into the function.
 """
 
 from __future__ import annotations
@@ -24,15 +32,28 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import inspect
 import math
 import os
 import re
+import signal
 import sys
+import threading
 from typing import Callable
 
 from tasks.task import Task
 
 SPEC = re.compile(r"(?P<module>[^:]+):(?P<function>[A-Za-z_][A-Za-z_0-9]*)")
+
+
+class RewardError(ValueError):
+    """The user's reward function gave a value that is no reward, or did not return in time:
+    one line naming the function, the value or the wait and the row, exit code 2.
+
+    Not a bug of ours nor an exception of the user's code (that keeps its traceback): the
+    line says everything there is to fix. A ValueError, like every bad input; train.py's
+    main prints it as one line (tasks/ cannot import machinery/checks.UsageError).
+    """
 
 
 def load(spec: str) -> Callable:
@@ -61,36 +82,118 @@ def load(spec: str) -> Callable:
     return fn
 
 
-def as_score(value, spec: str) -> dict:
+def as_score(value, spec: str, row: str = "") -> dict:
     """The function's return value as a checker's score dict: {"reward", "correct", ...}.
 
     A number, or a dict with "reward"; every value must be a finite number and the reward
-    in [0, 1] (ValueError naming the function and the value: a reward outside it would
-    silently rescale every advantage). correct = the dict's "correct", else reward == 1.
+    in [0, 1] (RewardError naming the function, the value and `row`, the call's response
+    and row as describe_call gives them: a reward outside [0, 1] would silently rescale
+    every advantage). correct = the dict's "correct", else reward == 1.
     """
     out = dict(value) if isinstance(value, dict) else {"reward": value}
     if "reward" not in out:
-        raise ValueError(f"--reward {spec}: returned a dict without 'reward': {sorted(out)}")
+        raise RewardError(f"--reward {spec}: returned a dict without 'reward': {sorted(out)}{row}")
     for key, v in out.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ValueError(f"--reward {spec}: {key!r} must be a finite number, got {v!r}")
+        if problem := number_problem(v):
+            raise RewardError(f"--reward {spec}: {key!r} must be a finite number, got {problem}{row}")
     if not 0.0 <= out["reward"] <= 1.0:
-        raise ValueError(f"--reward {spec}: the reward must be in [0, 1], got {out['reward']!r}")
+        raise RewardError(f"--reward {spec}: the reward must be in [0, 1], got {out['reward']!r}{row}")
     out = {k: float(v) for k, v in out.items()}
     out.setdefault("correct", float(out["reward"] == 1.0))
     return out
 
 
-def with_reward(task: Task, spec: str, row: dict) -> Task:
+def number_problem(v) -> str | None:
+    """None for a finite int or float (not a bool), else the value as the message shows it.
+
+    An int is converted to float first: 10**400 is a finite Python int but no float
+    (float() raises OverflowError), and its 401 digits would fill a screen, so it is
+    described by its size. NaN and inf are shown as they are; anything else by its repr,
+    cut at 80 characters.
+    """
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return short(v)
+    try:
+        f = float(v)
+    except OverflowError:
+        return f"an integer of about {int(v.bit_length() * math.log10(2)) + 1} digits, too large for a float"
+    return None if math.isfinite(f) else repr(f)
+
+
+def with_reward(task: Task, spec: str, row: dict, timeout: float = 0.0) -> Task:
     """`task` with its checker replaced by the function named by `spec`, after one call on
     `row` (its answer as the response): the checks at the door. The task keeps its rows,
-    template and budget; its name gains the function's ("math+my_rewards:score")."""
+    template and budget; its name gains the function's ("math+my_rewards:score").
+
+    Every call, the door's included, runs under `timeout` seconds (call_with_limit; 0 =
+    no limit) and its value is checked by as_score: RewardError, one line, naming the row.
+    A signature that does not take (response, answer, prompt) is found by binding the
+    arguments, not by calling: a TypeError the function raises itself is its bug and
+    keeps its traceback.
+    """
     fn = load(spec)
     try:
-        as_score(fn(row["answer"], row["answer"], row["prompt"]), spec)
-    except TypeError as e:                  # a signature that does not take (response, answer, prompt)
+        inspect.signature(fn).bind(row["answer"], row["answer"], row["prompt"])
+    except TypeError as e:              # a signature that does not take (response, answer, prompt)
         raise ValueError(f"--reward {spec}: calling it as f(response, answer, prompt) failed: {e}") from None
+    except ValueError:                  # no signature to read (some builtins): the call below decides
+        pass
 
     def check(response, answer, prompt=None, **_):
-        return as_score(fn(response, answer, prompt), spec)
+        where = describe_call(response, answer, prompt)
+        value = call_with_limit(fn, (response, answer, prompt), timeout,
+                                lambda: f"--reward {spec}: no value after {timeout:g} s (--reward_timeout "
+                                        f"{timeout:g}: raise it, or 0 for no limit){where}")
+        return as_score(value, spec, where)
+    check(row["answer"], row["answer"], row["prompt"])          # the door: one call on a row it must score
     return dataclasses.replace(task, name=f"{task.name}+{spec}", check=check, sandboxed=False, needs_prompt=False)
+
+
+def describe_call(response, answer, prompt) -> str:
+    """The end of a RewardError's line: which response, to which row, each cut to 60 characters."""
+    return f", for the response {short(response, 60)} to the row prompt={short(prompt, 60)}, answer={short(answer, 60)}"
+
+
+def short(value, limit: int = 80) -> str:
+    """repr(value), cut to `limit` characters with "..." (a long prompt or a huge list stays one line)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+# ---------------------------------------------------------------------------------------
+# A call with a time limit
+# ---------------------------------------------------------------------------------------
+
+class _TimeUp(BaseException):
+    """Raised inside the user's function when its time is up. A BaseException, as
+    KeyboardInterrupt is, so that a function's own `except Exception:` cannot swallow it."""
+
+
+def call_with_limit(fn: Callable, args: tuple, seconds: float, message: Callable[[], str]):
+    """fn(*args), or RewardError(message()) once it has run `seconds` of wall time (0: no limit).
+
+    A real-time interval timer (setitimer, SIGALRM) raises _TimeUp in the function at
+    its next bytecode: it stops a Python loop, a sleep, a blocked socket read or a
+    regular expression that backtracks for ever (Python's re checks for signals), with
+    the traceback's frames unwound, so the trainer's own state is untouched. What it
+    cannot stop is C code that never returns to the interpreter (an extension holding
+    the GIL); only a separate process can (tasks/sandbox.py's scorers run in one).
+    Signals reach the main thread only: called from another thread, fn runs without a
+    limit. The previous SIGALRM handler is put back after every call.
+    """
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        return fn(*args)
+
+    def time_up(signum, frame):
+        raise _TimeUp()
+    previous = signal.signal(signal.SIGALRM, time_up)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            return fn(*args)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except _TimeUp:
+        raise RewardError(message()) from None
+    finally:
+        signal.signal(signal.SIGALRM, previous)

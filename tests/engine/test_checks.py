@@ -93,6 +93,10 @@ BIG = "1" + "0" * 30          # a 31-digit integer: hung (--digits, --n_train) o
      "alpha_end must be finite and in [1, 10], got 1e+30"),
     (["--advantage", "fade", "--schedule", "decay", "--delta_end", "1e-30"],
      "delta_end must be finite and in [0.001, 1000], got 1e-30"),
+    # A decay ramp of 10^30 steps moves alpha by ~1e-30 a step: it never left alpha_start.
+    (["--advantage", "fade", "--schedule", "decay", "--total_steps", BIG],
+     f"--total_steps must be below 1048576, the longest run (--steps): a longer decay ramp never reaches "
+     f"--alpha_end and --delta_end, got {BIG}"),
     # Counts: the bound and what a value past it would cost, naming the flag.
     (["--digits", BIG], "--digits must be at most 100 (a d-digit problem's worked answer is 10d + 5 tokens"),
     (["--n_train", BIG], "--n_train must be at most 1000000 (drawing 10^6 prompts takes 20-90 s"),
@@ -120,6 +124,57 @@ def test_numbers_that_would_train_nothing_or_cost_too_much_are_one_line(flags, n
     assert code == 2 and len(err) == 1 and err[0].startswith("train.py: error: "), err
     assert needle in err[0], err
     assert not os.path.exists(tmp_path / "run")
+
+
+def test_chat_template_with_the_embedded_model_is_one_line_before_its_warm_up(capsys, no_work):
+    # It was a transformers traceback from inside apply_chat_template, at the first prompt.
+    with pytest.raises(SystemExit) as e:
+        train.parse_args(["--chat_template"])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err == (
+        "train.py: error: --chat_template wraps prompts in the tokenizer's chat template, and the embedded model's "
+        "character tokenizer has none (it reads bare prompts): leave --chat_template out, or train an instruct --model")
+
+
+def test_a_model_whose_tokenizer_has_no_chat_template_or_an_lr_that_moves_no_weight_is_one_line(tiny_dir, tmp_path,
+                                                                                               capsys):
+    # Both need the loaded model, and both are refused before the start's evaluation or step 1:
+    # --lr 1e-30 trained nothing and exited 0.
+    for flags, needle in [(["--chat_template"], f"train.py: error: --chat_template: the tokenizer of --model "
+                                                f"{tiny_dir} has no chat template"),
+                          (["--lr", "1e-30"], "train.py: error: --lr 1e-30 cannot change this model's float32 "
+                                              "weights: Adam moves a weight by about lr per step")]:
+        code, err = run_main(quick_run_args(tiny_dir, tmp_path / "run", *flags), capsys)
+        assert code == 2 and len(err) == 1 and err[0].startswith(needle), err
+        assert not os.path.exists(tmp_path / "run" / "metrics.jsonl")
+    assert door_checks.lr_problem(1e-6, tinymodel.build_tiny_model(tinymodel.build_char_tokenizer())) is None
+
+
+def test_the_lr_floor_is_where_adams_first_step_stops_moving_half_the_weights():
+    """checks.lr_problem's criterion, measured: one AdamW step (|step| = lr x |g| / (|g| + eps),
+    about lr) from the embedded model's shipped start, under a random gradient. Just below
+    the floor at least half the float32 weights stay bit for bit (every weight at least the
+    median size); a little above it, more than half move."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+    start = warmups.load_or_warmup(warmups.warmup_config("addition"))          # the shipped weights
+    model = AutoModelForCausalLM.from_pretrained(start, dtype=torch.float32)
+    weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+    floor = float(np.spacing(np.float32(weights.abs().median()))) / 2           # 2**-30 here (median 0.0196)
+    assert f"raise --lr to {floor:.2g} or more" in door_checks.lr_problem(1e-30, model)
+
+    def share_moved(lr):
+        m = AutoModelForCausalLM.from_pretrained(start, dtype=torch.float32)
+        gen = torch.Generator().manual_seed(0)
+        for p in m.parameters():
+            p.grad = torch.randn(p.shape, generator=gen)
+        before = [p.detach().clone() for p in m.parameters()]
+        torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=0.0).step()
+        moved = sum(int((p.detach() != b).sum()) for p, b in zip(m.parameters(), before))
+        return moved / sum(b.numel() for b in before)
+    assert share_moved(0.9 * floor) <= 0.5 < share_moved(2 * floor)
+    assert door_checks.lr_problem(0.9 * floor, model) is not None and door_checks.lr_problem(1.1 * floor, model) is None
 
 
 def test_a_prompt_of_50_mb_is_one_line_before_the_tokenizer(tiny_dir, tmp_path):

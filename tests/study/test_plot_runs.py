@@ -88,6 +88,28 @@ def test_panels_skipped_when_keys_absent_and_png_written(tmp_path):
                       "FADE schedule", "seconds per phase"]
 
 
+def test_the_first_figure_is_the_lesson_and_the_dashboard_is_behind_a_flag(tmp_path, capsys):
+    import matplotlib.image
+    full = [dict(r, cancellation_residual=0.0) for r in ROWS] + [{"step": s, "reward": 0.5, "entropy": 0.5,
+                                                                  "sched/alpha": 1.0} for s in range(5, 60)]
+    a = write_run(tmp_path / "a", full)
+    plot_runs.main([a])                                                   # RUN/plots.png: four panels, 1200 x 800
+    assert capsys.readouterr().out.startswith(f"wrote {tmp_path / 'a' / 'plots.png'} (4 panels)")
+    assert matplotlib.image.imread(tmp_path / "a" / "plots.png").shape[:2] == (800, 1200)
+    assert plot_runs.plot_lesson([a], str(tmp_path / "l.png")) == [t for t, *_ in plot_runs.LESSON] == [
+        "held-out pass@1", "training reward", "token entropy (nats)", "cancellation residual R_g"]
+    # A metric not logged keeps its panel (saying which flag logs it) and is not counted as drawn.
+    assert plot_runs.plot_lesson([write_run(tmp_path / "r", ROWS)], str(tmp_path / "m.png")) == [
+        "held-out pass@1", "training reward", "token entropy (nats)"]
+    plot_runs.main([a, "--dashboard"])                                    # every panel, into a second file
+    assert capsys.readouterr().out.startswith(f"wrote {tmp_path / 'a' / 'dashboard.png'} (5 panels)")
+    assert matplotlib.image.imread(tmp_path / "a" / "dashboard.png").shape[:2] == (680, 1680)
+    plot_runs.main([a, a, "--dashboard"])
+    assert (tmp_path / "a" / "compare_dashboard.png").read_bytes()[:8] == PNG_MAGIC
+    with pytest.raises(ValueError, match="nothing to plot"):
+        plot_runs.plot_lesson([write_run(tmp_path / "n", [{"step": 1, "grad_norm": 1.0}])], str(tmp_path / "n.png"))
+
+
 def test_pass_at_k_lines_single_run_vs_comparison(tmp_path):
     rows = [{"step": 1, "reward": 0.5, **{f"eval/pass@{k}": 0.1 * k for k in (1, 2, 4, 8, 16)}}]
     series = plot_runs.load_metrics(write_run(tmp_path / "r", rows))
