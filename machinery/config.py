@@ -17,6 +17,7 @@ Every leaf field is a flag of its own name (machinery/flags.py), its docstring t
 --help, and declares in its metadata what --resume may do with it. Here:
 
   Config            the run's own fields and the parts; Config() checks them all
+  check_fields      the checks of the run's own fields (the parts check theirs)
   validate          the checks ACROSS parts (a clip with one optimizer step, orth with
                     an advantage that does not sum to zero, ...), once, when it is built
   resume_rules      which fields --resume may change and which it does not compare,
