@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -610,13 +611,13 @@ def test_door_read_only_checkpoints_is_refused(tmp_path, tiny_dir, capsys, monke
     # where a read-only mount would (checkpoints/), and nowhere else.
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "step_000002").mkdir()
-    real = checks.tempfile.mkstemp
+    real = tempfile.mkstemp                  # the write probe's (machinery/door.py, writable_dir_problem)
 
     def mkstemp(*args, dir=None, **kw):
         if dir and os.path.basename(dir) == "checkpoints":
             raise PermissionError(13, "Read-only file system")
         return real(*args, dir=dir, **kw)
-    monkeypatch.setattr(checks.tempfile, "mkstemp", mkstemp)
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
     code, err = door(["--model", tiny_dir, "--out_dir", str(tmp_path), "--resume"], capsys)
     assert code == 2 and len(err) == 1 and "cannot write in" in err[0] and "checkpoints" in err[0], err
 

@@ -56,11 +56,13 @@ def test_real_model_refuses_the_embedded_models_options_and_checks_its_own_batch
 def test_work_flags_are_train_pys_flags():
     import train
     tiny = train.parse_args(bench.Work().flags())
-    assert (tiny.model, tiny.data, tiny.digits, tiny.prompts_per_step, tiny.group_size, tiny.max_new_tokens,
-            tiny.temperature, tiny.lr, tiny.chat_template) == ("tiny", "addition", 3, 32, 8, 48, 1.0, 4e-4, False)
+    assert (tiny.model, tiny.data, tiny.digits, tiny.prompts_per_step, tiny.group_size, tiny.sampling.max_new_tokens,
+            tiny.sampling.temperature, tiny.lr, tiny.sampling.chat_template) == ("tiny", "addition", 3, 32, 8, 48, 1.0, 4e-4,
+                                                                                 False)
     real = train.parse_args(bench_smollm2.SMOLLM2.flags())
-    assert (real.model, real.data, real.digits, real.prompts_per_step, real.group_size, real.max_new_tokens,
-            real.temperature, real.chat_template) == ("smollm2-135m-instruct", "addition_instruct", 2, 8, 8, 16, 0.7, True)
+    assert (real.model, real.data, real.digits, real.prompts_per_step, real.group_size, real.sampling.max_new_tokens,
+            real.sampling.temperature, real.sampling.chat_template) == ("smollm2-135m-instruct", "addition_instruct", 2, 8,
+                                                                        8, 16, 0.7, True)
     assert "--digits" not in bench.Work(data="countdown").flags()
 
 
