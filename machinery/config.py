@@ -86,7 +86,10 @@ def advantage_fields() -> list[tuple[str, str, dataclasses.Field]]:
         defaults = {d for _, d in used_by}
         default = (f"default {used_by[0][1]}" if len(defaults) == 1 else
                    "default: " + ", ".join(f"{name} {d}" for name, d in used_by))
-        meaning = advantages.HYPER_RANGES[p.name][2]
+        # A new hyper-parameter without its HYPER_RANGES row still gets its flag, so that
+        # choosing its advantage is refused at the door by compute_advantages, in one line
+        # naming the missing row, rather than by a KeyError here when train.py is imported.
+        meaning = advantages.HYPER_RANGES.get(p.name, (None, None, "no row in advantages.HYPER_RANGES"))[2]
         kind = "int" if isinstance(p.default, int) and not isinstance(p.default, bool) else "float"
         out.append((flag, f"{kind} | None",
                     field(default=None, metadata={**FIXED, "help": f"{names}: {meaning} ({default})."})))

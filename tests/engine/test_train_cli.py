@@ -656,3 +656,43 @@ def test_advantage_recipe_end_to_end(tiny_dir, tmp_path):
                                                                        "--tau", "0")],
                              cwd=copy, env=env, capture_output=True, text=True)
     assert refused.returncode == 2 and "scaled: needs a finite tau > 0, got 0.0" in refused.stderr   # its range, at the door
+
+
+
+FORGOTTEN_ROW_CHECK = """
+import contextlib, io
+import train
+def parse(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            train.parse_args([*argv, "--out_dir", "x"])
+            code = 0
+        except SystemExit as e:
+            code = e.code
+    return code, out.getvalue(), err.getvalue()
+code, _, err = parse("--advantage", "scaled", "--tau", "0.25")
+assert code == 2 and err.splitlines() == ["train.py: error: scaled: its hyper-parameter 'tau' has no range in "
+                                          "advantages.HYPER_RANGES (docs/extending.md, 'Add an advantage')"], err
+code, out, _ = parse("--help")
+assert code == 0 and "scaled: no row in advantages.HYPER_RANGES (default 0.5)." in " ".join(out.split()), out
+code, _, err = parse("--advantage", "grpo", "--tau", "0.25")      # negative control: a flag grpo does not read
+assert code == 2 and "--tau 0.25 is read only by --advantage scaled, not grpo" in err, err
+print("ok")
+"""
+
+
+def test_an_advantage_whose_hyper_parameter_has_no_range_is_one_line_at_the_door(tmp_path):
+    # The recipe with one step forgotten, as a new user might: no HYPER_RANGES row for tau.
+    # train.py must still import and list --tau, and choosing the advantage must be one line
+    # naming the missing row and the recipe (exit 2), not a KeyError from the import.
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    copy = tmp_path / "repo"
+    follow_the_advantage_recipe(repo, copy)
+    row = '    "tau": (lambda v, G: _real(v) and v > 0, "a finite tau > 0",\n            "the scale of the centred reward"),\n'
+    source = (copy / "advantages.py").read_text()
+    assert source.count(row) == 1
+    (copy / "advantages.py").write_text(source.replace(row, ""))
+    out = subprocess.run([sys.executable, "-c", FORGOTTEN_ROW_CHECK], cwd=copy, capture_output=True, text=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
