@@ -6,7 +6,11 @@ is where most of the quiet differences between GRPO implementations live. Read
 `policy_loss` (bottom of the file) first: it picks a surrogate, aggregates, adds KL and
 entropy. Everything above it is one of those pieces.
 
-1. The per-token surrogate (docs/math.md §3). With rho_t = pi(o_t) / pi_old(o_t):
+1. The per-token surrogate (docs/math.md §3), registered in SURROGATES with its
+   properties (`register`, beside its definition, as advantages.py registers advantages:
+   its own aggregation, the aggregations it accepts, whether it keeps cancellation,
+   whether its weights are per sequence or read whole groups). With
+   rho_t = pi(o_t) / pi_old(o_t):
    - `ppo_clip` (Schulman et al. 2017): max(-A rho, -A clip(rho, 1 - eps_low, 1 + eps_high)),
      clip-higher eps_high = 0.28 from DAPO, optional dual clip c = 3 for A < 0 (Ye et al.);
    - `cispo` (MiniMax-M1): -sg(clip(rho)) A log pi, so no token ever loses its gradient;
@@ -55,23 +59,66 @@ weights short micro-batches' tokens more (tests/lesson/test_loss.py shows both).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
-LOSS_TYPES = ("ppo", "cispo", "gspo")
+TOKEN_SUMS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")   # no per-rollout 1/|o_i|
 WEIGHT_TRANSFORMS = (None, "min", "orth", "keep", "equal")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 MAX_KL_COEF = 10.0        # LossConfig says why these two bounds
 MAX_ENTROPY_COEF = 1.0
 
-# The aggregation each surrogate runs with when none is asked for. GSPO's is the only one
-# it accepts; DFPO's is a token-sum mode with a step constant (Dr. GRPO's), the closest
-# exchangeable analog of GSPO's per-sequence mean.
-OWN_AGGREGATION = {"ppo": "token-mean", "cispo": "token-mean", "gspo": "seq-mean-token-mean",
-                   "dfpo": "seq-mean-token-sum-norm"}
+
+# ---------------------------------------------------------------------------------------
+# The registry: each surrogate is registered where it is defined, with its properties
+# ---------------------------------------------------------------------------------------
+
+SURROGATES: dict = {}
+"""name -> per-token surrogate, in the order defined below. policy_loss calls the one
+LossConfig.surrogate names: --loss_type picks it, and --weight_transform turns gspo into dfpo."""
+
+
+def register(own_aggregation: str, keeps_cancellation: bool, aggregations: tuple = AGGREGATIONS,
+             aggregation_reason: str = "", per_sequence: bool = False, whole_groups: bool = False):
+    """Add the decorated surrogate to SURROGATES under its name, its properties beside it
+    (verl's register_policy_loss does the same for its policy losses), read by LossConfig,
+    policy_loss, the trainer and the tests:
+
+      own_aggregation     the aggregation it runs with when --agg is not given
+      aggregations        the aggregations it accepts; aggregation_reason says why it refuses
+                          the others (GSPO is a mean over sequences; DFPO needs a token sum)
+      keeps_cancellation  inside a zero-sum group, every rollout gives a token they all
+                          share at the same context the same weight (until a clip acts), so
+                          that token's updates cancel under a token-sum aggregation (module
+                          header, point 3); tests/lesson/test_loss.py measures it for each
+      per_sequence        one weight per rollout: it needs one advantage per rollout, [B]
+      whole_groups        it reads the other rollouts of a rollout's group, so every cut of
+                          a batch (mini-batches, micro-batches, the zero-advantage skip)
+                          must keep groups whole (machinery/forward.py asks this)
+    A surrogate is f(logp, old_logp, adv, mask, cfg, group_index) -> (per-token loss [B, T],
+    clipped_low, clipped_high, clipped_dual), cfg the LossConfig (as verl hands its
+    policy losses their config). Example: @register(own_aggregation="token-mean",
+    keeps_cancellation=True) above `def cispo(...)`.
+    """
+    bad = [a for a in (own_aggregation, *aggregations) if a not in AGGREGATIONS]
+    if bad or own_aggregation not in aggregations:
+        raise ValueError(f"register: aggregations must come from {AGGREGATIONS} and hold own_aggregation, "
+                         f"got {own_aggregation!r} and {aggregations}")
+
+    def add(fn):
+        fn.own_aggregation, fn.aggregations, fn.aggregation_reason = own_aggregation, aggregations, aggregation_reason
+        fn.keeps_cancellation, fn.per_sequence, fn.whole_groups = keeps_cancellation, per_sequence, whole_groups
+        SURROGATES[fn.__name__] = fn
+        return fn
+    return add
+
+
+# The run's math, every field of it: a resumed run may not change any (train.py's --resume
+# compares each field with the checkpoint's; machinery/flags.py says how it reads this).
+FIXED = {"resume": "fixed"}
 
 
 @dataclass
@@ -82,36 +129,36 @@ class LossConfig:
     and 0.0 for the two coefficients.
     """
 
-    loss_type: str = "ppo"
+    loss_type: str = field(default="ppo", metadata=FIXED)
     """Surrogate: 'ppo' (token ratio clip), 'cispo' (clipped detached ratio), 'gspo' (sequence ratio)."""
-    eps_low: float = 0.2
+    eps_low: float = field(default=0.2, metadata=FIXED)
     """Lower clip range: ratios below 1 - eps_low stop pushing down tokens with A < 0."""
-    eps_high: float = 0.2
+    eps_high: float = field(default=0.2, metadata=FIXED)
     """Upper clip range: ratios above 1 + eps_high stop pushing up tokens with A > 0 (DAPO: 0.28)."""
-    dual_clip: float | None = None
+    dual_clip: float | None = field(default=None, metadata=FIXED)
     """Dual clip constant c > 1 (typically 3): caps the loss of A < 0 tokens at -c A (loss_type 'ppo' only). None = off."""
-    agg: str | None = None
+    agg: str | None = field(default=None, metadata=FIXED)
     """Aggregation (token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm); None = the surrogate's own."""
-    weight_transform: str | None = None
+    weight_transform: str | None = field(default=None, metadata=FIXED)
     """DFPO transform of GSPO's detached sequence weights: 'min' | 'orth', or the controls 'keep' (untransformed) | 'equal' (all 1); loss_type gspo; None = off."""
-    kl_coef: float = 0.0
+    kl_coef: float = field(default=0.0, metadata=FIXED)
     """Coefficient of the KL penalty to the reference policy (0 = off, no reference needed)."""
-    kl_estimator: str = "k3"
+    kl_estimator: str = field(default="k3", metadata=FIXED)
     """KL estimator on sampled tokens: k1 = log r, k2 = (log r)^2 / 2, k3 = r - 1 - log r (r = pi_ref/pi)."""
-    entropy_coef: float = 0.0
+    entropy_coef: float = field(default=0.0, metadata=FIXED)
     """Entropy bonus coefficient (0 = off; entropy is still logged when given)."""
-    neg_filter_frac: float | None = None
+    neg_filter_frac: float | None = field(default=None, metadata=FIXED)
     """Negative token filtering: in A < 0 rollouts keep only this lowest-probability fraction (paper: 0.1). None = off."""
 
     @property
     def surrogate(self) -> str:
-        """'ppo' | 'cispo' | 'gspo' | 'dfpo' (GSPO with a weight transform)."""
+        """The SURROGATES name in force: loss_type, or 'dfpo' (GSPO with a weight transform)."""
         return "dfpo" if self.weight_transform is not None else self.loss_type
 
     @property
     def aggregation(self) -> str:
         """The aggregation in force: `agg`, or the surrogate's own when agg is None."""
-        return OWN_AGGREGATION[self.surrogate] if self.agg is None else self.agg
+        return SURROGATES[self.surrogate].own_aggregation if self.agg is None else self.agg
 
     def __post_init__(self):
         # Checks at the door: every field once, here; the formula functions trust them.
@@ -124,12 +171,11 @@ class LossConfig:
                              f"it needs loss_type='gspo', got {self.loss_type!r}")
         if self.agg is not None and self.agg not in AGGREGATIONS:
             raise ValueError(f"agg must be one of {AGGREGATIONS} (or None), got {self.agg!r}")
-        if self.surrogate == "gspo" and self.aggregation != "seq-mean-token-mean":
-            raise ValueError(f"GSPO's objective is a mean over sequences: it needs agg='seq-mean-token-mean' "
-                             f"(or agg=None), got agg={self.agg!r}")
-        if self.surrogate == "dfpo" and self.aggregation == "seq-mean-token-mean":
-            raise ValueError("weight_transform needs a token-sum aggregation (token-mean, seq-mean-token-sum or "
-                             "seq-mean-token-sum-norm): seq-mean-token-mean's 1/|o_i| re-breaks exchangeability")
+        accepted = SURROGATES[self.surrogate].aggregations
+        if self.aggregation not in accepted:
+            needs = f"agg={accepted[0]!r}" if len(accepted) == 1 else f"agg one of {accepted}"
+            raise ValueError(f"{SURROGATES[self.surrogate].aggregation_reason}: it needs {needs} (or agg=None), "
+                             f"got agg={self.agg!r}")
         if self.kl_estimator not in KL_ESTIMATORS:
             raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
         if not 0 <= self.eps_low < 1:
@@ -153,8 +199,8 @@ class LossConfig:
         # between two tokens are then within e^0.5 of the reference's: training is pinned
         # to the start (GRPO used 0.04). At entropy_coef 1 they are within e^5 of EVEN
         # odds, whatever the reward: close to uniform noise over the vocabulary (usual
-        # values: 0.001 to 0.01). NaN and inf are left to machinery/config.validate, which names them
-        # as such for every float field at once (flags.nonfinite_floats).
+        # values: 0.001 to 0.01). NaN and inf are left to train.py's Config, which names them
+        # as such for every float field at once (machinery/flags.py's refuse_nonfinite).
         if math.isfinite(self.kl_coef) and not 0 <= self.kl_coef <= MAX_KL_COEF:
             raise ValueError(f"kl_coef must be in [0, {MAX_KL_COEF}] (at {MAX_KL_COEF} the policy stays within odds "
                              f"e^0.5 of the reference: frozen), got {self.kl_coef}")
@@ -226,11 +272,26 @@ def aggregate(per_token: Tensor, mask: Tensor, agg: str, norm: StepNorm) -> Tens
 
 
 # ---------------------------------------------------------------------------------------
-# The surrogates. Each returns (per-token loss [B, T], clipped_low, clipped_high,
-# clipped_dual): three [B, T] bool masks of the tokens a clip acted on. For PPO, GSPO and
-# DFPO that is the tokens whose gradient the clip removed; CISPO removes none, and marks
-# the tokens whose importance weight it clamped (policy_loss's stats say the same).
+# The surrogates, each registered (SURROGATES) with its properties. Each takes
+# (logp, old_logp, adv, mask, cfg, group_index) and returns (per-token loss [B, T],
+# clipped_low, clipped_high, clipped_dual): three [B, T] bool masks of the tokens a clip
+# acted on. For PPO, GSPO and DFPO that is the tokens whose gradient the clip removed;
+# CISPO removes none, and marks the tokens whose importance weight it clamped
+# (policy_loss's stats say the same). adv: [B] per rollout, or [B, T] per token where the
+# surrogate is not per_sequence. ppo_clip is PPO's formula on any ratio, which GSPO reuses.
 # ---------------------------------------------------------------------------------------
+
+@register(own_aggregation="token-mean", keeps_cancellation=True)
+def ppo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig,
+        group_index: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """PPO's clip (Schulman et al. 2017) on the token ratio rho_t = exp(log pi_t - log pi_old_t).
+
+    A token shared by every rollout at the same context has the same rho_t in each, so
+    with a token-sum aggregation its weight is the same in every rollout until the clip
+    acts, and then only an asymmetric clip (clip-higher) breaks that: ppo_clip says how.
+    """
+    return ppo_clip(torch.exp(logp - old_logp), _per_token(adv), cfg.eps_low, cfg.eps_high, cfg.dual_clip)
+
 
 def ppo_clip(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float,
              dual_clip: float | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -260,8 +321,9 @@ def ppo_clip(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float,
     return loss, clipped_low, clipped_high, clipped_dual
 
 
-def cispo(logp: Tensor, ratio: Tensor, adv: Tensor, eps_low: float,
-          eps_high: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+@register(own_aggregation="token-mean", keeps_cancellation=True)
+def cispo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig,
+          group_index: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """CISPO (MiniMax-M1, 2025): clip the importance weight, not the gradient.
 
         l = -sg(clip(rho, 1 - eps_low, 1 + eps_high)) * A * log pi
@@ -275,9 +337,10 @@ def cispo(logp: Tensor, ratio: Tensor, adv: Tensor, eps_low: float,
     would drop. None loses its gradient, so dual is empty. (TRL's cispo_clip_ratio counts
     only A > 0 tokens above its cap.)
     """
-    weight = ratio.detach().clamp(1.0 - eps_low, 1.0 + eps_high)
+    ratio, adv = torch.exp(logp - old_logp), _per_token(adv)
+    weight = ratio.detach().clamp(1.0 - cfg.eps_low, 1.0 + cfg.eps_high)
     nothing = torch.zeros_like(ratio, dtype=torch.bool)
-    return -weight * adv * logp, ratio < 1.0 - eps_low, ratio > 1.0 + eps_high, nothing
+    return -weight * adv * logp, ratio < 1.0 - cfg.eps_low, ratio > 1.0 + cfg.eps_high, nothing
 
 
 def gspo_sequence_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor, length: Tensor | None = None) -> Tensor:
@@ -291,8 +354,11 @@ def gspo_sequence_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor, length: Te
     return torch.exp(((logp - old_logp) * mask).sum(dim=1) / L)
 
 
-def gspo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, eps_low: float,
-         eps_high: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+@register(own_aggregation="seq-mean-token-mean", aggregations=("seq-mean-token-mean",),
+          aggregation_reason="GSPO's objective is a mean over sequences", keeps_cancellation=False,
+          per_sequence=True)
+def gspo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig,
+         group_index: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """GSPO (Zheng et al. 2025, Qwen) written per token, so that `aggregate` can reduce it.
 
         GSPO:   J = mean_i min(s_i A_i, clip(s_i, 1 - eps_low, 1 + eps_high) A_i)
@@ -303,15 +369,21 @@ def gspo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, eps_low: flo
     the sequence (1/|o_i|) and then over sequences, that is exactly GSPO's J and its
     gradient s_i A_i (1/|o_i|) sum_t grad log pi_t; LossConfig therefore allows only
     seq-mean-token-mean here (tests/lesson/test_loss.py checks loss and gradient against an
-    independent sequence-level implementation to 1e-6). adv: [B].
+    independent sequence-level implementation to 1e-6). adv: [B]. It does not keep
+    cancellation: s_i differs from rollout to rollout once the policy has moved, and a
+    shared token gets each rollout's s_i.
     """
     s = gspo_sequence_ratio(logp.detach(), old_logp, mask)                   # [B] value only
     token_ratio = s.unsqueeze(1) * torch.exp(logp - logp.detach())            # value s_i, grad s_i
-    return ppo_clip(token_ratio, adv.unsqueeze(1), eps_low, eps_high)
+    return ppo_clip(token_ratio, adv.unsqueeze(1), cfg.eps_low, cfg.eps_high)
 
 
-def dfpo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, group_index: Tensor, mode: str,
-         eps_low: float, eps_high: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+@register(own_aggregation="seq-mean-token-sum-norm", aggregations=TOKEN_SUMS,
+          aggregation_reason="DFPO's weights need a token-sum aggregation (seq-mean-token-mean's 1/|o_i| "
+                             "re-breaks exchangeability)",
+          keeps_cancellation=True, per_sequence=True, whole_groups=True)
+def dfpo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConfig,
+         group_index: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """DFPO (arXiv 2604.13088): GSPO's weights, made exchangeable inside each group.
 
         s_i  = exp( sum_t log rho_{i,t} / |o_i| )      GSPO's own sequence ratio
@@ -325,8 +397,13 @@ def dfpo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, group_index:
     Clip first, then transform: a dropped rollout stays at exactly zero gradient. After
     orth, sum_kept w~_i A_i = 0; after min, a shared token gets w_min sum_kept A_i. Why
     each choice: docs/math.md §3.8, §3.11. Use a token-sum aggregation (LossConfig
-    enforces it). adv: [B]; group_index: [B].
+    enforces it). adv: [B]; group_index: [B]; the transform is cfg.weight_transform. It
+    keeps cancellation with the paper's transforms, min and orth; the controls keep and
+    equal are there to take it apart again (GSPO's weights, GSPO's clip).
+    Its own aggregation is Dr. GRPO's token sum over a step constant: the closest
+    exchangeable analog of GSPO's per-sequence mean.
     """
+    eps_low, eps_high, mode = cfg.eps_low, cfg.eps_high, cfg.weight_transform
     lengths = mask.sum(dim=1)
     groups, inverse = torch.unique(group_index, return_inverse=True)
     group_len = lengths.new_zeros(len(groups)).scatter_reduce(0, inverse, lengths, "amax", include_self=False)
@@ -337,6 +414,10 @@ def dfpo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, group_index:
     per_token = -(w * adv).unsqueeze(1) * torch.exp(logp - logp.detach())
     row = lambda flags: flags.unsqueeze(1).expand_as(mask)
     return per_token, row((adv < 0) & dropped), row((adv > 0) & dropped), row(torch.zeros_like(dropped))
+
+
+LOSS_TYPES = tuple(name for name in SURROGATES if name != "dfpo")
+"""--loss_type's choices: every registered surrogate but dfpo, which is --loss_type gspo with a --weight_transform."""
 
 
 def dfpo_transform(w: Tensor, adv: Tensor, group_index: Tensor, mode: str, kept: Tensor | None = None) -> Tensor:
@@ -494,21 +575,11 @@ def negative_token_filter(old_logp: Tensor, mask: Tensor, adv: Tensor, frac: flo
 
 def per_token_surrogate(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, cfg: LossConfig,
                         group_index: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The configured surrogate (and negative-token filter) per token, before aggregation.
+    """The configured surrogate (SURROGATES[cfg.surrogate]) and negative-token filter per token, before aggregation.
 
     Returns (l [B, T], clipped_low, clipped_high, clipped_dual); see the surrogates above.
     """
-    adv_tok = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
-    ratio = torch.exp(logp - old_logp)
-    if cfg.surrogate == "ppo":
-        out = ppo_clip(ratio, adv_tok, cfg.eps_low, cfg.eps_high, cfg.dual_clip)
-    elif cfg.surrogate == "cispo":
-        out = cispo(logp, ratio, adv_tok, cfg.eps_low, cfg.eps_high)
-    elif cfg.surrogate == "gspo":
-        out = gspo(logp, old_logp, advantages, mask, cfg.eps_low, cfg.eps_high)
-    else:
-        out = dfpo(logp, old_logp, advantages, mask, group_index, cfg.weight_transform, cfg.eps_low, cfg.eps_high)
-    per_token, *clipped = out
+    per_token, *clipped = SURROGATES[cfg.surrogate](logp, old_logp, advantages, mask, cfg, group_index)
     if cfg.neg_filter_frac is not None:
         per_token = per_token * negative_token_filter(old_logp, mask, advantages, cfg.neg_filter_frac)
     return (per_token, *clipped)
@@ -611,6 +682,11 @@ def cancellation_residual_of_loss(logp: Tensor, old_logp: Tensor, advantages: Te
 # Helpers
 # ---------------------------------------------------------------------------------------
 
+def _per_token(adv: Tensor) -> Tensor:
+    """A per-rollout advantage [B] as [B, 1], broadcast over the tokens; [B, T] unchanged."""
+    return adv.unsqueeze(1) if adv.dim() == 1 else adv
+
+
 def _masked_mean(x: Tensor, mask: Tensor) -> float:
     return float((x.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1))
 
@@ -625,21 +701,20 @@ def _check_inputs(logp, old_logp, advantages, mask, cfg, group_index, ref_logp) 
         raise ValueError(f"policy_loss: advantages must be [B]={B} or [B, T], got {tuple(advantages.shape)}")
     if not torch.isfinite(advantages).all():
         raise ValueError("policy_loss: advantages contain NaN or inf")
-    if advantages.dim() == 2 and (cfg.surrogate in ("gspo", "dfpo") or cfg.neg_filter_frac is not None):
+    if advantages.dim() == 2 and (SURROGATES[cfg.surrogate].per_sequence or cfg.neg_filter_frac is not None):
         raise ValueError(f"policy_loss: {cfg.surrogate} / negative token filtering need one advantage per "
                          f"rollout, shape [B]={B}, got {tuple(advantages.shape)}")
     if cfg.kl_coef > 0 and ref_logp is None:
         raise ValueError("policy_loss: kl_coef > 0 needs ref_logp")
-    if cfg.surrogate == "dfpo":
-        if group_index is None or group_index.shape != (B,):
-            raise ValueError(f"policy_loss: the DFPO weight transform needs group_index of shape [B]={B}")
-        if cfg.weight_transform == "orth":
-            # orth would re-centre advantages that do not sum to zero (see dfpo_transform)
-            groups, inverse = torch.unique(group_index, return_inverse=True)
-            total = advantages.new_zeros(len(groups)).index_add_(0, inverse, advantages)
-            scale = advantages.new_zeros(len(groups)).index_add_(0, inverse, advantages.abs())
-            worst = int((total.abs() - 1e-6 * scale).argmax())
-            if total[worst].abs() > 1e-6 * scale[worst] + 1e-12:
-                raise ValueError(f"policy_loss: weight_transform='orth' needs advantages that sum to zero in every "
-                                 f"group (orth would re-centre them); group {int(groups[worst])} sums to "
-                                 f"{float(total[worst]):.4g}. Use a zero-sum advantage or 'min'.")
+    if SURROGATES[cfg.surrogate].whole_groups and (group_index is None or group_index.shape != (B,)):
+        raise ValueError(f"policy_loss: {cfg.surrogate} reads whole groups: it needs group_index of shape [B]={B}")
+    if cfg.surrogate == "dfpo" and cfg.weight_transform == "orth":
+        # orth would re-centre advantages that do not sum to zero (see dfpo_transform)
+        groups, inverse = torch.unique(group_index, return_inverse=True)
+        total = advantages.new_zeros(len(groups)).index_add_(0, inverse, advantages)
+        scale = advantages.new_zeros(len(groups)).index_add_(0, inverse, advantages.abs())
+        worst = int((total.abs() - 1e-6 * scale).argmax())
+        if total[worst].abs() > 1e-6 * scale[worst] + 1e-12:
+            raise ValueError(f"policy_loss: weight_transform='orth' needs advantages that sum to zero in every "
+                             f"group (orth would re-centre them); group {int(groups[worst])} sums to "
+                             f"{float(total[worst]):.4g}. Use a zero-sum advantage or 'min'.")

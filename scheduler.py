@@ -29,7 +29,8 @@ This file holds only the knobs' schedule:
 Order of one training step (our choice, used by train.py): measure this batch's solve
 rate and mean entropy, call `step(solve_rate, entropy)`, which FIRST updates the EMAs with
 them and THEN returns the alpha/delta computed from the updated EMAs, and use those for
-this batch's advantages. So the very first step already reads its own batch (and
+this batch's advantages (`step_hyper`: the one rule by which train.py and the TRL
+integration hand them to the advantage). So the very first step already reads its own batch (and
 H_hat = H0 on step one). Whether the paper updates before or after is not stated.
 
 EMA convention [recon]. Written here (default, ema="new"), with beta = ema_beta:
@@ -71,7 +72,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 SCHEDULES = ("fade", "fade_rel", "constant", "decay")
 EMA_CONVENTIONS = ("new", "source")
@@ -147,29 +148,34 @@ def _ema(old: float, x: float, beta: float, convention: str) -> float:
 # The config, checked once at its door (__post_init__)
 # ---------------------------------------------------------------------------------------
 
+# The run's math, every field of it: a resumed run may not change any (train.py's --resume
+# compares each field with the checkpoint's; machinery/flags.py says how it reads this).
+FIXED = {"resume": "fixed"}
+
+
 @dataclass
 class SchedulerConfig:
     """Hyper-parameters of the advantage schedule (defaults: the FADE paper's)."""
 
-    schedule: str = "fade"
+    schedule: str = field(default="fade", metadata=FIXED)
     """One of SCHEDULES: "fade" (reads p_hat, H_hat), "fade_rel" (the same with delta = clip(H_hat / H_target)), "constant" (none: the advantage's own alpha, delta), or "decay" (step count)."""
-    ema_beta: float = 0.02
+    ema_beta: float = field(default=0.02, metadata=FIXED)
     """FADE's EMA rate in (0, 1): weight of the NEW value under ema="new", of the OLD under "source" (not TRL's beta: that is --kl_coef)."""
-    ema: str = "new"
+    ema: str = field(default="new", metadata=FIXED)
     """EMA convention, "new" (default, smooths over ~1/ema_beta steps) or "source" [recon]."""
-    p_init: float = 0.5
+    p_init: float = field(default=0.5, metadata=FIXED)
     """Initial p_hat, the solve-rate EMA before any batch is seen."""
-    h_target: float | None = None
+    h_target: float | None = field(default=None, metadata=FIXED)
     """Absolute entropy target in nats; if None the target is relative (target_rel * H0)."""
-    target_rel: float = 0.5
+    target_rel: float = field(default=0.5, metadata=FIXED)
     """Relative target: H_target = target_rel * H0 (first measured entropy); paper's best 0.5."""
-    alpha_start: float = 3.0
+    alpha_start: float = field(default=3.0, metadata=FIXED)
     """"decay": alpha at the first step (hard focus)."""
-    alpha_end: float = 1.0
+    alpha_end: float = field(default=1.0, metadata=FIXED)
     """"decay": alpha at step total_steps - 1 and after (GRPO-like focus)."""
-    delta_end: float = 0.3
+    delta_end: float = field(default=0.3, metadata=FIXED)
     """"decay": delta at step total_steps - 1 and after (delta starts at 1, balanced)."""
-    total_steps: int | None = None
+    total_steps: int | None = field(default=None, metadata=FIXED)
     """"decay": number of training steps the linear ramp spans (>= 2); required for decay."""
 
     def __post_init__(self) -> None:
@@ -290,6 +296,30 @@ class AdvantageScheduler:
         self.h_hat = None if state["H_hat"] is None else float(state["H_hat"])
         self.h0 = None if state["H0"] is None else float(state["H0"])
         self.t = int(state["t"])
+
+
+# ---------------------------------------------------------------------------------------
+# What a schedule hands the advantage: the one rule both trainers apply
+# ---------------------------------------------------------------------------------------
+
+SCHEDULED = ("alpha", "delta")
+"""The fade advantage's hyper-parameters that every schedule but "constant" sets each step."""
+
+
+def step_hyper(given: dict, knobs: dict) -> dict:
+    """One step's keyword arguments of the advantage: `given`, then what the schedule set.
+
+        step_hyper(given, knobs) = given, with alpha and delta replaced by knobs' where knobs has them
+
+    given: the advantage's hyper-parameters fixed for the run ({parameter: value}: train.py's
+    flags, the TRL integration's advantage_kwargs); knobs: this step's
+    AdvantageScheduler.step output, whose other keys (p_hat, H_hat, H_target) are not the
+    advantage's and are left out. "constant" returns no alpha and delta, so `given` stands.
+    Example: step_hyper({"eps": 1e-6}, {"alpha": 1.5, "delta": 0.8, "p_hat": 0.4})
+    == {"eps": 1e-6, "alpha": 1.5, "delta": 0.8}. Both trainers call this one rule, so a
+    schedule means the same thing in train.py and in integrations/trl_grpo.py.
+    """
+    return {**given, **{name: knobs[name] for name in SCHEDULED if name in knobs}}
 
 
 # ---------------------------------------------------------------------------------------

@@ -30,17 +30,21 @@ The default run differs from textbook GRPO (Shao et al. 2024) in five ways, each
      and the clip is inert; GRPO took several;
   4. rollouts whose advantage is exactly 0, and word-for-word copies, skip the forward
      (--skip_zero_adv, --merge_duplicates), and with --share_prompts a group's prompt runs
-     once: the same gradient, less work. They sit behind one call, forward.update_batches:
-     with --no-skip_zero_adv --no-merge_duplicates and a --micro_batch as large as the
+     once: the same gradient, less work (machinery/forward.py). Every backward is a line
+     of the loop: each micro-batch's, then the shared prompts' (forward.backward_prompts).
+     With --no-skip_zero_adv --no-merge_duplicates and a --micro_batch as large as the
      batch it is the plain update, equal to float rounding (tested);
   5. a tiny model trained from scratch on synthetic addition on a CPU, not a 7B model on
      math: the defaults (lr 4e-4, 32 prompts x 8 rollouts) suit that model.
 
-The settings are machinery/config.py's Config (every field a flag, its docstring the
-help; `--config FILE` reads a run's config.json or a YAML recipe, flags winning; checks
-at the door: a bad value, or a flag that would change nothing, is one line and exit
-code 2), the set-up machinery/setup.py's, the plumbing (checkpoints, sampling, metrics)
-machinery/'s. The loop's stages are marked `# ALGO LOGIC`, the plumbing around them
+The settings are machinery/config.py's Config, nesting one part per room of the engine
+(cfg.sampling, cfg.update, cfg.evaluation, cfg.diagnostics, each defined in the file that
+reads it) and the chapters' (cfg.loss, cfg.sched, cfg.adv): every field a flag, its
+docstring the help; `--config FILE` reads a run's config.json or a YAML recipe, flags
+winning; checks at the door: a bad value, or a flag that would change nothing, is one
+line and exit code 2. The set-up is machinery/setup.py's (it also derives, once, what
+the loop reads off the run: run.on_policy, run.may_skip, run.group_index, ...), the
+plumbing (checkpoints, sampling, metrics) machinery/'s. The loop's stages are marked `# ALGO LOGIC`, the plumbing around them
 `# TRY NOT TO MODIFY` (as cleanrl marks them). Every random draw comes from one of four
 seeded streams, all in each checkpoint: a run killed and resumed reproduces the
 uninterrupted run exactly.
@@ -63,7 +67,7 @@ import loss
 import verify
 from machinery import checkpoint, checks, evaluation, forward, vllm_rollout
 from machinery import token_diagnostics
-from machinery.config import Config, advantage_hyper, eval_budget, hyper_defaults, parse_args, warn  # noqa: F401
+from machinery.config import Config, advantage_hyper, hyper_defaults, parse_args, warn  # noqa: F401
 from machinery.metrics import add_stats, log_metrics, masked_mean, nothing_to_learn, step_record, timed
 from machinery.run import Run, close, keep_best, keep_final, old_policy_pass, on_device, open_run_dir, optimizer_step
 from machinery.run import repeat, sample_rollouts, save_checkpoint, take
@@ -78,23 +82,16 @@ from tasks.user_reward import RewardError
 def train(cfg: Config, run: Run | None = None) -> list[dict]:
     """Train for cfg.steps rollout batches; every step's metrics. `run`: from setup, to keep the model."""
     # TRY NOT TO MODIFY: set-up, resume, the start, the clock and the progress bar
-    run = run or setup(cfg)
+    run = run or setup(cfg)                 # also what the loop derives: run.on_policy, run.may_skip, ...
     start = open_run_dir(run, cfg.out_dir, dataclasses.asdict(cfg), cfg.resume, cfg.overwrite, cfg.report_to,
                          cfg.project, cfg.run_name)
+    ev, up = cfg.evaluation, cfg.update
     if not start:                  # start.json, and with its evaluation metrics.jsonl's step 0 and RUN/best
         evaluation.record_start(run, cfg.out_dir, cfg.model, (lambda: evaluate(run, cfg, step=0))
-                                if cfg.eval_before_train and cfg.eval_every else None, eval_budget(cfg)[1])
+                                if ev.eval_before_train and ev.eval_every else None,
+                                evaluation.eval_budget(ev, cfg.data)[1])
     best = checkpoint.model_info(os.path.join(cfg.out_dir, "best"))   # the model at its best held-out pass@1
     N, G = cfg.prompts_per_step, cfg.group_size
-    on_policy = cfg.epochs == 1 and cfg.minibatches == 1            # the policy trained is the one that sampled
-    group_index = torch.arange(N * G) // G                          # rollout i answers prompt i // G
-    may_skip = cfg.skip_zero_adv and on_policy and forward.zero_advantage_adds_nothing(cfg.loss)  # forward.py
-    speedups = dict(group_index=group_index, settings=run.forward_settings, with_entropy=cfg.loss.entropy_coef > 0,
-                    whole_groups=forward.needs_whole_groups(cfg.loss),
-                    sharing_off=forward.prompt_sharing_off(run.model, cfg.share_prompts, cfg.compile,
-                                                           cfg.gradient_checkpointing))
-    diag_plan = token_diagnostics.DiagnosticsPlan(cfg.flip_every, cfg.coupling_pairs, cfg.value_every,
-                                                  cfg.value_samples, cfg.value_k, cfg.seed, cfg.max_new_tokens)
     history, t_start = [], time.perf_counter()
     minutes = lambda: (time.perf_counter() - t_start) / 60
     bar = tqdm(range(start + 1, cfg.steps + 1), initial=start, total=cfg.steps, desc="RL", dynamic_ncols=True)
@@ -106,7 +103,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
             rows = [run.train_rows[run.py_rng.randrange(len(run.train_rows))] for _ in range(N)]
             rollouts = sample_rollouts(run, [r["prompt"] for r in rows], G, seed=vllm_rollout.batch_seed(cfg.seed, step, 0))
         mask = rollouts.response_mask.float()
-        diag = token_diagnostics.diagnostics_for_step(diag_plan, step, mask)   # a no-op off diagnostic steps
+        diag = token_diagnostics.diagnostics_for_step(cfg.diagnostics, step, mask, cfg.seed)  # no-op off its steps
 
         # 2. score: one reward per rollout, from the task's checker
         with timed("score", times):
@@ -116,8 +113,9 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
 
         # 3. old policy: log-probs (None on-policy: the update's own) and entropy; the schedule reads them
         with timed("old_policy", times):
-            old_logp, entropy = old_policy_pass(run, rollouts, on_policy)
-            ref_logp = forward.no_grad_pass(run.ref_model, rollouts, run.forward_settings)[0] if run.ref_model else None
+            old_logp, entropy = old_policy_pass(run, rollouts)
+            ref_logp = (forward.no_grad_pass(run.ref_model, rollouts, up, cfg.sampling.temperature)[0]
+                        if run.ref_model else None)
             schedule = run.scheduler.step(float(rewards.mean()), masked_mean(entropy, mask))
 
         # 4. advantages: G rewards -> G weights, per group (hyper-parameters: the flags', or the schedule's)
@@ -130,9 +128,9 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
             lengths = mask.sum(1).view(N, G)
             opt_steps = [idx for _ in range(cfg.epochs) for idx in batching.minibatch_indices(
                 A, cfg.minibatches, cfg.minibatch_mode, run.mb_generator, lengths)]
-            norms = [loss.step_normaliser(mask[idx], max_len=cfg.max_new_tokens) for idx in opt_steps]
-            has_grad = forward.carries_gradient(A.reshape(-1), may_skip=may_skip and not diag.active)  # A = 0: no work
-            batch = on_device(run.model.device, A=A.reshape(-1).float(), mask=mask, group=group_index,
+            norms = [loss.step_normaliser(mask[idx], max_len=cfg.sampling.max_new_tokens) for idx in opt_steps]
+            has_grad = forward.carries_gradient(A.reshape(-1), may_skip=run.may_skip and not diag.active)  # A=0: no work
+            batch = on_device(run.model.device, A=A.reshape(-1).float(), mask=mask, group=run.group_index,
                               old=old_logp, ref=ref_logp)           # per-rollout tensors, indexed per micro-batch
 
         # 6. update: per micro-batch the policy loss and its backward; one Adam step per optimizer step
@@ -142,8 +140,12 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
             run.model.train()
             for step_idx, norm in zip(opt_steps, norms):
                 A_step = batching.step_advantages(batch.A, step_idx, G, cfg.minibatch_mode)  # random_recentred re-centres
-                for idx, logp, ent in forward.update_batches(run.train_model, rollouts, step_idx, has_grad,
-                                                             lengths.reshape(-1), **speedups):   # skip, merge, share
+                micro = forward.micro_batches(step_idx, has_grad, run.group_index, lengths.reshape(-1),
+                                              up.micro_batch, run.whole_groups)     # A = 0 left out; by length
+                prompts = forward.share_prompts(run.train_model, rollouts, micro, up.micro_batch, run.sharing_off)
+                for idx in micro:
+                    logp, ent = forward.forward(run.train_model, rollouts, idx, up, cfg.sampling.temperature,
+                                                with_entropy=cfg.loss.entropy_coef > 0, prompts=prompts)
                     old = logp.detach() if batch.old is None else batch.old[idx]    # on-policy: the ratio is exactly 1
                     A_i, mask_i, group_i = A_step[idx], batch.mask[idx], batch.group[idx]
                     l, stats = loss.policy_loss(logp, old, A_i, mask_i, cfg=cfg.loss, norm=norm, group_index=group_i,
@@ -151,8 +153,9 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
                     l.backward()
                     add_stats(loss_sums, stats)
                     diag.micro_batch(idx, logp, old, A_i, mask_i, group_i, cfg.loss, norm)   # the residual's m_i
-                diag.optimizer_step(step_idx, group_index)                           # the residual of whole groups
-                grad_norms.append(optimizer_step(run, cfg.grad_clip))
+                forward.backward_prompts(prompts)                  # the shared prompts' backward (None: a no-op)
+                diag.optimizer_step(step_idx, run.group_index)                       # the residual of whole groups
+                grad_norms.append(optimizer_step(run, up.grad_clip))
             run.model.eval()
         stop_if_not_finite(run, cfg, step, grad_norms)             # inf or NaN: nothing applied, one line
 
@@ -163,7 +166,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
             if run.llm is not None:
                 vllm_rollout.push_weights(run.llm, run.model)
         last = step == cfg.steps or bool(cfg.max_minutes and minutes() > cfg.max_minutes)
-        if cfg.eval_every and (step % cfg.eval_every == 0 or last):
+        if ev.eval_every and (step % ev.eval_every == 0 or last):
             with timed("evaluate", times):
                 metrics.update(evaluate(run, cfg, step, last))
             best = keep_best(run, cfg.out_dir, metrics, best)       # RUN/best: a new high of held-out pass@1
@@ -188,11 +191,13 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
 def evaluate(run: Run, cfg: Config, step: int, last: bool = False) -> dict:
     """Held-out pass@k (machinery/evaluation.py) at --eval_temperature, by default the training
     one; after the last step also the final evaluation (--final_eval: final/pass@k)."""
-    temperature = cfg.temperature if cfg.eval_temperature is None else cfg.eval_temperature
-    out = evaluation.evaluate(run, step, samples=eval_budget(cfg)[1], temperature=temperature, seed=cfg.seed,
-                              log_completions=cfg.log_eval_completions, out_dir=cfg.out_dir)
+    ev = cfg.evaluation
+    temperature = cfg.sampling.temperature if ev.eval_temperature is None else ev.eval_temperature
+    samples = evaluation.eval_budget(ev, cfg.data)[1]
+    out = evaluation.evaluate(run, step, samples=samples, temperature=temperature, seed=cfg.seed,
+                              log_completions=ev.log_eval_completions, out_dir=cfg.out_dir)
     if last and run.final_eval_rows is not None:
-        out.update(evaluation.evaluate(run, step, samples=eval_budget(cfg)[1], temperature=temperature, seed=cfg.seed,
+        out.update(evaluation.evaluate(run, step, samples=samples, temperature=temperature, seed=cfg.seed,
                                        log_completions=0, out_dir=cfg.out_dir, rows=run.final_eval_rows,
                                        prefix="final/"))
     return out
@@ -243,7 +248,7 @@ def stop_if_not_finite(run: Run, cfg: Config, step: int, grad_norms: list[float]
     above = [(math.log10(value[n] / usual[n]), f"--{n} {value[n]:g}") for n in usual if value[n] > usual[n]]
     cause = (f"{max(above)[1]} is the likely cause" if above else
              "no coefficient is above its usual value: lower --lr" + (", or clip with --grad_clip" if not
-                                                                      cfg.grad_clip else ""))
+                                                                      cfg.update.grad_clip else ""))
     close(run)                                                  # the tracker, and out_dir's lock
     raise NotFinite(f"step {step}: gradient norm is {bad}; {cause} (nothing of this step was logged or saved)")
 

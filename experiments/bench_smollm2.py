@@ -33,7 +33,7 @@ import time
 
 import torch
 
-from experiments.bench import Work, measure_ours, med, mean, pool, work_rows
+from experiments.bench_ours import Work, measure_ours, med, mean, pool, work_rows
 from experiments.bench_trl import UPDATE_STAGES, events_between, measure_trl, stage_clock
 from machinery import rollout
 

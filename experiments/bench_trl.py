@@ -1,9 +1,9 @@
 """bench_trl.py: TRL's GRPOTrainer doing our step's work, and the clocks both trainers are timed with.
 
 experiments/bench.py runs it beside train.py on the same prompts (python -m experiments.bench);
-experiments/bench_smollm2.py on the real model. Nothing here imports bench.py: `work` is
-bench.Work (model, data, prompts_per_step, group_size, max_new_tokens, temperature, lr,
-chat_template), `rows` bench.work_rows' prompts.
+experiments/bench_smollm2.py on the real model. `work` is bench_ours.Work (model, data,
+prompts_per_step, group_size, max_new_tokens, temperature, lr, chat_template), `rows`
+bench_ours.work_rows' prompts.
 
 How TRL is configured, and why (read from TRL 1.16.0's GRPOConfig / GRPOTrainer):
 - per_device_train_batch_size=32, gradient_accumulation_steps=8, steps_per_generation=8
@@ -31,7 +31,7 @@ How TRL is configured, and why (read from TRL 1.16.0's GRPOConfig / GRPOTrainer)
 The clocks. stage_clock wraps the functions that do a step's stages (the update's forward
 and backward, the gradient clip, AdamW's step; train.py's sampler and prompt sharing for
 ours) so that every call adds its wall seconds to a named stage; events_between sums them
-per step. reset_peak_rss / peak_rss_mb read the process's peak resident set size (VmHWM).
+per step. The process's peak resident set size (VmHWM) comes from bench_ours.peak_rss_mb.
 """
 
 from __future__ import annotations
@@ -40,15 +40,12 @@ import contextlib
 import io
 import tempfile
 import time
-from typing import TYPE_CHECKING
 
 import torch
 
 import tasks
 import verify
-
-if TYPE_CHECKING:                 # for the annotation only: bench.py imports this module
-    from experiments.bench import Work
+from experiments.bench_ours import Work, peak_rss_mb, reset_peak_rss
 
 
 # ---------------------------------------------------------------------------------------
@@ -193,21 +190,3 @@ def events_between(events: list[tuple], t0: float, t1: float) -> dict:
         if t0 <= start < t1:
             out[name] = out.get(name, 0.0) + seconds
     return out
-
-
-def reset_peak_rss() -> None:
-    """Reset the kernel's peak-RSS counter (Linux >= 4.0: write 5 to clear_refs)."""
-    with contextlib.suppress(OSError):
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-
-
-def peak_rss_mb() -> float:
-    """Peak resident set size since the last reset (VmHWM), in MB; ru_maxrss elsewhere."""
-    with contextlib.suppress(OSError):
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -264,7 +264,8 @@ def run_label(run_dir: str) -> str:
         return str(cfg["name"])
     if not cfg.get("advantage"):
         return dirname
-    schedule = cfg.get("schedule")
+    sched = cfg.get("sched")                # a run's config.json nests it (cfg.sched); a hand-written one may not
+    schedule = cfg.get("schedule") or (sched.get("schedule") if isinstance(sched, dict) else None)
     tag = cfg["advantage"] + (f"+{schedule}" if schedule and schedule != "constant" else "")
     return f"{tag} ({dirname})"
 

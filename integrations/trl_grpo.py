@@ -60,8 +60,7 @@ from trl import GRPOTrainer
 
 import advantages as adv_lib
 import batching
-from machinery import config as tc_config         # step_hyper: the schedule's alpha and delta, as train.py
-from scheduler import AdvantageScheduler, SchedulerConfig
+from scheduler import SCHEDULED, AdvantageScheduler, SchedulerConfig, step_hyper
 
 
 class TokencreditGRPOTrainer(GRPOTrainer):
@@ -105,7 +104,7 @@ class TokencreditGRPOTrainer(GRPOTrainer):
             if self.tc_advantage != "fade":
                 raise ValueError(f"a schedule drives the 'fade' advantage's alpha and delta; "
                                  f"got advantage={self.tc_advantage!r}")
-            given = set(tc_config.SCHEDULED) & set(self.tc_advantage_kwargs)
+            given = set(SCHEDULED) & set(self.tc_advantage_kwargs)
             if given and self.tc_scheduler.config.schedule != "constant":
                 raise ValueError(f"with a schedule, {sorted(given)} come from the scheduler; "
                                  "drop them from advantage_kwargs")
@@ -170,7 +169,7 @@ class TokencreditGRPOTrainer(GRPOTrainer):
 
         if self.tc_scheduler is not None and training:
             self.tc_knobs = self._tc_schedule_step(rewards, out)
-        hyper = tc_config.step_hyper(self.tc_advantage_kwargs, self.tc_knobs)     # the same rule as train.py's
+        hyper = step_hyper(self.tc_advantage_kwargs, self.tc_knobs)     # the same rule as train.py's
         adv_all = adv_lib.compute_advantages(self.tc_advantage, rewards, **hyper).reshape(-1)
 
         local = out["advantages"]

@@ -62,7 +62,6 @@ import advantages as adv_lib
 import loss as loss_lib
 
 PREFIX = "tc_"
-LOSS_TYPES = ("ppo", "cispo", "gspo")
 
 
 # ---------------------------------------------------------------------------------------
@@ -190,5 +189,5 @@ def _register_loss(loss_type: str) -> None:
 
 for _name in adv_lib.ADVANTAGES:
     register_advantage(f"{PREFIX}{_name}", _name)
-for _loss_type in LOSS_TYPES:
+for _loss_type in loss_lib.LOSS_TYPES:            # every registered surrogate --loss_type picks
     _register_loss(_loss_type)

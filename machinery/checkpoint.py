@@ -17,7 +17,7 @@ and lose a line it covers; lines logged after the checkpoint are dropped on resu
 the checkpoint's.
 
 A disk that fills up, or refuses a write, while a checkpoint is written: the half-written
-temporary directory is removed, and the run stops with one line (checks.UsageError) that
+temporary directory is removed, and the run stops with one line (UsageError) that
 names the step, the error and the intact checkpoint it can resume from: nothing is lost.
 Before writing, a save that cannot fit (free space below the bytes it will write, which
 save_bytes counts) is refused the same way without writing anything; train.py's
@@ -57,7 +57,8 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
-from machinery import checks
+from machinery import flags
+from machinery.door import UsageError, size_text
 
 MANIFEST = "manifest.json"
 STEP_DIR = re.compile(r"step_(\d+)")          # a checkpoint directory's name: step_000040
@@ -78,7 +79,7 @@ def save_checkpoint(out_dir: str, step: int, config: dict, model, tokenizer, sta
     leaves either the previous complete checkpoint or the new complete one, never half
     of one. Then `prune` keeps the newest `keep`, this one always among them.
     A disk that cannot take it (full, read-only, ...): nothing half-written is left, and
-    checks.UsageError says so in one line (the module header).
+    UsageError says so in one line (the module header).
     """
     if keep < 1:
         raise ValueError(f"save_checkpoint needs keep >= 1, got {keep}")
@@ -95,7 +96,7 @@ def save_checkpoint(out_dir: str, step: int, config: dict, model, tokenizer, sta
         _remove(tmp)
         need, free = save_bytes(model, state), free_bytes(root)
         if free < need:                       # refused before a byte is written
-            raise OSError(errno.ENOSPC, f"{checks.size_text(free)} free, the checkpoint needs {checks.size_text(need)}")
+            raise OSError(errno.ENOSPC, f"{size_text(free)} free, the checkpoint needs {size_text(need)}")
         model.save_pretrained(os.path.join(tmp, "model"))
         tokenizer.save_pretrained(os.path.join(tmp, "model"))
         torch.save(state, os.path.join(tmp, "state.pt"))
@@ -108,7 +109,7 @@ def save_checkpoint(out_dir: str, step: int, config: dict, model, tokenizer, sta
         if problem is None:                   # not the disk: a bug, with its traceback
             raise
         previous, _ = find_checkpoint(out_dir)
-        raise checks.UsageError(f"step {step}: the checkpoint could not be written in {root} ({problem}); nothing "
+        raise UsageError(f"step {step}: the checkpoint could not be written in {root} ({problem}); nothing "
                               f"is lost: " + (f"{os.path.basename(previous)} is intact, and metrics.jsonl has every "
                                               "step; free some space, then --resume" if previous else
                                               "free some space and start again")) from e
@@ -356,7 +357,7 @@ def keep_samples_until(path: str, step: int) -> None:
 # ---------------------------------------------------------------------------------------
 
 def resume_point(out_dir: str, config: dict, resume: bool, overwrite: bool, steps: int, may_change: set,
-                 not_compared: tuple, warn) -> str | None:
+                 not_compared: set, warn) -> str | None:
     """What out_dir holds, and what this invocation may do with it (setup.check_inputs).
 
     Fresh run: out_dir must not hold a run (non-empty metrics.jsonl or checkpoints/) unless
@@ -364,9 +365,10 @@ def resume_point(out_dir: str, config: dict, resume: bool, overwrite: bool, step
     whose steps metrics.jsonl has every line of, warning per checkpoint skipped; none at
     all: a warning and step 0 (a sweep resumes runs killed before their first checkpoint);
     some but none usable: refused, naming what is wrong with each. Then its config must
-    equal this one outside may_change (train.py's RESUME_SAFE), --steps must reach its
-    step, and metrics.jsonl must be readable up to it (a torn last line is dropped with a
-    warning). Why each rule: docs/faults_and_safety.md, "Resume and faults".
+    equal this one outside may_change (the fields that declare so: config.resume_rules),
+    --steps must reach its step, and metrics.jsonl must be readable up to it (a torn last
+    line is dropped with a warning). Why each rule: docs/faults_and_safety.md, "Resume and
+    faults".
     config: dataclasses.asdict of the run's config; warn: prints one line. Raises
     ValueError (one line) for a refusal; returns the checkpoint, or None for step 0.
     """
@@ -410,14 +412,13 @@ def resume_point(out_dir: str, config: dict, resume: bool, overwrite: bool, step
 def config_changes(saved: dict, config: dict, skip: set) -> list[str]:
     """'--name old -> new' for every field that differs from a checkpoint's config.
 
-    Both sides flattened to flag names (flags.py keeps them unique) and compared as
-    JSON values, so 4e-4 equals the 0.0004 read back from the checkpoint. The fields in
-    `skip` are not compared; a field only one side has counts as changed.
+    Both sides flattened to flag names (flags.flat_fields: names are unique, so a
+    checkpoint whose config.json is flat, written before the settings were nested in
+    parts, compares with a nested one) and compared as JSON values, so 4e-4 equals the
+    0.0004 read back from the checkpoint. The fields in `skip` are not compared; a field
+    only one side has counts as changed.
     """
-    def flat(tree: dict) -> dict:
-        return {k: v for key, value in tree.items()
-                for k, v in (value.items() if isinstance(value, dict) else [(key, value)])}
-    old, new = flat(saved), flat(json.loads(json.dumps(config)))
+    old, new = flags.flat_fields(saved), flags.flat_fields(json.loads(json.dumps(config)))
     missing = "(absent)"
     return [f"--{name} {old.get(name, missing)!r} -> {new.get(name, missing)!r}"
             for name in sorted(set(old) | set(new))
@@ -482,7 +483,7 @@ def _fsync_file(path: str) -> None:
 def atomic_write(path: str, text: str) -> None:
     """Write `text` to path through path.tmp and a rename: a reader sees the old or the new
     file, never half of one. A disk that refuses the write: path.tmp is removed, `path`
-    is as it was, and checks.UsageError says so in one line."""
+    is as it was, and UsageError says so in one line."""
     try:
         with open(path + ".tmp", "w") as f:
             f.write(text)
@@ -497,12 +498,12 @@ def atomic_write(path: str, text: str) -> None:
 
 
 def refuse_write(e: BaseException, path: str, consequence: str, problem: str | None = None) -> None:
-    """Raise checks.UsageError for a write to `path` that the disk refused (disk_problem, or
+    """Raise UsageError for a write to `path` that the disk refused (disk_problem, or
     `problem` measured earlier), saying what it leaves behind; re-raise `e` otherwise."""
     problem = problem or disk_problem(e, os.path.dirname(path) or ".")
     if problem is None:
         raise e
-    raise checks.UsageError(f"{path} could not be written ({problem}); {consequence}") from e
+    raise UsageError(f"{path} could not be written ({problem}); {consequence}") from e
 
 
 def save_bytes(model, state: dict) -> int:

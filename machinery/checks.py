@@ -1,16 +1,17 @@
 """checks.py: the checks at the door that every entry point shares.
 
-train.py, plot_runs.py, advantages.py, python -m toy and the sweep runner all ask the
-same questions before any work starts: can this process write where it was told to, is
-another process already writing there (lock_dir), and can the Hugging Face hub provide a
-name. Each returns None or what is wrong, as a phrase the caller puts after the flag's
+train.py, the sweep runner and plot_runs.py ask the same questions before any work
+starts: can this process write where it was told to, is another process already writing
+there (lock_dir), and can the Hugging Face hub provide a name. Each returns None or what is wrong, as a phrase the caller puts after the flag's
 name, so a bad path is one line before any work starts rather than a traceback after
 it. Then train.py's --model check, built on them, raises that line itself (its
 messages differ by case). Last, three questions of train.py's that need the data or the
 model (machinery/setup.py asks them as soon as it has them): does --eval_data hold out
 prompts the training rows do not have (shared_prompts_problem), does the tokenizer have
 the chat template --chat_template asks for (chat_template_problem), and can Adam's step
-of size --lr change the model's float32 weights at all (lr_problem).
+of size --lr change the model's float32 weights at all (lr_problem). What the modules
+below the door need of it (the error type UsageError, writable_dir_problem, size_text)
+lives in door.py, which imports nothing of the project, and is re-exported here.
 """
 
 from __future__ import annotations
@@ -20,47 +21,10 @@ import os
 import re
 import signal
 import sys
-import tempfile
 
 from machinery import hub_models
+from machinery.door import UsageError, size_text, writable_dir_problem  # noqa: F401  (re-exported)
 from tasks import sandbox            # prctl (exit_with_parent): the scorers' sandbox has it
-
-
-class UsageError(ValueError):
-    """A bad value, path or file given by the user, found at the door: one line and exit code 2.
-
-    Raised only where input enters (flags, --config, data files, run directories, model
-    names), never by the lesson's formulas: train.py's main turns THIS type into one line
-    and lets every other exception through with its traceback, so a bug a reader puts into
-    a chapter shows where it is. A ValueError (its base class), so callers that catch
-    ValueError for any bad input still do.
-    """
-
-
-def writable_dir_problem(path: str) -> str | None:
-    """None if `path` is, or can be created as, a directory this process can write in.
-
-    Otherwise what is wrong: "is a file", "X (above it) is a file", or "cannot write in
-    X (reason)" for the directory itself or, when it does not exist yet, its nearest
-    existing ancestor (where makedirs would create it). Writability is tested by
-    creating and removing a temporary file, not with os.access: access() says yes to
-    root on a read-only mount, and the question is whether the write will succeed.
-    """
-    path = os.path.abspath(os.path.expanduser(path))
-    probe = path
-    while not os.path.exists(probe):
-        if os.path.islink(probe):           # exists() is False through a dangling link or a loop of links
-            return f"{probe} is a symbolic link that leads nowhere (dangling, or a loop)"
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe):
-        return "is a file, not a directory" if probe == path else f"{probe} (above it) is a file, not a directory"
-    try:
-        fd, name = tempfile.mkstemp(dir=probe, prefix=".write-test-")
-        os.close(fd)
-        os.remove(name)
-    except OSError as e:
-        return f"cannot write in {probe} ({e.strerror})"
-    return None
 
 
 def writable_file_problem(path: str) -> str | None:
@@ -305,11 +269,3 @@ def memory_bytes(device) -> int | None:
         if text.isdigit():
             total = min(total, int(text))
     return total
-
-
-def size_text(n: int) -> str:
-    """Bytes for a reader, in powers of 1000: 1.4 MB, 3.2 GB."""
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"

@@ -11,12 +11,16 @@ its training temperature too). verl validates greedily by default (one determini
 answer per prompt, no pass@k); the samplers here go down to T = 0.01 (vLLM's floor).
 Hub models are usually reported at 0.6-0.7 (recipes/ use 0.6); the embedded model's
 curves in docs/ are all at T = 1.
+
+What is evaluated, how often and on how much is EvalConfig (train.py's flags of its
+fields), whose budget eval_budget settles with the task's defaults.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -30,7 +34,69 @@ from machinery import rollout
 from machinery import warmups
 from machinery import vllm_rollout
 from machinery import metrics
+from machinery.flags import FIXED, MAY_CHANGE, check_counts, refuse_nonfinite, require
 from machinery.run import Run, format_prompts, keep_best, sample_rollouts
+
+MAX_EVAL_ROLLOUTS = 2 ** 20   # --n_eval x --eval_samples: ~17 minutes per evaluation for the embedded model
+
+
+@dataclass
+class EvalConfig:
+    """What the held-out evaluation samples, and when.
+
+    train.py's Config nests it as cfg.evaluation; each field is the flag of its name, its
+    docstring the --help. When the run evaluates, and what it keeps to read, may change
+    on --resume (evaluation samples in a forked stream: training is the same either way);
+    what an evaluation measures may not: one pass@k curve out of two estimators would
+    mislead. Checked here, once.
+    """
+
+    eval_data: str | None = field(default=None, metadata=FIXED)
+    """Evaluate on this source (the same names as --data) instead of --data's test split; a .jsonl file is read whole."""
+    n_eval: int = field(default=0, metadata=FIXED)
+    """Held-out prompts for evaluation (0 = the task's default: 100 for countdown, 200 otherwise)."""
+    eval_samples: int = field(default=0, metadata=FIXED)
+    """Samples per held-out prompt; pass@k for k = 1, 2, 4, ... up to this (0 = the task's default: 16 for countdown, 4 otherwise)."""
+    eval_temperature: float | None = field(default=None, metadata=FIXED)
+    """Sampling temperature of evaluation (None = --temperature: pass@k of the policy being trained; see evaluate)."""
+    eval_every: int = field(default=25, metadata=MAY_CHANGE)
+    """Evaluate held-out pass@k every this many steps (and at the end; 0 = never)."""
+    eval_before_train: bool = field(default=True, metadata=MAY_CHANGE)
+    """Evaluate the starting model once before step 1 (verl's val_before_train); written to start.json, not metrics.jsonl."""
+    final_eval: int = field(default=0, metadata=MAY_CHANGE)
+    """After the last step, evaluate once more on this many held-out prompts, logged as final/pass@k (-1 = the whole held-out split, GSM8K's 1319; 0 = off): the curve's 200 x 4 is +-3 points."""
+    log_eval_completions: int = field(default=8, metadata=MAY_CHANGE)
+    """Completions each evaluation appends to samples.jsonl (the first held-out prompts' first samples; 0 = none)."""
+
+    def __post_init__(self):
+        refuse_nonfinite(self)
+        check_counts(self, {"n_eval": 0, "eval_samples": 0, "eval_every": 0, "log_eval_completions": 0},
+                     {"n_eval": (2 ** 16, "every evaluation samples --eval_samples rollouts for each held-out prompt"),
+                      "eval_samples": (2 ** 10, "pass@k up to k = 1024; every held-out prompt costs this many "
+                                                "rollouts per evaluation")})
+        # What one evaluation costs, in rollouts sampled (0: the task's default budget, at
+        # most 200 prompts x 16 samples).
+        n_eval, samples = self.n_eval or 200, self.eval_samples or 16
+        require(n_eval * samples <= MAX_EVAL_ROLLOUTS,
+                f"--n_eval x --eval_samples must be at most {MAX_EVAL_ROLLOUTS} rollouts per evaluation (~17 minutes "
+                f"each for the embedded model), got {n_eval} x {samples}")
+        # The training temperature's range (run.SamplingConfig says why: vLLM's, for both backends).
+        require(self.eval_temperature is None or
+                vllm_rollout.MIN_TEMPERATURE <= self.eval_temperature <= vllm_rollout.MAX_TEMPERATURE,
+                f"--eval_temperature must be in [{vllm_rollout.MIN_TEMPERATURE}, {vllm_rollout.MAX_TEMPERATURE}] "
+                f"(vLLM's limits, used for both backends), got {self.eval_temperature}")
+        require(self.final_eval >= -1, f"--final_eval must be -1 (the whole held-out split), 0 (off) or a number of "
+                                       f"prompts, got {self.final_eval}")
+        require(not self.final_eval or self.eval_every,
+                "--final_eval runs with the last evaluation: it needs --eval_every > 0")
+
+
+def eval_budget(cfg: EvalConfig, data: str) -> tuple[int, int]:
+    """(held-out prompts, samples per prompt) of an evaluation: the flags, or for 0 the evaluation
+    task's (--eval_data's, else --data's: Task.eval_prompts, eval_samples; 100 x 16 for
+    countdown, 200 x 4 otherwise)."""
+    task = tasks.get(cfg.eval_data or data)
+    return cfg.n_eval or task.eval_prompts, cfg.eval_samples or task.eval_samples
 
 
 def evaluate(run: Run, step: int, samples: int, temperature: float, seed: int, log_completions: int,

@@ -1,26 +1,33 @@
 """flags.py: a dataclass config as command-line flags, with its docstrings as help.
 
-train.py's hyper-parameters are one dataclass (train.py's `Config`) that nests the objective's
-(`loss.LossConfig`) and the schedule's (`scheduler.SchedulerConfig`). Each module owns
-its fields, their defaults and their checks; this file only turns such a tree into
-argparse flags and back, so there is one source of truth and no adapter in between:
+train.py's settings are one dataclass (machinery/config.py's `Config`) that nests one
+dataclass per part of the run, each defined in the file that reads it: the objective's
+(`loss.LossConfig`), the schedule's (`scheduler.SchedulerConfig`), the sampling's
+(machinery/run.py), the update's (machinery/forward.py), the evaluation's
+(machinery/evaluation.py) and the token diagnostics' (machinery/token_diagnostics.py).
+Each owns its fields, their defaults and their checks (its __post_init__); this file only
+turns such a tree into argparse flags and back, so there is one source of truth and no
+adapter in between:
 
-    --lr 1e-3 --loss_type gspo --schedule fade     (flat names, whichever config owns them)
+    --lr 1e-3 --loss_type gspo --schedule fade --micro_batch 8    (flat names, whichever part owns them)
 
 - every field that is not itself a dataclass is a flag under its own name; two fields
   with the same name anywhere in the tree are a programming error (asserted);
 - the default is the field's value in the default instance (so train.py's Config's
   `sched=SchedulerConfig(schedule="constant")` shows "constant", not the class default);
 - the help text is the one-line docstring under the field (read from the source, the
-  convention cleanrl's configs use);
+  convention cleanrl's configs use), or the field's metadata["help"] for a field made
+  by code (the advantages' hyper-parameters, machinery/config.py);
+- every field declares what --resume may do with it, in its metadata (RESUME below):
+  machinery/config.py derives the resume check from the declarations;
 - a field typed `X | None` takes the word "none" for None; a bool is --flag / --no-flag;
 - a float flag must be a finite number: "nan" and "inf" parse as floats, and NaN passes
   every range check written as `x < 0` (each comparison is False), so they are refused
   here, for every float flag at once, naming the flag;
 - `--config PATH` reads the same fields from a file: a run's config.json (nested as
-  dataclasses.asdict writes it) or a YAML file (flat or nested). The file replaces the
-  defaults, and every flag on the command line wins over the file (TRL's TrlParser does
-  the same with its --config);
+  dataclasses.asdict writes it, or flat as runs wrote it before the parts were nested)
+  or a YAML file (flat or nested). The file replaces the defaults, and every flag on the
+  command line wins over the file (TRL's TrlParser does the same with its --config);
 - flags are matched whole (no argparse abbreviations: `--temp` would silently mean
   --temperature today and fail once another flag starts with it); an unknown flag a
   user of another framework types gets a hint naming ours (`hints`);
@@ -35,10 +42,44 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import functools
 import inspect
 import json
 import math
 import os
+
+# What --resume may do with a field, declared on the field: field(default=..., metadata=FIXED).
+# A checkpoint records the config it was trained with, and a resume compares every field
+# with the new one (checkpoint.resume_point), refusing a change to any FIXED field.
+RESUME = "resume"                          # the metadata key every leaf field declares
+MAY_CHANGE = {RESUME: "may change"}        # when the run stops, evaluates or saves, how fast, where it reports
+FIXED = {RESUME: "fixed"}                  # the run's math: a resume refuses a new value
+NOT_COMPARED = {RESUME: "not compared"}    # where and how this invocation runs (the directory may be moved)
+RESUME_RULES = tuple(rule[RESUME] for rule in (MAY_CHANGE, FIXED, NOT_COMPARED))
+
+
+def leaf_fields(root) -> list[tuple[str, object, dataclasses.Field]]:
+    """(group, part, field) for every leaf field of the dataclass instance `root`.
+
+    group: "" for root's own fields, else the name of the nested dataclass that holds it
+    (one level of nesting: root.loss, root.sched, ...); part: that dataclass instance.
+    A leaf is a field whose value is not itself a dataclass: one flag each.
+    """
+    groups = {"": root, **{f.name: getattr(root, f.name) for f in dataclasses.fields(root)
+                           if dataclasses.is_dataclass(getattr(root, f.name))}}
+    return [(group, part, f) for group, part in groups.items() for f in dataclasses.fields(part)
+            if not dataclasses.is_dataclass(getattr(part, f.name))]
+
+
+def flat_fields(tree: dict) -> dict:
+    """{flag name: value} of a config as dataclasses.asdict or a config.json holds it, nested or flat.
+
+    Names are unique across the parts (parse_flags asserts it), so flattening loses
+    nothing: {"seed": 0, "update": {"micro_batch": 8}} and the flat {"seed": 0,
+    "micro_batch": 8} an earlier run wrote both give {"seed": 0, "micro_batch": 8}.
+    """
+    return {k: v for key, value in tree.items()
+            for k, v in (flat_fields(value).items() if isinstance(value, dict) else [(key, value)])}
 
 
 def parse_flags(root, argv: list[str] | None, description: str, prog: str, hints: dict | None = None,
@@ -61,19 +102,15 @@ def parse_flags(root, argv: list[str] | None, description: str, prog: str, hints
     groups = {"": root, **{f.name: getattr(root, f.name) for f in dataclasses.fields(root)
                            if dataclasses.is_dataclass(getattr(root, f.name))}}
     owner, types = {}, {}
-    for group, obj in groups.items():
-        docs = field_docs(type(obj))
-        for f in dataclasses.fields(obj):
-            if dataclasses.is_dataclass(getattr(obj, f.name)):
-                continue
-            assert f.name not in owner, f"flag --{f.name} is declared twice"
-            owner[f.name], types[f.name] = group, f.type
-            default, help_text = getattr(obj, f.name), docs.get(f.name, "")
-            if f.type == "bool":
-                parser.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=default,
-                                    help=help_text)
-            else:
-                parser.add_argument(f"--{f.name}", type=flag_type(f.type), default=default, help=help_text)
+    for group, part, f in leaf_fields(root):
+        assert f.name not in owner, f"flag --{f.name} is declared twice"
+        owner[f.name], types[f.name] = group, f.type
+        default, help_text = getattr(part, f.name), f.metadata.get("help") or field_docs(type(part)).get(f.name, "")
+        if f.type == "bool":
+            parser.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=default,
+                                help=help_text)
+        else:
+            parser.add_argument(f"--{f.name}", type=flag_type(f.type), default=default, help=help_text)
     hints = hints or {}
     path = parser.parse_known_args(argv)[0].config
     if path is not None:
@@ -95,7 +132,9 @@ def read_config_file(path: str, types: dict, nested: set, hints: dict) -> dict:
     """{flag: value} from a .json or .yaml/.yml file; ValueError (one line) naming what is wrong.
 
     The file holds the flags' fields, flat (`lr: 1.0e-6`) or nested under the nested
-    configs' names as a run's config.json has them ({"loss": {"kl_coef": 0.0}, ...}).
+    configs' names as a run's config.json has them ({"loss": {"kl_coef": 0.0}, ...}); a
+    field's name says where it belongs, so a config.json written before a part was nested
+    (`"micro_batch": 32` at the top) reads the same.
     Every value is checked against its field's type here, once: YAML reads `1e-6`
     (no dot) as a string, which becomes the float 1e-06; a number where a string belongs,
     or a string that is no number where one belongs, is refused naming the key.
@@ -189,12 +228,38 @@ def nonfinite_floats(config) -> list[tuple[str, float]]:
     "nan" and "inf" parse as floats, NaN fails every range check silently (kl_coef < 0 is
     False, so NaN would pass and switch the term off), and inf passes them (an infinite
     coefficient, a clip that never clips). parse_flags refuses them on the command line;
-    a config's own validation asks this for a --config file and the Python API.
+    a config's own checks ask this for a --config file and the Python API (refuse_nonfinite).
     """
-    nested = [getattr(config, f.name) for f in dataclasses.fields(config)
-              if dataclasses.is_dataclass(getattr(config, f.name))]
-    return [(f.name, getattr(part, f.name)) for part in (config, *nested) for f in dataclasses.fields(part)
+    return [(f.name, getattr(part, f.name)) for _, part, f in leaf_fields(config)
             if isinstance(getattr(part, f.name), float) and not math.isfinite(getattr(part, f.name))]
+
+
+def refuse_nonfinite(config) -> None:
+    """ValueError "--name must be a finite number, got nan" for the first such float field
+    of `config` (nested parts included): the first check of every part's __post_init__, so
+    a NaN is named as such, not as a value outside a range."""
+    for name, value in nonfinite_floats(config):
+        raise ValueError(f"--{name} must be a finite number, got {value}")
+
+
+def require(condition: bool, message: str) -> None:
+    """ValueError(message) unless condition: the one-line checks of every part's __post_init__."""
+    if not condition:
+        raise ValueError(message)
+
+
+def check_counts(part, at_least: dict, at_most: dict | None = None) -> None:
+    """Each count field of `part` in its range, or ValueError naming the first one out of it.
+
+    at_least: {name: low}: "--name must be >= low, got v"; at_most: {name: (limit, what a
+    value past it would cost)}: "--name must be at most limit (cost), got v". Every bound
+    of a count sits far past any useful value: without them a 31-digit --digits hung with
+    no output, and a huge --micro_batch died in C++ without naming its flag.
+    """
+    for name, low in at_least.items():
+        require(getattr(part, name) >= low, f"--{name} must be >= {low}, got {getattr(part, name)}")
+    for name, (limit, cost) in (at_most or {}).items():
+        require(getattr(part, name) <= limit, f"--{name} must be at most {limit} ({cost}), got {getattr(part, name)}")
 
 
 def flag_type(annotation: str):
@@ -217,8 +282,9 @@ def finite_float(text: str) -> float:
     return value
 
 
+@functools.cache
 def field_docs(cls) -> dict:
-    """Field name -> the one-line docstring under it (read from the class's source)."""
+    """Field name -> the one-line docstring under it (read from the class's source, once per class)."""
     body = ast.parse(inspect.getsource(cls)).body[0].body
     return {a.target.id: b.value.value for a, b in zip(body, body[1:])
             if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)}

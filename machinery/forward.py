@@ -1,5 +1,6 @@
 """forward.py: the update's forward and backward passes. Which rollouts go through the
-model, and in which chunks (the update's math is loss.py's).
+model, and in which chunks (the update's math is loss.py's), and UpdateConfig, the
+settings of how the update runs (train.py's flags of its fields).
 
 The update of one optimizer step computes one fixed quantity: the gradient of the step's
 loss (loss.py) over the step's rollouts. How much work that takes is a separate question,
@@ -21,6 +22,13 @@ rounding, and each is tested against the plain computation (tests/engine/test_tr
     the prompt's backward runs once too, with the gradient of all its rollouts.
   - compile_for_update: torch.compile for the update's forward and backward (opt-in).
 
+train.py's loop calls them in order, per optimizer step: micro_batches, share_prompts,
+then per micro-batch `forward` and the loss's backward, then backward_prompts (the shared
+prompts' backward): every backward of the update is a line of the loop. With the
+speed-ups off (--no-skip_zero_adv --no-merge_duplicates, a --micro_batch as large as the
+step, no --share_prompts) that is the plain update, one forward and one backward over
+the whole step: the same gradient to float rounding (tests/engine/test_train.py).
+
 TRL's GRPOTrainer and verl run every rollout through the update, copies and
 zero-advantage groups included, each with its prompt. Over this project's default run
 the skip and the merge together leave ~80% of the rollouts out of the forward
@@ -31,25 +39,57 @@ the token positions the update runs (docs/results.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+import loss
 from machinery import rollout
+from machinery.flags import FIXED, MAY_CHANGE, check_counts, refuse_nonfinite, require
+
+MIN_GRAD_CLIP = 1e-3      # --grad_clip below this (and not 0) is refused (UpdateConfig says why)
 
 
-@dataclass(frozen=True)
-class ForwardSettings:
-    """How every forward pass over rollouts runs: the same for the update and the no-grad passes."""
+@dataclass
+class UpdateConfig:
+    """How one optimizer step's update runs: its chunks, its speed-ups, its gradient clip.
 
-    temperature: float = 1.0
-    """The sampling temperature: log-probs are taken under the distribution that sampled."""
-    micro_batch: int = 32
-    """Rollouts per forward (memory and speed only)."""
-    merge_duplicates: bool = True
-    """Run identical rollouts once and copy the result (rollout.token_logprobs)."""
+    train.py's Config nests it as cfg.update; each field is the flag of its name, its
+    docstring the --help. Every field but grad_clip changes memory and speed only (the
+    update is the same to float rounding, tested), so --resume may change it; grad_clip
+    is the run's math. The no-grad passes (the old policy's, the reference's, the
+    diagnostics') read micro_batch and merge_duplicates too. Checked here, once.
+    """
+
+    micro_batch: int = field(default=32, metadata=MAY_CHANGE)
+    """Rollouts per forward/backward, grouped by length (memory and speed only: the result does not depend on it)."""
+    gradient_checkpointing: bool = field(default=False, metadata=MAY_CHANGE)
+    """Recompute each layer's activations in the backward instead of keeping them (memory only; TRL's and verl's default for hub models)."""
+    compile: bool = field(default=False, metadata=MAY_CHANGE)
+    """torch.compile the policy for the update's forward and backward (verl's use_torch_compile, TRL's torch_compile); see forward.compile_for_update."""
+    skip_zero_adv: bool = field(default=True, metadata=MAY_CHANGE)
+    """Skip the forward/backward of rollouts whose advantage is exactly 0 (their gradient is exactly 0; speed only, see forward.carries_gradient)."""
+    merge_duplicates: bool = field(default=True, metadata=MAY_CHANGE)
+    """Run the forward/backward of identical rollouts (same prompt, same response) once and copy the result (exact; speed only, see rollout.token_logprobs)."""
+    share_prompts: bool = field(default=False, metadata=MAY_CHANGE)
+    """Run each prompt of an optimizer step through the update's forward/backward once, not once per rollout (exact to float rounding; speed only, see forward.share_prompts). Off by default: rounding can change a later sampled token, so the default run would no longer reproduce its published numbers bit for bit; the benchmark turns it on."""
+    grad_clip: float = field(default=1.0, metadata=FIXED)
+    """Max global gradient norm (0 = no clipping)."""
+
+    def __post_init__(self):
+        refuse_nonfinite(self)
+        check_counts(self, {"micro_batch": 1, "grad_clip": 0},
+                     {"micro_batch": (2 ** 22, "a step holds at most 2**22 rollouts, and a larger micro-batch is "
+                                               "the whole step")})
+        # Adam divides each gradient by its root mean square plus eps = 1e-8. Clipped to a
+        # global norm c, a typical weight's gradient is c / sqrt(parameters), and once that
+        # nears eps the step shrinks toward nothing (--grad_clip 1e-30 trained nothing).
+        # c = 1e-3 keeps it above eps up to ~10^9 parameters.
+        require(self.grad_clip == 0 or self.grad_clip >= MIN_GRAD_CLIP,
+                f"--grad_clip must be 0 (off) or at least {MIN_GRAD_CLIP} (a smaller norm sinks under Adam's eps "
+                f"and nothing moves), got {self.grad_clip}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -57,7 +97,8 @@ class ForwardSettings:
 # ---------------------------------------------------------------------------------------
 
 def needs_whole_groups(cfg) -> bool:
-    """True iff the loss must see each group's rollouts together: DFPO's weight transforms.
+    """True iff the loss must see each group's rollouts together: its surrogate's whole_groups
+    property (loss.SURROGATES; DFPO's weight transforms).
 
     A transform (loss.dfpo_transform) re-weights a rollout by the other rollouts of its group,
     so it only sees the part of a group that is in its call. Every place that cuts a
@@ -65,7 +106,7 @@ def needs_whole_groups(cfg) -> bool:
     --minibatch_mode query or query_balanced), the micro-batching (cut at group
     boundaries, forward.micro_batches) and the zero-advantage skip (below).
     """
-    return cfg.weight_transform is not None
+    return loss.SURROGATES[cfg.surrogate].whole_groups
 
 
 def zero_advantage_adds_nothing(cfg) -> bool:
@@ -213,14 +254,16 @@ def batch_inputs(rollouts: rollout.Rollouts, idx: torch.Tensor, device) -> tuple
     return tuple(t[idx].to(device) for t in (rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask))
 
 
-def forward(model, rollouts: rollout.Rollouts, idx: torch.Tensor, settings: ForwardSettings, with_entropy: bool = False,
-            prompts: SharedPrompts | None = None):
+def forward(model, rollouts: rollout.Rollouts, idx: torch.Tensor, update: UpdateConfig, temperature: float,
+            with_entropy: bool = False, prompts: SharedPrompts | None = None):
     """(logp [b, T], entropy [b, T] or None) of rollouts idx under the policy, WITH grad.
 
     The update's forward: `model` is the (possibly compiled) training model, on the
-    device of its parameters; the full-vocabulary entropy only when the loss has an
-    entropy bonus (with_entropy). With `prompts` (share_prompts) the forward runs over
-    the responses only, on the keys and values their prompts left.
+    device of its parameters; log-probs at the sampling temperature (the distribution
+    that sampled); the full-vocabulary entropy only when the loss has an entropy bonus
+    (with_entropy); identical rollouts once (update.merge_duplicates). With `prompts`
+    (share_prompts) the forward runs over the responses only, on the keys and values
+    their prompts left.
     """
     device = _device(model)
     if prompts is None:
@@ -231,23 +274,25 @@ def forward(model, rollouts: rollout.Rollouts, idx: torch.Tensor, settings: Forw
                   rollouts.response_mask[idx].to(device))
         prompt_kv = ([k[rows] for k in prompts.key_leaves], [v[rows] for v in prompts.value_leaves])
     with autocast(model):
-        return rollout.token_logprobs(model, *inputs, temperature=settings.temperature, with_entropy=with_entropy,
-                                      merge_duplicates=settings.merge_duplicates, prompt_kv=prompt_kv)
+        return rollout.token_logprobs(model, *inputs, temperature=temperature, with_entropy=with_entropy,
+                                      merge_duplicates=update.merge_duplicates, prompt_kv=prompt_kv)
 
 
-def no_grad_pass(model, rollouts: rollout.Rollouts, settings: ForwardSettings, with_entropy: bool = False):
+def no_grad_pass(model, rollouts: rollout.Rollouts, update: UpdateConfig, temperature: float,
+                 with_entropy: bool = False):
     """(logp [B, T], entropy [B, T] or None) of every rollout under `model`, no grad, on the CPU.
 
     For the sampling policy's log-probs (off-policy steps), the reference model's (KL),
-    and the updated policy's (diagnostics). Chunks of settings.micro_batch rollouts.
+    and the updated policy's (diagnostics). Chunks of update.micro_batch rollouts, at the
+    sampling temperature.
     """
     B = rollouts.response_ids.shape[0]
     logps, ents = [], []
     with torch.no_grad(), autocast(model):
-        for idx in torch.arange(B).split(settings.micro_batch):
+        for idx in torch.arange(B).split(update.micro_batch):
             lp, ent = rollout.token_logprobs(model, *batch_inputs(rollouts, idx, _device(model)),
-                                             temperature=settings.temperature, with_entropy=with_entropy,
-                                             merge_duplicates=settings.merge_duplicates)
+                                             temperature=temperature, with_entropy=with_entropy,
+                                             merge_duplicates=update.merge_duplicates)
             logps.append(lp.float().cpu())
             ents.append(ent.float().cpu() if ent is not None else None)
     return torch.cat(logps), (torch.cat(ents) if with_entropy else None)
@@ -366,36 +411,8 @@ def backward_prompts(prompts: SharedPrompts | None) -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# The update's micro-batches, with every speed-up, behind one call
+# Helpers
 # ---------------------------------------------------------------------------------------
-
-def update_batches(model, rollouts: rollout.Rollouts, step_idx: torch.Tensor, has_grad: torch.Tensor,
-                   lengths: torch.Tensor, group_index: torch.Tensor, settings: ForwardSettings, whole_groups: bool,
-                   sharing_off: str | None, with_entropy: bool = False):
-    """Yield (idx, logp [b, T] with grad, entropy or None) for each micro-batch of one optimizer step.
-
-    The trainer's loop computes the loss of each and calls backward; everything that only
-    changes how much work that takes is here, behind this one call (as nanochat's
-    chat_rl.py hands its loop a generator of batches):
-      - the rollouts that add nothing are left out (has_grad, from carries_gradient);
-      - the rest are cut into micro-batches of settings.micro_batch, sorted by length (or
-        at group boundaries: whole_groups, needs_whole_groups);
-      - with prompt sharing on (sharing_off None) each prompt runs once (share_prompts) and
-        its backward runs after the last micro-batch's (backward_prompts), which is why
-        this is a generator: that backward runs when the loop asks for the next batch
-        after the last one;
-      - identical rollouts run once (settings.merge_duplicates, inside token_logprobs).
-    Off (--no-skip_zero_adv, --no-merge_duplicates, --micro_batch >= the step's rollouts,
-    no --share_prompts) it yields the whole step once: the plain update, the same
-    gradient to float rounding (tests/).
-    """
-    micro = micro_batches(step_idx, has_grad, group_index, lengths, settings.micro_batch, whole_groups)
-    prompts = share_prompts(model, rollouts, micro, settings.micro_batch, sharing_off)     # None: not shared
-    for idx in micro:
-        logp, entropy = forward(model, rollouts, idx, settings, with_entropy=with_entropy, prompts=prompts)
-        yield idx, logp, entropy
-    backward_prompts(prompts)                           # the shared prompts' backward, once per optimizer step
-
 
 def _device(model) -> torch.device:
     """The device of a model's parameters (a compiled wrapper has no .device of its own)."""

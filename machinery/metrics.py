@@ -148,7 +148,7 @@ def step_record(run, step: int, rows: list[dict], rollouts, scores: list[dict], 
                              has_grad=has_grad, grad_norms=grad_norms,
                              duplicate_share=forward.duplicate_share(rollouts, has_grad),
                              lr=run.optimizer.param_groups[0]["lr"], staleness=run.staleness.last),
-            **diag.report(run.model, run.tokenizer, run.task, run.forward_settings, rollouts, A, rows, rewards)}
+            **diag.report(run.model, run.tokenizer, run.task, run.update, run.sampling, rollouts, A, rows, rewards)}
 
 
 def log_metrics(out_dir: str, tracker, metrics: dict, bar) -> None:

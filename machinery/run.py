@@ -6,6 +6,7 @@ random streams, the engines), the model load, the run directory (fresh, --overwr
 --resume), checkpoints, sampling from the run's engine (transformers' generate or vLLM),
 the sampling policy's log-prob pass, and one optimizer step. Each function takes the Run
 and explicit values, never train.py's Config: what a function reads is in its signature.
+Here too is SamplingConfig, the sampling's settings (train.py's flags of its fields).
 """
 
 from __future__ import annotations
@@ -31,26 +32,57 @@ from machinery import rollout
 from machinery import warmups
 from machinery import trackers
 from machinery import vllm_rollout
+from machinery.flags import FIXED, MAY_CHANGE, check_counts, refuse_nonfinite, require
 from scheduler import AdvantageScheduler
 
 
-@dataclass(frozen=True)
-class Sampling:
-    """How rollouts are sampled (train.py's flags of the same names)."""
+@dataclass
+class SamplingConfig:
+    """How rollouts are sampled: the engine, the budget and the distribution.
 
-    max_new_tokens: int = 48
-    """Generation budget per rollout."""
-    temperature: float = 1.0
-    """Sampling temperature of the training rollouts (evaluation may pass its own)."""
-    top_p: float = 1.0
-    """Nucleus sampling (1 = off)."""
-    chat_template: bool = False
+    train.py's Config nests it as cfg.sampling; each field is the flag of its name, its
+    docstring the --help. Read by sample_rollouts (below), evaluation and the token
+    diagnostics; set-up builds the vLLM engine from backend and gpu_memory_utilization.
+    Every field is the run's math but the engine's memory share (a resume may change
+    only that). Checked here, once, when it is built: one line naming the value.
+    """
+
+    backend: str = field(default="transformers", metadata=FIXED)
+    """Rollout engine: 'transformers' (generate; CPU, tested) or 'vllm' (in-process engine)."""
+    max_new_tokens: int = field(default=48, metadata=FIXED)
+    """Generation budget per rollout (also Dr. GRPO's constant normaliser)."""
+    temperature: float = field(default=1.0, metadata=FIXED)
+    """Sampling temperature (the trainer's log-probs use the same temperature)."""
+    top_p: float = field(default=1.0, metadata=FIXED)
+    """Nucleus sampling of rollouts and evaluation (1 = off; < 1 samples a truncated distribution the update does not score: machinery/rollout.py)."""
+    chat_template: bool = field(default=False, metadata=FIXED)
     """Wrap prompts in the tokenizer's chat template (instruct hub models)."""
+    gpu_memory_utilization: float = field(default=0.3, metadata=MAY_CHANGE)
+    """vLLM: share of the GPU's memory the engine takes at start-up."""
+
+    def __post_init__(self):
+        refuse_nonfinite(self)
+        require(self.backend in ("transformers", "vllm"),
+                f"--backend must be 'transformers' or 'vllm', got {self.backend!r}")
+        check_counts(self, {"max_new_tokens": 1},
+                     {"max_new_tokens": (2 ** 17, "128k tokens, the longest context of today's open models; every "
+                                                  "rollout holds a key/value cache for its prompt and this many tokens")})
+        # One range for both backends: vLLM's (it refuses T > 2 and silently raises T < 0.01
+        # to 0.01). The same flags then mean the same sampling distribution on either
+        # engine, and T = 1e-40 (logits / T overflow to inf, softmax to nan) never reaches
+        # the sampler. evaluation.EvalConfig checks --eval_temperature against it too.
+        require(vllm_rollout.MIN_TEMPERATURE <= self.temperature <= vllm_rollout.MAX_TEMPERATURE,
+                f"--temperature must be in [{vllm_rollout.MIN_TEMPERATURE}, {vllm_rollout.MAX_TEMPERATURE}] "
+                f"(vLLM's limits, used for both backends), got {self.temperature}")
+        require(0 < self.top_p <= 1, f"--top_p must be in (0, 1], got {self.top_p}")
+        require(0 < self.gpu_memory_utilization <= 1,
+                f"--gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
 
 
 @dataclass
 class Run:
-    """What a run holds between steps: what a checkpoint saves, plus the data and engines."""
+    """What a run holds between steps: what a checkpoint saves, plus the data and engines,
+    and what the loop derives from the settings, computed once at set-up (setup.py)."""
 
     model: torch.nn.Module
     train_model: torch.nn.Module
@@ -69,9 +101,22 @@ class Run:
     mb_generator: torch.Generator
     """Mini-batch shuffling stream."""
     model_path: str
-    sampling: Sampling
-    forward_settings: forward.ForwardSettings
-    """How every forward pass over rollouts runs (temperature, micro-batch, merged copies)."""
+    sampling: SamplingConfig
+    """How rollouts are sampled (the run's cfg.sampling)."""
+    update: forward.UpdateConfig
+    """How the update's passes run (the run's cfg.update; merge_duplicates turned off under dropout)."""
+    on_policy: bool
+    """One optimizer step per rollout batch (--epochs 1 --minibatches 1): the policy trained is the one
+    that sampled, so the update's own log-probs, detached, are the old policy's (ratio exactly 1)."""
+    may_skip: bool
+    """Rollouts with advantage exactly 0 may leave the update (forward.carries_gradient): --skip_zero_adv,
+    on-policy, and a loss to which such a rollout adds exactly 0 (forward.zero_advantage_adds_nothing)."""
+    group_index: torch.Tensor
+    """[N * G] long: rollout i answers prompt i // G (the loss's and the diagnostics' groups)."""
+    whole_groups: bool
+    """The loss reads whole groups (DFPO): micro-batches are cut at group boundaries (forward.micro_batches)."""
+    sharing_off: str | None
+    """Why each prompt cannot run once per optimizer step (forward.prompt_sharing_off), or None: it can."""
     ref_model: torch.nn.Module | None = None
     """Frozen copy of the initial policy, only when loss.kl_coef > 0."""
     llm: object | None = None
@@ -232,19 +277,20 @@ def sample_rollouts(run: Run, prompts: list[str], G: int, seed: int | None = Non
                                          temperature=temperature, top_p=s.top_p, chat_template=s.chat_template)
 
 
-def old_policy_pass(run: Run, rollouts: rollout.Rollouts, on_policy: bool):
+def old_policy_pass(run: Run, rollouts: rollout.Rollouts):
     """logp_old [B, T] (or None) and the entropy [B, T] of the policy that sampled.
 
-    On-policy (one optimizer step per batch, our own sampler) there is nothing to
+    On-policy (run.on_policy: one optimizer step per batch; our own sampler) there is nothing to
     compute: the update's own forward, detached, is logp_old (ratio exactly 1 by
     construction, as TRL), and the sampler's entropy is the entropy (equal to a
     teacher-forced pass's to ~1e-6, tested). Otherwise this is the "old policy" pass
     (verl's recompute_log_prob): teacher-forced, under the weights that sampled. For
     vLLM rollouts the gap to the engine's own log-probs is the staleness canary.
     """
-    if on_policy and run.llm is None:
+    if run.on_policy and run.llm is None:
         return None, rollouts.engine_entropy
-    old_logp, entropy = forward.no_grad_pass(run.model, rollouts, run.forward_settings, with_entropy=True)
+    old_logp, entropy = forward.no_grad_pass(run.model, rollouts, run.update, run.sampling.temperature,
+                                             with_entropy=True)
     if run.llm is not None:
         run.staleness.measure(rollouts.engine_logp, old_logp, rollouts.response_mask.float())
     return old_logp, entropy

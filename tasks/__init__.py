@@ -10,7 +10,7 @@
 
 This file is the one place a task's name is read: get(source) turns a --data value into
 a Task, and everything downstream (the trainer, the verifier, the diagnostics, the
-warm-up) asks the Task, never the name. Adding a task (README, "Add a task"): write
+warm-up) asks the Task, never the name. Adding a task (docs/extending.md, "Add a task"): write
 tasks/NAME.py with its rows and checker and a Task, add one line to TASKS below, and
 tests/engine/test_tasks.py runs its checks on it.
 """

@@ -31,6 +31,7 @@ import inspect
 import json
 import os
 import sys
+import tempfile
 import time
 
 import torch
@@ -39,7 +40,6 @@ import torch
 # slower on a busy 2-core machine (tests/conftest.py does the same).
 torch.set_num_threads(1)
 
-from machinery import checks  # noqa: E402
 from toy import breakers, cancellation, fade, report  # noqa: E402
 
 EXPERIMENTS = {
@@ -65,9 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown experiment {bad[0]}; choose from 1..{len(EXPERIMENTS)}")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         parser.error(f"--out {args.out!r} exists and is not a folder")
-    if problem := checks.writable_dir_problem(args.out):       # under a file, read-only, ...
+    if problem := out_problem(args.out):       # under a file, read-only, ...
         parser.error(f"--out {args.out!r}: {problem}")
-    os.makedirs(args.out, exist_ok=True)
 
     start = time.perf_counter()
     sections = []
@@ -87,6 +86,29 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nVerdicts on {len(claims)} claims: {report.label_counts(claims)}. Wrote {args.out}/summary.md and "
           f"{len(sections)} PNGs; the experiments took {total:.1f} s.")
     return 0
+
+
+def out_problem(path: str) -> str | None:
+    """None once `path` is a folder this process can write in (made if needed); else what is wrong.
+
+    Asked before the first experiment runs, so a bad --out is one line, not a traceback
+    after seconds of work: a file above it ("X (above it) is a file"), or a folder the
+    process may not write in (a read-only mount: tested by writing, not with os.access,
+    which says yes to root there). The toy imports only the chapters, so it asks here
+    itself rather than through the engine's checks at the door (machinery/checks.py).
+    """
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        return f"{probe} (above it) is a file, not a folder"
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        return f"cannot write in it ({e.strerror})"
+    return None
 
 
 if __name__ == "__main__":

@@ -62,6 +62,47 @@ def test_a_bug_put_in_a_chapter_shows_its_traceback_naming_the_file(tmp_path):
     assert "ValueError: invalid literal for int() with base 10: 'not a number'" in proc.stderr
 
 
+NEW_SETTING_CHECK = """
+import contextlib, dataclasses, io, json
+import train
+from machinery import config
+cfg = train.parse_args(["--prefetch", "3", "--out_dir", "x"])
+assert cfg.update.prefetch == 3, cfg.update
+assert json.loads(json.dumps(dataclasses.asdict(cfg)))["update"]["prefetch"] == 3      # config.json nests it
+assert "prefetch" in config.resume_rules(cfg)[0]                                      # --resume may change it
+help_text = io.StringIO()
+with contextlib.redirect_stdout(help_text), contextlib.suppress(SystemExit):
+    train.parse_args(["--help"])
+assert "Micro-batches to prepare ahead" in help_text.getvalue()
+open("flat.json", "w").write(json.dumps({"prefetch": 2}))                              # --config, flat
+assert train.parse_args(["--config", "flat.json", "--out_dir", "x"]).update.prefetch == 2
+try:
+    train.parse_args(["--prefetch", "-1", "--out_dir", "x"])
+except SystemExit as e:
+    assert e.code == 2
+print("ok")
+"""
+
+
+def test_a_new_setting_is_one_field_in_the_file_that_reads_it(tmp_path):
+    # A person adding a flag writes one field, with its docstring and its resume rule, and
+    # its check, in the part whose file reads it (here forward.UpdateConfig), and nothing
+    # else: the flag, its --help, --config, config.json's nesting and the resume check follow.
+    repo = copy_of_the_repository(tmp_path)
+    path = repo / "machinery" / "forward.py"
+    anchor = "    grad_clip: float = field(default=1.0, metadata=FIXED)\n"
+    check = "        refuse_nonfinite(self)\n"
+    source = path.read_text()
+    assert source.count(anchor) == 1 and source.count(check) == 1
+    path.write_text(source.replace(anchor, '    prefetch: int = field(default=0, metadata=MAY_CHANGE)\n'
+                                           '    """Micro-batches to prepare ahead (a setting of this test)."""\n' + anchor)
+                    .replace(check, check + '        check_counts(self, {"prefetch": 0})\n'))
+    out = subprocess.run([sys.executable, "-c", NEW_SETTING_CHECK], cwd=repo, capture_output=True, text=True,
+                         timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+    assert "train.py: error: --prefetch must be >= 0, got -1" in out.stderr
+
+
 def test_a_usage_error_at_the_door_is_one_line_and_exit_2(tmp_path, capsys):
     bad = tmp_path / "rows.jsonl"
     bad.write_text('{"prompt": "1+1", "answer": "2"}\nnot json\n')
@@ -381,8 +422,7 @@ def setting_names(cell: str) -> list[str]:
 
 
 def test_every_trl_and_verl_setting_in_the_mapping_is_our_flag_or_a_one_line_hint():
-    ours = set(train.Config.__dataclass_fields__) | {f for group in ("adv", "loss", "sched")
-                                                     for f in type(getattr(train.Config(), group)).__dataclass_fields__}
+    ours = {f.name for _, _, f in flags.leaf_fields(train.Config())}            # every flag, in every part
     rows = [line.split("|")[1:-1] for line in open(os.path.join(REPO, "docs", "trl_verl.md"))
             if line.startswith("| ") and not line.startswith("| concept") and not line.startswith("|---")]
     missing = sorted({name for row in rows if len(row) >= 4 for cell in row[2:4] for name in setting_names(cell)

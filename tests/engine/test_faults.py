@@ -89,7 +89,7 @@ def test_resume_allows_what_does_not_change_the_math(tiny_dir, tmp_path, capsys)
                               "--save_every", "1", "--max_minutes", "30", "--micro_batch", "4"), capsys)
     assert code == 0 and err == []
     assert steps_logged(tmp_path) == [1, 2, 3, 4]
-    assert json.load(open(tmp_path / "config.json"))["eval_every"] == 4
+    assert json.load(open(tmp_path / "config.json"))["evaluation"]["eval_every"] == 4      # nested in its part
 
 
 def test_resume_with_nothing_left_to_do_says_so(tiny_dir, tmp_path, capsys):

@@ -39,7 +39,7 @@ def write_lines(path, lines):
 @pytest.mark.parametrize("name", sorted(tasks.TASKS))
 def test_every_registered_task_keeps_the_task_contract(name):
     """What the trainer asks of a task (tasks/task.py), for each name in tasks.TASKS; the
-    README's recipe "Add a task" points here."""
+    recipe "Add a task" (docs/extending.md) points here."""
     task = tasks.get(name)
     train, test = (task.rows(60, split, seed=0, digits=3) for split in ("train", "test"))
     assert len(train) == len(test) == 60

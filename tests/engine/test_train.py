@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -368,7 +369,7 @@ def test_update_index_tensors_follow_their_inputs_device(tiny_dir, default_devic
     with default_device("meta"):
         run_all, skip_zero = forward.carries_gradient(adv, False), forward.carries_gradient(adv, True)
         chunks = forward.micro_batches(step_idx, torch.ones(6, dtype=torch.bool, device="cpu"), group_index, lengths,
-                                       dfpo.micro_batch, forward.needs_whole_groups(dfpo.loss))
+                                       dfpo.update.micro_batch, forward.needs_whole_groups(dfpo.loss))
     assert run_all.device.type == skip_zero.device.type == "cpu"
     assert run_all.tolist() == [True] * 6 and skip_zero.tolist() == [False, True, True, False, True, True]
     assert [c.device.type for c in chunks] == ["cpu", "cpu", "cpu"]
@@ -439,10 +440,30 @@ def test_merging_that_drops_the_copies_share_would_be_caught(tiny_dir, tmp_path,
     assert (wrong_p - full_p).abs().max() > 10 * SAME_UPDATE * (full_p - before).abs().max()
 
 
+@pytest.mark.parametrize("extra,on_policy,may_skip,whole_groups,sharing_off", [
+    ((), True, True, False, "--share_prompts is off"),
+    (("--minibatches", "2", "--share_prompts"), False, False, False, None),          # off-policy: every rollout runs
+    (("--kl_coef", "0.01", "--share_prompts", "--compile"), True, False, False, "--compile"),   # A = 0 still has KL
+    (("--no-skip_zero_adv",), True, False, False, "--share_prompts is off"),
+    (("--loss_type", "gspo", "--weight_transform", "min"), True, False, True, "--share_prompts is off"),
+])
+def test_what_the_loop_reads_off_the_run_is_derived_once_at_set_up(tiny_dir, tmp_path, extra, on_policy, may_skip,
+                                                                    whole_groups, sharing_off):
+    cfg = train.parse_args(small_args(tiny_dir, tmp_path, *extra))
+    run = train.setup(cfg)
+    try:
+        assert (run.on_policy, run.may_skip, run.whole_groups, run.sharing_off) == \
+            (on_policy, may_skip, whole_groups, sharing_off)
+        assert run.group_index.tolist() == [i // 4 for i in range(16)]          # 4 prompts x 4 rollouts
+        assert run.sampling is cfg.sampling and run.update is cfg.update        # the parts themselves, not copies
+    finally:
+        run.lock.close()
+
+
 def test_merging_is_turned_off_for_a_model_with_active_dropout(tiny_dir, tmp_path):
     # Copies merged into one forward would share one dropout mask: not the same update.
     cfg = train.parse_args(small_args(tiny_dir, tmp_path / "plain"))
-    assert train.setup(cfg).model is not None and cfg.merge_duplicates      # Llama config: dropout 0
+    assert train.setup(cfg).model is not None and cfg.update.merge_duplicates      # Llama config: dropout 0
     tok = tinymodel.build_char_tokenizer()
     model = tinymodel.build_tiny_model(tok, seed=0)
     model.config.attention_dropout = 0.1
@@ -451,7 +472,7 @@ def test_merging_is_turned_off_for_a_model_with_active_dropout(tiny_dir, tmp_pat
     assert forward.active_dropout(model) == ["attention_dropout=0.1"]
     cfg = train.parse_args(small_args(str(tmp_path / "dropout"), tmp_path / "run"))
     train.setup(cfg)
-    assert not cfg.merge_duplicates
+    assert not cfg.update.merge_duplicates
 
 
 # --- running each prompt once per optimizer step (share_prompts, forward.share_prompts) ---
@@ -501,7 +522,8 @@ def test_prompts_are_not_shared_where_the_cache_cannot_be_passed(tiny_dir, tmp_p
     # responses would not see their prompts); a compiled update is traced without one.
     cfg = train.parse_args(small_args(tiny_dir, tmp_path, "--share_prompts"))    # setup locks its out_dir: not the cwd
     run = train.setup(cfg)
-    off = lambda c: forward.prompt_sharing_off(run.model, c.share_prompts, c.compile, c.gradient_checkpointing)
+    off = lambda c: forward.prompt_sharing_off(run.model, c.update.share_prompts, c.update.compile,
+                                               c.update.gradient_checkpointing)
     assert off(cfg) is None
     assert off(train.parse_args(small_args(tiny_dir, "unused", "--share_prompts", "--compile"))) == "--compile"
     assert off(train.parse_args(small_args(tiny_dir, "unused")))                           # off by default
@@ -589,13 +611,13 @@ def test_door_read_only_checkpoints_is_refused(tmp_path, tiny_dir, capsys, monke
     # where a read-only mount would (checkpoints/), and nowhere else.
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "step_000002").mkdir()
-    real = checks.tempfile.mkstemp
+    real = tempfile.mkstemp                  # the write probe's (machinery/door.py, writable_dir_problem)
 
     def mkstemp(*args, dir=None, **kw):
         if dir and os.path.basename(dir) == "checkpoints":
             raise PermissionError(13, "Read-only file system")
         return real(*args, dir=dir, **kw)
-    monkeypatch.setattr(checks.tempfile, "mkstemp", mkstemp)
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
     code, err = door(["--model", tiny_dir, "--out_dir", str(tmp_path), "--resume"], capsys)
     assert code == 2 and len(err) == 1 and "cannot write in" in err[0] and "checkpoints" in err[0], err
 

@@ -21,7 +21,7 @@ import torch
 import advantages
 import tasks
 import train
-from machinery import checkpoint, config, warmups
+from machinery import checkpoint, config, flags, warmups
 from machinery import trackers
 from machinery import rollout
 from machinery import setup as setup_lib
@@ -177,6 +177,54 @@ def test_config_json_reproduces_the_run_and_flags_after_it_win(tiny_dir, tmp_pat
         [r.get("entropy") for r in read_jsonl(first / "metrics.jsonl")]
 
 
+FLAT_CONFIG = os.path.join(REPO, "tests", "data", "config_flat.json")
+
+
+def test_a_flat_config_json_from_before_the_parts_reads_the_same_and_resumes(tmp_path):
+    """tests/data/config_flat.json is a run's config.json as train.py wrote it before the
+    settings were nested in parts (every part's field at the top: micro_batch, eval_every,
+    value_k, ...; out_dir replaced): `--share_prompts --kl_coef 0.04 --entropy_coef 0.01
+    --micro_batch 16 --value_every 10 --value_samples 8 --value_k 2 --steps 20 --eval_every
+    10`. --config reads it into the same settings, config.json now nests them, and the
+    resume check finds nothing changed between the two (a checkpoint's flat config.json
+    resumes)."""
+    flat = json.load(open(FLAT_CONFIG))
+    assert "micro_batch" in flat and "update" not in flat                      # as it was written
+    cfg = train.parse_args(["--config", FLAT_CONFIG, "--out_dir", str(tmp_path / "again")])
+    nested = json.loads(json.dumps(dataclasses.asdict(cfg)))
+    assert (nested["update"]["micro_batch"], nested["update"]["share_prompts"], nested["diagnostics"]["value_k"],
+            nested["evaluation"]["eval_every"], nested["loss"]["kl_coef"]) == (16, True, 2, 10, 0.04)
+    assert ({k: v for k, v in flags.flat_fields(nested).items() if k != "out_dir"} ==
+            {k: v for k, v in flags.flat_fields(flat).items() if k != "out_dir"})
+    assert checkpoint.config_changes(flat, nested, {"out_dir"}) == []
+    flat["micro_batch"], flat["temperature"] = 8, 0.5                          # negative control: two changes named
+    assert checkpoint.config_changes(flat, nested, {"out_dir"}) == ["--micro_batch 8 -> 16", "--temperature 0.5 -> 1.0"]
+    again = tmp_path / "again.json"                                            # the nested file reads back the same
+    again.write_text(json.dumps(nested))
+    assert dataclasses.asdict(train.parse_args(["--config", str(again)])) == dataclasses.asdict(cfg)
+
+
+def test_every_setting_declares_what_resume_may_do_with_it():
+    cfg = train.Config()
+    leaves = flags.leaf_fields(cfg)
+    assert len(leaves) >= 80 and {group for group, _, _ in leaves} == {
+        "", "adv", "sched", "loss", "sampling", "update", "evaluation", "diagnostics"}
+    assert [f.name for _, _, f in leaves if f.metadata.get(flags.RESUME) not in flags.RESUME_RULES] == []
+    may_change, not_compared = config.resume_rules(cfg)
+    assert not_compared == {"out_dir", "resume", "overwrite"}
+    # the run's math is fixed in every part; when it stops, how fast and what it reports may change
+    math = {"seed", "lr", "data", "group_size", "temperature", "max_new_tokens", "backend", "grad_clip", "n_eval",
+            "eval_temperature", "eval_data", "kl_coef", "loss_type", "schedule", "alpha", "adv_eps"}
+    assert math & may_change == set()
+    assert {"steps", "save_every", "micro_batch", "share_prompts", "compile", "eval_every", "final_eval", "flip_every",
+            "value_k", "gpu_memory_utilization", "report_to", "run_name"} <= may_change
+    # negative control: a part whose field declares nothing is refused, naming the field
+    part = dataclasses.make_dataclass("Part", [("new_knob", int, dataclasses.field(default=0))])
+    root = dataclasses.make_dataclass("Root", [("part", part, dataclasses.field(default_factory=part))])
+    with pytest.raises(AssertionError, match="--new_knob: its field declares no resume rule"):
+        config.resume_rules(root())
+
+
 def test_config_json_of_a_used_directory_is_refused_without_a_new_out_dir(tiny_dir, tmp_path):
     train.train(train.parse_args(small_args(tiny_dir, tmp_path, "--steps", "1", "--eval_every", "0")))
     cfg = train.parse_args(["--config", str(tmp_path / "config.json")])
@@ -189,7 +237,7 @@ def test_yaml_config_flat_or_nested_with_yaml_number_quirks(tmp_path, capsys):
     path.write_text("advantage: power\nlr: 1e-6\nloss:\n  kl_coef: 0.01\nschedule: constant\nmodel: my/instruct\n"
                     "chat_template: true\neval_temperature: 0.6\nresume: true\n")
     cfg = train.parse_args(["--config", str(path), "--lr", "2e-6"])
-    assert (cfg.advantage, cfg.lr, cfg.loss.kl_coef, cfg.chat_template, cfg.eval_temperature) == \
+    assert (cfg.advantage, cfg.lr, cfg.loss.kl_coef, cfg.sampling.chat_template, cfg.evaluation.eval_temperature) == \
         ("power", 2e-6, 0.01, True, 0.6)
     assert cfg.resume is False                      # resume/overwrite describe an invocation, not a run
     assert train.parse_args(["--config", str(path)]).lr == 1e-6       # YAML reads 1e-6 as a string
@@ -225,15 +273,16 @@ def test_a_config_file_giving_one_field_twice_is_refused_naming_both(name, text,
 @pytest.mark.parametrize("path", GPU_RECIPES, ids=os.path.basename)
 def test_recipes_parse_and_set_what_a_real_model_needs(path):
     cfg = train.parse_args(["--config", path])
-    assert cfg.backend == "vllm" and cfg.chat_template and cfg.lr <= 1e-5 and cfg.top_p == 1.0
+    s, up, ev = cfg.sampling, cfg.update, cfg.evaluation
+    assert s.backend == "vllm" and s.chat_template and cfg.lr <= 1e-5 and s.top_p == 1.0
     if cfg.model == "smollm2-135m-instruct":        # short answers: a short budget, no checkpointing needed
-        assert cfg.data == "addition_instruct" and cfg.max_new_tokens == 32 and not cfg.gradient_checkpointing
+        assert cfg.data == "addition_instruct" and s.max_new_tokens == 32 and not up.gradient_checkpointing
         return
     assert cfg.model == "Qwen/Qwen2.5-0.5B-Instruct"
-    assert cfg.max_new_tokens >= 512 and cfg.gradient_checkpointing
-    assert cfg.eval_temperature is not None and cfg.data in ("gsm8k", "countdown_instruct")
+    assert s.max_new_tokens >= 512 and up.gradient_checkpointing
+    assert ev.eval_temperature is not None and cfg.data in ("gsm8k", "countdown_instruct")
     # a final evaluation finer than the curve's: GSM8K's whole test split; 1000 generated countdown problems
-    assert cfg.final_eval == -1 if cfg.data == "gsm8k" else cfg.final_eval >= 1000
+    assert ev.final_eval == -1 if cfg.data == "gsm8k" else ev.final_eval >= 1000
     # the checkpoint's sampling settings are said, and why the recipe does not follow them
     text = open(path).read()
     assert "generation_config.json asks for temperature 0.7, top_p 0.8, top_k 20" in text and "Not followed" in text
@@ -260,8 +309,9 @@ def test_a_cpu_recipe_is_what_its_committed_runs_ran_and_they_learned(path):
     for run in runs:
         with open(os.path.join(run, "config.json")) as f:
             ran = json.load(f)
-        recipe = json.loads(json.dumps(dataclasses.asdict(train.parse_args(
-            ["--config", path, "--seed", str(ran["seed"])]))))     # through JSON: tuples become lists, as in config.json
+        ran = flags.flat_fields(ran)                                 # flat as it was written, or nested
+        recipe = flags.flat_fields(json.loads(json.dumps(dataclasses.asdict(train.parse_args(
+            ["--config", path, "--seed", str(ran["seed"])])))))     # through JSON: tuples become lists, as in config.json
         inert = {"out_dir"} | ({"coupling_pairs"} if ran["flip_every"] == 0 else set())
         # A setting added after these runs is absent from their config.json: at its default it
         # is what they ran (--reward_timeout limits a --reward function, and they had none).
@@ -279,7 +329,7 @@ def test_a_cpu_recipe_is_what_its_committed_runs_ran_and_they_learned(path):
 ])
 def test_a_24gb_recipe_is_its_80gb_recipe_with_only_memory_settings_changed(task, changed):
     """Same model, data, algorithm, batch and evaluation; what differs is said in the file."""
-    big, small = (dataclasses.asdict(train.parse_args(["--config", os.path.join(REPO, "recipes", name)]))
+    big, small = (flags.flat_fields(dataclasses.asdict(train.parse_args(["--config", os.path.join(REPO, "recipes", name)])))
                   for name in (f"qwen2.5-0.5b-{task}.yaml", f"qwen2.5-0.5b-{task}-24gb.yaml"))
     assert {key for key in big if big[key] != small[key]} == changed
     assert small["micro_batch"] < big["micro_batch"] and small["gpu_memory_utilization"] < big["gpu_memory_utilization"]
@@ -298,12 +348,12 @@ def qwen_paper_memory_gb(cfg, card_gb: float, prompt: int = 200) -> dict:
     token (2 x 24 layers x 2 heads x 64 x 2 bytes). Estimated, not measured.
     """
     N, V, h, layers = 494_032_768, 151_936, 896, 24
-    b, T = cfg.micro_batch, cfg.max_new_tokens
+    b, T = cfg.update.micro_batch, cfg.sampling.max_new_tokens
     logits = 4 * b * T * V
-    per_token = 4 * h * layers + 74_500 if cfg.gradient_checkpointing else 74_500 * layers
+    per_token = 4 * h * layers + 74_500 if cfg.update.gradient_checkpointing else 74_500 * layers
     update = logits + 2.5 * logits + per_token * b * (prompt + T)
     trainer = 18 * N + max(update, 18 * b * T * V) + 0.5e9
-    share = cfg.gpu_memory_utilization * card_gb * 1e9
+    share = cfg.sampling.gpu_memory_utilization * card_gb * 1e9
     kv_needed = 12_288 * cfg.prompts_per_step * (cfg.group_size * T + prompt)    # prompts shared by prefix caching
     return {"trainer": trainer / 1e9, "total": (trainer + share) / 1e9,
             "kv_left": (share - 2 * N - 1e9) / 1e9, "kv_needed": kv_needed / 1e9}
@@ -558,7 +608,7 @@ def test_gradient_checkpointing_changes_memory_not_the_update(tiny_dir, tmp_path
         assert [b[k] for k in a] == pytest.approx([a[k] for k in a], rel=1e-5, abs=1e-7)
 
 
-# --- the README's recipe "Add an advantage", followed in a copy of the repository ---
+# --- docs/extending.md's recipe "Add an advantage", followed in a copy of the repository ---
 
 def follow_the_advantage_recipe(repo: str, copy) -> None:
     """The recipe's edits, word for word, for a throwaway advantage `scaled` with its own
@@ -575,16 +625,15 @@ def follow_the_advantage_recipe(repo: str, copy) -> None:
            'def scaled(rewards: Tensor, tau: float = 0.5) -> Tensor:\n'
            '    """A throwaway advantage: tau (r - mean r)."""\n'
            '    return tau * (rewards - rewards.mean(dim=1, keepdim=True))\n\n\n', before=True)   # the function
-    insert("advantages.py", "HYPER_RANGES = {\n", '    "tau": (lambda v, G: _real(v) and v > 0, "a finite tau > 0"),\n')
-    insert("machinery/config.py", "\n\n\ndef hyper_defaults(", '\n    tau: float | None = None\n'
-           '    """scaled: the scale of the centred reward (default 0.5)."""', before=True)      # its flag (AdvantageConfig)
+    insert("advantages.py", "HYPER_RANGES = {\n", '    "tau": (lambda v, G: _real(v) and v > 0, "a finite tau > 0",\n'
+           '            "the scale of the centred reward"),\n')                  # its range and what it is: its flag
     insert("tests/lesson/test_advantages.py", "RANGE_CASES = [\n", '    ("scaled", "tau", [0.0, float("nan")], [1e-3]),\n')
     insert("tests/lesson/test_advantages.py", '        "reinforce": (1.0, 0.0),\n', '        "scaled": (0.5 * (1 - p), -0.5 * p),\n')
 
 
 @pytest.mark.slow
 def test_advantage_recipe_end_to_end(tiny_dir, tmp_path):
-    # README, "Add an advantage": every edit it lists, and nothing else, in a copy of the
+    # docs/extending.md, "Add an advantage": every edit it lists, and nothing else, in a copy of the
     # repository. The registry tests must pass with the new advantage in them, and train.py
     # must train it 2 steps with its hyper-parameter from the command line and record it.
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -607,3 +656,43 @@ def test_advantage_recipe_end_to_end(tiny_dir, tmp_path):
                                                                        "--tau", "0")],
                              cwd=copy, env=env, capture_output=True, text=True)
     assert refused.returncode == 2 and "scaled: needs a finite tau > 0, got 0.0" in refused.stderr   # its range, at the door
+
+
+
+FORGOTTEN_ROW_CHECK = """
+import contextlib, io
+import train
+def parse(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            train.parse_args([*argv, "--out_dir", "x"])
+            code = 0
+        except SystemExit as e:
+            code = e.code
+    return code, out.getvalue(), err.getvalue()
+code, _, err = parse("--advantage", "scaled", "--tau", "0.25")
+assert code == 2 and err.splitlines() == ["train.py: error: scaled: its hyper-parameter 'tau' has no range in "
+                                          "advantages.HYPER_RANGES (docs/extending.md, 'Add an advantage')"], err
+code, out, _ = parse("--help")
+assert code == 0 and "scaled: no row in advantages.HYPER_RANGES (default 0.5)." in " ".join(out.split()), out
+code, _, err = parse("--advantage", "grpo", "--tau", "0.25")      # negative control: a flag grpo does not read
+assert code == 2 and "--tau 0.25 is read only by --advantage scaled, not grpo" in err, err
+print("ok")
+"""
+
+
+def test_an_advantage_whose_hyper_parameter_has_no_range_is_one_line_at_the_door(tmp_path):
+    # The recipe with one step forgotten, as a new user might: no HYPER_RANGES row for tau.
+    # train.py must still import and list --tau, and choosing the advantage must be one line
+    # naming the missing row and the recipe (exit 2), not a KeyError from the import.
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    copy = tmp_path / "repo"
+    follow_the_advantage_recipe(repo, copy)
+    row = '    "tau": (lambda v, G: _real(v) and v > 0, "a finite tau > 0",\n            "the scale of the centred reward"),\n'
+    source = (copy / "advantages.py").read_text()
+    assert source.count(row) == 1
+    (copy / "advantages.py").write_text(source.replace(row, ""))
+    out = subprocess.run([sys.executable, "-c", FORGOTTEN_ROW_CHECK], cwd=copy, capture_output=True, text=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]

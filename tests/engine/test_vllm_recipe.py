@@ -44,6 +44,7 @@ pytestmark = pytest.mark.vllm
 
 skip_unless_vllm()
 
+from machinery import flags  # noqa: E402
 from tasks import math_datasets  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -120,7 +121,7 @@ def test_the_gsm8k_recipe_runs_on_vllm_with_a_chat_model(tmp_path):
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    saved = json.load(open(out / "config.json"))
+    saved = flags.flat_fields(json.load(open(out / "config.json")))      # nested in its parts
     recipe = {"model": model_dir, "backend": "vllm", "chat_template": True, "lr": 1e-6, "lr_warmup_steps": 10,
               "gradient_checkpointing": True, "micro_batch": 8, "eval_temperature": 0.6, "top_p": 1.0}
     assert {key: saved[key] for key in recipe} == recipe
@@ -151,7 +152,7 @@ def test_the_smollm2_recipe_runs_on_vllm_with_the_real_model(tmp_path):
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    saved = json.load(open(out / "config.json"))
+    saved = flags.flat_fields(json.load(open(out / "config.json")))      # nested in its parts
     recipe = {"model": "smollm2-135m-instruct", "data": "addition_instruct", "digits": 2, "backend": "vllm",
               "chat_template": True, "lr": 2e-6, "micro_batch": 32, "share_prompts": True,
               "gradient_checkpointing": False, "temperature": 0.7, "top_p": 1.0}

@@ -1,11 +1,15 @@
 """The three layers: the lesson's chapters stand alone, the engine uses them, the study uses both.
 
-    chapters   advantages, mass, batching, scheduler, loss, verify, diagnostics (top level):
-               the formulas; they import torch, the standard library and each other, and
-               nothing of the project's folders
-    tasks/     rows, checkers and their sandbox: the chapters, never the engine
-    engine     machinery/ and train.py: the chapters and tasks/, never the study
-    study      experiments/: anything
+    chapters      advantages, mass, batching, scheduler, loss, verify, diagnostics (top level):
+                  the formulas; they import torch, the standard library and each other, and
+                  nothing of the project's folders
+    toy/          the analogs: the chapters only (and toy/ itself)
+    tasks/        rows, checkers and their sandbox: the chapters, never the engine
+    integrations/ the plugins for TRL and verl: the chapters and tasks/; of the engine only
+                  the embedded model (machinery.warmups, for the example script), never its
+                  configuration or train.py
+    engine        machinery/ and train.py: the chapters and tasks/, never the study
+    study         experiments/: anything
 
 A reader who opens a chapter reads the formula and nothing it hides; a change in the
 engine cannot reach into the lesson. Checked two ways: by importing each chapter in a
@@ -27,29 +31,46 @@ CHAPTERS = ("advantages", "mass", "batching", "scheduler", "loss", "verify", "di
 FOLDERS = ("machinery", "tasks", "experiments", "toy", "integrations")
 
 
+# What integrations/ may take from the engine: the embedded model, which the example trains.
+ENGINE_FOR_INTEGRATIONS = ("machinery.warmups",)
+
+
 def project_imports(path: str) -> set[str]:
-    """The top-level project names a file imports anywhere (module level or in a function)."""
+    """The project modules a file imports anywhere (module level or in a function), as
+    "loss", "train", or folder.module ("machinery.config", "toy.bandit")."""
     tree = ast.parse(open(path).read(), path)
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[0] for a in node.names}
+            names |= {".".join(a.name.split(".")[:2]) for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
-    return names & (set(FOLDERS) | set(CHAPTERS) | {"train"})
+            if "." in node.module or node.module not in FOLDERS:        # from machinery.config import X, from loss import X
+                names.add(".".join(node.module.split(".")[:2]))
+            else:                                                       # from machinery import config, checks
+                names |= {f"{node.module}.{a.name}" for a in node.names}
+    return {n for n in names if n.split(".")[0] in set(FOLDERS) | set(CHAPTERS) | {"train"}}
 
 
 def layering_problems(repo: str = REPO) -> list[str]:
-    """One line per import that crosses the layers the wrong way."""
+    """One line per import that crosses the layers the wrong way.
+
+    A forbidden name is a chapter or train ("loss", "train"), a whole folder ("machinery":
+    every module in it) or one module of a folder ("machinery.config").
+    """
     problems = []
+    engine = {f"machinery.{os.path.basename(p)[:-3]}" for p in files_in_repo(repo, "machinery")}
     rules = {**{os.path.join(repo, f"{c}.py"): set(FOLDERS) | {"train"} for c in CHAPTERS},
+             **{p: {"machinery", "tasks", "experiments", "integrations", "train"} for p in files_in_repo(repo, "toy")},
              **{p: {"machinery", "experiments", "toy", "integrations", "train"}
                 for p in files_in_repo(repo, "tasks")},
+             **{p: (engine - set(ENGINE_FOR_INTEGRATIONS)) | {"experiments", "toy", "train"}
+                for p in files_in_repo(repo, "integrations")},
              **{p: {"experiments", "train"} for p in files_in_repo(repo, "machinery")},
              os.path.join(repo, "train.py"): {"experiments"}}
     for path, forbidden in rules.items():
         if os.path.isfile(path):
-            bad = sorted(project_imports(path) & forbidden)
+            bad = sorted(name for name in project_imports(path)
+                         if any(name == f or name.startswith(f + ".") for f in forbidden))
             problems += [f"{os.path.relpath(path, repo)} imports {name}" for name in bad]
     return problems
 
@@ -74,12 +95,22 @@ def test_a_chapter_imported_alone_loads_nothing_of_the_projects_folders(chapter)
 
 def test_the_checker_sees_a_chapter_that_imports_the_engine(tmp_path):
     # negative control: a chapter reaching into machinery/ (in a function), a task into the
-    # engine, the engine into the study
-    for folder in ("machinery", "tasks"):
+    # engine, the engine into the study, the toy into the engine, an integration into the
+    # engine's configuration; and what is allowed next to each (the integration's example
+    # taking the embedded model, the toy its own modules and the chapters)
+    for folder in ("machinery", "tasks", "toy", "integrations"):
         (tmp_path / folder).mkdir()
+    (tmp_path / "machinery" / "config.py").write_text("")
+    (tmp_path / "machinery" / "warmups.py").write_text("")
     (tmp_path / "loss.py").write_text("import torch\ndef f():\n    from machinery import forward\n")
     (tmp_path / "tasks" / "t.py").write_text("from machinery import checks\n")
     (tmp_path / "machinery" / "m.py").write_text("import experiments.pages\nimport tasks\n")
     (tmp_path / "train.py").write_text("from machinery import m\n")
-    assert layering_problems(str(tmp_path)) == ["loss.py imports machinery", "tasks/t.py imports machinery",
-                                                "machinery/m.py imports experiments"]
+    (tmp_path / "toy" / "__main__.py").write_text("import loss\nfrom toy import bandit\nfrom machinery import checks\n")
+    (tmp_path / "integrations" / "plug.py").write_text("import loss\nfrom machinery.config import step_hyper\n")
+    (tmp_path / "integrations" / "example.py").write_text("from machinery import warmups\nimport tasks\n"
+                                                          "def f():\n    import train\n")
+    assert layering_problems(str(tmp_path)) == [
+        "loss.py imports machinery.forward", "toy/__main__.py imports machinery.checks",
+        "tasks/t.py imports machinery.checks", "integrations/example.py imports train",
+        "integrations/plug.py imports machinery.config", "machinery/m.py imports experiments.pages"]

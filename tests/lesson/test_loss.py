@@ -45,12 +45,14 @@ def response_logp(model, ids, P):
     return torch.log_softmax(logits, -1).gather(-1, ids[:, P:].unsqueeze(-1)).squeeze(-1)
 
 
-def template_token_grad(cfg, lengths, adv, old_shift=None, seed=0):
+def template_token_grad(cfg, lengths, adv, old_shift=None, seed=0, shared_unmoved=False):
     """Parameter gradient that flows ONLY through the shared template token's log-prob.
 
     The other positions are detached, so the result is sum_i c_i * grad log pi(TEMPLATE |
     prompt): zero iff the rollouts' coefficients c_i on the shared token cancel.
-    old_shift [B]: per-rollout offset added to the old log-probs (a moved policy).
+    old_shift [B]: per-rollout offset added to the old log-probs (a moved policy);
+    shared_unmoved: added to every token but the template (position 0), whose old
+    log-prob then stays the same in every rollout, as it is at one shared context.
     """
     model = tiny_model(seed)
     ids, mask, P = group_batch(lengths, seed)
@@ -58,7 +60,7 @@ def template_token_grad(cfg, lengths, adv, old_shift=None, seed=0):
     logp = torch.cat([logp[:, :1], logp[:, 1:].detach()], dim=1)
     old = logp.detach().clone()
     if old_shift is not None:
-        old = old + old_shift.unsqueeze(1)
+        old = old + old_shift.unsqueeze(1) * (torch.arange(old.shape[1]) > 0 if shared_unmoved else 1)
     gi = torch.zeros(len(lengths), dtype=torch.long)
     loss, stats = policy_loss(logp, old, adv, mask, cfg, step_normaliser(mask), group_index=gi)
     loss.backward()
@@ -141,6 +143,79 @@ def test_equal_control_residual_is_the_kept_advantages_imbalance():
     w = coef[1:, 0] / adv[1:]
     assert torch.allclose(w / w[0], torch.exp(torch.tensor([0.02, -0.03, 0.01], dtype=torch.float64) - 0.02),
                           rtol=1e-12)
+
+
+# ---- the surrogate registry: what each surrogate declares holds --------------------------
+
+def surrogate_config(name, transform="orth", **kw):
+    """The LossConfig that runs surrogate `name` (dfpo: GSPO's weights under a transform)."""
+    if name == "dfpo":
+        return LossConfig(loss_type="gspo", weight_transform=transform, **kw)
+    return LossConfig(loss_type=name, **kw)
+
+
+@pytest.mark.parametrize("name", list(L.SURROGATES))
+def test_each_surrogate_keeps_cancellation_exactly_when_it_says(name):
+    # A policy that moved on every token but the shared one, a clip range it never reaches,
+    # equal lengths (so GSPO's own 1/|o_i| is no breaker) and the surrogate's own
+    # aggregation: one that keeps cancellation leaves the shared token no net gradient;
+    # one that does not (GSPO: each rollout's own sequence ratio) pushes it. (The residual
+    # R_g is not the measure here: it reads a rollout's typical token, and the other
+    # tokens' ratios differ from rollout to rollout by construction.)
+    cfg = surrogate_config(name, eps_low=0.9, eps_high=9.0)
+    grad, _ = template_token_grad(cfg, EQUAL, ADV, old_shift=SHIFT, shared_unmoved=True)
+    if L.SURROGATES[name].keeps_cancellation:
+        assert grad.abs().max().item() < ZERO
+    else:
+        assert grad.abs().max().item() > 1e-4
+
+
+def test_the_registry_is_what_lossconfig_and_the_loss_read():
+    assert set(L.LOSS_TYPES) == set(L.SURROGATES) - {"dfpo"} and {"ppo", "cispo", "gspo", "dfpo"} <= set(L.SURROGATES)
+    theta, old, adv, mask = random_step()
+    logp, gi = old + 0.3 * torch.tanh(theta), torch.arange(8) // 2
+    for name, fn in L.SURROGATES.items():
+        cfg = surrogate_config(name, transform="min")
+        assert cfg.surrogate == name and cfg.aggregation == fn.own_aggregation, name
+        for agg in L.AGGREGATIONS:           # exactly the aggregations it declares are accepted
+            if agg in fn.aggregations:
+                surrogate_config(name, transform="min", agg=agg)
+            else:
+                with pytest.raises(ValueError, match=f"got agg='{agg}'"):
+                    surrogate_config(name, transform="min", agg=agg)
+        per_token_adv = adv.unsqueeze(1).expand_as(mask).contiguous()
+        if fn.per_sequence:                  # one weight per rollout: [B, T] advantages are refused
+            with pytest.raises(ValueError, match="one advantage per rollout"):
+                policy_loss(logp, old, per_token_adv, mask, cfg, step_normaliser(mask), group_index=gi)
+        else:
+            policy_loss(logp, old, per_token_adv, mask, cfg, step_normaliser(mask), group_index=gi)
+        if fn.whole_groups:                  # it reads whole groups: without them it is refused
+            with pytest.raises(ValueError, match="reads whole groups"):
+                policy_loss(logp, old, adv, mask, cfg, step_normaliser(mask))
+        else:
+            policy_loss(logp, old, adv, mask, cfg, step_normaliser(mask))
+    with pytest.raises(ValueError, match="own_aggregation"):      # a registration that contradicts itself
+        L.register(own_aggregation="token-mean", keeps_cancellation=True, aggregations=("seq-mean-token-mean",))
+
+
+@pytest.mark.parametrize("name", list(L.SURROGATES))
+def test_every_surrogate_is_micro_batch_invariant(name):
+    # micro-batches with the step's normaliser sum to the whole step, loss and gradient;
+    # a surrogate that reads whole groups is cut at group boundaries (as the trainer cuts)
+    theta, old, adv, mask = random_step()
+    cfg, gi = surrogate_config(name, transform="min", eps_low=0.2, eps_high=0.28), torch.arange(8) // 2
+    logp_of = lambda th: old + 0.3 * torch.tanh(th)
+    norm = step_normaliser(mask)
+    th_whole = theta.clone().requires_grad_(True)
+    whole, _ = policy_loss(logp_of(th_whole), old, adv, mask, cfg, norm, group_index=gi)
+    whole.backward()
+    th_split, total = theta.clone().requires_grad_(True), 0.0
+    for idx in torch.arange(8).split([2, 2, 4] if L.SURROGATES[name].whole_groups else SPLITS[4]):
+        part, _ = policy_loss(logp_of(th_split)[idx], old[idx], adv[idx], mask[idx], cfg, norm, group_index=gi[idx])
+        part.backward()
+        total = total + part.detach()
+    assert abs(total.item() - whole.item()) < 1e-12
+    assert torch.allclose(th_split.grad, th_whole.grad, atol=1e-14)
 
 
 def test_asymmetric_clipping_breaks_cancellation():

@@ -255,3 +255,15 @@ def test_outputs_are_pinned_bit_for_bit(kwargs, pin):
     nudged = inputs[:60] + [(inputs[60][0] + 1e-12, inputs[60][1])] + inputs[61:]
     outs = [s.step(*x) for x in nudged]
     assert hashlib.sha256(repr(outs).encode()).hexdigest()[:16] != pin
+
+
+def test_step_hyper_replaces_alpha_and_delta_by_the_schedules_and_keeps_the_rest():
+    # the one rule train.py and the TRL integration both apply
+    from scheduler import SCHEDULED, step_hyper
+    assert SCHEDULED == ("alpha", "delta")
+    given = {"alpha": 2.0, "eps": 1e-6}
+    assert step_hyper(given, {"alpha": 1.5, "delta": 0.8, "p_hat": 0.4, "H_hat": 0.1}) == \
+        {"alpha": 1.5, "eps": 1e-6, "delta": 0.8}
+    assert step_hyper(given, {"p_hat": 0.4, "H_hat": 0.1, "H_target": 0.05}) == given     # "constant": given stands
+    knobs = AdvantageScheduler(SchedulerConfig(schedule="decay", total_steps=3)).step(0.5, 0.2)
+    assert step_hyper({}, knobs) == {"alpha": 3.0, "delta": 1.0}                            # the ramp's first step

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from experiments import bench, bench_smollm2, bench_trl
+from experiments import bench, bench_ours, bench_smollm2, bench_trl
 from machinery import warmups
 
 
@@ -35,9 +35,9 @@ def test_prefix_tree_size_counts_repeated_prefixes_within_a_group_only():
     rollouts = SimpleNamespace(G=2, response_ids=ids, response_mask=mask)
     # group 0 shares "5 6" (4 nodes for 6 tokens); group 1 shares "5" (2 nodes for 3 tokens),
     # and its "5" is not group 0's "5": a prefix is shared within a group only
-    assert bench.prefix_tree_size(rollouts, torch.arange(4)) == (6, 9)
-    assert bench.prefix_tree_size(rollouts, torch.tensor([0, 2])) == (4, 4)
-    assert bench.prefix_tree_size(rollouts, torch.tensor([1])) == (3, 3)
+    assert bench_ours.prefix_tree_size(rollouts, torch.arange(4)) == (6, 9)
+    assert bench_ours.prefix_tree_size(rollouts, torch.tensor([0, 2])) == (4, 4)
+    assert bench_ours.prefix_tree_size(rollouts, torch.tensor([1])) == (3, 3)
 
 
 def test_real_model_refuses_the_embedded_models_options_and_checks_its_own_batch(capsys):
@@ -56,11 +56,13 @@ def test_real_model_refuses_the_embedded_models_options_and_checks_its_own_batch
 def test_work_flags_are_train_pys_flags():
     import train
     tiny = train.parse_args(bench.Work().flags())
-    assert (tiny.model, tiny.data, tiny.digits, tiny.prompts_per_step, tiny.group_size, tiny.max_new_tokens,
-            tiny.temperature, tiny.lr, tiny.chat_template) == ("tiny", "addition", 3, 32, 8, 48, 1.0, 4e-4, False)
+    assert (tiny.model, tiny.data, tiny.digits, tiny.prompts_per_step, tiny.group_size, tiny.sampling.max_new_tokens,
+            tiny.sampling.temperature, tiny.lr, tiny.sampling.chat_template) == ("tiny", "addition", 3, 32, 8, 48, 1.0, 4e-4,
+                                                                                 False)
     real = train.parse_args(bench_smollm2.SMOLLM2.flags())
-    assert (real.model, real.data, real.digits, real.prompts_per_step, real.group_size, real.max_new_tokens,
-            real.temperature, real.chat_template) == ("smollm2-135m-instruct", "addition_instruct", 2, 8, 8, 16, 0.7, True)
+    assert (real.model, real.data, real.digits, real.prompts_per_step, real.group_size, real.sampling.max_new_tokens,
+            real.sampling.temperature, real.sampling.chat_template) == ("smollm2-135m-instruct", "addition_instruct", 2, 8,
+                                                                        8, 16, 0.7, True)
     assert "--digits" not in bench.Work(data="countdown").flags()
 
 

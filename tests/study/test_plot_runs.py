@@ -129,6 +129,8 @@ def test_run_label(tmp_path):
     assert plot_runs.run_label(write_run(tmp_path / "a", ROWS)) == "a"
     assert plot_runs.run_label(write_run(tmp_path / "b", ROWS, {"advantage": "grpo", "schedule": "constant"})) == "grpo (b)"
     assert plot_runs.run_label(write_run(tmp_path / "c", ROWS, {"advantage": "fade", "schedule": "fade"})) == "fade+fade (c)"
+    nested = {"advantage": "fade", "sched": {"schedule": "fade_rel"}}                     # as train.py writes it
+    assert plot_runs.run_label(write_run(tmp_path / "e", ROWS, nested)) == "fade+fade_rel (e)"
     assert plot_runs.run_label(write_run(tmp_path / "d", ROWS, {"advantage": "fade", "name": "mine"})) == "mine"
 
 
