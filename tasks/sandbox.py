@@ -342,6 +342,10 @@ def bubblewrap_command(bwrap: str) -> list[str]:
     if os.geteuid() != 0:
         args += ["--unshare-user"]
     paths = _read_only_paths()
+    # /tmp's own tmpfs first: bubblewrap mounts in the order given, so a tmpfs mounted
+    # after the binds would hide any of them that live under /tmp (a clone, and its venv,
+    # in /tmp/...: the worker's Python would be missing).
+    args += ["--tmpfs", "/tmp"]
     # The directories that hold the binds, made first and world-readable (bubblewrap
     # would make them 0700, closed to `nobody`); they hold nothing but the binds.
     for parent in sorted({a for p in paths for a in _ancestors(p)}):
@@ -351,7 +355,7 @@ def bubblewrap_command(bwrap: str) -> list[str]:
     for link in ("/bin", "/lib", "/lib32", "/lib64", "/libx32"):   # merged /usr: /lib -> usr/lib
         if os.path.islink(link):
             args += ["--symlink", os.readlink(link), link]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--remount-ro", "/", "--chdir", "/"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--chdir", "/"]
     # matplotlib (reasoning-gym imports it) wants a writable configuration directory and
     # warns at each start without one: the sandbox's own /tmp, which goes with it.
     return args + ["--setenv", "MPLCONFIGDIR", "/tmp", "--"]

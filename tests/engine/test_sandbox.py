@@ -251,6 +251,26 @@ def test_bubblewrap_binds_python_but_no_home_directory():
     assert command[command.index("--tmpfs") + 1] == "/tmp" and command[-1] == "--"
 
 
+def test_bubblewrap_keeps_what_it_binds_under_tmp(tmp_path, monkeypatch):
+    """A clone (and its venv) under /tmp: the sandbox's own /tmp must not hide it. bwrap
+    mounts in the order given, so the tmpfs comes before the binds. The negative case is
+    the order reversed: the worker's file is then missing inside."""
+    bwrap = shutil.which("bwrap")
+    if not bwrap or subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-pid", "true"]).returncode:
+        pytest.skip("bwrap does not run here")
+    copy = tmp_path / "sandbox_worker.py"
+    copy.write_text(open(sandbox.WORKER_FILE).read())
+    monkeypatch.setattr(sandbox, "WORKER_FILE", str(copy))
+    command = sandbox.bubblewrap_command(bwrap)
+    read = [sys.executable, "-P", "-c", f"print(len(open({str(copy)!r}).read()))"]
+    out = subprocess.run(command + read, env=sandbox.worker_env(), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and int(out.stdout) == len(copy.read_text()), out.stderr
+    tmpfs = command.index("--tmpfs")
+    late = command[:tmpfs] + command[tmpfs + 2:-1] + ["--tmpfs", "/tmp", "--"]
+    out = subprocess.run(late + read, env=sandbox.worker_env(), capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "No such file" in out.stderr
+
+
 TRAINER = textwrap.dedent("""
     import json, sys, time
     sys.path.insert(0, {repo!r})
