@@ -38,7 +38,10 @@ warm-up seed), so no two runs ever warm up at once. Files:
     OUT/TASK/NAME/ARM/warmup_W/seed_S/  train.py's run directory (config.json, start.json,
                                metrics.jsonl, checkpoints/), plus train.log (the run's stdout
                                and stderr), sweep_args.json (the flags it was started with)
-                               and done.json (written last, atomically, when it finished)
+                               and done.json (written last, atomically, when it finished);
+                               a finished run's weights (checkpoints/, best/, final/) are then
+                               deleted unless --keep_weights: the sweep's data is the metrics,
+                               and a SmolLM2 run leaves 2.6 GB of them (a sweep of 18: 47 GB)
     OUT/TASK/NAME/sweep.log     one line per run event (started, skipped, done, failed)
     OUT/TASK/NAME/summary.md    the page of this machine's runs (pages.write_page)
     OUT/TASK/NAME/verdicts.json the findings as data
@@ -77,6 +80,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -241,12 +245,14 @@ def ensure_warmup(runs: list[RunSpec], say: Callable[[str], None]) -> None:
 # 2. Running: a pool of train.py processes
 # ---------------------------------------------------------------------------------------
 
-def execute(todo: list[tuple[RunSpec, str]], jobs: int, n_skipped: int, say: Callable[[RunSpec, str], None]) -> dict:
+def execute(todo: list[tuple[RunSpec, str]], jobs: int, n_skipped: int, say: Callable[[RunSpec, str], None],
+            keep_weights: bool = False) -> dict:
     """Run each (run, state) in a train.py process, `jobs` at a time; returns {label: result}.
 
     result: {"ok": bool, "rc": exit code, "seconds": wall, "start", "end": epoch seconds,
     "error": one line}. A run is ok when train.py exited 0 AND its metrics.jsonl reached
-    the final step; then done.json is written (atomically, last). Ctrl-C / SIGTERM stop
+    the final step; then done.json is written (atomically, last) and, unless keep_weights,
+    the run's weights are deleted (write_done). Ctrl-C / SIGTERM stop
     the running processes and start no new one.
     """
     results, running, lock, stopping = {}, {}, threading.Lock(), threading.Event()
@@ -276,7 +282,7 @@ def execute(todo: list[tuple[RunSpec, str]], jobs: int, n_skipped: int, say: Cal
         complete = _metrics_complete(os.path.join(run.dir, "metrics.jsonl"), run.steps)
         result = {"ok": rc == 0 and complete, "rc": rc, "seconds": end - start, "start": start, "end": end}
         if result["ok"]:
-            write_done(run, end - start)
+            write_done(run, end - start, keep_weights)
         else:
             why = f"exit code {rc}" if rc != 0 else f"metrics.jsonl ends at step {last}, not {run.steps}"
             result["error"] = f"run {run.label} failed ({why}); log: {log_path}"
@@ -446,6 +452,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--results", default=RESULTS, help="where the pages and the committed run data are: report "
                                                           "writes them, a sweep skips the runs committed there")
     parser.add_argument("--readme", default="README.md", help="report: the README whose tables are rewritten")
+    parser.add_argument("--keep_weights", action="store_true",
+                        help=f"keep each finished run's {', '.join(WEIGHT_DIRS)} (deleted by default: the data is "
+                             "the metrics; a SmolLM2 run's weights are 2.6 GB)")
     args = parser.parse_args(own)
     if args.name == "report":
         for path in pages.report(args.out, args.results, args.readme):
@@ -511,7 +520,8 @@ def main(argv: list[str] | None = None) -> None:
 
     for r in every:
         if states[r.label] == "complete":       # killed after its last step, before done.json
-            write_done(r, (_read_last(os.path.join(r.dir, "metrics.jsonl")) or {}).get("time/elapsed", 0.0))
+            write_done(r, (_read_last(os.path.join(r.dir, "metrics.jsonl")) or {}).get("time/elapsed", 0.0),
+                       args.keep_weights)
             say(r, "done.json written (its metrics were complete; the sweep had been stopped)")
             states[r.label] = "finished"
     skipped = [r for r in every if states[r.label] in ("finished", "committed")]
@@ -522,7 +532,7 @@ def main(argv: list[str] | None = None) -> None:
     todo.sort(key=lambda item: -item[0].steps)          # longest first: the pool's tail stays short
     if todo:
         ensure_warmup([r for r, _ in todo], lambda text: tqdm.write(text))
-    results = execute(todo, args.jobs, len(skipped), say)
+    results = execute(todo, args.jobs, len(skipped), say, args.keep_weights)
     for s in sweeps:
         mine = {label: res for label, res in results.items() if label.startswith(f"{s.name}/")}
         path = write_summary(s, args.task, args.out, mine, meta)
@@ -556,7 +566,8 @@ def pilot(args, extra: list[str]) -> None:
         if os.path.isdir(r.dir):
             raise SystemExit(f"sweep.py: error: {r.dir} exists; remove {os.path.join(args.out, 'pilot')} first")
     ensure_warmup(runs, print)
-    results = execute([(r, "new") for r in runs], args.jobs, 0, lambda run, event: print(f"{run.label}: {event}"))
+    results = execute([(r, "new") for r in runs], args.jobs, 0, lambda run, event: print(f"{run.label}: {event}"),
+                      args.keep_weights)
     failed = [res["error"] for res in results.values() if not res["ok"]]
     if failed:
         raise SystemExit("sweep.py: pilot failed: " + "; ".join(failed))
@@ -570,10 +581,19 @@ def pilot(args, extra: list[str]) -> None:
           + ", ".join(f"{n} step_s {c['step_s']:.2f}" for n, c in costs.items()))
 
 
-def write_done(run: RunSpec, seconds: float) -> None:
-    """done.json, written last and atomically: the run is finished and will be skipped."""
+WEIGHT_DIRS = ("checkpoints", "best", "final")       # what train.py saves of the model and optimizer
+
+
+def write_done(run: RunSpec, seconds: float, keep_weights: bool) -> None:
+    """done.json, written last and atomically: the run is finished and will be skipped. Then,
+    unless keep_weights, its WEIGHT_DIRS are deleted: a finished run is never resumed, and
+    what the sweep reports is in metrics.jsonl (a SmolLM2 run's weights: 2.6 GB, the
+    optimizer's state included). Killed between the two, the weights stay; nothing is lost."""
     _atomic_json(os.path.join(run.dir, "done.json"),
                  {"args": run.args, "steps": run.steps, "seconds": seconds, "finished": _now()})
+    if not keep_weights:
+        for name in WEIGHT_DIRS:
+            shutil.rmtree(os.path.join(run.dir, name), ignore_errors=True)
 
 
 def _seed_list(parser, flag: str, text: str | None, default) -> list[int]:

@@ -370,7 +370,7 @@ LABELS = [f"{arm}/warmup_0/seed_{seed}" for arm in ("grpo", "nsr") for seed in (
 @pytest.fixture(scope="module")
 def finished_sweep(tmp_path_factory, tiny_dir):
     out = tmp_path_factory.mktemp("sweeps")
-    sweep.main([*ARGV, "--out", str(out), *train_extra(tiny_dir)])
+    sweep.main([*ARGV, "--keep_weights", "--out", str(out), *train_extra(tiny_dir)])    # the resume test needs them
     return out
 
 
@@ -455,6 +455,10 @@ def test_resume_skips_finished_runs_and_continues_an_interrupted_one(finished_sw
     drop = lambda rows: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
     assert drop(read_rows(killed)) == drop(before)         # continued exactly (train.py's resume)
     assert os.path.isfile(killed / "done.json")
+    # Without --keep_weights the run it finished keeps no weights; the skipped ones keep theirs.
+    assert not any((killed / name).exists() for name in sweep.WEIGHT_DIRS)
+    for label in untouched:
+        assert all((root / label / name).is_dir() for name in sweep.WEIGHT_DIRS), label
 
     # Other flags on a finished directory: an error naming it, nothing run.
     capsys.readouterr()
@@ -632,6 +636,7 @@ def test_a_run_with_complete_metrics_but_no_done_json_is_finished_not_rerun(fini
     assert (run / "train.log").read_text() == log_before              # train.py was not started again
     assert json.load(open(run / "done.json"))["steps"] == 3
     assert [r["step"] for r in read_rows(run)] == [1, 2, 3]
+    assert not any((run / name).exists() for name in sweep.WEIGHT_DIRS)          # no --keep_weights
 
 
 def train_processes(marker: str) -> list[int]:
