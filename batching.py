@@ -145,7 +145,7 @@ def step_advantages(advantages: Tensor, step: Tensor, group_size: int, mode: str
     random_recentred: for the rollouts P_n of group n inside the step,
         A'_b = A_b - mean_{b' in P_n} A_{b'}        (b in P_n)
     so sum_{b in P_n} A'_b = 0 and a token every rollout of the part shares at the same
-    weight cancels inside the step, as in a whole group (loss.cancellation_residual of
+    weight cancels inside the step, as in a whole group (exchangeability.cancellation_residual of
     the step is 0 at ratio 1). A part of one rollout gets 0 (it has nothing to cancel
     against); a whole group keeps its advantages up to float rounding (a zero-sum
     advantage's group mean is 0).

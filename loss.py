@@ -19,23 +19,13 @@ entropy. Everything above it is one of those pieces.
      J = mean_i min(s_i A_i, clip(s_i) A_i), so it runs ONLY with the aggregation that
      reproduces it, seq-mean-token-mean (any other is refused: it would be a different
      objective under GSPO's name);
-   - `dfpo`: GSPO's weights made exchangeable (point 3).
+   - `dfpo`: GSPO's weights made exchangeable (point 3, exchangeability.py).
 2. The aggregation, which decides how much each token weighs (four modes, `aggregate`).
-3. Token gradient cancellation (arXiv 2604.13088, "design conditions"; its method is
-   DFPO). Inside a group with sum_i A_i = 0, a token every rollout shares at the same
-   context (a template prefix) gets the same gradient g from every rollout, so its net
-   update is sum_i w_i A_i g. That is zero only if every rollout gives it the SAME weight
-   w_i ("gradient exchangeability"). Three common choices break it:
-     - GSPO's sequence ratio s_i, different in every rollout once the policy moved;
-     - asymmetric clipping, which zeroes some rollouts' weights and not others';
-     - [derived] per-sequence length normalisation 1/|o_i| with unequal lengths
-       (seq-mean-token-mean, the original GRPO, and GSPO's own aggregation).
-   The paper's two fixes act on detached per-rollout weights w before the gradient:
-     min:  w~_i = min_j w_j over the group;   orth:  w~ = w - (A.w / A.A) A.
-   Both make sum_i w~_i A_i = 0 again. Two controls on the same path take GSPO apart,
-   one mechanism at a time: `keep` (w~ = w: GSPO's sequence weights, untransformed) and
-   `equal` (w~ = 1: only GSPO's clip, which drops rollouts). `cancellation_residual_of_loss`
-   measures the breakage of any configuration, read off the loss's own gradient.
+3. Token gradient cancellation (arXiv 2604.13088): a token every rollout of a group shares
+   cancels only if every rollout gives it the same weight. exchangeability.py teaches it:
+   what breaks it, DFPO's transforms that restore it (min, orth; controls keep, equal), and
+   the residual R_g that measures it; `rollout_coefficients` reads that residual off this
+   file's own gradient (bottom of the file).
 
 Also here: KL to a reference policy (k1, k2, k3), full-vocabulary entropy, and
 negative-token filtering for single-rollout training.
@@ -63,6 +53,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
+
+import exchangeability
 
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 TOKEN_SUMS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")   # no per-rollout 1/|o_i|
@@ -92,8 +84,8 @@ def register(own_aggregation: str, keeps_cancellation: bool, aggregations: tuple
                           the others (GSPO is a mean over sequences; DFPO needs a token sum)
       keeps_cancellation  inside a zero-sum group, every rollout gives a token they all
                           share at the same context the same weight (until a clip acts), so
-                          that token's updates cancel under a token-sum aggregation (module
-                          header, point 3); tests/lesson/test_loss.py measures it for each
+                          that token's updates cancel under a token-sum aggregation
+                          (exchangeability.py); tests/lesson/test_loss.py measures it for each
       per_sequence        one weight per rollout: it needs one advantage per rollout, [B]
       whole_groups        it reads the other rollouts of a rollout's group, so every cut of
                           a batch (mini-batches, micro-batches, the zero-advantage skip)
@@ -389,19 +381,18 @@ def dfpo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossCon
         s_i  = exp( sum_t log rho_{i,t} / |o_i| )      GSPO's own sequence ratio
         kept = GSPO's trust region on s_i:  A > 0: s_i <= 1 + eps_high;  A < 0: s_i >= 1 - eps_low
         w_i  = exp( sum_t log rho_{i,t} / L_g ),  L_g = max_{j in g} |o_j|        [recon]
-        w~   = dfpo_transform(w, A) over the KEPT rollouts of each group;  w~ = 0 if dropped
+        w~   = exchangeability.dfpo_transform(w, A) over the KEPT rollouts;  w~ = 0 if dropped
         l_{i,t} = -w~_i A_i exp(log pi_t - sg(log pi_t))     (value -w~A, grad -w~A grad log pi)
 
     [recon] Two ratios on purpose: GSPO's s_i decides the trust region; w_i's group-shared
     normaliser keeps a shared token's weight independent of its rollout's length (§3.7).
-    Clip first, then transform: a dropped rollout stays at exactly zero gradient. After
-    orth, sum_kept w~_i A_i = 0; after min, a shared token gets w_min sum_kept A_i. Why
-    each choice: docs/math.md §3.8, §3.11. Use a token-sum aggregation (LossConfig
-    enforces it). adv: [B]; group_index: [B]; the transform is cfg.weight_transform. It
-    keeps cancellation with the paper's transforms, min and orth; the controls keep and
-    equal are there to take it apart again (GSPO's weights, GSPO's clip).
-    Its own aggregation is Dr. GRPO's token sum over a step constant: the closest
-    exchangeable analog of GSPO's per-sequence mean.
+    Clip first, then transform: a dropped rollout stays at exactly zero gradient. It keeps
+    cancellation with the paper's transforms, min and orth; the controls keep and equal
+    take it apart again (GSPO's weights, GSPO's clip): exchangeability.py. Why each
+    choice: docs/math.md §3.8, §3.11. adv: [B]; group_index: [B]; the transform is
+    cfg.weight_transform. Use a token-sum aggregation (LossConfig enforces it); its own is
+    Dr. GRPO's token sum over a step constant, the closest exchangeable analog of GSPO's
+    per-sequence mean.
     """
     eps_low, eps_high, mode = cfg.eps_low, cfg.eps_high, cfg.weight_transform
     lengths = mask.sum(dim=1)
@@ -410,7 +401,7 @@ def dfpo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossCon
     s = gspo_sequence_ratio(logp.detach(), old_logp, mask)                     # decides keep / drop
     dropped = ((adv > 0) & (s > 1 + eps_high)) | ((adv < 0) & (s < 1 - eps_low))
     w = gspo_sequence_ratio(logp.detach(), old_logp, mask, length=group_len[inverse].clamp(min=1))
-    w = dfpo_transform(w, adv, group_index, mode, kept=~dropped)
+    w = exchangeability.dfpo_transform(w, adv, group_index, mode, kept=~dropped)
     per_token = -(w * adv).unsqueeze(1) * torch.exp(logp - logp.detach())
     row = lambda flags: flags.unsqueeze(1).expand_as(mask)
     return per_token, row((adv < 0) & dropped), row((adv > 0) & dropped), row(torch.zeros_like(dropped))
@@ -418,93 +409,6 @@ def dfpo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossCon
 
 LOSS_TYPES = tuple(name for name in SURROGATES if name != "dfpo")
 """--loss_type's choices: every registered surrogate but dfpo, which is --loss_type gspo with a --weight_transform."""
-
-
-def dfpo_transform(w: Tensor, adv: Tensor, group_index: Tensor, mode: str, kept: Tensor | None = None) -> Tensor:
-    """The DFPO weight transforms (arXiv 2604.13088) that restore exchangeability, and two controls.
-
-    w: [B] detached per-rollout weights; adv: [B]; group_index: [B]; kept: [B] bool (default
-    all). Per group, over its kept rollouts K, and M = those of K with A != 0:
-        min:   w~_i = min_{j in M} w_j                  every kept rollout the same weight
-        orth:  w~_K = w_K - (A_K.w_K / A_K.A_K) A_K     remove w's component along A
-        keep:  w~_i = w_i                               control: GSPO's sequence weights as they are
-        equal: w~_i = 1                                 control: GSPO's clip alone
-    and w~_i = 0 off K. After orth sum_K w~_i A_i = 0; after min, whenever sum_K A_i = 0.
-    Edge cases: no kept rollout -> zeros; all kept A = 0 -> w kept; orth's one-sided rule
-    [recon]: kept A != 0 all of one sign (incl. a single one) -> zeros. Pass whole groups:
-    only rollouts in this call form a group. Why min skips A = 0, the one-sided rule, and
-    orth re-centring non-zero-sum advantages (refused by policy_loss): docs/math.md §3.8, §3.11.
-    """
-    kept = torch.ones_like(w, dtype=torch.bool) if kept is None else kept
-    out = torch.zeros_like(w)
-    for g in torch.unique(group_index):
-        idx = ((group_index == g) & kept).nonzero().squeeze(1)
-        if len(idx) == 0:
-            continue
-        wg, ag = w[idx], adv[idx]
-        moving = ag != 0
-        if mode == "keep":
-            out[idx] = wg
-        elif mode == "equal":
-            out[idx] = 1.0
-        elif not bool(moving.any()):
-            out[idx] = wg
-        elif mode == "min":
-            out[idx] = wg[moving].min()
-        elif not (bool((ag > 0).any()) and bool((ag < 0).any())):
-            out[idx] = 0.0                      # orth's one-sided rule (docstring)
-        else:  # orth
-            out[idx] = wg - (ag * wg).sum() / (ag * ag).sum() * ag
-    return out
-
-
-def dfpo_group_counts(adv: Tensor, dropped: Tensor, group_index: Tensor) -> dict:
-    """What DFPO's clip did to the groups of this call, as counts (policy_loss's stats).
-
-        n_rollouts          rollouts in the call
-        n_dropped           rollouts the clip dropped (exactly zero gradient)
-        n_groups_mixed      groups whose advantages have both signs (something to cancel)
-        n_groups_one_sided  of those, groups whose kept rollouts with A != 0 have one
-                            sign only: orth zeroes them, min cannot cancel them
-                            (dfpo_transform); a group the clip emptied is not one of them
-    Counts, not fractions, so that micro-batches add up; the fractions of a whole step
-    are n_dropped / n_rollouts and n_groups_one_sided / n_groups_mixed (train.py's
-    dfpo_dropped and dfpo_one_sided). adv, dropped (bool), group_index: [B].
-    """
-    _, inverse = torch.unique(group_index, return_inverse=True)
-    n_groups = int(inverse.max()) + 1 if len(inverse) else 0
-    any_in_group = lambda flags: adv.new_zeros(n_groups).index_add_(0, inverse, flags.to(adv.dtype)) > 0
-    mixed = any_in_group(adv > 0) & any_in_group(adv < 0)
-    kept_pos, kept_neg = any_in_group((adv > 0) & ~dropped), any_in_group((adv < 0) & ~dropped)
-    return {"n_rollouts": float(len(adv)), "n_dropped": float(dropped.sum()),
-            "n_groups_mixed": float(mixed.sum()), "n_groups_one_sided": float((mixed & (kept_pos ^ kept_neg)).sum())}
-
-
-RESIDUAL_REL_TOL = 1e-6
-"""A rollout whose effective weight |w_i| is below this is float rounding, not a weight
-(rollout_coefficients sets its m_i to 0)."""
-
-
-def cancellation_residual(m: Tensor, group_index: Tensor) -> Tensor:
-    """Per-group residual R_g = |sum_i m_i| / sum_i |m_i|, with m_i = w_i A_i.
-
-    0 means a shared token's updates cancel exactly in that group, 1 that they all push
-    the same way. m: [B] per-rollout effective coefficients; group_index: [B]. Returns
-    [n_groups] in the order of torch.unique(group_index).
-    A "group" is the rollouts of one group_index value that are in m. Pass the rollouts
-    of ONE optimizer step (one update of the weights): if mini-batching cut a group
-    across steps, R_g is then the residual of that step's part of the group, which is
-    what that update does to a shared token; the part applied in another step, at other
-    weights, cancels nothing here (that is why query batching keeps groups whole).
-    train.py does exactly this. To get the residual of whole groups, concatenate the m
-    of all their rollouts (rollout_coefficients' m add across micro-batches).
-    Groups whose coefficients are all 0 (nothing to cancel) get NaN, so callers drop them
-    with nanmean.
-    """
-    groups, inverse = torch.unique(group_index, return_inverse=True)
-    num = m.new_zeros(len(groups)).index_add_(0, inverse, m).abs()
-    den = m.new_zeros(len(groups)).index_add_(0, inverse, m.abs())
-    return torch.where(den > 0, num / den.clamp(min=1e-30), torch.full_like(den, float("nan")))
 
 
 # ---------------------------------------------------------------------------------------
@@ -600,8 +504,9 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
     Stats, python floats, token-means over THIS call (combine micro-batches weighted by
     "n_tokens"; the "n_*" counts add up): clip_frac_low/_high/_dual (0 by construction with
     one step per batch), approx_kl (k3 of KL(pi_old || pi)), entropy, kl_ref, n_tokens, and
-    for dfpo the group counts of dfpo_group_counts. Definitions: docs/metrics.md. The
-    cancellation residual is separate (cancellation_residual_of_loss): training pays nothing.
+    for dfpo the group counts of exchangeability.dfpo_group_counts. Definitions:
+    docs/metrics.md. The cancellation residual is separate (cancellation_residual_of_loss):
+    training pays nothing.
     """
     _check_inputs(logp, old_logp, advantages, mask, cfg, group_index, ref_logp)
     mask = mask.to(logp.dtype)
@@ -627,7 +532,8 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
         stats["clip_frac_dual"] = _masked_mean(clipped_dual, mask)
         stats["approx_kl"] = _masked_mean(torch.exp(log_ratio) - 1.0 - log_ratio, mask)
         if cfg.surrogate == "dfpo":      # a dropped rollout has every token flagged, in low or high
-            stats.update(dfpo_group_counts(advantages, (clipped_low | clipped_high).any(dim=1), group_index))
+            dropped = (clipped_low | clipped_high).any(dim=1)
+            stats.update(exchangeability.dfpo_group_counts(advantages, dropped, group_index))
     return loss, stats
 
 
@@ -642,11 +548,12 @@ def rollout_coefficients(logp: Tensor, old_logp: Tensor, advantages: Tensor, mas
         c_{i,t} = -dLoss/dlogp_{i,t},   m_i = mean_t c_{i,t}
 
     A token shared by the group at the same context gets sum_i c_{i,t} times its gradient,
-    so m_i is what rollout i adds to it and cancellation_residual(m, group_index) says how
-    far the group is from cancelling. With the step-fixed `norm`, m_i depends only on
+    so m_i is what rollout i adds to it and exchangeability.cancellation_residual(m,
+    group_index) says how far the group is from cancelling. With the step-fixed `norm`, m_i depends only on
     rollout i (and its group, for DFPO), so m of several micro-batches can be concatenated.
-    Float rounding is not a weight: m_i = 0 where |m_i| <= RESIDUAL_REL_TOL * |A_i| u_i, u_i
-    the aggregation's coefficient for a rollout of weight 1 (docs/math.md §3.9 says why).
+    Float rounding is not a weight: m_i = 0 where |m_i| <= RESIDUAL_REL_TOL * |A_i| u_i
+    (exchangeability.py), u_i the aggregation's coefficient for a rollout of weight 1
+    (docs/math.md §3.9 says why).
     One backward through surrogate and aggregation, never the model: call it when a
     diagnostic wants the number. KL and entropy terms are left out.
     logp, old_logp, mask: [B, T] (detached is fine); advantages, group_index: [B].
@@ -661,7 +568,7 @@ def rollout_coefficients(logp: Tensor, old_logp: Tensor, advantages: Tensor, mas
     tokens = mask.sum(dim=1).clamp(min=1)
     m = (-(coef * mask).sum(dim=1) / tokens).double()
     u = ((u * mask).sum(dim=1) / tokens).double()
-    noise = m.abs() <= RESIDUAL_REL_TOL * advantages.detach().double().abs() * u.abs()
+    noise = m.abs() <= exchangeability.RESIDUAL_REL_TOL * advantages.detach().double().abs() * u.abs()
     return torch.where(noise, torch.zeros_like(m), m)
 
 
@@ -670,11 +577,11 @@ def cancellation_residual_of_loss(logp: Tensor, old_logp: Tensor, advantages: Te
     """nanmean over groups of R_g for the rollouts given; NaN if no group has anything to cancel.
 
     How far a configuration is from exact cancellation, read off its own gradient
-    (rollout_coefficients, then cancellation_residual: a group cut across calls is judged
-    on its part in this call). Same shapes as rollout_coefficients.
+    (rollout_coefficients, then exchangeability.cancellation_residual: a group cut across
+    calls is judged on its part in this call). Same shapes as rollout_coefficients.
     """
-    r = cancellation_residual(rollout_coefficients(logp, old_logp, advantages, mask, cfg, norm, group_index),
-                              group_index)
+    r = exchangeability.cancellation_residual(
+        rollout_coefficients(logp, old_logp, advantages, mask, cfg, norm, group_index), group_index)
     return float(torch.nanmean(r)) if bool(torch.isfinite(r).any()) else float("nan")
 
 
@@ -709,7 +616,7 @@ def _check_inputs(logp, old_logp, advantages, mask, cfg, group_index, ref_logp) 
     if SURROGATES[cfg.surrogate].whole_groups and (group_index is None or group_index.shape != (B,)):
         raise ValueError(f"policy_loss: {cfg.surrogate} reads whole groups: it needs group_index of shape [B]={B}")
     if cfg.surrogate == "dfpo" and cfg.weight_transform == "orth":
-        # orth would re-centre advantages that do not sum to zero (see dfpo_transform)
+        # orth would re-centre advantages that do not sum to zero (see exchangeability.dfpo_transform)
         groups, inverse = torch.unique(group_index, return_inverse=True)
         total = advantages.new_zeros(len(groups)).index_add_(0, inverse, advantages)
         scale = advantages.new_zeros(len(groups)).index_add_(0, inverse, advantages.abs())

@@ -105,7 +105,7 @@ def dfpo(task: str = "countdown") -> Sweep:
     its clip (which drops rollouts), and GSPO has a third, undeclared by the paper: its
     per-sequence length normalisation 1/|o_i| (a check: it alone leaves a residual on the
     first optimizer step, where every weight is 1). Three arms take them apart on DFPO's
-    token-sum path (loss.dfpo_transform's controls), each one change from the next:
+    token-sum path (exchangeability.dfpo_transform's controls), each one change from the next:
       equal_noclip  weight 1 for every rollout, a clip range the sequence ratio never
                     reaches (--eps_low 0.5 --eps_high 1): GSPO's surrogate with neither mechanism;
       seq_weights   GSPO's sequence weights, the same unreachable clip (the one change: the weights);

@@ -100,7 +100,7 @@ def needs_whole_groups(cfg) -> bool:
     """True iff the loss must see each group's rollouts together: its surrogate's whole_groups
     property (loss.SURROGATES; DFPO's weight transforms).
 
-    A transform (loss.dfpo_transform) re-weights a rollout by the other rollouts of its group,
+    A transform (exchangeability.dfpo_transform) re-weights a rollout by the other rollouts of its group,
     so it only sees the part of a group that is in its call. Every place that cuts a
     batch asks this one function (cfg: loss.LossConfig): the door (an optimizer step holds whole groups:
     --minibatch_mode query or query_balanced), the micro-batching (cut at group

@@ -57,7 +57,7 @@ def add_stats(loss_sums: dict, stats: dict) -> None:
 def stat_means(loss_sums: dict, skipped_all: bool = False) -> dict:
     """The step's token-weighted means, from add_stats' sums, and DFPO's two fractions.
 
-    With a DFPO transform, from loss.dfpo_group_counts over the whole step:
+    With a DFPO transform, from exchangeability.dfpo_group_counts over the whole step:
       dfpo_dropped    rollouts GSPO's clip dropped / rollouts
       dfpo_one_sided  groups with both signs whose kept rollouts were left with one /
                       groups with both signs (NaN when no group had both signs)

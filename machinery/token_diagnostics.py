@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+import exchangeability
 import loss
 import tasks
 import verify
@@ -181,7 +182,8 @@ class DiagnosticStep:
     every rollout's log-probs).
     micro_batch: keeps logp_old and the rollout coefficients m_i (loss.rollout_coefficients:
       one extra backward through the loss head only, never through the model);
-    optimizer_step: the cancellation residual R_g over the optimizer step's whole groups;
+    optimizer_step: the cancellation residual R_g (exchangeability.cancellation_residual)
+      over the optimizer step's whole groups;
     report: one no-grad pass under the updated weights, then after_update, the step's mean
       residual and that of its first optimizer step alone (ratio 1 there, so with whole
       groups and a zero-sum advantage it is 0 to float rounding; docs/metrics.md); rows are
@@ -203,7 +205,8 @@ class DiagnosticStep:
         self.coef[idx] = loss.rollout_coefficients(logp, old, adv, mask, loss_cfg, norm, group).cpu()
 
     def optimizer_step(self, step_idx: Tensor, group_index: Tensor) -> None:
-        self.residuals.append(nanmean(loss.cancellation_residual(self.coef[step_idx], group_index[step_idx]).tolist()))
+        residual = exchangeability.cancellation_residual(self.coef[step_idx], group_index[step_idx])
+        self.residuals.append(nanmean(residual.tolist()))
 
     def report(self, model, tokenizer, task, update: forward.UpdateConfig, sampling: SamplingConfig,
                rollouts: rollout.Rollouts, adv: Tensor, rows: list[dict], rewards: Tensor | None = None) -> dict:

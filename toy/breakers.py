@@ -38,6 +38,7 @@ import torch
 
 import advantages as adv_lib
 import batching
+import exchangeability
 import loss as loss_lib
 from toy import bandit as B
 from toy import plots, report
@@ -75,7 +76,7 @@ def net_template_weight(bandit, combos, logp, old_logp, adv, cfg) -> tuple[torch
     mask = bandit.mask[combos]
     c = B.token_coefficients(logp, old_logp, adv, mask, cfg)[:, :, 0]       # [n, G]
     n = combos.shape[0]
-    residual = loss_lib.cancellation_residual(c.reshape(-1), torch.arange(n).repeat_interleave(B.G))
+    residual = exchangeability.cancellation_residual(c.reshape(-1), torch.arange(n).repeat_interleave(B.G))
     residual = torch.where(c.abs().sum(1) < NO_GRADIENT, torch.full_like(residual, float("nan")), residual)
     return c.sum(1), residual, ((c == 0) & (adv != 0)).any(1)
 

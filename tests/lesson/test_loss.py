@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+import exchangeability as E
 import loss as L
 from advantages import compute_advantages
 from loss import LossConfig, policy_loss, step_normaliser
@@ -229,28 +230,6 @@ def test_asymmetric_clipping_breaks_cancellation():
     assert grad.abs().max().item() < ZERO
 
 
-def test_dfpo_transform_identities():
-    torch.manual_seed(0)
-    w = torch.rand(10).double() + 0.5
-    a = torch.randn(10).double()
-    gi = torch.tensor([0] * 4 + [1] * 6)
-    a[:4] -= a[:4].mean()
-    a[4:] -= a[4:].mean()
-    for mode in ("min", "orth"):
-        wt = L.dfpo_transform(w, a, gi, mode)
-        for g in (0, 1):
-            assert abs((wt[gi == g] * a[gi == g]).sum().item()) < 1e-12
-    assert torch.allclose(L.dfpo_transform(w, a, gi, "min")[:4], w[:4].min().expand(4))
-    zero = L.dfpo_transform(w, torch.zeros(10).double(), gi, "orth")   # A.A = 0: unchanged
-    assert torch.equal(zero, w)
-
-
-def test_cancellation_residual_values():
-    m = torch.tensor([1.0, -1.0, 2.0, 1.0, 0.0, 0.0])
-    r = L.cancellation_residual(m, torch.tensor([0, 0, 1, 1, 2, 2]))
-    assert r[0].item() == 0.0 and r[1].item() == 1.0 and math.isnan(r[2].item())
-
-
 def orth_formula_everywhere(w, adv, group_index, mode, kept=None):
     """orth's formula w - (A.w / A.A) A in every group, one-sided ones included (what
     dfpo_transform did before its one-sided rule), to make rounding-level weights."""
@@ -266,7 +245,7 @@ def test_float_rounding_weights_are_no_weights_in_the_residual(monkeypatch):
     # 0 in exact arithmetic (dfpo_transform now zeroes such groups exactly, so the formula
     # is patched in here). Make w differ by float32 rounding only (s_i = 1 + ~1e-7): such
     # a group has nothing to cancel (NaN), not R_g = 1. Group 1 is a real group.
-    monkeypatch.setattr(L, "dfpo_transform", orth_formula_everywhere)
+    monkeypatch.setattr(E, "dfpo_transform", orth_formula_everywhere)
     T = 6
     mask = torch.ones(8, T)
     adv = torch.tensor([-0.5, -0.5, -0.5, -0.5, 1.0, -1.0, 1.0, -1.0])
@@ -278,7 +257,7 @@ def test_float_rounding_weights_are_no_weights_in_the_residual(monkeypatch):
     cfg = LossConfig(loss_type="gspo", weight_transform="orth", eps_low=0.9, eps_high=9.0)
     m = L.rollout_coefficients(logp, old, adv, mask, cfg, step_normaliser(mask, max_len=T), gi)
     assert torch.equal(m[:4], torch.zeros(4, dtype=torch.float64))
-    r = L.cancellation_residual(m, gi)
+    r = E.cancellation_residual(m, gi)
     assert math.isnan(r[0].item()) and r[1].item() < 1e-6 and m[4:].abs().min().item() > 1e-4
 
 
@@ -304,7 +283,7 @@ def test_residual_of_micro_batches_that_cut_groups_equals_the_whole_step():
         cut[idx] = L.rollout_coefficients(logp[idx], logp[idx], adv[idx], mask[idx], cfg, norm, gi[idx])
         assert L.cancellation_residual_of_loss(logp[idx], logp[idx], adv[idx], mask[idx], cfg, norm, gi[idx]) > 0.05
     assert torch.allclose(cut, whole, rtol=0, atol=1e-15)
-    assert L.cancellation_residual(cut, gi).max().item() < 1e-12
+    assert E.cancellation_residual(cut, gi).max().item() < 1e-12
 
 
 # ---- micro-batch invariance ---------------------------------------------------------
@@ -715,7 +694,7 @@ def test_orth_refuses_advantages_that_do_not_sum_to_zero():
         policy_loss(torch.zeros(4, 3), torch.zeros(4, 3), fade, mask, cfg, step_normaliser(mask),
                     group_index=torch.zeros(4, dtype=torch.long))
     # what orth would have done: on-policy w = 1, and w~ A sums to zero, undoing delta
-    w = L.dfpo_transform(torch.ones(4), fade, torch.zeros(4, dtype=torch.long), "orth")
+    w = E.dfpo_transform(torch.ones(4), fade, torch.zeros(4, dtype=torch.long), "orth")
     assert abs((w * fade).sum().item()) < 1e-6 and abs(fade.sum().item()) > 0.5
     # min keeps FADE's imbalance: on-policy every rollout has w = 1, so every token's
     # coefficient is A_i / (n_seqs * max_len) and the group still sums to sum A != 0
@@ -787,7 +766,7 @@ def run_on_inputs(fn, cfg, logp, old, adv, mask, gi, ref, ent):
         loss, stats = policy_loss(logp, old, adv, mask, cfg, norm, gi, ref, ent)
         return loss, stats
     m = L.rollout_coefficients(logp, old, adv, mask, cfg, norm, gi)
-    return m if fn == "rollout_coefficients" else L.cancellation_residual(m, gi)
+    return m if fn == "rollout_coefficients" else E.cancellation_residual(m, gi)
 
 
 @pytest.mark.parametrize("fn", ["policy_loss", "rollout_coefficients", "cancellation_residual"])
