@@ -191,15 +191,10 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
 def evaluate(run: Run, cfg: Config, step: int, last: bool = False) -> dict:
     """Held-out pass@k (machinery/evaluation.py) at --eval_temperature, by default the training
     one; after the last step also the final evaluation (--final_eval: final/pass@k)."""
-    ev = cfg.evaluation
-    temperature = cfg.sampling.temperature if ev.eval_temperature is None else ev.eval_temperature
-    samples = evaluation.eval_budget(ev, cfg.data)[1]
-    out = evaluation.evaluate(run, step, samples=samples, temperature=temperature, seed=cfg.seed,
-                              log_completions=ev.log_eval_completions, out_dir=cfg.out_dir)
+    settings = (cfg.evaluation, cfg.data, cfg.sampling.temperature, cfg.seed, cfg.out_dir)
+    out = evaluation.evaluate(run, step, *settings)
     if last and run.final_eval_rows is not None:
-        out.update(evaluation.evaluate(run, step, samples=samples, temperature=temperature, seed=cfg.seed,
-                                       log_completions=0, out_dir=cfg.out_dir, rows=run.final_eval_rows,
-                                       prefix="final/"))
+        out.update(evaluation.evaluate(run, step, *settings, rows=run.final_eval_rows, prefix="final/"))
     return out
 
 

@@ -14,7 +14,7 @@ experiments/registry.py):
   - CLAIMS: a paper's empirical statement that could have come out either way, quoting
     the sentence it tests; the row that measures it, the arms compared pair by pair, the
     predicted direction (or "similar", with a declared margin). Judged by exact paired
-    tests with Holm's correction per sweep per task.
+    tests with Holm's correction within each family the claims declare (Claim.family).
 
 The design. Every arm runs from the same 2 x 5 pairs (WARMUP_SEEDS x SEEDS; a sweep that
 retests what earlier runs suggested uses FRESH_SEEDS, RL seeds no earlier sweep ran): the

@@ -5,7 +5,7 @@ Every sweep of the character model (designs_cancellation.py, designs_fade.py) st
 SmolLM2-135M-Instruct learns chat-worded addition on a CPU (its recipe,
 recipes/smollm2-135m-addition-cpu.yaml: held-out pass@1 from 0.13 to 0.82 in 100 steps,
 about 11 s a step on one quiet core), so three of the sweeps run on it too, under the same
-names, so that docs/claims.md shows a claim's verdict on each model in one row:
+names, so that experiments/results/claims.md shows a claim's verdict on each model in one row:
 
   batching    random vs query vs random_recentred, 4 mini-batches at the edge lr, 40 steps:
               does keeping groups whole help, and if query differs from random, is it the

@@ -196,7 +196,7 @@ def load_metrics(run_dir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 def series_from_rows(rows: list[dict]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{key: (steps, values)} from metrics rows (dicts with an integer-like "step"), as load_metrics.
 
-    The committed per-run data of the sweeps (docs/sweep_*.jsonl.gz) is read through here
+    The committed per-run data of the sweeps (experiments/results/sweep_*.jsonl.gz) is read through here
     too, so a page rebuilt from it and one built from the run directories agree.
     """
     by_key: dict[str, dict[int, float]] = {}

@@ -127,7 +127,12 @@ def write_readme_tables(readme: str, results: dict, claims_page: str) -> str:
             for r, k in cells[task, n]["checks"].items():
                 checks[r] = checks.get(r, 0) + k
         pending = [n for n in SWEEPS if runs_on(task, n) and cells[task, n]["status"] is not None]
-        lines.append(f"| {task}: {TASK_LABELS.get(task, task)} | {len(done)}" + (f" ({len(pending)} pending)" if pending else "")
+        # a pilot (a sweep that declares neither claims nor checks, like smollm2's edge lr) is
+        # not one of the study's sweeps: counted apart
+        pilots = [n for n in done if not SWEEPS[n](task).claims and not SWEEPS[n](task).checks]
+        lines.append(f"| {task}: {TASK_LABELS.get(task, task)} | {len(done) - len(pilots)}"
+                     + (f" (+{len(pilots)} pilot{'s' if len(pilots) > 1 else ''})" if pilots else "")
+                     + (f" ({len(pending)} pending)" if pending else "")
                      + f" | {counts} | {_checks_text(checks) if checks else '-'} |")
     lines += ["", TABLES_END]
     text = open(readme).read()
@@ -138,7 +143,7 @@ def write_readme_tables(readme: str, results: dict, claims_page: str) -> str:
 
 
 def write_claims_page(path: str, results: dict) -> str:
-    """docs/claims.md: the findings, one line per claim and one verdict cell per task,
+    """experiments/results/claims.md: the findings, one line per claim and one verdict cell per task,
     each linked to its sweep's page; then the implementation checks, one line per sweep.
 
     A sweep not fully run shows "k of n runs"; data of an earlier design "earlier design";
@@ -158,23 +163,27 @@ def write_claims_page(path: str, results: dict) -> str:
              "effect, its paired SE and p). Exact paired tests over (warm-up seed, RL seed) pairs, Holm's "
              "correction within each family the sweep declares.", "",
              "| sweep | claim | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
-    declared = {name: _declared(name) for name in SWEEPS}       # name -> {task: its claims' texts}
+    declared = {name: _declared(name) for name in SWEEPS}       # name -> {task: {text: claim}}
 
     def claim_row_cells(name: str, claim, kind: str) -> str:
         """The claim's cell per task ("verdicts" or "ours" of verdict_cells): its verdict,
-        linked to the sweep's page; "-" where the task does not declare it."""
+        linked to the sweep's page; "-" where the task does not declare it. *re-read* per
+        cell: the same sentence can be declared before its runs on one task (smollm2's credit)
+        and restated after them on another."""
         row = []
         for task in tasks:
             c, page = cells[task, name], f"sweep_{task}_{name}.md"
             shown = c["status"] or _shown(c[kind].get(claim.text, "not run"))
-            row.append("-" if claim.text not in declared[name].get(task, ()) else
-                       shown if c["status"] == "not run" else f"[{shown}]({page})")
+            mine = declared[name].get(task, {}).get(claim.text)
+            reread = " *re-read*" if mine is not None and mine.posthoc else ""
+            row.append("-" if mine is None else
+                       shown + reread if c["status"] == "not run" else f"[{shown}]({page}){reread}")
         return " | ".join(row)
 
     for name in SWEEPS:
         for claim in _claims_of(name):
             if claim.paper != OURS:
-                lines.append(f"| {name} | {claim.text}{' *re-read*' if claim.posthoc else ''} | "
+                lines.append(f"| {name} | {claim.text} | "
                              f"{claim_row_cells(name, claim, 'verdicts')} |")
     ours = [(name, claim) for name in SWEEPS for claim in _claims_of(name) if claim.paper == OURS]
     if ours:
@@ -183,7 +192,7 @@ def write_claims_page(path: str, results: dict) -> str:
                   "| sweep | claim | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
         for name, claim in ours:
             lines.append(f"| {name} | {claim.text} | {claim_row_cells(name, claim, 'ours')} |")
-    if any(claim.posthoc for name in SWEEPS for claim in _claims_of(name)):
+    if any(c.posthoc for name in SWEEPS for claims in declared[name].values() for c in claims.values()):
         lines += ["", "*re-read*: a claim restated after its runs were public and read again on the same runs, "
                   "not a test declared before its data."]
     lines += ["", "**Implementation checks** (identities the code must satisfy, measured on every run; "
@@ -212,8 +221,8 @@ def _claims_of(name: str) -> list:
 
 
 def _declared(name: str) -> dict:
-    """{task: the texts of the claims the sweep declares on it}, for the tasks it runs on."""
-    return {task: {c.text for c in SWEEPS[name](task).claims} for task in TASKS if runs_on(task, name)}
+    """{task: {text: claim} of the claims the sweep declares on it}, for the tasks it runs on."""
+    return {task: {c.text: c for c in SWEEPS[name](task).claims} for task in TASKS if runs_on(task, name)}
 
 
 def _write(path: str, text: str) -> None:

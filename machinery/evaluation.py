@@ -99,10 +99,16 @@ def eval_budget(cfg: EvalConfig, data: str) -> tuple[int, int]:
     return cfg.n_eval or task.eval_prompts, cfg.eval_samples or task.eval_samples
 
 
-def evaluate(run: Run, step: int, samples: int, temperature: float, seed: int, log_completions: int,
-             out_dir: str, rows: list[dict] | None = None, prefix: str = "eval/") -> dict:
+def evaluate(run: Run, step: int, ev: EvalConfig, data: str, train_temperature: float, seed: int, out_dir: str,
+             rows: list[dict] | None = None, prefix: str = "eval/") -> dict:
     """{"eval/pass@k": ...} for k = 1, 2, 4, ... samples, on run.eval_rows (or `rows`, with
     the keys under `prefix`: the final evaluation's "final/pass@k").
+
+    The evaluation's settings are read here, from `ev` (a new one is a field of EvalConfig
+    and a line of this function): samples per prompt from eval_budget (`data`: the training
+    task, whose budget applies without --eval_data), the temperature --eval_temperature or
+    else the training one (pass@k of the policy being trained), and the completions logged
+    (none for the final evaluation, `rows` given: the curve's already show the model).
 
     Scored by the evaluation task's checker; a task with several solutions per prompt
     (Task.solution_of) also gets its solution diversity (tasks.solution_diversity).
@@ -110,7 +116,10 @@ def evaluate(run: Run, step: int, samples: int, temperature: float, seed: int, l
     line each, {"step", "prompt", "answer", "completion", and the checker's score dict},
     appended after every evaluation: what the model wrote, to read when a curve looks wrong.
     """
-    n, rows, s = samples, run.eval_rows if rows is None else rows, run.sampling
+    n = eval_budget(ev, data)[1]
+    temperature = train_temperature if ev.eval_temperature is None else ev.eval_temperature
+    log_completions = ev.log_eval_completions if rows is None else 0
+    rows, s = run.eval_rows if rows is None else rows, run.sampling
     if run.llm is not None:          # the engine batches internally: one call, one seed range
         per_call = len(rows)
         sample_texts = lambda prompts, k: vllm_rollout.sample_texts_vllm(

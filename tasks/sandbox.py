@@ -492,7 +492,7 @@ def describe(info: dict) -> str:
     detail = "; ".join(part for part in (", ".join(info["namespaces"]), info.get("no_namespaces_because")) if part)
     landlock = f"Landlock ABI {info['landlock']}" if info["landlock"] else "no Landlock"
     seccomp = "the seccomp allow-list" if info["seccomp"] else f"NO seccomp filter ({platform.machine()})"
-    return (f"scorers run {where} ({detail}), as uid {info['uid']}, with {seccomp} and {landlock}; "
+    return (f"scorers run {where}{f' ({detail})' if detail else ''}, as uid {info['uid']}, with {seccomp} and {landlock}; "
             f"a scoring child sees {info['processes_seen']} process(es)")
 
 

@@ -43,7 +43,7 @@ parent-death signal stays set), and io_uring, bpf, perf_event_open, userfaultfd.
 
 System call numbers differ between architectures and cannot be looked up at run time,
 so this file carries the two tables the filter was checked on (from the kernel's
-asm/unistd_64.h and asm-generic/unistd.h; tests/engine/test_sandbox.py compares them
+asm/unistd_64.h and asm-generic/unistd.h; tests/engine/test_sandbox_filter.py compares them
 with those headers where they are installed). Elsewhere there is no filter, and the
 sandbox says so. The trainer compiles the program (program()) and sends it to each
 worker as numbers; the worker's children install it (tasks/sandbox_worker.py).

@@ -127,31 +127,52 @@ KEY_CALLS = {"x86_64": {"add_key": 248, "keyctl": 250}, "aarch64": {"add_key": 2
 KEY_SPEC_USER_KEYRING, KEYCTL_SEARCH, KEYCTL_READ, KEYCTL_INVALIDATE = -4, 10, 11, 21
 
 
-def remove_test_keys(uid: int, names: list[str]) -> None:
-    """Invalidate the keys `names` in user `uid`'s keyring, if a breach left them there (a
-    forked helper that becomes that user; as root, or as that user itself)."""
+def keyring_keys(uid: int, names: list[str], action: str = "find") -> list[str]:
+    """As user `uid` (a forked helper that becomes that user: as root, or as that user
+    itself), the keys of `names` found in its user keyring ("find"), invalidated ("remove"),
+    or stored there ("add": a breach done by hand, the negative control of the search).
+    Returns the names found (or added); [] where the calls or the rights are missing."""
     import ctypes
     import platform
 
     numbers = KEY_CALLS.get(platform.machine())
     if numbers is None or (os.geteuid() != 0 and uid != os.getuid()):
-        return
+        return []
+    read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
+        found = []
         try:
+            os.close(read_end)
             if os.geteuid() == 0:
                 os.setgroups([])
                 os.setgid(uid)
                 os.setuid(uid)
             libc = ctypes.CDLL(None, use_errno=True)
             for name in names:
+                if action == "add":
+                    if libc.syscall(numbers["add_key"], b"user", name.encode(), b"x", 1, KEY_SPEC_USER_KEYRING) > 0:
+                        found.append(name)
+                    continue
                 serial = libc.syscall(numbers["keyctl"], KEYCTL_SEARCH, KEY_SPEC_USER_KEYRING, b"user",
                                       name.encode(), 0)
                 if serial > 0:
-                    libc.syscall(numbers["keyctl"], KEYCTL_INVALIDATE, serial)
+                    found.append(name)
+                    if action == "remove":
+                        libc.syscall(numbers["keyctl"], KEYCTL_INVALIDATE, serial)
+            os.write(write_end, "\n".join(found).encode())
         finally:
             os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        out = f.read().decode()
     os.waitpid(pid, 0)
+    return [n for n in out.split("\n") if n]
+
+
+def remove_test_keys(uid: int, names: list[str]) -> None:
+    """Invalidate the keys `names` in user `uid`'s keyring, if a breach left them there."""
+    keyring_keys(uid, names, "remove")
 
 
 def open_files_limit(pid: int) -> tuple[int, int]:

@@ -144,6 +144,13 @@ def test_the_readmes_files_section_names_every_module_of_the_engine_the_study_an
     assert [p for p in modules if not re.search(rf"\b{re.escape(os.path.basename(p))}", files)] == []
 
 
+def test_the_readme_teaches_in_at_most_16_kb():
+    """The README is the lesson's front page, kept to 16 KB (16,384 bytes): reference
+    material (recipes, every flag, every measurement) lives in docs/, which it links. Each
+    results commit adds a line somewhere; this keeps the total where it was promised."""
+    size = os.path.getsize(os.path.join(REPO, "README.md"))
+    assert size <= 16 * 1024, f"README.md is {size} bytes; move reference material to docs/"
+
 
 def test_the_times_the_readme_and_the_cpu_recipe_promise_are_measured_with_the_load_said():
     """A time a newcomer plans by is one docs/results.md measured, the machine's load beside

@@ -194,8 +194,13 @@ def test_a_flat_config_json_from_before_the_parts_reads_the_same_and_resumes(tmp
     nested = json.loads(json.dumps(dataclasses.asdict(cfg)))
     assert (nested["update"]["micro_batch"], nested["update"]["share_prompts"], nested["diagnostics"]["value_k"],
             nested["evaluation"]["eval_every"], nested["loss"]["kl_coef"]) == (16, True, 2, 10, 0.04)
-    assert ({k: v for k, v in flags.flat_fields(nested).items() if k != "out_dir"} ==
-            {k: v for k, v in flags.flat_fields(flat).items() if k != "out_dir"})
+    # Every setting the flat file holds reads back the same; a setting added since (absent
+    # from the file) is at its default, so the file's meaning is unchanged.
+    read, written = flags.flat_fields(nested), flags.flat_fields(flat)
+    defaults = flags.flat_fields(json.loads(json.dumps(dataclasses.asdict(train.Config()))))
+    assert set(written) <= set(read)
+    assert {k: read[k] for k in written if k != "out_dir"} == {k: v for k, v in written.items() if k != "out_dir"}
+    assert {k: read[k] for k in read if k not in written} == {k: defaults[k] for k in read if k not in written}
     assert checkpoint.config_changes(flat, nested, {"out_dir"}) == []
     flat["micro_batch"], flat["temperature"] = 8, 0.5                          # negative control: two changes named
     assert checkpoint.config_changes(flat, nested, {"out_dir"}) == ["--micro_batch 8 -> 16", "--temperature 0.5 -> 1.0"]
@@ -315,7 +320,8 @@ def test_a_cpu_recipe_is_what_its_committed_runs_ran_and_they_learned(path):
         inert = {"out_dir"} | ({"coupling_pairs"} if ran["flip_every"] == 0 else set())
         # A setting added after these runs is absent from their config.json: at its default it
         # is what they ran (--reward_timeout limits a --reward function, and they had none).
-        inert |= {k for k in recipe if k not in ran and recipe[k] == getattr(train.Config, k, None)}
+        defaults = flags.flat_fields(json.loads(json.dumps(dataclasses.asdict(train.Config()))))
+        inert |= {k for k in recipe if k not in ran and recipe[k] == defaults[k]}
         assert {k for k in recipe if recipe[k] != ran.get(k)} - inert == set(), run
         evals = [r for r in read_jsonl(os.path.join(run, "metrics.jsonl")) if "eval/pass@1" in r]
         assert evals[0]["step"] == 0 and evals[-1]["step"] == ran["steps"], run

@@ -176,6 +176,32 @@ def test_credit_page_pools_value_cells_over_steps(tmp_path):
     assert page["done"] == 4 and page["planned"] == 20
 
 
+def test_the_report_leaves_out_pairs_whose_runs_ran_on_different_cpus(tmp_path):
+    """The report hands each run's recorded CPU to the verdicts: psr's run from warm-up seed 1
+    on another CPU model takes that pair out of every grpo-vs-psr finding, and says so on the
+    page; the same runs on one CPU (the negative control) leave nothing out."""
+    def page_text(machine_of):
+        runs, _ = hand_made_credit_runs()
+        runs = [dataclasses.replace(r, record={**r.record, "machine": machine_of(r)}) for r in runs]
+        page = pages.write_page(designs_cancellation.credit("addition"), "addition", runs, str(tmp_path / "p.md"),
+                                str(tmp_path / "p.png"), {"command": "c", "note": [], "recorded": True})
+        return (tmp_path / "p.md").read_text(), page["verdicts"]
+
+    amd, intel = "nproc 2, AMD EPYC, Linux x86_64", "nproc 2, Intel(R) Xeon(R) Processor, Linux x86_64"
+    w1 = designs.WARMUP_SEEDS[1]
+    mixed, verdicts = page_text(lambda r: intel if (r.arm, r.warmup_seed) == ("psr", w1) else amd)
+    across = [v for v in verdicts if "psr" in (v["claim"].arm, v["claim"].reference)]
+    assert across and all(v["n"] <= 1 and "1 pair left out: its runs ran on different CPUs" in v["detail"]
+                          for v in across)
+    assert "1 pair left out: its runs ran on different CPUs" in mixed
+    same, verdicts = page_text(lambda r: amd)
+    assert "left out" not in same and any(v["n"] == 2 for v in verdicts)
+    # Holm's family is every declared finding; the page gives declared and testable counts
+    testable = sum(v["verdict"] != "not testable" for v in verdicts)
+    assert len(verdicts) == 5 and testable < 5           # b- vs s- has no number: not testable
+    assert f"Holm's family: this sweep on this task (5 declared, {testable} testable)" in same
+
+
 # ---------------------------------------------------------------------------------------
 # The committed data: round trip, merge, designs, an earlier design, a fresh clone
 # ---------------------------------------------------------------------------------------
@@ -264,7 +290,14 @@ def test_report_merges_committed_data_with_new_runs_and_never_says_not_run(tmp_p
     cells = [line.split("|")[column["addition"]].strip() for line in every_claim.splitlines()
              if line.startswith("| credit |")]
     assert (cells.count("[no difference detected](sweep_addition_credit.md)"),
-            cells.count("[not testable](sweep_addition_credit.md)")) == (2, 3)
+            cells.count("[not testable](sweep_addition_credit.md)"),
+            cells.count("[not testable](sweep_addition_credit.md) *re-read*")) == (2, 1, 2)
+    # *re-read* is per cell: the flips margins were restated after addition's runs, but
+    # declared before smollm2's (its cell, "not run" here, carries no label)
+    flips = next(line for line in every_claim.splitlines() if "boosted shares of negative and positive" in line)
+    assert flips.split("|")[column["addition"]].strip().endswith("*re-read*")
+    assert flips.split("|")[column["smollm2"]].strip() == "not run"
+    assert "*re-read*" not in flips.split("|")[2]                     # not on the claim's own cell
     assert summary.split("|")[column["addition"]].strip() == \
         "[2 no difference detected, 3 not testable](sweep_addition_credit.md); checks: 5 not measured"   # counted
     assert summary.split("|")[column["countdown"]].strip() == "not run"
