@@ -90,7 +90,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         evaluation.record_start(run, cfg.out_dir, cfg.model, (lambda: evaluate(run, cfg, step=0))
                                 if ev.eval_before_train and ev.eval_every else None,
                                 evaluation.eval_budget(ev, cfg.data)[1])
-    best = checkpoint.model_info(os.path.join(cfg.out_dir, "best"))   # the model at its best held-out pass@1
+    best = checkpoint.model_info(os.path.join(cfg.out_dir, checkpoint.BEST_DIR))   # the model at its best held-out pass@1
     N, G = cfg.prompts_per_step, cfg.group_size
     history, t_start = [], time.perf_counter()
     minutes = lambda: (time.perf_counter() - t_start) / 60

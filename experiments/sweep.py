@@ -97,6 +97,7 @@ from experiments.pages import machine as _machine, now as _now, read_json as _re
 from experiments.designs import SEEDS, TASKS, WARMUP_SEEDS, Sweep, estimate_minutes, eval_flags, runs_on, settings
 from experiments.registry import SWEEPS, budget_table
 from machinery import checks
+from machinery.checkpoint import WEIGHT_DIRS       # what train.py saves of the model and optimizer
 
 # ---------------------------------------------------------------------------------------
 # The defaults: change them here.
@@ -579,9 +580,6 @@ def pilot(args, extra: list[str]) -> None:
     start = sorted(c["start_s"] for c in costs.values())[len(costs) // 2]
     print(f"for designs.TASKS[{args.task!r}]: \"cost\": {{\"start_s\": {start:.1f}, \"sample_s\": {sample:.6f}}}; "
           + ", ".join(f"{n} step_s {c['step_s']:.2f}" for n, c in costs.items()))
-
-
-WEIGHT_DIRS = ("checkpoints", "best", "final")       # what train.py saves of the model and optimizer
 
 
 def write_done(run: RunSpec, seconds: float, keep_weights: bool) -> None:

@@ -13,7 +13,7 @@ What "at any moment" takes: write into a temporary directory, then rename it int
 either the previous complete checkpoint or the new complete one. The metric lines a
 checkpoint covers are fsync'ed before it is written, so no crash can keep a checkpoint
 and lose a line it covers; lines logged after the checkpoint are dropped on resume
-(they will be logged again), and a resume checks that metrics.jsonl has every step up to
+(they will be logged again; resume.py), and a resume checks that metrics.jsonl has every step up to
 the checkpoint's.
 
 A disk that fills up, or refuses a write, while a checkpoint is written: the half-written
@@ -31,9 +31,9 @@ other file. A checkpoint is intact iff its manifest exists and every file matche
 with what is wrong with each one it skipped. Nothing is read into the run before the
 files have been checked.
 
-What a run directory may be used for is decided here too, once, at the door
-(resume_point): a fresh run refuses a directory that holds a run; --resume takes the
-newest intact checkpoint and refuses to continue it under a changed config.
+What a run directory may be used for, which checkpoint --resume takes, and what of the
+logs it keeps are resume.py's chapter (resume_point, truncate_metrics); it builds on
+this file, which knows nothing of it.
 
 The layout, per checkpoint (out_dir/checkpoints/step_000040/):
     model/          save_pretrained's weights, config and tokenizer (loads like any model)
@@ -57,7 +57,6 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
-from machinery import flags
 from machinery.door import UsageError, size_text
 
 MANIFEST = "manifest.json"
@@ -66,6 +65,21 @@ KEEP = 2                                      # checkpoints a run keeps (prune);
 # A write the disk refused, rather than a bug: full (ENOSPC), over quota (EDQUOT), a file
 # over the size limit (EFBIG), read-only (EROFS), or no permission (EACCES, EPERM).
 DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM}
+
+# The directories of weights a run writes into its out_dir, named here once (run.py writes
+# them, setup.py counts their room, checks.py checks their kind, the sweep deletes them).
+# Their sizes for SmolLM2-135M, trained in float32: its weights are 135M x 4 bytes = 0.54 GB.
+#   checkpoints/  step_XXXXXX/ for --resume: weights, Adam's two moments and the random
+#                 streams, so three times the weights, ~1.6 GB each; the newest KEEP are kept
+#                 (one more while a save is written)
+#   best/         the model at its highest held-out pass@1 (save_model): the weights, ~0.5 GB
+#   final/        the model after the last step (save_model): the weights, ~0.5 GB
+# WEIGHT_DIRS, largest first, is what experiments/sweep.py deletes of a finished run
+# (unless --keep_weights): the metrics it reports are in metrics.jsonl.
+CHECKPOINTS_DIR = "checkpoints"
+BEST_DIR = "best"
+FINAL_DIR = "final"
+WEIGHT_DIRS = (CHECKPOINTS_DIR, BEST_DIR, FINAL_DIR)
 
 
 def save_checkpoint(out_dir: str, step: int, config: dict, model, tokenizer, state: dict, keep: int = KEEP) -> str:
@@ -88,7 +102,7 @@ def save_checkpoint(out_dir: str, step: int, config: dict, model, tokenizer, sta
     metrics = os.path.join(out_dir, "metrics.jsonl")
     if os.path.isfile(metrics):
         _fsync_file(metrics)
-    root = os.path.join(out_dir, "checkpoints")
+    root = os.path.join(out_dir, CHECKPOINTS_DIR)
     final = os.path.join(root, f"step_{step:06d}")
     tmp = final + ".tmp"
     try:
@@ -153,7 +167,7 @@ def find_checkpoint(out_dir: str, usable=None) -> tuple[str | None, list[str]]:
     directories themselves are the truth. Returns (None, []) when there is no checkpoint
     at all, (None, problems) when there are some and none is usable.
     """
-    root = os.path.join(out_dir, "checkpoints")
+    root = os.path.join(out_dir, CHECKPOINTS_DIR)
     if not os.path.isdir(root):
         return None, []
     problems = []
@@ -292,147 +306,6 @@ def restore_rng(ck: dict, py_rng, mb_generator) -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# metrics.jsonl on resume
-# ---------------------------------------------------------------------------------------
-
-def metrics_to_keep(path: str, last_step: int) -> tuple[list[str], str | None]:
-    """(the lines of metrics.jsonl a resume from `last_step` keeps, a note on a torn last line).
-
-    Kept: the lines with "step" <= last_step; the later ones are logged again. A LAST
-    line that is not a JSON object with a "step" is a write cut short (a full disk, a
-    kill mid-write): the checkpoint was saved after its step's line was complete, so
-    that line belongs to a step the resume redoes, and it is dropped (the note says so).
-    A bad line anywhere else was not cut short by us: ValueError naming file and line.
-    Read as bytes, so a line torn inside a multi-byte character is also just torn.
-    """
-    if not os.path.exists(path):
-        return [], None
-    with open(path, "rb") as f:
-        raw = [line for line in f.read().split(b"\n") if line.strip()]
-    keep, torn = [], None
-    for i, line in enumerate(raw):
-        try:
-            rec = json.loads(line.decode("utf-8"))
-            step = rec["step"]
-            if not isinstance(step, int):
-                raise TypeError
-        except (ValueError, KeyError, TypeError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            if i == len(raw) - 1:
-                torn = f"{path}: dropped a torn last line ({len(line)} bytes, not a JSON record)"
-                break
-            raise ValueError(f"{path}:{i + 1}: not a metrics record (a JSON object with a 'step'): "
-                             f"{line[:60].decode('utf-8', 'replace')!r}") from None
-        if step <= last_step:
-            keep.append(line.decode("utf-8") + "\n")
-    return keep, torn
-
-
-def truncate_metrics(path: str, last_step: int) -> None:
-    """On resume, keep metrics_to_keep's lines (atomically); later steps will be redone."""
-    if os.path.exists(path):
-        atomic_write(path, "".join(metrics_to_keep(path, last_step)[0]))
-
-
-def keep_samples_until(path: str, step: int) -> None:
-    """Drop the lines of samples.jsonl written after `step` (a resumed run writes them again).
-
-    Like truncate_metrics for metrics.jsonl; a line that does not parse (a write torn
-    by a kill) is dropped too. Rewritten atomically.
-    """
-    if not os.path.exists(path):
-        return
-    kept = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                if json.loads(line)["step"] <= step:
-                    kept.append(line)
-            except (ValueError, KeyError, TypeError):
-                continue
-    atomic_write(path, "".join(kept))
-
-
-# ---------------------------------------------------------------------------------------
-# What a run directory holds, and what this invocation may do with it (--resume)
-# ---------------------------------------------------------------------------------------
-
-def resume_point(out_dir: str, config: dict, resume: bool, overwrite: bool, steps: int, may_change: set,
-                 not_compared: set, warn) -> str | None:
-    """What out_dir holds, and what this invocation may do with it (setup.check_inputs).
-
-    Fresh run: out_dir must not hold a run (non-empty metrics.jsonl or checkpoints/) unless
-    --overwrite starts it over. --resume: the newest intact checkpoint (find_checkpoint)
-    whose steps metrics.jsonl has every line of, warning per checkpoint skipped; none at
-    all: a warning and step 0 (a sweep resumes runs killed before their first checkpoint);
-    some but none usable: refused, naming what is wrong with each. Then its config must
-    equal this one outside may_change (the fields that declare so: config.resume_rules),
-    --steps must reach its step, and metrics.jsonl must be readable up to it (a torn last
-    line is dropped with a warning). Why each rule: docs/faults_and_safety.md, "Resume and
-    faults".
-    config: dataclasses.asdict of the run's config; warn: prints one line. Raises
-    ValueError (one line) for a refusal; returns the checkpoint, or None for step 0.
-    """
-    out = out_dir
-    used = [name for name in ("metrics.jsonl", "checkpoints") if non_empty(os.path.join(out, name))]
-    if not resume:
-        if used and not overwrite:
-            raise ValueError(f"--out_dir {out!r} already holds a run ({' and '.join(used)}): continue it with "
-                             "--resume, start it over with --overwrite, or choose another --out_dir")
-        return None
-    metrics_path = os.path.join(out, "metrics.jsonl")
-    logged = {json.loads(line)["step"] for line in metrics_to_keep(metrics_path, 2 ** 62)[0]}
-
-    def metrics_cover(path: str) -> str | None:
-        missing = sorted(set(range(1, checkpoint_step(path) + 1)) - logged)
-        return f"metrics.jsonl lacks step {_spans(missing)}" if missing else None
-    path, problems = find_checkpoint(out, usable=metrics_cover)
-    if path is None:
-        if problems:
-            raise ValueError(f"--resume: no usable checkpoint in {os.path.join(out, 'checkpoints')} "
-                             f"({'; '.join(problems)})")
-        warn(f"--resume: no checkpoint in {out!r}; starting from step 0")
-        metrics_to_keep(os.path.join(out, "metrics.jsonl"), 0)       # readable, or one line
-        return None
-    for problem in problems:
-        warn(f"checkpoint skipped: {problem}; resuming from {os.path.basename(path)}")
-    step = checkpoint_step(path)
-    changed = config_changes(read_config(path), config, set(may_change) | set(not_compared))
-    if changed:
-        raise ValueError(f"--resume would change the run saved at step {step}: {'; '.join(changed)} (only "
-                         f"{', '.join(sorted(may_change))} may change; start a new run in another --out_dir)")
-    if steps <= step:
-        raise ValueError(f"--steps {steps}: the checkpoint is already at step {step}, so there is nothing to "
-                         f"do (a resume continues: --steps > {step})")
-    torn = metrics_to_keep(os.path.join(out, "metrics.jsonl"), step)[1]
-    if torn:
-        warn(torn)
-    return path
-
-
-def config_changes(saved: dict, config: dict, skip: set) -> list[str]:
-    """'--name old -> new' for every field that differs from a checkpoint's config.
-
-    Both sides flattened to flag names (flags.flat_fields: names are unique, so a
-    checkpoint whose config.json is flat, written before the settings were nested in
-    parts, compares with a nested one) and compared as JSON values, so 4e-4 equals the
-    0.0004 read back from the checkpoint. The fields in `skip` are not compared; a field
-    only one side has counts as changed.
-    """
-    old, new = flags.flat_fields(saved), flags.flat_fields(json.loads(json.dumps(config)))
-    missing = "(absent)"
-    return [f"--{name} {old.get(name, missing)!r} -> {new.get(name, missing)!r}"
-            for name in sorted(set(old) | set(new))
-            if name not in skip and old.get(name, missing) != new.get(name, missing)]
-
-
-def non_empty(path: str) -> bool:
-    """A file with content, or a directory with an entry."""
-    if os.path.isdir(path):
-        return bool(os.listdir(path))
-    return os.path.isfile(path) and os.path.getsize(path) > 0
-
-
-# ---------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------
 
@@ -452,18 +325,6 @@ def write_manifest(directory: str, step: int) -> None:
             files[rel] = {"bytes": os.path.getsize(full), "sha256": file_sha256(full)}
     atomic_write(os.path.join(directory, MANIFEST), json.dumps({"step": step, "files": files}, indent=1))
     _fsync_dir(directory)
-
-
-def _spans(steps: list[int]) -> str:
-    """Sorted steps as spans: [3, 4, 5, 9] -> "3-5, 9" (at most five spans, then "...")."""
-    spans = []
-    for s in steps:
-        if spans and s == spans[-1][1] + 1:
-            spans[-1][1] = s
-        else:
-            spans.append([s, s])
-    text = [f"{a}" if a == b else f"{a}-{b}" for a, b in spans]
-    return ", ".join(text[:5]) + (", ..." if len(text) > 5 else "")
 
 
 def _remove(path: str) -> None:

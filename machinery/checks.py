@@ -81,17 +81,21 @@ def claim_run_dir(out_dir: str):
     at the first log); checkpoints/ must be writable. ValueError (one line) otherwise,
     with the lock released.
     """
+    # Imported here, not at the top: checkpoint.py loads torch and transformers (seconds),
+    # and plot_runs.py imports this file for its path checks without needing either.
+    from machinery.checkpoint import CHECKPOINTS_DIR
+
     if problem := writable_dir_problem(out_dir):
         raise ValueError(f"--out_dir {out_dir!r}: {problem}")
     lock = lock_dir(out_dir, "--out_dir")
     try:
         for name, kind, is_kind in (("metrics.jsonl", "file", os.path.isfile), ("config.json", "file", os.path.isfile),
-                                    ("checkpoints", "directory", os.path.isdir),
-                                    (os.path.join("checkpoints", "latest"), "file", os.path.isfile)):
+                                    (CHECKPOINTS_DIR, "directory", os.path.isdir),
+                                    (os.path.join(CHECKPOINTS_DIR, "latest"), "file", os.path.isfile)):
             path = os.path.join(out_dir, name)
             if os.path.lexists(path) and not is_kind(path):
                 raise ValueError(f"{path} is not a {kind}; a run keeps its {name} there (move it away)")
-        ckpt_root = os.path.join(out_dir, "checkpoints")
+        ckpt_root = os.path.join(out_dir, CHECKPOINTS_DIR)
         if os.path.isdir(ckpt_root) and (problem := writable_dir_problem(ckpt_root)):
             raise ValueError(f"{ckpt_root}: {problem}; a run must be able to write its checkpoints")
     except BaseException:

@@ -50,7 +50,7 @@ import os
 
 # What --resume may do with a field, declared on the field: field(default=..., metadata=FIXED).
 # A checkpoint records the config it was trained with, and a resume compares every field
-# with the new one (checkpoint.resume_point), refusing a change to any FIXED field.
+# with the new one (resume.resume_point), refusing a change to any FIXED field.
 RESUME = "resume"                          # the metadata key every leaf field declares
 MAY_CHANGE = {RESUME: "may change"}        # when the run stops, evaluates or saves, how fast, where it reports
 FIXED = {RESUME: "fixed"}                  # the run's math: a resume refuses a new value

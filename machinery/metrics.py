@@ -238,7 +238,7 @@ def closing_summary(out_dir: str, steps: int, minutes: float, start_eval: dict |
     if last and "final/pass@1" in last:
         parts.append(f"{last['final/pass@1']:.3f} on the final evaluation (--final_eval)")
     scores = "held-out pass@1 " + ", ".join(parts) if parts else "no held-out evaluation (--eval_every 0)"
-    best_dir = os.path.join(out_dir, "best")
+    best_dir = os.path.join(out_dir, checkpoint.BEST_DIR)
     model = f"{final_dir} (step {steps})" + (f" and {best_dir} (step {best['step']})" if best else "")
     files = [name for name in RUN_FILES if os.path.exists(os.path.join(out_dir, name))]
     return "\n".join([f"train.py: done: {steps} steps in {minutes:.1f} min; {scores}",

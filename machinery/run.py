@@ -32,7 +32,9 @@ from machinery import rollout
 from machinery import warmups
 from machinery import trackers
 from machinery import vllm_rollout
+from machinery import vllm_staleness
 from machinery.flags import FIXED, MAY_CHANGE, check_counts, refuse_nonfinite, require
+from machinery.resume import keep_samples_until, truncate_metrics
 from scheduler import AdvantageScheduler
 
 
@@ -121,7 +123,7 @@ class Run:
     """Frozen copy of the initial policy, only when loss.kl_coef > 0."""
     llm: object | None = None
     """The in-process vLLM engine (backend 'vllm')."""
-    staleness: vllm_rollout.StalenessCheck = field(default_factory=vllm_rollout.StalenessCheck)
+    staleness: vllm_staleness.StalenessCheck = field(default_factory=vllm_staleness.StalenessCheck)
     """The vLLM staleness check: the engine's log-probs against the trainer's (empty on the transformers backend)."""
     resume_from: str | None = None
     """The checkpoint --resume continues from (chosen and checked at the door)."""
@@ -192,8 +194,8 @@ def open_run_dir(run: Run, out_dir: str, config: dict, resume: bool, overwrite: 
                                                run.py_rng, run.mb_generator)
         # Without a checkpoint the run starts over at step 0, whose evaluation it redoes:
         # keep nothing (-1), or step 0's line and samples would be written twice.
-        checkpoint.truncate_metrics(metrics_path, start if start else -1)
-        checkpoint.keep_samples_until(samples_path, start if start else -1)
+        truncate_metrics(metrics_path, start if start else -1)
+        keep_samples_until(samples_path, start if start else -1)
         if start and run.llm is not None:
             # The engine was built from the base model: give it the checkpoint's weights,
             # or the first resumed step samples from the wrong policy.
@@ -202,7 +204,7 @@ def open_run_dir(run: Run, out_dir: str, config: dict, resume: bool, overwrite: 
         for old in (metrics_path, samples_path):
             if os.path.exists(old):
                 os.remove(old)
-        for old in ("checkpoints", "tensorboard"):
+        for old in (checkpoint.CHECKPOINTS_DIR, "tensorboard"):
             shutil.rmtree(os.path.join(out_dir, old), ignore_errors=True)
     checkpoint.atomic_write(os.path.join(out_dir, "config.json"), json.dumps(config, indent=1, allow_nan=False))
     run.tracker = trackers.open_tracker(report_to, out_dir, project,
@@ -221,13 +223,13 @@ def keep_best(run: Run, out_dir: str, metrics: dict, best: dict | None) -> dict 
     its info ({"step", "eval/pass@1"}), a new one if this evaluation beat `best`."""
     if "eval/pass@1" not in metrics or (best is not None and metrics["eval/pass@1"] <= best["eval/pass@1"]):
         return best
-    return checkpoint.save_model(os.path.join(out_dir, "best"), run.model, run.tokenizer,
+    return checkpoint.save_model(os.path.join(out_dir, checkpoint.BEST_DIR), run.model, run.tokenizer,
                                  {"step": metrics["step"], "eval/pass@1": metrics["eval/pass@1"]})
 
 
 def keep_final(run: Run, out_dir: str, step: int, best: dict | None, minutes: float) -> None:
     """RUN/final (the model after the last step), then the run's closing summary on stdout."""
-    final = os.path.join(out_dir, "final")
+    final = os.path.join(out_dir, checkpoint.FINAL_DIR)
     checkpoint.save_model(final, run.model, run.tokenizer, {"step": step})
     lines = [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl")) if line.strip()]
     evals = [m for m in lines if "eval/pass@1" in m]

@@ -24,7 +24,7 @@ import torch
 from transformers.utils import logging as hf_logging
 
 import tasks
-from machinery import checkpoint, checks, forward, rollout, trackers, vllm_rollout
+from machinery import checkpoint, checks, forward, resume, rollout, trackers, vllm_rollout
 from machinery.config import MAX_PROMPT_CHARS, Config, embedded_warmup, resume_rules, warn
 from machinery.evaluation import eval_budget
 from machinery.run import Run, format_prompts, load_model, pick_device
@@ -141,8 +141,8 @@ def check_inputs(cfg: Config):
     lock = checks.claim_run_dir(cfg.out_dir)
     try:
         may_change, not_compared = resume_rules(cfg)        # declared on the fields
-        return checkpoint.resume_point(cfg.out_dir, dataclasses.asdict(cfg), cfg.resume, cfg.overwrite, cfg.steps,
-                                       may_change, not_compared, warn), lock
+        return resume.resume_point(cfg.out_dir, dataclasses.asdict(cfg), cfg.resume, cfg.overwrite, cfg.steps,
+                                   may_change, not_compared, warn, dataclasses.asdict(type(cfg)())), lock
     except BaseException:
         lock.close()
         raise
@@ -223,7 +223,7 @@ def check_room(cfg: Config, model, tokenizer, model_path: str, rows: list[dict],
     saves = 1 if not cfg.save_every else cfg.steps // cfg.save_every + (cfg.steps % cfg.save_every > 0)
     saves = min(checkpoint.KEEP + 1, saves)             # every save_every steps and at the end; pruned to KEEP
     need = saves * ckpt + 2 * (weights + extra)
-    root = os.path.join(cfg.out_dir, "checkpoints")
+    root = os.path.join(cfg.out_dir, checkpoint.CHECKPOINTS_DIR)
     held = sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(root) for n in names)
     have = checkpoint.free_bytes(cfg.out_dir) + held
     if need > have:

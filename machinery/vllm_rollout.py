@@ -8,7 +8,9 @@ code cites them by number ("trap 3") next to the lines they concern. rollout.py
 (transformers, CPU) stays the default path; vLLM is imported only inside functions.
 
 Public functions: make_engine (+ engine_max_model_len), push_weights,
-generate_rollouts_vllm, sample_texts_vllm, staleness_gap / staleness_bound / StalenessCheck, gpu_smoke_test.
+generate_rollouts_vllm, sample_texts_vllm. The canary that checks the engine samples from
+the trainer's current weights (trap 7), and the smoke test that checks the canary on a real
+engine (trap 10, gpu_smoke_test), are vllm_staleness.py.
 The recipe, the eleven traps, the engine's settings, the call sequence and what is tested
 are in docs/vllm.md. Conventions as rollout.py: B = N*G rollouts, prompt-major; prompts
 left-padded, responses right-padded; masks 1 on real response tokens incl. a generated
@@ -18,15 +20,12 @@ EOS; natural logs.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import importlib.util
 import json
 import math
 import os
 import shutil
-import sys
 import tempfile
-from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -39,10 +38,6 @@ MAX_TEMPERATURE = 2.0
 MIN_TEMPERATURE = 1e-2
 """vLLM silently raises any 0 < temperature < 0.01 to 0.01 (sampling_params.py, _MAX_TEMP);
 its log-probs would then be of another distribution than the trainer's."""
-CANARY_RATIO = 3.0
-"""A gap above 3 x the first step's gap means the engine holds other weights (staleness_bound)."""
-CANARY_FLOOR_NATS = 1e-4
-"""Never warn below this gap: guards a first gap of ~1e-7 (fp32) against noise."""
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
@@ -502,144 +497,3 @@ def sampled_token_logprobs(completion) -> list[float]:
             raise ValueError(f"position {t}: sampled token {token} has log-prob {value}")
         out.append(value)
     return out
-
-
-# ---------------------------------------------------------------------------------------
-# 5. The canary (trap 7)
-# ---------------------------------------------------------------------------------------
-
-def staleness_gap(vllm_logp: Tensor, trainer_logp: Tensor, mask: Tensor) -> float:
-    """Mean absolute log-prob gap over real response tokens, in nats.
-
-        gap = sum_{b,t} m_{b,t} |lp_vllm - lp_trainer| / sum_{b,t} m_{b,t}
-
-    Both sides score the SAME sampled tokens: vLLM while sampling, the trainer in its
-    teacher-forced "old policy" pass right after. With identical weights only numerics
-    differ: ~1e-7 in float32, ~1e-3 to 0.06 nats with a bf16 engine against an fp32
-    trainer. Well above that the engine samples from other weights than the trainer
-    scores with (a missed push, a stale prefix cache, a reload from disk, a stale tied
-    head: traps 1-3) or with another sampling setup. staleness_bound says how far is "well
-    above"; measurements in docs/vllm.md.
-
-    Shapes [B, T] (equal); padding values are ignored even if NaN. Returns 0.0 when the
-    mask is empty.
-    """
-    if vllm_logp.shape != trainer_logp.shape or vllm_logp.shape != mask.shape:
-        raise ValueError(f"shape mismatch: vllm_logp {tuple(vllm_logp.shape)}, trainer_logp "
-                         f"{tuple(trainer_logp.shape)}, mask {tuple(mask.shape)}")
-    real = mask > 0
-    diff = torch.where(real, (vllm_logp.float() - trainer_logp.float()).abs(), torch.zeros((), dtype=torch.float32))
-    return float(diff.sum() / real.sum().clamp(min=1))
-
-
-def staleness_bound(first_gap: float) -> float:
-    """The gap above which a step's rollouts are judged stale: max(3 * first_gap, 1e-4).
-
-    first_gap: staleness_gap of the run's FIRST rollout batch, when engine and trainer hold
-    the same checkpoint and no push has happened: the measured numerical disagreement of
-    THIS setup (dtype, kernels, model, prompts). Each step warns when staleness_gap >
-    staleness_bound(first_gap). [recon] TRL and verl log a similar gap but do not judge it;
-    the factor 3 is ours, from measurements (bf16 engine: fresh pushes stayed within
-    1.34 x the first gap; fp32: ~1e-7, and the floor keeps float noise from tripping it).
-    A fixed bound cannot serve both dtypes. Blind to staleness below the numerics (a bf16
-    engine one lr ~1e-6 step behind). On a resumed run the reference is the first batch
-    after the resume push, which would hide a broken resume push: check the logged first
-    value. Numbers and the trial behind them: docs/vllm.md, "The canary's bound".
-    """
-    if not first_gap >= 0:
-        raise ValueError(f"first_gap must be a gap >= 0, got {first_gap}")
-    return max(CANARY_RATIO * first_gap, CANARY_FLOOR_NATS)
-
-
-@dataclass
-class StalenessCheck:
-    """The staleness canary of one run: the first batch's gap (the reference) and the last metrics."""
-
-    first: float | None = None
-    """staleness_gap of the run's first rollout batch (engine and trainer hold the same checkpoint)."""
-    last: dict = field(default_factory=dict)
-    """This step's metrics: vllm/canary_gap and vllm/canary_bound."""
-
-    def measure(self, engine_logp: Tensor, trainer_logp: Tensor, mask: Tensor) -> dict:
-        """Record this batch's gap against the bound; warn on stderr when it is above it."""
-        gap = staleness_gap(engine_logp, trainer_logp, mask)
-        if self.first is None:
-            self.first = gap
-        bound = staleness_bound(self.first)
-        self.last = {"vllm/canary_gap": gap, "vllm/canary_bound": bound}
-        if gap > bound:
-            print(f"warning: vLLM and trainer log-probs differ by {gap:.2e} nats on average, above {bound:.2e} "
-                  f"(3 x the first step's {self.first:.2e}); the engine may be sampling from stale weights",
-                  file=sys.stderr)
-        return self.last
-
-
-# ---------------------------------------------------------------------------------------
-# 6. Smoke test (trap 10): run on CPU with vLLM's CPU build by the tests; not on a GPU.
-# ---------------------------------------------------------------------------------------
-
-def gpu_smoke_test(model_path: str, G: int = 4, max_new_tokens: int = 32, seed: int = 1234,
-                   dtype: str = "bfloat16", noise: float = 0.1, device: str | None = None) -> dict:
-    """Check on a real engine that pushes reach it and the canary sees staleness (trap 10).
-
-    device=None picks CUDA if present, else the CPU (vLLM's CPU build; the tests run it
-    there). Trainer side as trap 9: fp32 master weights, bf16 autocast on CUDA.
-      A. push the true weights; sample with a fixed seed; gap_true is the reference.
-      B. perturb the trainer by noise x each tensor's std, push, sample with the same
-         seed: samples change, canary vs the PERTURBED trainer within staleness_bound(gap_true).
-      C. negative control: restore the trainer WITHOUT pushing; B's canary vs the
-         restored trainer must exceed the bound.
-      D. push the restored weights, sample with A's seed: within the bound, and report
-         whether the samples equal A's (up to GPU nondeterminism).
-    Returns the measured numbers; raises AssertionError on a failed check.
-    """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    tok = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(device).eval()
-    prompts = ["12+35=", "The capital of France is", "def fib(n):"]
-    llm = make_engine(model_path, model, dtype=dtype, gpu_memory_utilization=0.3,
-                      max_model_len=engine_max_model_len(model.config, rollout.tokenize_prompts(tok, prompts, False),
-                                                         max_new_tokens))
-    torch.manual_seed(0)                                           # after make_engine (it reseeds)
-    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" and dtype == "bfloat16"
-                else contextlib.nullcontext())
-
-    def trainer_gap(rollouts):
-        with torch.no_grad(), autocast:
-            lp, _ = rollout.token_logprobs(model, rollouts.prompt_ids.to(device), rollouts.prompt_mask.to(device),
-                                           rollouts.response_ids.to(device), rollouts.response_mask.to(device))
-        return staleness_gap(rollouts.engine_logp, lp.float().cpu(), rollouts.response_mask)
-
-    def sample_and_gap():
-        rollouts = generate_rollouts_vllm(llm, tok, prompts, G, max_new_tokens, seed=seed)
-        return rollouts, trainer_gap(rollouts)
-
-    push_weights(llm, model)
-    ro_a, gap_a = sample_and_gap()
-    bound = staleness_bound(gap_a)
-    saved = {n: p.detach().clone() for n, p in model.named_parameters()}
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * noise * p.float().std().to(p.dtype))
-    push_weights(llm, model)
-    ro_b, gap_b = sample_and_gap()
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            p.copy_(saved[n])
-    gap_stale = trainer_gap(ro_b)
-    push_weights(llm, model)
-    ro_d, gap_d = sample_and_gap()
-    result = {"gap_true": gap_a, "bound": bound, "gap_perturbed": gap_b, "gap_stale_control": gap_stale,
-              "gap_restored": gap_d,
-              "samples_changed_after_perturb": not torch.equal(ro_a.response_ids, ro_b.response_ids),
-              "samples_restored_exactly": torch.equal(ro_a.response_ids, ro_d.response_ids)}
-    print("vLLM smoke test:", result)
-    assert result["samples_changed_after_perturb"], "samples did not change after pushing perturbed weights"
-    for key in ("gap_perturbed", "gap_restored"):
-        assert result[key] <= bound, (f"{key} = {result[key]:.2e} nats > bound {bound:.2e}: "
-                                      "the engine is not sampling the policy")
-    assert gap_stale > bound, (f"stale control gap {gap_stale:.2e} nats <= bound {bound:.2e}: "
-                               "the canary cannot see staleness")
-    return result

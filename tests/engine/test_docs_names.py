@@ -1,6 +1,6 @@
 """The documentation names code that exists.
 
-docs/*.md and the README point a reader at functions: `vllm_rollout.staleness_gap`, the
+docs/*.md and the README point a reader at functions: `vllm_staleness.staleness_gap`, the
 "source" column of docs/metrics.md, `machinery/token_diagnostics.after_update`. A rename
 or a move leaves such a name pointing at nothing, and no other test notices: the reader
 searches for a function that is gone. This test reads every such name and looks it up in

@@ -30,6 +30,7 @@ import torch
 
 from machinery import checkpoint, hub_models, rollout
 from machinery import vllm_rollout as V
+from machinery import vllm_staleness as S
 from machinery.run import format_prompts
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -404,7 +405,7 @@ def test_sampled_rollouts_stop_at_the_first_eos_and_the_trainer_scores_exactly_t
     with torch.no_grad():
         lp, ent = rollout.token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask,
                                          with_entropy=True)
-    gap = V.staleness_gap(rollouts.engine_logp, lp, rollouts.response_mask)
+    gap = S.staleness_gap(rollouts.engine_logp, lp, rollouts.response_mask)
     print(f"\nSmolLM2 sampler vs teacher-forced: mean |gap| {gap:.1e} nats")
     assert gap < 1e-4 and ((rollouts.engine_entropy - ent).abs() * rollouts.response_mask).max() < 1e-3
 

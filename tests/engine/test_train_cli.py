@@ -21,7 +21,7 @@ import torch
 import advantages
 import tasks
 import train
-from machinery import checkpoint, config, flags, warmups
+from machinery import config, flags, resume, warmups
 from machinery import trackers
 from machinery import rollout
 from machinery import setup as setup_lib
@@ -201,9 +201,19 @@ def test_a_flat_config_json_from_before_the_parts_reads_the_same_and_resumes(tmp
     assert set(written) <= set(read)
     assert {k: read[k] for k in written if k != "out_dir"} == {k: v for k, v in written.items() if k != "out_dir"}
     assert {k: read[k] for k in read if k not in written} == {k: defaults[k] for k in read if k not in written}
-    assert checkpoint.config_changes(flat, nested, {"out_dir"}) == []
+    # A setting the checkpoint predates (absent from its config.json) is no change at its
+    # default, and is one at any other value (or with no defaults to tell).
+    defaults = dataclasses.asdict(train.Config())
+    assert resume.config_changes(flat, nested, {"out_dir"}, defaults) == []
+    older = {k: v for k, v in flat.items() if k != "n_eval"}
+    assert resume.config_changes(older, nested, {"out_dir"}, defaults) == []
+    assert "--n_eval '(absent)' -> 0" in resume.config_changes(older, nested, {"out_dir"})
+    later = json.loads(json.dumps(nested))
+    later["evaluation"]["n_eval"] = 16
+    assert resume.config_changes(older, later, {"out_dir"}, defaults) == ["--n_eval '(absent)' -> 16"]
     flat["micro_batch"], flat["temperature"] = 8, 0.5                          # negative control: two changes named
-    assert checkpoint.config_changes(flat, nested, {"out_dir"}) == ["--micro_batch 8 -> 16", "--temperature 0.5 -> 1.0"]
+    assert resume.config_changes(flat, nested, {"out_dir"}, defaults) == ["--micro_batch 8 -> 16",
+                                                                          "--temperature 0.5 -> 1.0"]
     again = tmp_path / "again.json"                                            # the nested file reads back the same
     again.write_text(json.dumps(nested))
     assert dataclasses.asdict(train.parse_args(["--config", str(again)])) == dataclasses.asdict(cfg)
@@ -531,7 +541,7 @@ def test_samples_jsonl_after_each_evaluation_and_a_resume_keeps_them_once(tiny_d
     for x in lines:
         assert rows[x["prompt"]] == x["answer"] and isinstance(x["completion"], str)
         assert x["reward"] in (0.0, 1.0) and "correct" in x
-    checkpoint.keep_samples_until(str(tmp_path / "samples.jsonl"), 2)       # what --resume from step 2 does
+    resume.keep_samples_until(str(tmp_path / "samples.jsonl"), 2)       # what --resume from step 2 does
     assert [x["step"] for x in read_jsonl(tmp_path / "samples.jsonl")] == [0] * 4 + [2] * 4
 
 

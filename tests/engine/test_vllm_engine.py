@@ -31,6 +31,7 @@ from tests.engine.helpers import skip_unless_vllm
 from machinery import rollout
 from machinery import tinymodel
 from machinery import vllm_rollout as V
+from machinery import vllm_staleness as S
 
 pytestmark = pytest.mark.vllm
 
@@ -53,7 +54,7 @@ def trainer_gap(model, rollouts, temperature=1.0) -> float:
     with torch.no_grad():
         lp, _ = rollout.token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask,
                                        temperature=temperature)
-    return V.staleness_gap(rollouts.engine_logp, lp, rollouts.response_mask)
+    return S.staleness_gap(rollouts.engine_logp, lp, rollouts.response_mask)
 
 
 def perturbed(model, scale, only=None, seed=0):
@@ -137,7 +138,7 @@ def test_fresh_push_is_exact_in_fp32_and_a_stale_engine_is_flagged(tok, tied, en
     _, model = tied
     V.push_weights(engine32, model)
     first = trainer_gap(model, V.generate_rollouts_vllm(engine32, tok, PROMPTS, 4, 40, seed=1))
-    bound = V.staleness_bound(first)
+    bound = S.staleness_bound(first)
     new = perturbed(model, 0.3)
     stale = trainer_gap(new, V.generate_rollouts_vllm(engine32, tok, PROMPTS, 4, 40, seed=2))   # no push yet
     assert V.push_weights(engine32, new) == 21                          # 20 tensors + the untied head
@@ -177,7 +178,7 @@ def test_bf16_engine_fp32_master_pushes_stay_within_the_bound_and_staleness_exce
 
         llm.collective_rpc = spy
         first = trainer_gap(model, V.generate_rollouts_vllm(llm, tok, PROMPTS, 8, 40, seed=1))
-        bound, master, gaps = V.staleness_bound(first), copy.deepcopy(model), []
+        bound, master, gaps = S.staleness_bound(first), copy.deepcopy(model), []
         for step in range(3):                                             # relative updates of 1e-3
             master = perturbed(master, 1e-3, seed=step)
             V.push_weights(llm, master)
@@ -278,7 +279,7 @@ def test_seeded_sampling_is_reproducible_and_evaluation_texts_match_the_rollouts
 # ---------------------------------------------------------------------------------------
 
 def test_the_smoke_test_passes_on_cpu(tied):
-    result = V.gpu_smoke_test(tied[0], dtype="float32", device="cpu")
+    result = S.gpu_smoke_test(tied[0], dtype="float32", device="cpu")
     assert result["gap_true"] < FP32_NOISE and result["samples_restored_exactly"]
 
 

@@ -24,6 +24,7 @@ import torch
 from machinery import rollout
 from machinery import tinymodel
 from machinery import vllm_rollout as V
+from machinery import vllm_staleness as S
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
@@ -372,17 +373,17 @@ def test_canary_gap_hand_example_and_edges():
     v = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0]])
     t = torch.tensor([[-1.1, -1.8, float("nan")], [-0.2, -9.0, 0.0]])
     m = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
-    assert V.staleness_gap(v, t, m) == pytest.approx((0.1 + 0.2 + 0.3) / 3)
-    assert V.staleness_gap(v, t, torch.zeros_like(m)) == 0.0
+    assert S.staleness_gap(v, t, m) == pytest.approx((0.1 + 0.2 + 0.3) / 3)
+    assert S.staleness_gap(v, t, torch.zeros_like(m)) == 0.0
     with pytest.raises(ValueError, match="shape mismatch"):
-        V.staleness_gap(v, t[:, :2], m)
+        S.staleness_gap(v, t[:, :2], m)
 
 
 def test_canary_bound_is_three_times_the_first_gap_with_a_floor():
-    assert V.staleness_bound(0.055) == pytest.approx(0.165)          # bf16: the old fixed 0.05 fired here
-    assert V.staleness_bound(2e-7) == 1e-4 and V.staleness_bound(0.0) == 1e-4     # fp32: the floor
+    assert S.staleness_bound(0.055) == pytest.approx(0.165)          # bf16: the old fixed 0.05 fired here
+    assert S.staleness_bound(2e-7) == 1e-4 and S.staleness_bound(0.0) == 1e-4     # fp32: the floor
     with pytest.raises(ValueError, match="first_gap"):
-        V.staleness_bound(float("nan"))
+        S.staleness_bound(float("nan"))
 
 
 # ---------------------------------------------------------------------------------------
@@ -445,7 +446,7 @@ def trainer_gap(model, rollouts, temperature):
     with torch.no_grad():
         lp, _ = rollout.token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask,
                                        temperature=temperature)
-    return V.staleness_gap(rollouts.engine_logp, lp, rollouts.response_mask)
+    return S.staleness_gap(rollouts.engine_logp, lp, rollouts.response_mask)
 
 
 def test_generate_rollouts_vllm_end_to_end_and_the_canary_sees_staleness(fake_vllm, tok, model):
@@ -482,11 +483,11 @@ def test_generate_rollouts_vllm_end_to_end_and_the_canary_sees_staleness(fake_vl
         for p in trained.parameters():
             p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
     stale = V.generate_rollouts_vllm(engine, tok, prompts, G, T, temperature=temp)
-    assert trainer_gap(trained, stale, temp) > V.staleness_bound(first)   # negative control: no push yet
+    assert trainer_gap(trained, stale, temp) > S.staleness_bound(first)   # negative control: no push yet
 
     assert V.push_weights(engine, Compiled(trained)) == 21 and engine.resets == 1
     fresh = V.generate_rollouts_vllm(engine, tok, prompts, G, T, temperature=temp)
-    assert trainer_gap(trained, fresh, temp) < min(1e-5, V.staleness_bound(first))
+    assert trainer_gap(trained, fresh, temp) < min(1e-5, S.staleness_bound(first))
 
 
 @pytest.mark.parametrize("kwargs, match", [

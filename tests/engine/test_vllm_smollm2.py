@@ -28,6 +28,7 @@ from tests.engine.helpers import skip_unless_vllm
 
 from machinery import rollout
 from machinery import vllm_rollout as V
+from machinery import vllm_staleness as S
 from machinery.run import format_prompts, load_model
 
 pytestmark = pytest.mark.vllm
@@ -105,7 +106,7 @@ def test_the_engine_stops_on_the_tokenizers_eos_and_the_trainer_scores_exactly_w
             assert len(sampled) == T and EOS not in sampled and rollouts.truncated[b]
         assert rollouts.texts[b] == tok.decode(sampled, skip_special_tokens=True) and "<|im_" not in rollouts.texts[b]
     assert (rollouts.engine_logp[rollouts.response_mask == 1] < 0).all()                   # EOS has its log-prob too
-    gap = V.staleness_gap(rollouts.engine_logp, trainer_logp(model, rollouts), rollouts.response_mask)
+    gap = S.staleness_gap(rollouts.engine_logp, trainer_logp(model, rollouts), rollouts.response_mask)
     print(f"\nSmolLM2 on vLLM (bf16): 16 rollouts x {T} tokens in {seconds:.1f} s; canary {gap:.1e} nats")
     assert gap < BF16_GAP
 
@@ -113,9 +114,9 @@ def test_the_engine_stops_on_the_tokenizers_eos_and_the_trainer_scores_exactly_w
 def test_the_canary_holds_its_bound_after_pushes_and_flags_a_stale_engine(smol, engine):
     path, model, tok, prompts = smol
     V.push_weights(engine, model)
-    first = V.staleness_gap((rollouts := V.generate_rollouts_vllm(engine, tok, prompts, 4, T, seed=11, chat_template=True))
+    first = S.staleness_gap((rollouts := V.generate_rollouts_vllm(engine, tok, prompts, 4, T, seed=11, chat_template=True))
                          .engine_logp, trainer_logp(model, rollouts), rollouts.response_mask)
-    bound = V.staleness_bound(first)
+    bound = S.staleness_bound(first)
     # A trained policy, one the engine does not hold yet: every matrix moved by 5% of its std.
     new = copy.deepcopy(model)
     g = torch.Generator().manual_seed(0)
@@ -124,10 +125,10 @@ def test_the_canary_holds_its_bound_after_pushes_and_flags_a_stale_engine(smol, 
             if p.dim() > 1:
                 p.add_(0.05 * p.std() * torch.randn(p.shape, generator=g))
     rollouts = V.generate_rollouts_vllm(engine, tok, prompts, 4, T, seed=12, chat_template=True)
-    stale = V.staleness_gap(rollouts.engine_logp, trainer_logp(new, rollouts), rollouts.response_mask)
+    stale = S.staleness_gap(rollouts.engine_logp, trainer_logp(new, rollouts), rollouts.response_mask)
     assert V.push_weights(engine, new) == 273                       # 272 tensors + the untied head
     rollouts = V.generate_rollouts_vllm(engine, tok, prompts, 4, T, seed=12, chat_template=True)
-    fresh = V.staleness_gap(rollouts.engine_logp, trainer_logp(new, rollouts), rollouts.response_mask)
+    fresh = S.staleness_gap(rollouts.engine_logp, trainer_logp(new, rollouts), rollouts.response_mask)
     print(f"\nSmolLM2 canary (bf16 engine): first {first:.1e}, stale {stale:.1e}, after the push {fresh:.1e}, "
           f"bound {bound:.1e}")
     assert first < BF16_GAP and fresh <= bound and stale > bound
