@@ -20,7 +20,9 @@ entropy. Everything above it is one of those pieces.
      reproduces it, seq-mean-token-mean (any other is refused: it would be a different
      objective under GSPO's name);
    - `dfpo`: GSPO's weights made exchangeable (point 3, exchangeability.py).
-2. The aggregation, which decides how much each token weighs (four modes, `aggregate`).
+2. The aggregation, which decides how much each token weighs: four modes, from DAPO's
+   token-mean to Dr. GRPO's constant normaliser, and why only a token sum keeps point 3
+   (aggregation.py, which this file imports: `aggregate`, over a `StepNorm`).
 3. Token gradient cancellation (arXiv 2604.13088): a token every rollout of a group shares
    cancels only if every rollout gives it the same weight. exchangeability.py teaches it:
    what breaks it, DFPO's transforms that restore it (min, orth; controls keep, equal), and
@@ -39,11 +41,9 @@ Devices: every tensor this file makes is made on its inputs' device (`x.new_zero
 would land on the CPU and fail to mix with CUDA inputs. tests/lesson/test_loss.py checks it by
 making the default device "meta" while the inputs stay on the CPU.
 
-Micro-batch invariance: the normaliser (how many tokens / sequences the whole optimizer
-step has) is computed ONCE from the whole step by `step_normaliser` and passed in. Then
-summing the losses of any split of the step into micro-batches gives exactly the loss
-(and the gradient) of the whole step. Averaging per micro-batch instead, the naive way,
-weights short micro-batches' tokens more (tests/lesson/test_loss.py shows both).
+Micro-batch invariance: the normaliser of the whole optimizer step is computed ONCE
+(aggregation.step_normaliser) and passed in, so the losses of any split of the step into
+micro-batches add up to the step's loss and gradient exactly (aggregation.py says why).
 """
 
 from __future__ import annotations
@@ -55,9 +55,8 @@ import torch
 from torch import Tensor
 
 import exchangeability
+from aggregation import AGGREGATIONS, TOKEN_SUMS, StepNorm, aggregate
 
-AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
-TOKEN_SUMS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")   # no per-rollout 1/|o_i|
 WEIGHT_TRANSFORMS = (None, "min", "orth", "keep", "equal")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 MAX_KL_COEF = 10.0        # LossConfig says why these two bounds
@@ -202,65 +201,6 @@ class LossConfig:
         if self.neg_filter_frac is not None and not 0 < self.neg_filter_frac <= 1:
             raise ValueError(f"neg_filter_frac must be in (0, 1] (or None), got {self.neg_filter_frac}")
 
-
-# ---------------------------------------------------------------------------------------
-# Aggregation over a whole optimizer step
-# ---------------------------------------------------------------------------------------
-
-@dataclass
-class StepNorm:
-    """The normaliser of one optimizer step, fixed before micro-batching."""
-
-    n_tokens: float
-    """Response tokens in the whole step (token-mean divides by this)."""
-    n_seqs: float
-    """Rollouts in the whole step (the seq-mean-* modes divide by this)."""
-    max_len: float
-    """The fixed length constant of seq-mean-token-sum-norm (Dr. GRPO uses the generation budget)."""
-
-
-def step_normaliser(mask: Tensor, max_len: int | None = None) -> StepNorm:
-    """Compute the step's normaliser from the mask of EVERY rollout in the step.
-
-    mask: [B_step, T] (1 on response tokens). max_len: Dr. GRPO's constant; default is
-    the mask's width T. Call this once per optimizer step, before splitting the step into
-    micro-batches, and pass the result to every `policy_loss` call of that step.
-    """
-    if mask.dim() != 2:
-        raise ValueError(f"step_normaliser: mask must be [B, T], got {tuple(mask.shape)}")
-    n_tokens = float(mask.sum())
-    if n_tokens <= 0:
-        raise ValueError("step_normaliser: the step has no response tokens (mask is all zero)")
-    max_len = mask.shape[1] if max_len is None else max_len
-    if max_len < mask.shape[1]:
-        raise ValueError(f"step_normaliser: max_len={max_len} is shorter than the responses (T={mask.shape[1]})")
-    return StepNorm(n_tokens=n_tokens, n_seqs=float(mask.shape[0]), max_len=float(max_len))
-
-
-def aggregate(per_token: Tensor, mask: Tensor, agg: str, norm: StepNorm) -> Tensor:
-    """Reduce a [B, T] per-token loss to this micro-batch's share of the step's scalar.
-
-        token-mean               sum_{i,t} l / n_tokens(step)             (DAPO, TRL "dapo")
-        seq-mean-token-mean      sum_i (sum_t l / |o_i|) / n_seqs(step)   (original GRPO, GSPO)
-        seq-mean-token-sum       sum_{i,t} l / n_seqs(step)
-        seq-mean-token-sum-norm  sum_{i,t} l / (n_seqs(step) * max_len)   (Dr. GRPO)
-
-    Only seq-mean-token-mean weights a token by its own rollout's length, 1/|o_i|: a shared
-    template token then weighs more in short rollouts and its updates stop cancelling
-    (Dr. GRPO's length bias; docs/math.md §3.7). Every mode is a sum over rollouts divided
-    by step constants, so micro-batch losses add up to the step's loss exactly (§3.4).
-    Names are verl's; seq-mean-token-sum-norm is Dr. GRPO's formula, which older verl did
-    not follow (docs/math.md §9).
-    """
-    masked = per_token * mask
-    if agg == "token-mean":
-        return masked.sum() / norm.n_tokens
-    if agg == "seq-mean-token-mean":
-        lengths = mask.sum(dim=1).clamp(min=1)  # an empty rollout contributes 0, not NaN
-        return (masked.sum(dim=1) / lengths).sum() / norm.n_seqs
-    if agg == "seq-mean-token-sum":
-        return masked.sum() / norm.n_seqs
-    return masked.sum() / (norm.n_seqs * norm.max_len)   # seq-mean-token-sum-norm
 
 
 # ---------------------------------------------------------------------------------------
@@ -498,7 +438,7 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
 
     logp: [B, T] log pi(o_t) under the current policy (differentiable); old_logp: [B, T]
     under the sampling policy; advantages: [B] per rollout (or [B, T] per token for ppo and
-    cispo); mask: [B, T]; norm: from `step_normaliser` on the WHOLE step; group_index: [B]
+    cispo); mask: [B, T]; norm: from aggregation.step_normaliser on the WHOLE step; group_index: [B]
     (DFPO needs it); ref_logp: [B, T] (iff kl_coef > 0); entropy: [B, T] full-vocabulary
     entropy (differentiable if entropy_coef > 0).
     Stats, python floats, token-means over THIS call (combine micro-batches weighted by

@@ -14,10 +14,10 @@ the engine (machinery/), each timed as time/<stage>:
                   entropy; the schedule reads the solve   scheduler.py (FADE, or constant)
                   rate and the entropy
   4. advantages   one weight per rollout, per group       advantages.py (any registered name)
-  5. split        the batch into optimizer steps, each    batching.py; loss.step_normaliser
+  5. split        the batch into optimizer steps, each    batching.py; aggregation.step_normaliser
                   with its normaliser
-  6. update       per micro-batch: policy loss, backward; loss.py (PPO/CISPO/GSPO/DFPO, four
-                  one Adam step per optimizer step        aggregations, KL, entropy)
+  6. update       per micro-batch: policy loss, backward; loss.py (PPO/CISPO/GSPO/DFPO, KL,
+                  one Adam step per optimizer step        entropy), aggregation.py (four modes)
   7. log          metrics, token diagnostics, held-out    machinery/metrics.py, diagnostics.py,
                   evaluation, the best model, checkpoint  machinery/evaluation.py
 
@@ -62,6 +62,7 @@ import torch
 from tqdm import tqdm
 
 import advantages
+import aggregation
 import batching
 import loss
 import verify
@@ -128,7 +129,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
             lengths = mask.sum(1).view(N, G)
             opt_steps = [idx for _ in range(cfg.epochs) for idx in batching.minibatch_indices(
                 A, cfg.minibatches, cfg.minibatch_mode, run.mb_generator, lengths)]
-            norms = [loss.step_normaliser(mask[idx], max_len=cfg.sampling.max_new_tokens) for idx in opt_steps]
+            norms = [aggregation.step_normaliser(mask[idx], max_len=cfg.sampling.max_new_tokens) for idx in opt_steps]
             has_grad = forward.carries_gradient(A.reshape(-1), may_skip=run.may_skip and not diag.active)  # A=0: no work
             batch = on_device(run.model.device, A=A.reshape(-1).float(), mask=mask, group=run.group_index,
                               old=old_logp, ref=ref_logp)           # per-rollout tensors, indexed per micro-batch

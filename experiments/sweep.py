@@ -13,7 +13,8 @@ by name in experiments/registry.py (what a sweep is and its budget: experiments/
 how a claim is judged in experiments/claims.py (the exact paired tests, Holm's correction
 and the effect detectable at 80% power: experiments/exact_tests.py); the pages and the committed per-run data in
 experiments/pages.py, the study's page (experiments/results/claims.md) and the README's summary in
-experiments/summaries.py.
+experiments/summaries.py; what a sweep costs before it runs, and which of its runs are
+committed (`plan`, the parts, the pilot's numbers), in experiments/sweep_plan.py.
 This file runs them.
 
 A sweep is a set of ARMS, train.py flag sets that differ in one design choice, each run
@@ -53,7 +54,7 @@ rebooted) restarts with train.py --resume, which continues exactly from its last
 checkpoint (or from step 0 if there is none); a directory holding a run with OTHER flags
 is an error (choose another --out, or remove it), never overwritten and never mixed into
 a table. A run whose data is already committed with the same flags is skipped too
-(committed_records): a part cut short goes on elsewhere. A failing run does not stop the
+(sweep_plan.committed_records): a part cut short goes on elsewhere. A failing run does not stop the
 others: sweep.py lets them finish, writes the reports from the runs that did, then exits 1
 with one line per failed run naming its log.
 A sweep may so be finished over several sessions; `report` rebuilds every report from
@@ -77,7 +78,6 @@ import argparse
 import contextlib
 import io
 import json
-import math
 import os
 import shlex
 import shutil
@@ -87,24 +87,24 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
 from typing import Callable
 
 from tqdm import tqdm
 
 from experiments import pages
 from experiments.pages import machine as _machine, now as _now, read_json as _read_json
-from experiments.designs import SEEDS, TASKS, WARMUP_SEEDS, Sweep, estimate_minutes, eval_flags, runs_on, settings
-from experiments.registry import SWEEPS, budget_table
+from experiments.designs import SEEDS, TASKS, WARMUP_SEEDS, Sweep, runs_on, settings
+from experiments.registry import SWEEPS
+from experiments.sweep_plan import (JOBS, RESULTS, RunSpec, but_out_dir as _but_out_dir, committed_records,
+                                    pilot_costs, plan_text, run_args, select_part)
 from machinery import checks
 from machinery.checkpoint import WEIGHT_DIRS       # what train.py saves of the model and optimizer
 
 # ---------------------------------------------------------------------------------------
-# The defaults: change them here.
+# The defaults: change them here; JOBS (train.py processes at a time) and RESULTS (where
+# `report` writes the pages and the committed data) are experiments/sweep_plan.py's, which plans with them.
 # ---------------------------------------------------------------------------------------
-JOBS = 2                          # train.py processes at a time (one torch thread each)
 OUT = os.path.join("runs", "sweeps")   # runs go to OUT/TASK/SWEEP/ARM/seed_S
-RESULTS = os.path.join("experiments", "results")   # `report` writes sweep_TASK_SWEEP.{md,png,jsonl.gz} and claims.md here
 TASK = "countdown"                # the default task (experiments/designs.py TASKS: steps, evaluation, parts)
 # Budget: experiments/designs.py's header (and `plan`) has the estimate per sweep and part.
 
@@ -113,30 +113,9 @@ TRAIN_PY = os.path.join(REPO_DIR, "train.py")
 
 
 # ---------------------------------------------------------------------------------------
-# 1. Planning the runs, the parts, and resume by directory
+# 1. The runs, their flags checked; resume by directory; the warm-ups (what each run is, the
+#    parts, and what the plan costs: experiments/sweep_plan.py)
 # ---------------------------------------------------------------------------------------
-
-@dataclass
-class RunSpec:
-    """One train.py run of a sweep."""
-
-    sweep: str
-    arm: str
-    warmup_seed: int
-    seed: int
-    dir: str
-    args: list[str]
-    """train.py's arguments (without --resume)."""
-    steps: int
-    warmup: object | None
-    """What the run starts from and must exist before it does: the embedded model's
-    warmups.WarmupConfig (--model tiny), or --model's name or path (a hub model's is fetched
-    and converted once, ensure_warmup), or None in tests that build specs by hand."""
-
-    @property
-    def label(self) -> str:
-        return f"{self.sweep}/{self.arm}/warmup_{self.warmup_seed}/seed_{self.seed}"
-
 
 def plan_runs(sweep: Sweep, arms: list[str], warmup_seeds: list[int], seeds: list[int], steps: int, out: str,
               extra: list[str], task: str = TASK) -> list[RunSpec]:
@@ -156,48 +135,6 @@ def plan_runs(sweep: Sweep, arms: list[str], warmup_seeds: list[int], seeds: lis
                 warmup = _embedded_warmup(cfg) if cfg.model == "tiny" else cfg.model
                 runs.append(RunSpec(sweep.name, arm, w, seed, cfg.out_dir, args, cfg.steps, warmup))
     return runs
-
-
-def run_args(sweep: Sweep, arm: str, warmup_seed: int, seed: int, steps: int, out: str, extra: list[str],
-             task: str) -> list[str]:
-    """One run's train.py arguments, unchecked (plan_runs checks them)."""
-    return ["--out_dir", pages.run_dir(out, task, sweep.name, arm, warmup_seed, seed), "--seed", str(seed),
-            "--warmup_seed", str(warmup_seed), "--steps", str(steps), *eval_flags(task, sweep.name), "--threads", "1",
-            *sweep.flags, *sweep.arms[arm], *extra]
-
-
-def committed_records(runs: list[RunSpec], results: str, task: str) -> dict[str, dict]:
-    """{label: its committed record} for the runs whose data is already committed
-    (RESULTS/sweep_TASK_NAME.jsonl.gz) with the same train.py flags, --out_dir aside.
-
-    A part stopped before it finished goes on later, on any machine and with an empty
-    runs/, without running those again: `report` takes their numbers from the
-    committed data. A run whose flags changed since is run again. The record carries the
-    run's wall seconds, which `plan` reports beside its estimate.
-    """
-    records = {}
-    for name in {r.sweep for r in runs}:
-        committed = {(c.arm, c.warmup_seed, c.seed): c.record
-                     for c in pages.read_run_data(os.path.join(results, f"sweep_{task}_{name}.jsonl.gz"))}
-        for r in runs:
-            record = committed.get((r.arm, r.warmup_seed, r.seed)) if r.sweep == name else None
-            if record is not None and record.get("args") is not None \
-                    and _but_out_dir(record["args"]) == _but_out_dir(r.args):
-                records[r.label] = record
-    return records
-
-
-def select_part(runs: list[RunSpec], part: int, parts: int) -> list[RunSpec]:
-    """The part-th (from 1) of `parts` contiguous, near-equal slices of the plan.
-
-    The plan is ordered (warm-up seed, seed, arm), so a slice holds one warm-up seed's runs
-    (or part of them): parts = 2 with 2 warm-up seeds is one warm-up seed each; a design's
-    parts are sized so that each holds whole pairs (every arm of a seed), which then run
-    on one machine. Sizes differ by at most one run. Example: 10 runs in 3 parts -> 4, 3, 3.
-    """
-    size, extra = divmod(len(runs), parts)
-    start = (part - 1) * size + min(part - 1, extra)
-    return runs[start:start + size + (part <= extra)]
 
 
 def run_state(run: RunSpec) -> str:
@@ -349,83 +286,6 @@ def write_summary(sweep: Sweep, task: str, out: str, results: dict, meta: dict) 
     return os.path.join(root, "summary.md")
 
 
-def pilot_costs(runs: list[RunSpec], results: dict) -> dict:
-    """The cost model's numbers from short pilot runs (one per sweep, two at a time, as a sweep runs).
-
-    From each run's metrics.jsonl (time/elapsed after every step): step_s = the mean
-    step-to-step time of the steps without an evaluation but the first (which pays one-time
-    costs), so the token diagnostics' steps count at the rate they have in a full run; an
-    evaluation costs the extra time of the steps with one over step_s, per sample (n_eval x
-    eval_samples); start_s = the process's wall time minus the loop's.
-    Returns {sweep: {"step_s", "sample_s", "start_s"}}.
-    """
-    costs = {}
-    for run in runs:
-        rows = [json.loads(line) for line in open(os.path.join(run.dir, "metrics.jsonl")) if line.strip()]
-        elapsed = [r["time/elapsed"] for r in rows]
-        times = [b - a for a, b in zip([0.0, *elapsed], elapsed)]
-        plain = [t for t, r in zip(times[1:], rows[1:]) if "eval/pass@1" not in r]
-        step_s = sum(plain) / len(plain)
-        evals = [t - step_s for t, r in zip(times, rows) if "eval/pass@1" in r]
-        samples = int(run.args[run.args.index("--n_eval") + 1]) * int(run.args[run.args.index("--eval_samples") + 1])
-        costs[run.sweep] = {"step_s": step_s, "sample_s": sum(evals) / len(evals) / samples if evals else math.nan,
-                            "start_s": results[run.label]["seconds"] - elapsed[-1]}
-    return costs
-
-
-def committed_per_part(task: str, name: str, results: str) -> tuple[list[tuple[int, int]], float | None]:
-    """([(committed, runs)] for each part of a sweep, the mean minutes of a committed run).
-
-    A run counts when its data is committed in `results` with the flags the design gives it
-    today (committed_records, on the runs' arguments unchecked: planning every run through
-    train.py's checks would take half a minute). Its minutes are train.py's start to exit
-    as the record holds them; None when no committed run has them.
-    """
-    spec, steps, parts = SWEEPS[name](task), settings(task, name)["steps"], settings(task, name)["parts"]
-    runs = [RunSpec(name, arm, w, seed, "", run_args(spec, arm, w, seed, steps, "OUT", [], task), steps, None)
-            for w in spec.warmup_seeds for seed in spec.seeds for arm in spec.arms]
-    committed = committed_records(runs, results, task)
-    seconds = [rec["seconds"] for rec in committed.values() if rec.get("seconds")]
-    counts = [(sum(r.label in committed for r in part), len(part))
-              for part in (select_part(runs, k, parts) for k in range(1, parts + 1))]
-    return counts, (sum(seconds) / len(seconds) / 60 if seconds else None)
-
-
-def plan_text(tasks: list[str], results: str = RESULTS) -> str:
-    """The budget table (registry.budget_table), the minutes per run measured on the
-    committed runs beside their estimate, and the command of every part, per task, each
-    with how many of its runs are committed in `results` (a finished part says "done")."""
-    lines = [budget_table(), ""]
-    long = [f"{name} on {task}" for task in tasks for name in SWEEPS
-            if runs_on(task, name) and estimate_minutes(task, name) * len(SWEEPS[name](task).arms)
-            * len(SWEEPS[name](task).warmup_seeds) * len(SWEEPS[name](task).seeds)
-            / JOBS / settings(task, name)["parts"] > 90]
-    if long:
-        lines += [f"WARNING: parts estimated over 90 min ({', '.join(long)}): raise their parts in designs.TASKS", ""]
-    committed = {(task, name): committed_per_part(task, name, results) for task in tasks for name in SWEEPS
-                 if runs_on(task, name)}
-    lines += ["Minutes per run, estimated and measured (the committed runs, train.py start to exit; "
-              f"{JOBS} at a time):",
-              "    sweep       task       committed  estimate  measured"]
-    for (task, name), (counts, minutes) in committed.items():
-        measured = f"{minutes:>9.1f}" if minutes is not None else f"{'-':>9}"
-        lines.append(f"    {name:<11} {task:<10} {sum(c for c, _ in counts):>4} of {sum(n for _, n in counts):<3}"
-                     f"{estimate_minutes(task, name):>9.1f} {measured}")
-    lines += ["", "Commands, one sitting each; after each: python -m experiments.sweep report, then commit "
-              "experiments/results/ and README.md:"]
-    for task in tasks:
-        for name in SWEEPS:
-            if not runs_on(task, name):
-                continue
-            parts = settings(task, name)["parts"]
-            base = f"python -m experiments.sweep {name} --task {task}"
-            for k, (done, n) in enumerate(committed[task, name][0], start=1):
-                status = "done" if done == n else f"{done} of {n} runs committed" if done else ""
-                command = base + (f" --part {k}/{parts}" if parts > 1 else "")
-                lines.append(f"    {command:<66}  # {status}" if status else f"    {command}")
-    return "\n".join(lines)
-
-
 # ---------------------------------------------------------------------------------------
 # 4. The command line
 # ---------------------------------------------------------------------------------------
@@ -554,7 +414,7 @@ def main(argv: list[str] | None = None) -> None:
 def pilot(args, extra: list[str]) -> None:
     """One run per sweep of the first arm, warm-up seed 0, RL seed 0: --steps (default 12)
     steps with an evaluation every half of them, two at a time, under OUT/pilot; then the
-    costs (pilot_costs) as lines to paste into designs.TASKS."""
+    costs (sweep_plan.pilot_costs) as lines to paste into designs.TASKS."""
     steps = args.steps or 12
     runs = []
     for name, make in SWEEPS.items():
@@ -644,12 +504,6 @@ def _check_train_args(label: str, args: list[str]):
     except SystemExit:
         lines = [line for line in err.getvalue().splitlines() if line.strip()]
         raise ValueError(f"{label}: {lines[-1] if lines else 'train.py rejected its flags'}") from None
-
-
-def _but_out_dir(args: list[str]) -> list[str]:
-    """train.py arguments without '--out_dir DIR'."""
-    i = args.index("--out_dir") if "--out_dir" in args else len(args)
-    return args[:i] + args[i + 2:]
 
 
 def _last_step(path: str) -> int | None:

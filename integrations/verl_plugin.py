@@ -39,8 +39,8 @@ divides a rank's micro-batch loss by the global totals and multiplies by dp_size
 data-parallel all-reduce averages over ranks), so our StepNorm for one rank is
 n_tokens = batch_num_tokens / dp_size, n_seqs = global_batch_size / dp_size and
 max_len = loss_scale_factor (else the response width T), exactly the step-fixed
-normaliser loss.py uses. Without global info (a direct call) the micro-batch's own
-totals are used, counting only sequences with a token, as verl's agg_loss does.
+normaliser of aggregation.py. Without global info (a direct call) the micro-batch's
+own totals are used, counting only sequences with a token, as verl's agg_loss does.
 Clip ranges come from actor.clip_ratio_low / clip_ratio_high; tc_ppo applies dual clip
 with actor.clip_ratio_c (default 3.0) because verl's vanilla loss always does (verl
 requires c > 1; set a huge c to switch it off). tc_gspo refuses every aggregation but
@@ -59,6 +59,7 @@ import torch
 from verl.trainer.ppo import core_algos
 
 import advantages as adv_lib
+import aggregation
 import loss as loss_lib
 
 PREFIX = "tc_"
@@ -156,8 +157,8 @@ def policy_loss(loss_type: str, old_log_prob: torch.Tensor, log_prob: torch.Tens
     return loss, metrics
 
 
-def verl_step_norm(mask: torch.Tensor, config) -> loss_lib.StepNorm:
-    """loss.StepNorm for one data-parallel rank from verl's config.global_batch_info.
+def verl_step_norm(mask: torch.Tensor, config) -> aggregation.StepNorm:
+    """aggregation.StepNorm for one data-parallel rank from verl's config.global_batch_info.
 
     n_tokens = batch_num_tokens / dp_size, n_seqs = global_batch_size / dp_size,
     max_len = loss_scale_factor or T; missing totals fall back to this micro-batch's
@@ -169,7 +170,7 @@ def verl_step_norm(mask: torch.Tensor, config) -> loss_lib.StepNorm:
     n_tokens = float(mask.sum()) if tokens is None else float(tokens) / dp
     n_seqs = float((mask.sum(dim=-1) > 0).sum()) if seqs is None else float(seqs) / dp
     scale = info.get("loss_scale_factor") or getattr(config, "loss_scale_factor", None)
-    return loss_lib.StepNorm(n_tokens=n_tokens, n_seqs=n_seqs, max_len=float(scale or mask.shape[-1]))
+    return aggregation.StepNorm(n_tokens=n_tokens, n_seqs=n_seqs, max_len=float(scale or mask.shape[-1]))
 
 
 def _register_loss(loss_type: str) -> None:

@@ -9,7 +9,7 @@ rounding, and each is tested against the plain computation (tests/engine/test_tr
 
   - micro_batches: the step is cut into forward/backward chunks of <= micro_batch
     rollouts, sorted by length so that each chunk carries little padding. The step's
-    normaliser is fixed before the cut (loss.step_normaliser), so the chunking changes
+    normaliser is fixed before the cut (aggregation.step_normaliser), so the chunking changes
     memory, never the result.
   - carries_gradient: a rollout whose advantage is exactly 0 contributes exactly 0, so
     its forward and backward are skipped. zero_gradients keeps AdamW stepping when a
@@ -115,7 +115,7 @@ def zero_advantage_adds_nothing(cfg) -> bool:
     Every surrogate multiplies a rollout's tokens by its advantage (PPO's min(rho A,
     clip(rho) A), CISPO's sg(clip(rho)) A log pi, GSPO's s_i A_i), and every aggregation
     is linear in those per-token terms with a normaliser fixed for the whole optimizer
-    step (loss.step_normaliser): so A_i = 0 contributes exactly 0, whatever its log-probs.
+    step (aggregation.step_normaliser): so A_i = 0 contributes exactly 0, whatever its log-probs.
     Not so with a KL penalty or an entropy bonus (those terms do not vanish with A_i),
     nor with a DFPO transform (it mixes the weights of a group). The trainer skips such
     rollouts' forward and backward (carries_gradient).

@@ -87,6 +87,7 @@ import math
 import torch
 
 import advantages as adv_lib
+import aggregation
 import loss as loss_lib
 import scheduler as sched_lib
 from toy import breakers
@@ -152,7 +153,7 @@ def group_logit_updates(z: torch.Tensor, combos: torch.Tensor, adv: torch.Tensor
     logp = torch.log_softmax(z_g, -1).gather(1, combos).reshape(n * G, 1)
     mask = torch.ones_like(logp)
     loss, _ = loss_lib.policy_loss(logp, logp.detach(), adv.reshape(-1), mask, loss_lib.LossConfig(),
-                                   loss_lib.step_normaliser(torch.ones(G, 1, dtype=DTYPE)))
+                                   aggregation.step_normaliser(torch.ones(G, 1, dtype=DTYPE)))
     (grad,) = torch.autograd.grad(loss, z_g)
     return -grad
 

@@ -70,6 +70,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+import aggregation
 import loss as loss_lib
 
 VOCAB = ("Let", "let", "3", "6", "7", "<eos>", "so", "we", "then")
@@ -248,9 +249,9 @@ def step_updates(bandit: Bandit, W: Tensor, tokens: Tensor, mask: Tensor, adv: T
     autograd does the rest. Trick: every step gets its own copy W_s of the weights, so the
     summed loss of all steps, differentiated once, gives each step's gradient separately.
     adv: [n, R]. cfg: LossConfig (default: PPO, token-mean). old_W: the sampling policy
-    (default W: on-policy, every ratio 1). The step normaliser is loss.step_normaliser of R
-    full-length responses, so token-mean divides by R*L, one constant for every rollout (a
-    real step divides by its token count, also one constant per step).
+    (default W: on-policy, every ratio 1). The step normaliser is aggregation.step_normaliser
+    of R full-length responses, so token-mean divides by R*L, one constant for every rollout
+    (a real step divides by its token count, also one constant per step).
     Returns the ASCENT direction (what an SGD step with lr=1 adds to W).
     """
     cfg = loss_lib.LossConfig() if cfg is None else cfg
@@ -261,7 +262,7 @@ def step_updates(bandit: Bandit, W: Tensor, tokens: Tensor, mask: Tensor, adv: T
     logp = _group_token_logp(bandit, W_g, tokens, mask)
     with torch.no_grad():
         old = logp if old_W is None else _group_token_logp(bandit, old_W.detach().expand(n, V, D), tokens, mask)
-    norm = loss_lib.step_normaliser(torch.ones(R, L, dtype=DTYPE))
+    norm = aggregation.step_normaliser(torch.ones(R, L, dtype=DTYPE))
     loss, _ = loss_lib.policy_loss(logp.reshape(n * R, L), old.reshape(n * R, L).detach(), adv.reshape(-1),
                                    mask.reshape(n * R, L), cfg, norm, group_index=torch.arange(n * R) // G)
     (grad,) = torch.autograd.grad(loss, W_g)
@@ -281,7 +282,7 @@ def token_coefficients(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor
     """
     n, g, T = logp.shape
     leaf = logp.detach().reshape(n * g, T).clone().requires_grad_(True)
-    norm = loss_lib.step_normaliser(torch.ones(g, T, dtype=DTYPE))
+    norm = aggregation.step_normaliser(torch.ones(g, T, dtype=DTYPE))
     loss, _ = loss_lib.policy_loss(leaf, old_logp.reshape(n * g, T).detach(), adv.reshape(-1),
                                    mask.reshape(n * g, T), cfg, norm,
                                    group_index=torch.arange(n).repeat_interleave(g))

@@ -37,6 +37,7 @@ from __future__ import annotations
 import torch
 
 import advantages as adv_lib
+import aggregation
 import batching
 import exchangeability
 import loss as loss_lib
@@ -268,8 +269,8 @@ def epoch_drift(bandit: B.Bandit, W0: torch.Tensor, seed: int, mode: str, n_grou
     this experiment samples, it is not an exact sum). "one step" trains on the whole
     batch at once; the batching.MODES split it into k steps with
     batching.minibatch_indices. Each step: loss.policy_loss (PPO, token-mean, normaliser
-    from loss.step_normaliser of that step) and one Adam step; ratios to the sampling
-    policy are live from the second step on. Returns the template drift
+    from aggregation.step_normaliser of that step) and one Adam step; ratios to the
+    sampling policy are live from the second step on. Returns the template drift
     Delta log p_0(Let), the change of the solve rate, how many groups were split, and the
     largest |sum of the advantages| of a step (what cancellation needs to be 0).
     """
@@ -288,7 +289,7 @@ def epoch_drift(bandit: B.Bandit, W0: torch.Tensor, seed: int, mode: str, n_grou
         W.requires_grad_(True)
         mask = full[idx]
         loss, _ = loss_lib.policy_loss(B.token_logp(bandit, W, resp[idx], mask), old[idx], A.reshape(-1)[idx], mask,
-                                       loss_lib.LossConfig(), loss_lib.step_normaliser(mask))
+                                       loss_lib.LossConfig(), aggregation.step_normaliser(mask))
         (grad,) = torch.autograd.grad(loss, W)
         W = W.detach()
         adam_step(W, grad, state, lr)

@@ -47,6 +47,7 @@ from datasets import Dataset  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 import advantages as adv_lib  # noqa: E402
+import aggregation  # noqa: E402
 import batching  # noqa: E402
 from tasks import addition  # noqa: E402
 import loss as loss_lib  # noqa: E402
@@ -348,7 +349,7 @@ def trl_and_ours(tmp_path, trl_args: dict, ours: dict, max_len: int | None = Non
     logp, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, att, T)
     mask = case["completion_mask"].float()
     cfg = loss_lib.LossConfig(**ours)
-    norm = loss_lib.step_normaliser(mask, max_len=max_len)
+    norm = aggregation.step_normaliser(mask, max_len=max_len)
     loss_ours, _ = loss_lib.policy_loss(logp, inputs["old_per_token_logps"], case["advantages"], mask, cfg, norm,
                                         ref_logp=inputs.get("ref_per_token_logps"))
     loss_ours.backward()

@@ -47,6 +47,7 @@ from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
 from verl.workers.config import ActorConfig  # noqa: E402
 
 import advantages as adv_lib  # noqa: E402
+import aggregation  # noqa: E402
 import loss as loss_lib  # noqa: E402
 from integrations import verl_plugin  # noqa: E402,F401  (registers the tc_ names in this process)
 
@@ -265,7 +266,7 @@ def value_and_grad(fn, logp):
 
 def ours(loss_type, agg, logp, old, adv, mask, dual_clip=None, max_len=None):
     cfg = loss_lib.LossConfig(loss_type=loss_type, eps_low=0.2, eps_high=0.28, dual_clip=dual_clip, agg=agg)
-    norm = loss_lib.step_normaliser(mask, max_len=max_len)
+    norm = aggregation.step_normaliser(mask, max_len=max_len)
     a = adv if loss_type == "gspo" else adv.unsqueeze(1).expand_as(logp)
     return lambda leaf: loss_lib.policy_loss(leaf, old, a, mask, cfg, norm)[0]
 

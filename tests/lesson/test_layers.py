@@ -1,8 +1,8 @@
 """The three layers: the lesson's chapters stand alone, the engine uses them, the study uses both.
 
-    chapters      advantages, mass, batching, scheduler, loss, exchangeability, verify,
-                  diagnostics (top level): the formulas; they import torch, the standard
-                  library and each other, and nothing of the project's folders
+    chapters      advantages, mass, batching, scheduler, loss, aggregation, exchangeability,
+                  verify, diagnostics (top level): the formulas; they import torch, the
+                  standard library and each other, and nothing of the project's folders
     toy/          the analogs: the chapters only (and toy/ itself)
     tasks/        rows, checkers and their sandbox: the chapters, never the engine
     integrations/ the plugins for TRL and verl: the chapters and tasks/; of the engine only
@@ -27,7 +27,8 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CHAPTERS = ("advantages", "mass", "batching", "scheduler", "loss", "exchangeability", "verify", "diagnostics")
+CHAPTERS = ("advantages", "mass", "batching", "scheduler", "loss", "aggregation", "exchangeability", "verify",
+            "diagnostics")
 FOLDERS = ("machinery", "tasks", "experiments", "toy", "integrations")
 
 

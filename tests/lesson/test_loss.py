@@ -9,10 +9,12 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+import aggregation
 import exchangeability as E
 import loss as L
 from advantages import compute_advantages
-from loss import LossConfig, policy_loss, step_normaliser
+from aggregation import step_normaliser
+from loss import LossConfig, policy_loss
 from machinery import metrics
 
 V = 12           # vocabulary of the tiny model
@@ -178,7 +180,7 @@ def test_the_registry_is_what_lossconfig_and_the_loss_read():
     for name, fn in L.SURROGATES.items():
         cfg = surrogate_config(name, transform="min")
         assert cfg.surrogate == name and cfg.aggregation == fn.own_aggregation, name
-        for agg in L.AGGREGATIONS:           # exactly the aggregations it declares are accepted
+        for agg in aggregation.AGGREGATIONS:     # exactly the aggregations it declares are accepted
             if agg in fn.aggregations:
                 surrogate_config(name, transform="min", agg=agg)
             else:
@@ -301,7 +303,7 @@ def random_step(seed=0, B=8, T=7):
 SPLITS = {2: [2, 6], 4: [1, 2, 2, 3]}     # unequal micro-batches (rollouts and tokens) of the 8 rollouts
 
 
-@pytest.mark.parametrize("agg", L.AGGREGATIONS)
+@pytest.mark.parametrize("agg", aggregation.AGGREGATIONS)
 @pytest.mark.parametrize("n_micro", [2, 4])
 def test_micro_batch_invariance(agg, n_micro):
     theta, old, adv, mask = random_step()
@@ -351,10 +353,10 @@ def test_aggregation_closed_forms():
     per_token = torch.tensor([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
     norm = step_normaliser(mask, max_len=10)
-    assert L.aggregate(per_token, mask, "token-mean", norm).item() == pytest.approx(10 / 4)
-    assert L.aggregate(per_token, mask, "seq-mean-token-mean", norm).item() == pytest.approx((2 + 4) / 2)
-    assert L.aggregate(per_token, mask, "seq-mean-token-sum", norm).item() == pytest.approx(10 / 2)
-    assert L.aggregate(per_token, mask, "seq-mean-token-sum-norm", norm).item() == pytest.approx(10 / 20)
+    assert aggregation.aggregate(per_token, mask, "token-mean", norm).item() == pytest.approx(10 / 4)
+    assert aggregation.aggregate(per_token, mask, "seq-mean-token-mean", norm).item() == pytest.approx((2 + 4) / 2)
+    assert aggregation.aggregate(per_token, mask, "seq-mean-token-sum", norm).item() == pytest.approx(10 / 2)
+    assert aggregation.aggregate(per_token, mask, "seq-mean-token-sum-norm", norm).item() == pytest.approx(10 / 20)
 
 
 def test_on_policy_ppo_is_vanilla_policy_gradient_and_never_clips():
@@ -732,7 +734,7 @@ def accepted_configs():
     """Every loss type x aggregation x transform LossConfig accepts, with KL, entropy and
     negative filtering on (so their code runs too) and dual clip where it applies."""
     configs = []
-    for loss_type, agg, transform in itertools.product(L.LOSS_TYPES, (None,) + L.AGGREGATIONS, L.WEIGHT_TRANSFORMS):
+    for loss_type, agg, transform in itertools.product(L.LOSS_TYPES, (None,) + aggregation.AGGREGATIONS, L.WEIGHT_TRANSFORMS):
         try:
             configs.append(LossConfig(loss_type=loss_type, agg=agg, weight_transform=transform, kl_coef=0.1,
                                       entropy_coef=0.01, neg_filter_frac=0.5,

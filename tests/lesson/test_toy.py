@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import advantages as adv_lib
+import aggregation
 import loss as loss_lib
 from toy import bandit as B
 from toy import answers, breakers, cancellation, fade, report
@@ -159,7 +160,7 @@ def _direct_group_gradient(bandit, W, combo, adv, cfg, old_W=None):
     resp, mask = bandit.responses[combo], bandit.mask[combo]
     logp = B.token_logp(bandit, leaf, resp, mask)
     old = B.token_logp(bandit, W if old_W is None else old_W, resp, mask).detach()
-    loss, _ = loss_lib.policy_loss(logp, old, adv, mask, cfg, loss_lib.step_normaliser(torch.ones(B.G, bandit.L)),
+    loss, _ = loss_lib.policy_loss(logp, old, adv, mask, cfg, aggregation.step_normaliser(torch.ones(B.G, bandit.L)),
                                    group_index=torch.zeros(B.G, dtype=torch.long))
     (grad,) = torch.autograd.grad(loss, leaf)
     return -grad

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import diagnostics
-from experiments import designs, designs_cancellation, designs_fade, pages, quantities, registry, summaries, sweep
+from experiments import designs, designs_cancellation, designs_fade, pages, quantities, registry, summaries, sweep, sweep_plan
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -566,10 +566,10 @@ def test_parts_slice_the_plan_by_warm_up_seed_and_cover_it_once(tmp_path):
     spec = designs_cancellation.credit("addition")
     runs = sweep.plan_runs(spec, list(spec.arms), [0, 1], [0, 1, 2, 3, 4], 10, str(tmp_path), [], "addition")
     assert len(runs) == 20 and runs[0].args[:6] == ["--out_dir", runs[0].dir, "--seed", "0", "--warmup_seed", "0"]
-    halves = [sweep.select_part(runs, k, 2) for k in (1, 2)]
+    halves = [sweep_plan.select_part(runs, k, 2) for k in (1, 2)]
     assert [{r.warmup_seed for r in h} for h in halves] == [{0}, {1}]             # K = 2: one warm-up seed each
     for parts in (3, 6, 7):
-        slices = [sweep.select_part(runs, k, parts) for k in range(1, parts + 1)]
+        slices = [sweep_plan.select_part(runs, k, parts) for k in range(1, parts + 1)]
         assert [r.label for s in slices for r in s] == [r.label for r in runs]  # each run once, in order
         assert max(map(len, slices)) - min(map(len, slices)) <= 1
     assert runs[0].dir.endswith(os.path.join("addition", "credit", "grpo", "warmup_0", "seed_0"))
@@ -596,8 +596,8 @@ def test_a_run_committed_with_the_same_flags_is_not_run_again_on_another_machine
     elsewhere = sweep.plan_runs(spec, list(spec.arms), [0], [0, 1], 10, str(tmp_path / "new_out"), [], "addition")
     adv = designs_fade.advantages("addition")
     others = sweep.plan_runs(adv, ["psr"], [0], [0, 1], 10, str(tmp_path / "new_out"), [], "addition")
-    assert set(sweep.committed_records(elsewhere + others, str(docs), "addition")) == {here[0].label}
-    assert sweep.committed_records(elsewhere, str(tmp_path / "no_docs"), "addition") == {}
+    assert set(sweep_plan.committed_records(elsewhere + others, str(docs), "addition")) == {here[0].label}
+    assert sweep_plan.committed_records(elsewhere, str(tmp_path / "no_docs"), "addition") == {}
 
 
 def test_plan_marks_a_part_done_only_when_its_runs_are_committed_with_todays_flags(tmp_path):
@@ -608,14 +608,14 @@ def test_plan_marks_a_part_done_only_when_its_runs_are_committed_with_todays_fla
     spec, steps = designs_cancellation.credit("addition"), designs.settings("addition", "credit")["steps"]
     keys = [(arm, w, seed) for w in designs.WARMUP_SEEDS for arm in spec.arms for seed in designs.SEEDS]
     data = [pages.RunData(*key, [{"step": steps}],
-                          dict(pages.EMPTY_RECORD, args=sweep.run_args(spec, *key, steps, "/x", [], "addition"),
+                          dict(pages.EMPTY_RECORD, args=sweep_plan.run_args(spec, *key, steps, "/x", [], "addition"),
                                seconds=90.0))
             for key in keys]
     docs = tmp_path / "docs"
     docs.mkdir()
     pages.write_run_data(data, str(docs / "sweep_addition_credit.jsonl.gz"))
-    assert sweep.committed_per_part("addition", "credit", str(docs)) == ([(20, 20)], 1.5)
-    text = sweep.plan_text(["addition"], str(docs))
+    assert sweep_plan.committed_per_part("addition", "credit", str(docs)) == ([(20, 20)], 1.5)
+    text = sweep_plan.plan_text(["addition"], str(docs))
     assert "    credit      addition     20 of 20       1.0       1.5" in text
     assert "python -m experiments.sweep credit --task addition" in text
     assert [line for line in text.splitlines()
@@ -623,8 +623,8 @@ def test_plan_marks_a_part_done_only_when_its_runs_are_committed_with_todays_fla
     data[5].record["args"] = [a if a != str(steps) else str(steps + 1) for a in data[5].record["args"]]
     data[5].record["seconds"] = 300.0
     pages.write_run_data(data, str(docs / "sweep_addition_credit.jsonl.gz"))
-    assert sweep.committed_per_part("addition", "credit", str(docs)) == ([(19, 20)], 1.5)
-    assert sweep.committed_per_part("addition", "credit", str(tmp_path / "none")) == ([(0, 20)], None)
+    assert sweep_plan.committed_per_part("addition", "credit", str(docs)) == ([(19, 20)], 1.5)
+    assert sweep_plan.committed_per_part("addition", "credit", str(tmp_path / "none")) == ([(0, 20)], None)
 
 
 def test_plan_prints_the_budget_and_every_part_command(capsys):
@@ -647,8 +647,8 @@ def test_pilot_costs_from_a_runs_step_times(tmp_path):
     rows = [{"step": i + 1, "time/elapsed": t, **({"eval/pass@1": 0.5} if i + 1 in (4, 7) else {})}
             for i, t in enumerate(elapsed)]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    run = sweep.RunSpec("credit", "grpo", 0, 0, str(tmp_path), ["--n_eval", "100", "--eval_samples", "16"], 7, None)
-    costs = sweep.pilot_costs([run], {run.label: {"seconds": 22.0}})["credit"]
+    run = sweep_plan.RunSpec("credit", "grpo", 0, 0, str(tmp_path), ["--n_eval", "100", "--eval_samples", "16"], 7, None)
+    costs = sweep_plan.pilot_costs([run], {run.label: {"seconds": 22.0}})["credit"]
     assert costs == {"step_s": 1.0, "sample_s": pytest.approx(1.5 / 1600), "start_s": 12.0}
 
 
