@@ -359,6 +359,10 @@ def plot_lesson(run_dirs: list[str], out: str, smooth_n: int = 1) -> list[str]:
     runs = [(run_label(d), load_metrics(d)) for d in run_dirs]
     fig, axes = plt.subplots(2, 2, figsize=(12, 8), squeeze=False)
     drawn = []
+    # One step axis for the four panels: a metric logged once (the residual at a single
+    # --flip_every step) would otherwise get an axis of its own around that one step.
+    logged = [s for _, series in runs for _, key, _, _ in LESSON if key in series for s in series[key][0]]
+    span = (min(logged), max(logged)) if logged else None
     for ax, (title, key, reading, flag) in zip(axes.flat, LESSON):
         have = [(r, series[key]) for r, (_, series) in enumerate(runs) if key in series]
         last = None
@@ -388,6 +392,9 @@ def plot_lesson(run_dirs: list[str], out: str, smooth_n: int = 1) -> list[str]:
             ax.set_title(last, fontsize=12, loc="right", pad=20, color="C0")
         ax.text(0, 1.015, reading, fontsize=10, color="0.3", transform=ax.transAxes, va="bottom", ha="left")
         ax.set_xlabel("training step", fontsize=11)
+        if span and span[1] > span[0]:
+            pad = 0.05 * (span[1] - span[0])          # matplotlib's own margin: full panels unchanged
+            ax.set_xlim(span[0] - pad, span[1] + pad)
         ax.tick_params(labelsize=10)
         ax.grid(alpha=0.3)
     if not drawn:

@@ -110,6 +110,19 @@ def test_the_first_figure_is_the_lesson_and_the_dashboard_is_behind_a_flag(tmp_p
         plot_runs.plot_lesson([write_run(tmp_path / "n", [{"step": 1, "grad_norm": 1.0}])], str(tmp_path / "n.png"))
 
 
+def test_every_lesson_panel_shares_the_runs_step_axis(tmp_path, monkeypatch):
+    """A residual logged at one step (--flip_every 10 in a 40-step run) is drawn on the
+    run's step axis, 1..40, like the other panels, not on an axis of its own around step 10."""
+    rows = [dict({"step": s, "reward": 0.5, "entropy": 0.5}, **({"cancellation_residual": 0.01} if s == 10 else {}))
+            for s in range(1, 41)]
+    figures = []
+    monkeypatch.setattr(plot_runs.plt, "close", figures.append)
+    plot_runs.plot_lesson([write_run(tmp_path / "r", rows)], str(tmp_path / "l.png"))
+    limits = [ax.get_xlim() for ax in figures[0].axes]
+    assert len(limits) == 4 and len(set(limits)) == 1
+    assert limits[0][0] < 1 and limits[0][1] > 40 and limits[0][1] - limits[0][0] < 45
+
+
 def test_pass_at_k_lines_single_run_vs_comparison(tmp_path):
     rows = [{"step": 1, "reward": 0.5, **{f"eval/pass@{k}": 0.1 * k for k in (1, 2, 4, 8, 16)}}]
     series = plot_runs.load_metrics(write_run(tmp_path / "r", rows))
