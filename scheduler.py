@@ -187,7 +187,15 @@ class SchedulerConfig:
         steps = self.total_steps
         if self.schedule == "decay" and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 2):
             raise ValueError(f"the decay schedule needs an int total_steps >= 2, got {steps!r}")
+        # The ramp moves alpha by (alpha_end - alpha_start) / (total_steps - 1) a step: a ramp
+        # longer than any run (2**20 steps) never reaches its end, and at 10**30 the step
+        # (~1e-30) is below alpha's float64 rounding, so alpha would never leave alpha_start.
+        if self.schedule == "decay" and steps >= MAX_TOTAL_STEPS:
+            raise ValueError(f"total_steps must be below {MAX_TOTAL_STEPS}, the longest run (--steps): a longer decay "
+                             f"ramp never reaches alpha_end and delta_end, got {steps}")
 
+
+MAX_TOTAL_STEPS = 2 ** 20      # the longest run train.py accepts (--steps)
 
 # SchedulerConfig's field ranges: field -> (test(value), what it must be). total_steps is
 # checked only for "decay", the one schedule that reads it.

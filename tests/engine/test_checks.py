@@ -95,8 +95,8 @@ BIG = "1" + "0" * 30          # a 31-digit integer: hung (--digits, --n_train) o
      "delta_end must be finite and in [0.001, 1000], got 1e-30"),
     # A decay ramp of 10^30 steps moves alpha by ~1e-30 a step: it never left alpha_start.
     (["--advantage", "fade", "--schedule", "decay", "--total_steps", BIG],
-     f"--total_steps must be below 1048576, the longest run (--steps): a longer decay ramp never reaches "
-     f"--alpha_end and --delta_end, got {BIG}"),
+     f"total_steps must be below 1048576, the longest run (--steps): a longer decay ramp never reaches "
+     f"alpha_end and delta_end, got {BIG}"),
     # Counts: the bound and what a value past it would cost, naming the flag.
     (["--digits", BIG], "--digits must be at most 100 (a d-digit problem's worked answer is 10d + 5 tokens"),
     (["--n_train", BIG], "--n_train must be at most 1000000 (drawing 10^6 prompts takes 20-90 s"),

@@ -199,7 +199,7 @@ def test_bad_step_inputs_raise(sr, h, match):
 @pytest.mark.parametrize("kwargs,match", [
     ({"schedule": "cosine"}, "cosine"), ({"ema": "old"}, "old"), ({"ema_beta": 0.0}, "0.0"),
     ({"ema_beta": 1.5}, "1.5"), ({"schedule": "decay"}, "None"),
-    ({"schedule": "decay", "total_steps": 1}, "1"),
+    ({"schedule": "decay", "total_steps": 1}, "1"), ({"schedule": "decay", "total_steps": 2 ** 20}, "below 1048576"),
     ({"p_init": 0.0}, "0.0"), ({"target_rel": -1.0}, "-1.0"),
     ({"h_target": math.nan}, "nan"), ({"h_target": -0.5}, "-0.5"), ({"alpha_start": 0.9}, "0.9"),
     ({"alpha_end": math.inf}, "inf"), ({"delta_end": 0.0}, "0.0"),
