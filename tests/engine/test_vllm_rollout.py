@@ -474,7 +474,9 @@ def test_generate_rollouts_vllm_end_to_end_and_the_canary_sees_staleness(fake_vl
     assert rollouts.engine_entropy is None                                   # vLLM returns no entropies
 
     # the canary: same weights -> float32 noise only (the engine scored unpadded singles,
-    # the trainer a padded batch, so a misplaced log-prob would show up here)
+    # the trainer a padded batch, so a misplaced log-prob would show up here): measured
+    # 2.1e-8 (AVX-512) and 6.2e-8 (AVX2), and 3.7e-7 and 4.1e-7 after the push below; the
+    # stale control, 6.1 nats
     first = trainer_gap(model, rollouts, temp)
     assert first < 1e-5
 
