@@ -415,7 +415,7 @@ def test_sampled_rollouts_stop_at_the_first_eos_and_the_trainer_scores_exactly_t
     # 2.6 nats and entropies 6.4 apart.
     assert gap < 1e-4 and ((rollouts.engine_entropy - ent).abs() * rollouts.response_mask).max() < 1e-3
     both = rollouts.response_mask[:, 1:]
-    assert V.staleness_gap(rollouts.engine_logp[:, :-1], lp[:, 1:], both) > 1e-3
+    assert S.staleness_gap(rollouts.engine_logp[:, :-1], lp[:, 1:], both) > 1e-3
     assert ((rollouts.engine_entropy[:, :-1] - ent[:, 1:]).abs() * both).max() > 1e-2
 
 
