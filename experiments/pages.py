@@ -282,14 +282,17 @@ def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_p
               "- Evaluation noise: " + eval_noise(task, sweep, values), ""]
     identities = [c for c in checks if c["check"].kind == "identity"]
     preconditions = [c for c in checks if c["check"].kind != "identity"]
-    # A family's size for Holm is every finding declared in it (a not-testable one enters with
-    # p = 1), so the page gives both counts: a reader can redo the correction from them.
-    families = list(dict.fromkeys(v["claim"].family for v in verdicts))
-    size = lambda f, testable: sum(v["claim"].family == f and (not testable or v["verdict"] != "not testable")
-                                   for v in verdicts)
-    family_text = ("Holm's families: " if len(families) > 1 else "Holm's family: ") + ", ".join(
-        f"{f or ('the papers' if len(families) > 1 else 'this sweep on this task')} ({size(f, False)} declared, {size(f, True)} testable)" for f in families
-    ) if verdicts else "No findings on these arms"
+    # A family's size for Holm is every finding declared in it (claims.judge's "family": a
+    # not-testable one enters with p = 1), so the page gives it and how many were testable:
+    # a reader can redo the correction from them.
+    families = {}                                # family -> (declared, testable)
+    for v in verdicts:
+        declared, testable = families.get(v["claim"].family, (v["family"], 0))
+        families[v["claim"].family] = (declared, testable + (v["verdict"] != "not testable"))
+    named = lambda f: f or ("the papers" if len(families) > 1 else "this sweep on this task")
+    family_text = (("Holm's families: " if len(families) > 1 else "Holm's family: ")
+                   + ", ".join(f"{named(f)} ({m} declared, {k} testable)" for f, (m, k) in families.items())
+                   if verdicts else "No findings on these arms")
     posthoc = any(v["claim"].posthoc for v in verdicts)
     lines += ["## Implementation checks", "",
               "Identities the code must satisfy whatever the training does, measured on every run of the arms "
