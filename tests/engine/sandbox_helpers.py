@@ -127,6 +127,11 @@ KEY_CALLS = {"x86_64": {"add_key": 248, "keyctl": 250}, "aarch64": {"add_key": 2
 KEY_SPEC_USER_KEYRING, KEYCTL_SEARCH, KEYCTL_READ, KEYCTL_INVALIDATE = -4, 10, 11, 21
 
 
+def sandbox_user() -> int:
+    """The uid the scorer children run as: `nobody` (65534) under a root trainer, else the trainer's own."""
+    return 65534 if os.geteuid() == 0 else os.getuid()
+
+
 def keyring_keys(uid: int, names: list[str], action: str = "find") -> list[str]:
     """As user `uid` (a forked helper that becomes that user: as root, or as that user
     itself), the keys of `names` found in its user keyring ("find"), invalidated ("remove"),

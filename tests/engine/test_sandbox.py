@@ -36,12 +36,11 @@ import pytest
 import tasks
 import verify
 from tasks import math_datasets, reasoning_gym, sandbox
-from tests.engine.sandbox_helpers import (EVAL_SCORERS, RIGHT_TIMEOUT, SLACK, descendants, open_files_limit,
-                                          process_alive, program, remove_test_keys, rg_entry, right_answer, keyring_keys,
-                                          sandbox_processes, wrap)
+from tests.engine.sandbox_helpers import (EVAL_SCORERS, RIGHT_TIMEOUT, SLACK, descendants, keyring_keys,
+                                          open_files_limit, process_alive, program, remove_test_keys, rg_entry,
+                                          right_answer, sandbox_processes, sandbox_user, wrap)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SANDBOX_USER = sandbox.NOBODY if os.geteuid() == 0 else os.getuid()    # whom the scorer children run as
 TASKS = ["addition", "countdown", "math", "reasoning_gym:countdown"] + [f"reasoning_gym:{n}" for n in EVAL_SCORERS]
 
 
@@ -75,7 +74,7 @@ def targets():
            "trainer_limits": limits}
     if not standin:
         resource.setrlimit(resource.RLIMIT_NOFILE, limits)         # as it was, if a breach changed it
-    remove_test_keys(SANDBOX_USER, ["tokencredit-hostile"])
+    remove_test_keys(sandbox_user(), ["tokencredit-hostile"])
     for proc in (bystander, standin):
         if proc:
             proc.kill()
@@ -130,7 +129,7 @@ def harm_done(t: dict) -> list[str]:
             pass
     if open_files_limit(t["trainer"]) != t["trainer_limits"]:
         harm.append("the trainer's RLIMIT_NOFILE changed")
-    if keyring_keys(SANDBOX_USER, ["tokencredit-hostile"]):
+    if keyring_keys(sandbox_user(), ["tokencredit-hostile"]):
         harm.append("a key stored in the sandbox user's keyring")
     ours = (os.getpriority(os.PRIO_PROCESS, 0), os.sched_getaffinity(0))
     for pid in sandbox_processes():
@@ -146,11 +145,11 @@ def test_harm_done_sees_a_key_left_in_the_sandbox_users_keyring():
     """The corpus's `keyring` answer is judged by a search of the sandbox user's keyring:
     a key stored there by hand (the breach, done outside the sandbox) is found, and gone
     once removed. Without this, that answer's harm check could not fail."""
-    if not keyring_keys(SANDBOX_USER, ["tokencredit-hostile"], "add"):
+    if not keyring_keys(sandbox_user(), ["tokencredit-hostile"], "add"):
         pytest.skip("no keyring calls here, or no right to act as the sandbox's user")
-    assert keyring_keys(SANDBOX_USER, ["tokencredit-hostile"]) == ["tokencredit-hostile"]
-    remove_test_keys(SANDBOX_USER, ["tokencredit-hostile"])
-    assert keyring_keys(SANDBOX_USER, ["tokencredit-hostile"]) == []
+    assert keyring_keys(sandbox_user(), ["tokencredit-hostile"]) == ["tokencredit-hostile"]
+    remove_test_keys(sandbox_user(), ["tokencredit-hostile"])
+    assert keyring_keys(sandbox_user(), ["tokencredit-hostile"]) == []
 
 
 HOSTILE_TIMEOUT = 1.0  # the hostile answers' timeout: the two that hang cost it, on each of 9 sandboxed tasks

@@ -30,7 +30,7 @@ import pytest
 
 from tasks import reasoning_gym, sandbox
 from tests.engine.sandbox_helpers import (KEY_CALLS, REPLY_HELPER, RIGHT_TIMEOUT, TIMEOUT, descendants, lower_address_space_limits,
-                                          open_files_limit, process_alive, program, remove_test_keys, rg_entry,
+                                          open_files_limit, process_alive, program, remove_test_keys, rg_entry, sandbox_user,
                                           sandbox_processes)
 
 N_QUEENS = "reasoning_gym:n_queens"
@@ -52,10 +52,6 @@ def right_answers_score(n: int = 4) -> list:
     """n right answers to n_queens in turn (both workers of the pool, twice): their scores."""
     entry = rg_entry("n_queens")
     return [sandbox.run_scorer(N_QUEENS, [json.loads(entry)["answer"], entry], RIGHT_TIMEOUT) for _ in range(n)]
-
-
-def sandbox_user() -> int:
-    return 65534 if os.geteuid() == 0 else os.getuid()
 
 
 # ---------------------------------------------------------------------------------------
