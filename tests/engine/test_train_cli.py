@@ -196,14 +196,14 @@ def test_a_flat_config_json_from_before_the_parts_reads_the_same_and_resumes(tmp
             nested["evaluation"]["eval_every"], nested["loss"]["kl_coef"]) == (16, True, 2, 10, 0.04)
     # Every setting the flat file holds reads back the same; a setting added since (absent
     # from the file) is at its default, so the file's meaning is unchanged.
+    defaults = dataclasses.asdict(train.Config())
     read, written = flags.flat_fields(nested), flags.flat_fields(flat)
-    defaults = flags.flat_fields(json.loads(json.dumps(dataclasses.asdict(train.Config()))))
+    default = flags.flat_fields(json.loads(json.dumps(defaults)))
     assert set(written) <= set(read)
     assert {k: read[k] for k in written if k != "out_dir"} == {k: v for k, v in written.items() if k != "out_dir"}
-    assert {k: read[k] for k in read if k not in written} == {k: defaults[k] for k in read if k not in written}
+    assert {k: read[k] for k in read if k not in written} == {k: default[k] for k in read if k not in written}
     # A setting the checkpoint predates (absent from its config.json) is no change at its
     # default, and is one at any other value (or with no defaults to tell).
-    defaults = dataclasses.asdict(train.Config())
     assert resume.config_changes(flat, nested, {"out_dir"}, defaults) == []
     older = {k: v for k, v in flat.items() if k != "n_eval"}
     assert resume.config_changes(older, nested, {"out_dir"}, defaults) == []
