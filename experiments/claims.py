@@ -52,6 +52,20 @@ pairs (experiments/exact_tests.py: why, the floors, the power). Which test a cla
   - Preconditions (Check with kind "precondition", e.g. "the clip was never reached"): a
     claim that needs one (Claim.needs) is not testable unless it is met on every run of
     its arms: it would measure something else.
+  - Held fixed (HeldFixed): what a CONTROL arm holds equal to another arm's, declared with
+    the design and measured, not assumed. A control that changes "one thing" must leave
+    the rest where it was, and "the rest" is what carries gradient, not what is present:
+    random_recentred keeps random's prompts in each optimizer step, but gives 0 to every
+    part of one rollout or one reward, so it trains on fewer of them. train.py logs, for
+    each run, what its own mode trains on per optimizer step and what every mode sharing
+    its split would train on in the same batch (machinery/metrics.py trained_metrics);
+    the check compares the two on every step of every run of the control, and on each
+    pair's first step (the same batch in both runs) the control's figure for the
+    reference with the reference run's own. A claim that needs it (Claim.needs, by its
+    text) is not testable unless it is met.
+  - One family per sweep (rec["p_holm_sweep"]): every claim's p is also corrected over all
+    the claims of its sweep on its task, whatever families they declare, and the pages give
+    both; a sweep may declare that reading its primary one (Sweep.holm = "sweep").
   - Pairs whose runs ran on different CPUs (the CPU model of the runs' records) are left
     out of a claim and counted in its detail: another CPU rounds float sums differently,
     so the two runs of such a pair differ in more than the arm.
@@ -123,8 +137,15 @@ class Claim:
     sided: str = "two"
     """"two", or "one" (the test against the predicted sign alone) where the paper states the direction."""
     needs: tuple[str, ...] = ()
-    """The texts of the sweep's preconditions (Check, kind "precondition") the claim needs:
-    not testable unless each is met."""
+    """The texts of the sweep's preconditions (Check, kind "precondition") and held-fixed checks
+    (HeldFixed) the claim needs: not testable unless each is met."""
+    isolates: str = ""
+    """What the arm changes against its reference, when it changes one thing (the rest held
+    fixed by the HeldFixed checks in `needs`): the one cause an agreeing verdict may name in
+    prose (tests/study/test_cause_words.py). Empty: the arms differ in more than one thing."""
+    min_n: int = 2
+    """The fewest pairs (or runs, within a run) with a number for the claim to be testable,
+    declared with it (value b+ - s+ on SmolLM2: 8 runs); below it: not testable."""
     posthoc: bool = False
     """Declared after its runs' data was public (a stricter restatement of an earlier claim, read
     again on the same runs): shown as a re-reading, not as a test declared before its data."""
@@ -164,13 +185,36 @@ class Check:
         return self.row if isinstance(self.row, tuple) else (self.row,)
 
 
+@dataclass
+class HeldFixed:
+    """What a control arm holds equal to another arm's: measured on every step, met or NOT MET."""
+
+    text: str
+    """What is held, in one line (a claim's `needs` names it by this text)."""
+    arm: str
+    """The control."""
+    reference: str
+    """The arm whose quantities it holds (its --minibatch_mode shares the control's split)."""
+    mode: str
+    """The reference arm's --minibatch_mode: the control's runs log its rule as held/<mode>/<q>."""
+    quantities: tuple[str, ...] = ("rollouts_trained", "prompts_trained", "adv_abs_sum_trained")
+    """Logged as mb/<q> (the run's own mode) and held/<mode>/<q> (the reference's, same batch)."""
+    tol: float = 1e-5
+    """The largest relative difference |x - y| / |y| allowed: float rounding of sums of |A|."""
+    pairwise: bool = False
+    """Compare the control RUN's mb/<q> with the reference run's at every step of each pair,
+    for what the seed alone decides whatever the training does (the split of random's draws:
+    mb/split_groups), instead of the reference's rule on the control's batch."""
+
+
 # ---------------------------------------------------------------------------------------
 # 1. Verdicts
 # ---------------------------------------------------------------------------------------
 
 def judge(claims: list[Claim], values: dict, series: dict, checks: list[dict] | None = None,
-          cpus: dict | None = None) -> list[dict]:
-    """One verdict record per claim, in order; Holm's families as declared (Claim.family).
+          cpus: dict | None = None, one_family: bool = False) -> list[dict]:
+    """One verdict record per claim, in order; Holm's families as declared (Claim.family), or
+    one family for all of them (one_family: the sweep's declared reading, Sweep.holm).
 
     values: {(row, arm): {(warmup_seed, seed): number}} (NaN or missing: no number);
     series: {arm: [each run's metric series]} for the testability checks and notes;
@@ -181,16 +225,22 @@ def judge(claims: list[Claim], values: dict, series: dict, checks: list[dict] | 
     SDs; every row: the row with the weakest effect), se (the paired SE sd(d)/sqrt(n);
     spread: jackknife over pairs), p, p_holm, floor (the smallest p the test can give
     with n), family (m), verdict, detail, power80 (the effect detectable at 80% power,
-    NaN where not computed).
+    NaN where not computed); and the other reading of Holm beside it: p_holm_sweep,
+    verdict_sweep and family_sweep (every claim in one family), or, when one_family,
+    p_holm_declared, verdict_declared and family_declared (the declared families).
+    checks: run_checks' and run_held's records (a claim's `needs` reads their results).
     """
     records = []
     results = {c["check"].text: c["result"] for c in checks or []}
+    kinds = {c["check"].text: "held fixed" if isinstance(c["check"], HeldFixed) else "precondition"
+             for c in checks or []}
     for claim in claims:
         reference = _resolve_reference(claim, values)
         rec = {"claim": claim, "reference": reference, "n": 0, "effect": math.nan, "se": math.nan,
                "p": math.nan, "p_holm": math.nan, "floor": math.nan, "family": 0, "power80": math.nan}
         unmet = [text for text in claim.needs if results.get(text, "not measured") != "met"]
-        reason = (f"precondition {results.get(unmet[0], 'not measured')}: {unmet[0]}" if unmet else
+        reason = (f"{kinds.get(unmet[0], 'precondition')} {results.get(unmet[0], 'not measured')}: {unmet[0]}"
+                  if unmet else
                   claim.testable(series) if claim.testable else None)
         tests, mixed = [], 0
         if reason is None:
@@ -199,23 +249,32 @@ def judge(claims: list[Claim], values: dict, series: dict, checks: list[dict] | 
                 same = [i for i, k in enumerate(keys) if _one_cpu(cpus, claim, reference, k)]
                 mixed = max(mixed, len(keys) - len(same))
                 tests.append((x[same], y[same], [keys[i] for i in same]))
-        if reason is None and min(len(t[0]) for t in tests) < 2:
-            reason = f"fewer than 2 {'runs' if reference is None else 'pairs'} with a number " \
+        if reason is None and min(len(t[0]) for t in tests) < max(claim.min_n, 2):
+            reason = f"fewer than {max(claim.min_n, 2)} {'runs' if reference is None else 'pairs'} with a number " \
                      f"({min(len(t[0]) for t in tests)})"
         if reason is not None:
             rec.update(verdict="not testable", detail=reason + (f"; {_mixed_text(mixed)}" if mixed else ""))
         else:
             rec.update(_test(claim, tests), mixed=mixed)
         records.append(rec)
-    for family in dict.fromkeys(r["claim"].family for r in records):   # Holm within each declared family
-        members = [r for r in records if r["claim"].family == family]
-        # every declared member counts; a claim not testable enters with p = 1 (it rejects nothing)
-        adjusted = holm([1.0 if "verdict" in r else r["p"] for r in members])
-        for rec, p_holm in zip(members, adjusted):
-            rec["family"] = len(members)
-            if "verdict" not in rec:
-                rec["p_holm"] = p_holm
-                rec.update(_verdict(rec))
+    declared, one = [r["claim"].family for r in records], [""] * len(records)
+    # (suffix of the record's keys, each record's family): the primary reading first
+    readings = [("", one), ("_declared", declared)] if one_family else [("", declared), ("_sweep", one)]
+    for suffix, families in readings:
+        for family in dict.fromkeys(families):                     # Holm within each family of the reading
+            members = [r for r, f in zip(records, families) if f == family]
+            # every declared member counts; a claim not testable enters with p = 1 (it rejects nothing)
+            adjusted = holm([1.0 if r.get("verdict") == "not testable" else r["p"] for r in members])
+            for rec, p_holm in zip(members, adjusted):
+                rec["family" + suffix] = len(members)
+                if rec.get("verdict") == "not testable":
+                    rec["verdict" + suffix] = "not testable"
+                elif suffix:                   # the other reading, beside the primary one
+                    other = _verdict({**rec, "p_holm": p_holm, "family": len(members)})
+                    rec.update({"p_holm" + suffix: p_holm, "verdict" + suffix: other["verdict"]})
+                else:
+                    rec["p_holm"] = p_holm
+                    rec.update(_verdict(rec))
     for rec in records:                     # e.g. how far FADE's delta and alpha moved, testable or not
         if rec["claim"].note is not None:
             rec["detail"] = "; ".join(x for x in (rec["detail"], rec["claim"].note(series)) if x)
@@ -383,6 +442,96 @@ def run_checks(checks: list[Check], values: dict) -> list[dict]:
     return records
 
 
+def run_held(held: list[HeldFixed], runs: dict) -> list[dict]:
+    """One record per held-fixed check, measured on every step of every run of its control.
+
+    runs: {(arm, (warmup_seed, seed)): the run's series {key: (steps, values)}}. Per check:
+      gap        the largest |x - y| / |y| over the control's runs, steps and quantities,
+                 x = mb/<q> (what the control trained on), y = held/<mode>/<q> (what the
+                 reference's rule trains on in the same batch; 0/0 counts as 0);
+      first_gap  the same between the control run's held/<mode>/<q> and the reference run's
+                 own mb/<q> at step 1 of each pair, where both runs saw the same batch (with
+                 data from before mb/<q> was logged: the batch's reward and entropy, which say
+                 whether the pair saw one batch at all); NaN where no pair has both runs;
+      ratios     {q: the control's mean of x over all its steps / the mean of y}: how far
+                 from the reference it is (1 when held);
+      result     "met" (both gaps <= tol), "NOT MET", or "not measured" (no run of the
+                 control logged held/<mode>/: runs from before the log existed).
+    """
+    records = []
+    for h in held:
+        own = {key: s for (arm, key), s in runs.items() if arm == h.arm}
+        needed = [f"mb/{q}" if h.pairwise else f"held/{h.mode}/{q}" for q in h.quantities]
+        logged = {key: s for key, s in own.items() if all(k in s for k in needed)}
+        rec = {"check": h, "runs": len(logged), "gap": math.nan, "first_gap": math.nan, "pairs": 0, "ratios": {}}
+        if not logged:
+            rec["result"] = "not measured"
+            records.append(rec)
+            continue
+        gaps, firsts, sums = [], [], {q: [0.0, 0.0] for q in h.quantities}
+        for key, s in logged.items():
+            ref = runs.get((h.reference, key))
+            for q in h.quantities:
+                if h.pairwise and (ref is None or f"mb/{q}" not in ref):
+                    continue
+                x, y = _aligned(s, f"mb/{q}", *((ref, f"mb/{q}") if h.pairwise else (s, f"held/{h.mode}/{q}")))
+                gaps += list(_relative_gap(x, y))
+                sums[q][0] += float(np.nansum(x))
+                sums[q][1] += float(np.nansum(y))
+            if ref is None:
+                continue
+            pairs = [(f"mb/{q}" if h.pairwise else f"held/{h.mode}/{q}", f"mb/{q}") for q in h.quantities
+                     if f"mb/{q}" in ref] or [("reward", "reward"), ("entropy", "entropy")]
+            rec["pairs"] += 1
+            for mine, theirs in pairs:
+                x, y = _at_step(s, mine, 1), _at_step(ref, theirs, 1)
+                firsts += list(_relative_gap(np.array([x]), np.array([y])))
+        rec["gap"] = max(gaps, default=math.nan)
+        rec["first_gap"] = max(firsts, default=math.nan)
+        rec["ratios"] = {q: a / b if b else math.nan for q, (a, b) in sums.items()}
+        worst = max(max(gaps, default=0.0), max(firsts, default=0.0))
+        rec["result"] = "not measured" if not gaps else "met" if worst <= h.tol else "NOT MET"
+        records.append(rec)
+    return records
+
+
+def _aligned(s: dict, key_x: str, t: dict, key_y: str) -> tuple[np.ndarray, np.ndarray]:
+    """The values of s[key_x] and t[key_y] at the steps both logged."""
+    (sx, vx), (sy, vy) = s[key_x], t[key_y]
+    common = np.intersect1d(sx, sy)
+    return vx[np.searchsorted(sx, common)], vy[np.searchsorted(sy, common)]
+
+
+def _at_step(s: dict, key: str, step: int) -> float:
+    """s[key] at `step`, NaN if it was not logged there."""
+    steps, values = s.get(key, (np.array([]), np.array([])))
+    hit = np.flatnonzero(steps == step)
+    return float(values[hit[0]]) if len(hit) else math.nan
+
+
+def _relative_gap(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """|x - y| / |y| elementwise (0 where both are 0; inf where only y is 0; NaN stays NaN, as a gap of inf)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gap = np.where((x == y), 0.0, np.abs(x - y) / np.abs(y))
+    return np.where(np.isnan(gap), np.inf, gap)
+
+
+def held_table(rows: list[dict]) -> str:
+    """The held-fixed checks as a markdown table: what, control vs reference, runs, the
+    gaps, the control's quantities as a multiple of the reference's, result."""
+    lines = ["| held fixed | control vs reference | runs | largest gap, same batch | largest gap, pairs' first step "
+             "| control / reference | result |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        h = r["check"]
+        gap = lambda g: "-" if not math.isfinite(g) and not (g == math.inf) else _fmt(g)
+        ratios = ", ".join(f"{q} {_fmt(v)}" for q, v in r["ratios"].items()) or "-"
+        first = f"{gap(r['first_gap'])} ({r['pairs']} pairs)" if r["pairs"] else "-"
+        lines.append(f"| {h.text} | {h.arm} vs {h.reference} | {r['runs']} | {gap(r['gap']) if r['runs'] else '-'} | "
+                     f"{first} | {ratios} | **{r['result']}** (tolerance {_fmt(h.tol)}) |")
+    return "\n".join(lines) + "\n"
+
+
 def _holds(check: Check, low: float, high: float) -> bool:
     """Does the measured range [low, high] satisfy the check's expectation?"""
     if check.expect == "zero":
@@ -410,10 +559,14 @@ def expectation(check: Check) -> str:
 # 3. Tables (the sweep pages)
 # ---------------------------------------------------------------------------------------
 
-def verdict_table(rows: list[dict]) -> str:
-    """The findings as a markdown table, then each claim's source sentence."""
-    lines = ["| # | paper | claim [row] | arm vs reference | test | n | effect ± SE | p | p (Holm) | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+def verdict_table(rows: list[dict], other: str | None = None) -> str:
+    """The findings as a markdown table, then each claim's source sentence.
+
+    other: "sweep" or "declared": a last column with the other reading of Holm's correction
+    (judge's p_holm_sweep / p_holm_declared, its family's size and its verdict)."""
+    extra = {"sweep": " one family per sweep: p (Holm), verdict |", "declared": " declared families: p (Holm), verdict |"}
+    lines = ["| # | paper | claim [row] | arm vs reference | test | n | effect ± SE | p | p (Holm) | verdict |"
+             + extra.get(other, ""), "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if other else "")]
     for i, r in enumerate(rows, 1):
         c = r["claim"]
         versus = f"{c.arm} vs {r['reference']}" if r["reference"] else f"{c.arm} (within run)"
@@ -426,8 +579,13 @@ def verdict_table(rows: list[dict]) -> str:
         ph = "-" if math.isnan(r["p_holm"]) else f"{r['p_holm']:.4f}"
         verdict = f"**{r['verdict']}**" + (f" ({r['detail']})" if r["detail"] else "")
         text = (f"({c.family}) " if c.family else "") + c.text + (" *re-read*" if c.posthoc else "")
-        lines.append(f"| {i} | {c.paper} | {text} [{' / '.join(c.rows)}] | {versus} | {test_name(c)} | "
-                     f"{r['n'] or '-'} | {effect} | {p} | {ph} | {verdict} |")
+        line = (f"| {i} | {c.paper} | {text} [{' / '.join(c.rows)}] | {versus} | {test_name(c)} | "
+                f"{r['n'] or '-'} | {effect} | {p} | {ph} | {verdict} |")
+        if other:
+            p_other = r.get(f"p_holm_{other}", math.nan)
+            line += (f" {'-' if math.isnan(p_other) else f'{p_other:.4f}'} (m = {r[f'family_{other}']}), "
+                     f"{r[f'verdict_{other}']} |")
+        lines.append(line)
     lines += ["", "Sources, verbatim:", ""]
     lines += [f"{i}. \"{r['claim'].quote}\"" for i, r in enumerate(rows, 1)]
     return "\n".join(lines) + "\n"

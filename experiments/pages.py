@@ -109,12 +109,15 @@ def local_runs(out: str, task: str, sweep: Sweep) -> list[RunData]:
 
 
 def start_record(d: str) -> dict | None:
-    """What the run started from (train.py's start.json): {"sha256", "model_path"} and, when
+    """What the run started from (train.py's start.json): {"sha256", "model_path"}, "code" (the
+    commit that ran and whether its tree was clean) where train.py recorded it, and, when
     train.py evaluated the start, "eval" (its held-out pass@k); None without a start.json."""
     start = read_json(os.path.join(d, "start.json"))
     if not start:
         return None
     record = {"sha256": start.get("sha256") or start.get("weights_sha256"), "model_path": start.get("model_path")}
+    if isinstance(start.get("code"), dict):
+        record["code"] = start["code"]
     return {**record, "eval": start["eval"]} if isinstance(start.get("eval"), dict) else record
 
 
@@ -221,8 +224,11 @@ def judge_runs(sweep: Sweep, runs: list[RunData]) -> tuple[list[dict], list[dict
     claims = [c for c in sweep.claims if c.arm in arms and all(r is None or r in arms for r in refs(c))
               and all(m in arms for m in (c.minus or ()))]
     checks = claims_lib.run_checks([c for c in sweep.checks if any(a in arms for a in c.arms)], values)
+    checks += claims_lib.run_held([h for h in sweep.held if h.arm in arms],
+                                  {(r.arm, r.key): series[r.label] for r in runs})
     cpus = {(r.arm, r.key): cpu_model(r.record) for r in runs}
-    return claims_lib.judge(claims, values, arm_series, checks, cpus), checks, values, arm_series
+    verdicts = claims_lib.judge(claims, values, arm_series, checks, cpus, one_family=sweep.holm == "sweep")
+    return verdicts, checks, values, arm_series
 
 
 def cpu_model(record: dict) -> str | None:
@@ -280,18 +286,22 @@ def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_p
                                      for a in sweep.arms),
               "- Starting weights (sha256 of each warm-up seed's, train.py's start.json): " + start_hashes(runs),
               "- Evaluation noise: " + eval_noise(task, sweep, values), ""]
-    identities = [c for c in checks if c["check"].kind == "identity"]
-    preconditions = [c for c in checks if c["check"].kind != "identity"]
+    identities = [c for c in checks if getattr(c["check"], "kind", None) == "identity"]
+    preconditions = [c for c in checks if getattr(c["check"], "kind", None) == "precondition"]
+    held = [c for c in checks if isinstance(c["check"], claims_lib.HeldFixed)]
     # A family's size for Holm is every finding declared in it (claims.judge's "family": a
     # not-testable one enters with p = 1), so the page gives it and how many were testable:
     # a reader can redo the correction from them.
     families = {}                                # family -> (declared, testable)
     for v in verdicts:
-        declared, testable = families.get(v["claim"].family, (v["family"], 0))
-        families[v["claim"].family] = (declared, testable + (v["verdict"] != "not testable"))
+        family = "" if sweep.holm == "sweep" else v["claim"].family
+        declared, testable = families.get(family, (v["family"], 0))
+        families[family] = (declared, testable + (v["verdict"] != "not testable"))
     named = lambda f: f or ("the papers" if len(families) > 1 else "this sweep on this task")
     family_text = (("Holm's families: " if len(families) > 1 else "Holm's family: ")
                    + ", ".join(f"{named(f)} ({m} declared, {k} testable)" for f, (m, k) in families.items())
+                   + (" (one family per sweep: the reading declared for these runs; the declared families' "
+                      "in the last column)" if sweep.holm == "sweep" else "")
                    if verdicts else "No findings on these arms")
     posthoc = any(v["claim"].posthoc for v in verdicts)
     lines += ["## Implementation checks", "",
@@ -304,6 +314,14 @@ def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_p
                   "named: met or NOT MET. The training decides them, not the code; a finding whose precondition is "
                   "not met measures something else (its reading says what).", "",
                   claims_lib.check_table(preconditions)]
+    if held:
+        lines += ["## Held fixed", "",
+                  "What a control arm holds equal to its reference, declared with the design and measured: what "
+                  "carries gradient in each optimizer step (rollouts and prompts with an advantage not 0, and the "
+                  "sum of |A|), the control's own against its reference's rule on the same batch at every step of "
+                  "every run, and on each pair's first step (the same batch in both runs) against the reference "
+                  "run itself. A finding that needs a check that is not met is not testable.", "",
+                  claims_lib.held_table(held)]
     lines += ["## Findings", "",
               f"Each claim was written before the runs ({design_file(sweep)}), quoting the sentence it tests"
               + (", except those marked *re-read*: restated after their runs were public, read again on the same "
@@ -313,7 +331,8 @@ def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_p
               f"test can give with n pairs (2/2^n two-sided, 1/2^n for TOST). 80%-power effect: the true effect "
               f"the test would find in 80% of repetitions at level {claims_lib.ALPHA}/m, given the observed "
               f"spread of the differences.", "",
-              claims_lib.verdict_table(verdicts) if verdicts else "None testable with these arms.\n",
+              claims_lib.verdict_table(verdicts, other_reading(sweep, verdicts)) if verdicts
+              else "None testable with these arms.\n",
               "## Per-run numbers", "",
               "Cells: mean ± SE over runs [per run, in the order of the header]; SE = std(ddof=1)/sqrt(n); "
               "(n=k): only k runs have a number.", ""]
@@ -489,7 +508,9 @@ def report(out: str, results: str, readme: str) -> list[str]:
             if not runs_on(task, name):
                 continue
             sweep, data_path = make(task), os.path.join(results, f"sweep_{task}_{name}.jsonl.gz")
-            runs = merge(read_run_data(data_path), local_runs(out, task, sweep), sweep)
+            borrowed = [r for source in sweep.borrows
+                        for r in read_run_data(os.path.join(results, f"sweep_{task}_{source}.jsonl.gz"))]
+            runs = merge(borrowed + read_run_data(data_path), local_runs(out, task, sweep), sweep)
             if not runs:
                 continue
             runs, set_aside, recorded = one_design(runs, sweep)
@@ -502,11 +523,21 @@ def report(out: str, results: str, readme: str) -> list[str]:
             outcomes[task, name] = write_page(sweep, task, runs, md, png, {
                 "command": f"python -m experiments.sweep {name} --task {task}" + (f" --part K/{parts}" if parts > 1 else ""),
                 "parts": parts, "recorded": recorded})
-            written += [md, png, write_run_data(runs, data_path)]
+            # a borrowed run keeps its one home, the data file of the sweep that ran it
+            written += [md, png, write_run_data([r for r in runs if not any(r is b for b in borrowed)], data_path)]
     written.append(write_claims_page(os.path.join(results, CLAIMS_PAGE), outcomes))
     if os.path.isfile(readme):
         written.append(write_readme_tables(readme, outcomes, os.path.join(results, CLAIMS_PAGE)))
     return written
+
+
+def other_reading(sweep: Sweep, verdicts: list[dict]) -> str | None:
+    """Which other reading of Holm the verdict table shows beside the primary one: "sweep"
+    (one family per sweep, where the sweep declared several families), "declared" (the
+    declared families, where the sweep reads one family per sweep), or None (they coincide)."""
+    if sweep.holm == "sweep":
+        return "declared" if len({v["claim"].family for v in verdicts}) > 1 else None
+    return "sweep" if len({v["claim"].family for v in verdicts}) > 1 else None
 
 
 def design_file(sweep: Sweep) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 
+from experiments.claims import HeldFixed
 from experiments.designs import OURS, TASKS, runs_on
 from experiments.registry import SWEEPS
 
@@ -66,7 +67,9 @@ def verdict_cells(results: dict) -> dict:
                                  "ours": {v["claim"].text: v["verdict"] for v in res["verdicts"]
                                           if v["claim"].paper == OURS},
                                  "checks": {r: n for r in ("pass", "FAIL", "not measured", "met", "NOT MET")
-                                            if (n := sum(c["result"] == r for c in res["checks"]))}}
+                                            if (n := sum(c["result"] == r for c in res["checks"] if not held(c)))},
+                                 "held": {r: n for r in ("met", "NOT MET", "not measured")
+                                          if (n := sum(c["result"] == r for c in res["checks"] if held(c)))}}
     return cells
 
 
@@ -75,12 +78,19 @@ def _shown(verdict: str) -> str:
     return f"**{verdict}**" if verdict in ("agrees", "opposite") else verdict
 
 
-def _checks_text(checks: dict) -> str:
-    """'3 pass, 1 **FAIL**' and, when a sweep has preconditions, '; preconditions: 1 met, 1 NOT MET'."""
+def held(check_record: dict) -> bool:
+    """Whether a check record is a held-fixed check's (claims.run_held), not an identity's or a precondition's."""
+    return isinstance(check_record["check"], HeldFixed)
+
+
+def _checks_text(checks: dict, held_counts: dict | None = None) -> str:
+    """'3 pass, 1 **FAIL**' and, when a sweep has preconditions, '; preconditions: 1 met, 1 NOT MET',
+    and held-fixed checks, '; held fixed: 1 met, 1 NOT MET'."""
     identity = ", ".join(f"{n} {'**FAIL**' if r == 'FAIL' else r}" for r, n in checks.items()
                          if r in ("pass", "FAIL", "not measured")) or "none measured"
     pre = ", ".join(f"{n} {r}" for r, n in checks.items() if r in ("met", "NOT MET"))
-    return identity + (f"; preconditions: {pre}" if pre else "")
+    kept = ", ".join(f"{n} {r}" for r, n in (held_counts or {}).items())
+    return identity + (f"; preconditions: {pre}" if pre else "") + (f"; held fixed: {kept}" if kept else "")
 
 
 def sweep_summary_table(results: dict, link=lambda task, name: f"sweep_{task}_{name}.md") -> list[str]:
@@ -93,16 +103,19 @@ def sweep_summary_table(results: dict, link=lambda task, name: f"sweep_{task}_{n
         c = cells[task, name]
         if c["status"] in ("not run", "not declared"):
             return "-" if c["status"] == "not declared" else "not run"
-        verdicts = list(c["verdicts"].values())
-        counts = {v: verdicts.count(v) for v in VERDICT_ORDER if v in verdicts}
-        findings = c["status"] or ", ".join(f"{n} {_shown(v)}" for v, n in counts.items()) or "no findings"
-        return f"[{findings}]({link(task, name)}); checks: {_checks_text(c['checks'])}"
+        def tally(verdicts: list[str]) -> str:
+            return ", ".join(f"{verdicts.count(v)} {_shown(v)}" for v in VERDICT_ORDER if v in verdicts)
+        papers, ours = tally(list(c["verdicts"].values())), tally(list(c["ours"].values()))
+        findings = c["status"] or "; ".join(x for x in (papers, ours and f"ours: {ours}") if x) or "no findings"
+        return f"[{findings}]({link(task, name)}); checks: {_checks_text(c['checks'], c['held'])}"
 
-    lines = ["| sweep | findings | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
+    lines = ["| sweep | findings (papers' + ours) | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
     for name, make in SWEEPS.items():
-        counts = {t: sum(c.paper != OURS for c in make(t).claims) for t in tasks if runs_on(t, name)}
-        findings = str(next(iter(counts.values()))) if len(set(counts.values())) == 1 else \
-            " / ".join(str(counts[t]) if t in counts else "-" for t in tasks)
+        counts = {t: (sum(c.paper != OURS for c in make(t).claims), sum(c.paper == OURS for c in make(t).claims))
+                  for t in tasks if runs_on(t, name)}
+        text = lambda n: f"{n[0]}" + (f" + {n[1]}" if n[1] else "")
+        findings = text(next(iter(counts.values()))) if len(set(counts.values())) == 1 else \
+            " / ".join(text(counts[t]) if t in counts else "-" for t in tasks)
         lines.append(f"| {name} | {findings} | " + " | ".join(summary(t, name) for t in tasks) + " |")
     return lines
 

@@ -730,3 +730,29 @@ def test_killed_sweep_leaves_no_orphans_and_its_rerun_finishes_each_run_once(tin
     for label in labels:
         assert os.path.isfile(root / label / "done.json"), label
         assert [r["step"] for r in read_rows(root / label)] == list(range(1, 13)), label
+
+
+def test_a_sweep_borrows_an_earlier_sweeps_runs_of_its_exact_flags_and_keeps_them_in_their_home(tmp_path):
+    """masked borrows recentred's committed runs (Sweep.borrows): they are not run again, the
+    page counts them, and its data file holds only its own runs (a borrowed run keeps its one
+    home); a run of recentred with other flags is not borrowed (negative control)."""
+    masked, recentred = registry.SWEEPS["masked"]("addition"), registry.SWEEPS["recentred"]("addition")
+    assert masked.borrows == ("recentred",)
+    old = sweep.plan_runs(recentred, list(recentred.arms), [0], [0], 100, "runs/sweeps", [], "addition")
+    docs = tmp_path / "results"
+    docs.mkdir()
+    borrowed = [pages.RunData(r.arm, r.warmup_seed, r.seed, [{"step": 1, "reward": 0.5}],
+                              dict(pages.EMPTY_RECORD, args=r.args, finished="2026-01-01T00:00:00")) for r in old]
+    borrowed[1].record["args"] = [a if a != "4e-4" else "2e-4" for a in old[1].args]     # query at another lr
+    pages.write_run_data(borrowed, str(docs / "sweep_addition_recentred.jsonl.gz"))
+    mine = sweep.plan_runs(masked, list(masked.arms), [0], [0], 100, str(tmp_path / "out"), [], "addition")
+    found = set(sweep_plan.committed_records(mine, str(docs), "addition"))
+    assert found == {f"masked/{arm}/warmup_0/seed_0" for arm in ("random", "random_recentred")}
+    own = pages.RunData("random_masked", 0, 0, [{"step": 1, "reward": 0.5}],
+                        dict(pages.EMPTY_RECORD, args=mine[3].args, finished="2026-01-02T00:00:00"))
+    pages.write_run_data([own], str(docs / "sweep_addition_masked.jsonl.gz"))
+    pages.report(str(tmp_path / "out"), str(docs), str(tmp_path / "no_readme.md"))
+    kept = pages.read_run_data(str(docs / "sweep_addition_masked.jsonl.gz"))
+    assert [(r.arm, r.key) for r in kept] == [("random_masked", (0, 0))]
+    page = (docs / "sweep_addition_masked.md").read_text()
+    assert "- Runs: 3 of 80 planned" in page              # random, random_recentred (borrowed) and its own
