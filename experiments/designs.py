@@ -185,8 +185,8 @@ TASKS = {
             # the dose sweep's lr 4e-4 arms' budget and step cost; 2 parts: one warm-up seed each
             "recentred": {"steps": 100, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 1.6,
                           "parts": 2},
-            # the recentred sweep's settings exactly (its runs are borrowed: the same flags); its
-            # runs took 1.0 process-minute each on AMD EPYC, two at a time
+            # the recentred sweep's settings exactly; its runs took 1.0 process-minute each on AMD
+            # EPYC, two at a time
             "masked": {"steps": 100, "eval_every": 10, "n_eval": 200, "eval_samples": 4, "step_s": 1.6, "parts": 2},
         }},
 }
@@ -326,10 +326,6 @@ class Sweep:
     holm: str = "declared"
     """Holm's primary reading: "declared" (each Claim.family) or "sweep" (one family for the
     sweep's claims on a task); the pages give the other beside it."""
-    borrows: tuple[str, ...] = ()
-    """Sweeps (same task) whose committed runs count as this one's where their flags are
-    this sweep's exactly: a design that adds an arm to an earlier sweep's pairs runs only
-    the new arm there (pages.report reads them, sweep_plan.committed_records skips them)."""
     seeds: tuple[int, ...] = SEEDS
     """The RL seeds of its pairs: SEEDS, or FRESH_SEEDS for a sweep that retests on runs no
     earlier claim has seen (with the same warm-up seeds)."""

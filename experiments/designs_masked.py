@@ -28,11 +28,15 @@ Declared before any run of this sweep, both ways:
   - in between, or neither differs: the runs do not separate the two here; the page says so.
 
 The two tasks:
-  addition  the character model, lr 4e-4, 4 mini-batches, 100 steps: the recentred sweep's
-            10 pairs (its runs of random, query and random_recentred are borrowed: only
-            random_masked runs there, on the machine those ran on) plus 10 fresh pairs (RL
-            seeds 10-14 from both shipped warm-ups; no addition sweep has run them) with all
-            four arms: 20 pairs. Outcomes final pass@1 and pass@1 at step 10, co-primary:
+  addition  the character model, lr 4e-4, 4 mini-batches, 100 steps (the recentred sweep's
+            flags exactly): the recentred sweep's 10 pairs plus 10 fresh ones (RL seeds 10-14
+            from both shipped warm-ups; no addition sweep has run them), all four arms on
+            each, all on one machine: 20 pairs. The recentred sweep's own runs cannot be a
+            pair's other half here: they ran on an AMD EPYC with AVX-512 kernels, and the same
+            run on an EPYC without them (AVX2) parts at step 1's gradient norm in the 6th
+            digit (the old commit reproduces the new one's numbers on AVX2 to the bit), so all
+            four arms run again on those seeds (a replication of that sweep on another float
+            path, besides). Outcomes final pass@1 and pass@1 at step 10, co-primary:
             the recentred sweep's random_recentred and query were level at step 10 (-0.040,
             p 0.59) and parted later. One family of 6 (20 pairs' floor 2e-6 survives it).
   smollm2   SmolLM2-135M-Instruct at lr 3e-5 (the edge pilot's lr where one of two runs of
@@ -144,5 +148,4 @@ def masked(task: str = "addition") -> Sweep:
                 ("mb/rollouts_trained", "rollouts trained per optimizer step"),
                 ("mb/adv_abs_sum_trained", "sum |A| trained per optimizer step"),
                 ("approx_kl", "approx KL to the sampling policy"), ("grad_norm", "gradient norm")],
-        claims=claims, checks=checks, held=HELD, declared_in=DECLARED_IN,
-        borrows=() if smollm2 else ("recentred",), **seeds)
+        claims=claims, checks=checks, held=HELD, declared_in=DECLARED_IN, **seeds)

@@ -118,6 +118,8 @@ def start_record(d: str) -> dict | None:
     record = {"sha256": start.get("sha256") or start.get("weights_sha256"), "model_path": start.get("model_path")}
     if isinstance(start.get("code"), dict):
         record["code"] = start["code"]
+    if isinstance(start.get("float_path"), str):
+        record["float_path"] = start["float_path"]
     return {**record, "eval": start["eval"]} if isinstance(start.get("eval"), dict) else record
 
 
@@ -232,9 +234,18 @@ def judge_runs(sweep: Sweep, runs: list[RunData]) -> tuple[list[dict], list[dict
 
 
 def cpu_model(record: dict) -> str | None:
-    """The CPU model of a run's record ('AMD EPYC' of 'nproc 2, AMD EPYC, Linux x86_64'), None if unrecorded."""
+    """What decides a run's float rounding: the CPU model of its record ('AMD EPYC' of 'nproc 2,
+    AMD EPYC, Linux x86_64') and, where start.json recorded it, torch's CPU kernels ('AMD EPYC,
+    AVX2'): one CPU model name covers EPYCs with and without AVX-512, whose sums round
+    differently (a run of the recentred sweep, AVX-512, and the same run here, AVX2, part at
+    step 1's gradient norm in the 6th digit). A run recorded without kernels is a different
+    float path from one recorded with them: such a pair is never assumed to match. None if
+    nothing is recorded."""
     parts = (record.get("machine") or "").split(", ")
-    return parts[1] if len(parts) > 1 else None
+    if len(parts) < 2:
+        return None
+    path = (record.get("start") or {}).get("float_path")
+    return parts[1] + (f", {path}" if path else "")
 
 
 def with_start(series: dict, record: dict) -> dict:
@@ -260,7 +271,9 @@ def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_p
     planned = [(a, w, s) for a in sweep.arms for w in sweep.warmup_seeds for s in sweep.seeds]
     done = sum((r.arm, *r.key) in set(planned) for r in runs)
     finished = sorted(r.record["finished"] for r in runs if r.record.get("finished"))
-    machines = sorted({r.record["machine"] for r in runs if r.record.get("machine")})
+    machines = sorted({r.record["machine"] + (f", {(r.record.get('start') or {}).get('float_path')} kernels"
+                                               if (r.record.get("start") or {}).get("float_path") else "")
+                       for r in runs if r.record.get("machine")})
     seconds = [r.record["seconds"] for r in runs if r.record.get("seconds") is not None]
     lines = [f"# Sweep `{sweep.name}` on {task}", "", f"About: {sweep.claim}", ""]
     if not meta["recorded"] and runs:
@@ -508,9 +521,7 @@ def report(out: str, results: str, readme: str) -> list[str]:
             if not runs_on(task, name):
                 continue
             sweep, data_path = make(task), os.path.join(results, f"sweep_{task}_{name}.jsonl.gz")
-            borrowed = [r for source in sweep.borrows
-                        for r in read_run_data(os.path.join(results, f"sweep_{task}_{source}.jsonl.gz"))]
-            runs = merge(borrowed + read_run_data(data_path), local_runs(out, task, sweep), sweep)
+            runs = merge(read_run_data(data_path), local_runs(out, task, sweep), sweep)
             if not runs:
                 continue
             runs, set_aside, recorded = one_design(runs, sweep)
@@ -523,8 +534,7 @@ def report(out: str, results: str, readme: str) -> list[str]:
             outcomes[task, name] = write_page(sweep, task, runs, md, png, {
                 "command": f"python -m experiments.sweep {name} --task {task}" + (f" --part K/{parts}" if parts > 1 else ""),
                 "parts": parts, "recorded": recorded})
-            # a borrowed run keeps its one home, the data file of the sweep that ran it
-            written += [md, png, write_run_data([r for r in runs if not any(r is b for b in borrowed)], data_path)]
+            written += [md, png, write_run_data(runs, data_path)]
     written.append(write_claims_page(os.path.join(results, CLAIMS_PAGE), outcomes))
     if os.path.isfile(readme):
         written.append(write_readme_tables(readme, outcomes, os.path.join(results, CLAIMS_PAGE)))

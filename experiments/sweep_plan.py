@@ -94,15 +94,12 @@ def committed_records(runs: list[RunSpec], results: str, task: str) -> dict[str,
     A part stopped before it finished goes on later, on any machine and with an empty
     runs/, without running those again: `report` takes their numbers from the
     committed data. A run whose flags changed since is run again. The record carries the
-    run's wall seconds, which `plan` reports beside its estimate. A sweep that borrows an
-    earlier sweep's runs (Sweep.borrows) finds them in that sweep's data file too.
+    run's wall seconds, which `plan` reports beside its estimate.
     """
     records = {}
     for name in {r.sweep for r in runs}:
-        committed = {}
-        for source in (*SWEEPS[name](task).borrows, name):           # its own data last: it wins
-            committed.update({(c.arm, c.warmup_seed, c.seed): c.record for c in
-                              pages.read_run_data(os.path.join(results, f"sweep_{task}_{source}.jsonl.gz"))})
+        committed = {(c.arm, c.warmup_seed, c.seed): c.record
+                     for c in pages.read_run_data(os.path.join(results, f"sweep_{task}_{name}.jsonl.gz"))}
         for r in runs:
             record = committed.get((r.arm, r.warmup_seed, r.seed)) if r.sweep == name else None
             if record is not None and record.get("args") is not None \

@@ -688,7 +688,9 @@ def test_a_run_logs_what_carries_gradient_and_what_the_modes_sharing_its_split_w
                                             "--minibatch_mode", "query", "--eval_every", "0")))
     query = read_metrics(out)[0]
     assert "mb/rollouts_trained" in query and not any(k.startswith("held/") for k in query)
-    code = json.load(open(tmp_path / "random" / "start.json"))["code"]
+    start = json.load(open(tmp_path / "random" / "start.json"))
+    assert start["float_path"] == torch.backends.cpu.get_cpu_capability()      # AVX2, AVX512, ...: the rounding
+    code = start["code"]
     head = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True)
     if head.returncode == 0:                           # a clone (CI's is one); a copy without git records None
         assert code["commit"] == head.stdout.strip() and isinstance(code["clean"], bool)

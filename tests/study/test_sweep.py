@@ -20,7 +20,8 @@ import pytest
 import torch
 
 import diagnostics
-from experiments import designs, designs_cancellation, designs_fade, pages, quantities, registry, summaries, sweep, sweep_plan
+from experiments import (claims, designs, designs_cancellation, designs_fade, pages, quantities, registry, summaries,
+                         sweep, sweep_plan)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -732,27 +733,20 @@ def test_killed_sweep_leaves_no_orphans_and_its_rerun_finishes_each_run_once(tin
         assert [r["step"] for r in read_rows(root / label)] == list(range(1, 13)), label
 
 
-def test_a_sweep_borrows_an_earlier_sweeps_runs_of_its_exact_flags_and_keeps_them_in_their_home(tmp_path):
-    """masked borrows recentred's committed runs (Sweep.borrows): they are not run again, the
-    page counts them, and its data file holds only its own runs (a borrowed run keeps its one
-    home); a run of recentred with other flags is not borrowed (negative control)."""
-    masked, recentred = registry.SWEEPS["masked"]("addition"), registry.SWEEPS["recentred"]("addition")
-    assert masked.borrows == ("recentred",)
-    old = sweep.plan_runs(recentred, list(recentred.arms), [0], [0], 100, "runs/sweeps", [], "addition")
-    docs = tmp_path / "results"
-    docs.mkdir()
-    borrowed = [pages.RunData(r.arm, r.warmup_seed, r.seed, [{"step": 1, "reward": 0.5}],
-                              dict(pages.EMPTY_RECORD, args=r.args, finished="2026-01-01T00:00:00")) for r in old]
-    borrowed[1].record["args"] = [a if a != "4e-4" else "2e-4" for a in old[1].args]     # query at another lr
-    pages.write_run_data(borrowed, str(docs / "sweep_addition_recentred.jsonl.gz"))
-    mine = sweep.plan_runs(masked, list(masked.arms), [0], [0], 100, str(tmp_path / "out"), [], "addition")
-    found = set(sweep_plan.committed_records(mine, str(docs), "addition"))
-    assert found == {f"masked/{arm}/warmup_0/seed_0" for arm in ("random", "random_recentred")}
-    own = pages.RunData("random_masked", 0, 0, [{"step": 1, "reward": 0.5}],
-                        dict(pages.EMPTY_RECORD, args=mine[3].args, finished="2026-01-02T00:00:00"))
-    pages.write_run_data([own], str(docs / "sweep_addition_masked.jsonl.gz"))
-    pages.report(str(tmp_path / "out"), str(docs), str(tmp_path / "no_readme.md"))
-    kept = pages.read_run_data(str(docs / "sweep_addition_masked.jsonl.gz"))
-    assert [(r.arm, r.key) for r in kept] == [("random_masked", (0, 0))]
-    page = (docs / "sweep_addition_masked.md").read_text()
-    assert "- Runs: 3 of 80 planned" in page              # random, random_recentred (borrowed) and its own
+
+def test_the_float_path_is_part_of_what_a_pair_must_share():
+    """One CPU model name covers EPYCs with and without AVX-512: start.json's float_path
+    (torch's kernels) is part of the pairing key, and a run recorded without it is never
+    assumed to match one recorded with it."""
+    machine = "nproc 2, AMD EPYC, Linux x86_64"
+    avx2 = {"machine": machine, "start": {"sha256": "x", "float_path": "AVX2"}}
+    avx512 = {"machine": machine, "start": {"sha256": "x", "float_path": "AVX512"}}
+    unrecorded = {"machine": machine, "start": {"sha256": "x"}}
+    assert pages.cpu_model(avx2) == "AMD EPYC, AVX2" and pages.cpu_model(unrecorded) == "AMD EPYC"
+    assert len({pages.cpu_model(r) for r in (avx2, avx512, unrecorded)}) == 3
+    assert pages.cpu_model({"machine": None}) is None
+    # the pairing rule reads it: a pair of an AVX2 and an AVX-512 run is left out
+    values = {("x", arm): {(0, s): float(s + (arm == "a")) for s in range(4)} for arm in ("a", "b")}
+    cpus = {(arm, (0, s)): pages.cpu_model(avx512 if (arm, s) == ("b", 0) else avx2) for arm in "ab" for s in range(4)}
+    rec = claims.judge([claims.Claim("P", "a above b", "q", "x", "a", "b", +1)], values, {}, cpus=cpus)[0]
+    assert rec["n"] == 3 and "1 pair left out" in rec["detail"]
