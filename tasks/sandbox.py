@@ -29,7 +29,10 @@ namespaces of its own, so that a child sees no process but its worker and itself
   - otherwise built in: PID, network, IPC and mount namespaces by unshare (as root, or
     in a user namespace of its own where the kernel allows unprivileged ones);
   - where neither is possible, the filter alone keeps the child off other processes.
-The first worker of a run prints one line saying which it got (_say_what_holds).
+The first worker of a run prints one line saying which it got (_say_what_holds), and one
+more where its children's user cannot read a directory of its Python (as root: a Python
+or a venv under /root, or a clone made with `mktemp -d`), naming it and the fix
+(_warn_unreadable).
 TOKENCREDIT_SANDBOX=builtin forces the built-in path, =bwrap requires bubblewrap, and
 =filter enters no namespace (the weakest case, so that its tests run anywhere).
 
@@ -307,6 +310,7 @@ def _launch(library: str, warmup: list, bwrap: str | None, namespaces: bool = Tr
     WORKER_INFO[library] = info
     _say_what_holds(info)
     _warn_if_weak(info)
+    _warn_unreadable(info)
     return worker
 
 
@@ -517,6 +521,30 @@ def _warn_if_weak(info: dict) -> None:
     _warn_once("weak", f"the scorer sandbox runs as your user (uid {os.getuid()}) without Landlock's signal scope "
                f"(Landlock ABI {info.get('landlock', 0)}, needs 6): a scored answer that runs code could signal or "
                "write to your processes and files (tasks/sandbox.py)")
+
+
+def _warn_unreadable(info: dict) -> None:
+    """Say once, when the first worker starts, that its children's user cannot read a directory of
+    its Python (sandbox_worker._unreadable: the directory and the one that closes it).
+
+    As root the children run as `nobody`, and a Python or a venv under a directory only its
+    owner may enter (/root, 0700, or a clone made with `mktemp -d`) is then out of their
+    reach: what the worker imported before dropping root, and the warm-up, they inherit;
+    a module the scorer imports later for some answer is missing, and that answer scores 0
+    (each such answer is then reported too: _warn_missing). Under bubblewrap the
+    directories above a bind are made readable, so only a closed directory of Python's
+    own is left (a venv made 0700 itself).
+    """
+    if not info.get("unreadable"):
+        return
+    entry, closed = info["unreadable"]
+    fix = ("" if info["sandbox"] == "bubblewrap" else
+           "install bubblewrap (apt-get install bubblewrap: it opens the directories above what it binds), or ")
+    chmod = "o+rx" if closed == entry else "o+x"             # an ancestor needs only to be entered
+    _warn_once("unreadable", f"the scorer sandbox's user (uid {info['uid']}) cannot read {entry} ({closed} is closed "
+               f"to other users): a module its scorers load only for some answers is missing there, and such an "
+               f"answer scores 0 (reported when it happens). Fix: {fix}let other users in (chmod {chmod} {closed}), "
+               "or install Python and its packages where every user can read them (tasks/sandbox.py)")
 
 
 def _warn_missing(library: str, names: list) -> None:

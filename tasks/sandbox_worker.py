@@ -147,10 +147,11 @@ def worker_main(fd: int) -> None:
     seccomp = kernel_filter(hello["filter"]) if hello["filter"] else None
     # Where Python's files may now be out of reach (Python under /root, read by nobody):
     # children then report the modules they failed to import (sandbox.py's header).
-    hidden = installed if any(not os.access(p, os.R_OK | os.X_OK) for p in path) else set()
+    unreadable = _unreadable(path)
+    hidden = installed if unreadable else set()
     gc.freeze()                               # children then leave the inherited objects alone (no copies)
     info = {"uid": uid, "landlock": abi, "seccomp": seccomp is not None, "namespaces": namespaces,
-            "no_namespaces_because": why_not, "python_readable": not hidden}
+            "no_namespaces_because": why_not, "unreadable": unreadable}
     # The first child is a probe: it must lock down and answer, and what it answers is how
     # many processes it can see in /proc (its worker and itself, in a PID namespace of its own).
     probe, locked = _score_in_child(_processes_seen, [], STARTUP_TIMEOUT, abi, hidden, seccomp)
@@ -183,6 +184,25 @@ def worker_main(fd: int) -> None:
             return
         if broken:
             return
+
+
+def _unreadable(path: list[str]) -> list[str]:
+    """[the first directory of `path` this process cannot read, the directory that closes it]
+    ([] when it reads them all): asked after dropping root, so as the children's user.
+
+    The closing directory is the first on the way down that this user may not enter (or
+    read): /root, 0700, above a Python or a venv installed under it, or a clone made with
+    `mktemp -d`. sandbox._warn_unreadable names both, and the fix, in one line.
+    """
+    for entry in path:
+        if not os.access(entry, os.R_OK | os.X_OK):
+            parts = entry.rstrip("/").split("/")
+            for i in range(2, len(parts) + 1):
+                folder = "/".join(parts[:i])
+                if not os.access(folder, os.X_OK if i < len(parts) else os.R_OK | os.X_OK):
+                    return [entry, folder]
+            return [entry, entry]
+    return []
 
 
 def _processes_seen() -> int:

@@ -36,9 +36,9 @@ import pytest
 import tasks
 import verify
 from tasks import math_datasets, reasoning_gym, sandbox
-from tests.engine.sandbox_helpers import (EVAL_SCORERS, RIGHT_TIMEOUT, SLACK, descendants, keyring_keys,
-                                          open_files_limit, process_alive, program, remove_test_keys, rg_entry,
-                                          right_answer, sandbox_processes, sandbox_user, wrap)
+from tests.engine.sandbox_helpers import (EVAL_SCORERS, REPLY_HELPER, RIGHT_TIMEOUT, SLACK, descendants,
+                                          keyring_keys, open_files_limit, process_alive, program, remove_test_keys,
+                                          rg_entry, right_answer, sandbox_processes, sandbox_user, wrap)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TASKS = ["addition", "countdown", "math", "reasoning_gym:countdown"] + [f"reasoning_gym:{n}" for n in EVAL_SCORERS]
@@ -237,6 +237,91 @@ def test_the_sandbox_reports_what_holds():
     assert {"PID", "network", "IPC", "mount"} <= set(info["namespaces"])
     line = sandbox.describe(info)
     assert f"uid {info['uid']}" in line and "seccomp allow-list" in line and f"sees {info['processes_seen']}" in line
+
+
+@pytest.mark.parametrize("task", ["reasoning_gym:n_queens", "math"])
+@pytest.mark.slow
+def test_a_right_answer_scores_1_and_a_wrong_one_0(task):
+    """The round trip a run makes at every step, on its own: verify.score through the sandbox.
+    tests/engine/test_sandbox_private_clone.py runs it from a clone only its owner may enter."""
+    if task.startswith("reasoning_gym:"):
+        pytest.importorskip("reasoning_gym")
+
+    def score(response, answer, prompt):
+        return verify.score([response], [answer], tasks.get(task), [prompt], timeout=RIGHT_TIMEOUT)[0]["reward"]
+    assert [score(*right_answer(task)), score(*wrap(task, "0")), score(*right_answer(task))] == [1.0, 0.0, 1.0]
+
+
+def closed_module_dir(closed_above: bool) -> tuple[str, str]:
+    """(a directory holding module tc_closed_part, the directory that closes it to other users):
+    the directory itself (0700), or a 0700 directory above it, as /root is above a Python
+    installed under it. The module sets TC_CLOSED_PART = 1."""
+    closed = tempfile.mkdtemp(prefix="tokencredit-closed-", dir="/tmp")          # 0700
+    folder = os.path.join(closed, "site") if closed_above else closed
+    os.makedirs(folder, mode=0o755, exist_ok=True)
+    with open(os.path.join(folder, "tc_closed_part.py"), "w") as f:
+        f.write("TC_CLOSED_PART = 1\n")
+    os.chmod(os.path.join(folder, "tc_closed_part.py"), 0o644)
+    return folder, closed
+
+
+@pytest.fixture
+def closed_pythonpath(monkeypatch, request):
+    """Fresh workers whose PYTHONPATH starts with closed_module_dir(request.param); the
+    trainer's sys.path has it too (its check of the module names a reply reports)."""
+    if os.geteuid() != 0:
+        pytest.skip("the children run as your own user: no directory of yours is closed to them")
+    pytest.importorskip("reasoning_gym")
+    folder, closed = closed_module_dir(request.param)
+    sandbox.shutdown()
+    monkeypatch.setenv("PYTHONPATH", folder)
+    monkeypatch.syspath_prepend(folder)
+    monkeypatch.setattr(sandbox, "_warned", set())
+    for cached in (sandbox._worker_sys_path, sandbox._installed_top_level):
+        cached.cache_clear()
+    yield folder, closed
+    sandbox.shutdown()                       # later tests' workers start without it
+    for cached in (sandbox._worker_sys_path, sandbox._installed_top_level):
+        cached.cache_clear()
+    shutil.rmtree(closed, ignore_errors=True)
+
+
+# An answer whose scoring needs a module only the closed directory holds: it scores 1 where the
+# child can import it, and 0 (the import fails inside eval) where it cannot.
+NEEDS_CLOSED_MODULE = REPLY_HELPER + "import tc_closed_part\nreply({'value': 1.0, 'missing': []})"
+
+
+@pytest.mark.parametrize("closed_pythonpath", [True, False], ids=["closed_above", "closed_itself"],
+                         indirect=True)
+@pytest.mark.slow
+def test_a_python_directory_the_children_cannot_read_is_one_line_at_start_and_no_silent_0(closed_pythonpath,
+                                                                                          capfd):
+    """As root the children run as `nobody`: a directory of their Python that `nobody` cannot
+    enter (here PYTHONPATH's; on a machine, a Python or venv under /root or a `mktemp -d`
+    clone) is said in one line when the first worker starts, naming it, the directory that
+    closes it and the fix. An answer that needs a module from there scores 0 with a warning
+    naming the module, never quietly. Under bubblewrap the directories above a bind are
+    made readable, so a directory closed only above is no problem there: no line, and the
+    answer scores 1."""
+    folder, closed = closed_pythonpath
+    entry = rg_entry("n_queens")
+    capfd.readouterr()
+    right = json.loads(entry)["answer"]
+    assert sandbox.run_scorer("reasoning_gym:n_queens", [right, entry], RIGHT_TIMEOUT) == 1.0
+    needs = sandbox.run_scorer("reasoning_gym:n_queens", [program(NEEDS_CLOSED_MODULE), entry], RIGHT_TIMEOUT)
+    assert sandbox.run_scorer("reasoning_gym:n_queens", [right, entry], RIGHT_TIMEOUT) == 1.0   # the other worker
+    err = [line for line in capfd.readouterr().err.splitlines() if "Fontconfig" not in line]
+    said = [line for line in err if "cannot read" in line and "closed to other users" in line]
+    bubblewrap = sandbox.WORKER_INFO["reasoning_gym:n_queens"]["sandbox"] == "bubblewrap"
+    if bubblewrap and folder != closed:
+        assert (said, needs) == ([], 1.0)
+        return
+    assert len(said) == 1, err
+    chmod = "o+x" if folder != closed else "o+rx"
+    assert f"cannot read {folder} ({closed} is closed" in said[0] and f"chmod {chmod} {closed}" in said[0]
+    assert ("apt-get install bubblewrap" in said[0]) is not bubblewrap
+    assert needs == 0.0
+    assert any("needed tc_closed_part, which its user (uid 65534) cannot read" in line for line in err), err
 
 
 def test_the_sandbox_choice_is_checked(monkeypatch):

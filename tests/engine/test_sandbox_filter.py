@@ -142,13 +142,30 @@ def test_every_call_the_allow_list_names_is_in_both_tables_or_a_legacy_one():
 MQUEUE = f"/tokencredit-test-{os.getpid()}"               # a POSIX message queue name no one else uses
 
 
-def test_a_locked_down_child_can_read_and_compute_and_nothing_else(tmp_path):
+def world_readable_file() -> str:
+    """A file any user may read, in a directory of /tmp made for it (0755), holding this file's text.
+
+    Not a file of the repository, nor one under tmp_path: as root the child reads as
+    `nobody`, and a clone under a directory only its owner may enter (`mktemp -d`, /root)
+    or pytest's own tmp_path (/tmp/pytest-of-root is 0700) is closed to it.
+    """
+    folder = tempfile.mkdtemp(prefix="tokencredit-readable-", dir="/tmp")
+    os.chmod(folder, 0o755)
+    path = os.path.join(folder, "scorer_source.py")
+    with open(path, "w") as f:
+        f.write(open(__file__).read())
+    os.chmod(path, 0o644)
+    return path
+
+
+def test_a_locked_down_child_can_read_and_compute_and_nothing_else():
     """_lock_down as a worker's child does it (uid switch first when root), in a child forked from
     this process; then each attempt's outcome: the exception's type, or "allowed"."""
     if not sandbox_filter.supported():
         pytest.skip(f"no system call table for {platform.machine()}")
     open_dir = tempfile.mkdtemp(prefix="tokencredit-hostile-", dir="/tmp")
     os.chmod(open_dir, 0o777)
+    readable = world_readable_file()
     abi = sandbox_worker.landlock_abi()
     seccomp = sandbox_worker.kernel_filter(sandbox_filter.program(platform.machine()))
     numbers = {**sandbox_filter.SYSCALLS[platform.machine()][1], **REFUSED[platform.machine()]}
@@ -174,7 +191,7 @@ def test_a_locked_down_child_can_read_and_compute_and_nothing_else(tmp_path):
                 # what a scorer does: compute, allocate a little, read files, sleep, read its limits
                 "compute": lambda: sum(i * i for i in range(10 ** 5)),
                 "allocate": lambda: len(bytearray(64 << 20)),
-                "read_file": lambda: len(open(sandbox_filter.__file__).read()),
+                "read_file": lambda: len(open(readable).read()),
                 "list_dir": lambda: len(os.listdir("/")),
                 "sleep": lambda: time.sleep(0.01),
                 "own_limits": lambda: __import__("resource").getrlimit(__import__("resource").RLIMIT_AS),
@@ -225,6 +242,7 @@ def test_a_locked_down_child_can_read_and_compute_and_nothing_else(tmp_path):
     server.close()
     files = os.listdir(open_dir)
     shutil.rmtree(open_dir)
+    shutil.rmtree(os.path.dirname(readable))
     scorer_needs = ("compute", "allocate", "read_file", "list_dir", "sleep", "own_limits", "own_priority", "own_cpus")
     assert {k: results[k] for k in scorer_needs} == dict.fromkeys(scorer_needs, "allowed")
     assert results["memory"] == "MemoryError"              # RLIMIT_AS
