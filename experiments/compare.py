@@ -368,23 +368,28 @@ def main(argv: list[str] | None = None) -> None:
     if problem := checks.writable_dir_problem(out):
         parser.error(f"--out {out!r}: {problem}")
     try:
-        out_lock = checks.lock_dir(out, "--out")            # held until this process exits
-        states = states_of(runs)
-        unknown_metric(question.metric, out, seeds, raise_if_absent=True)
+        out_lock = checks.lock_dir(out, "--out")            # one comparison per --out at a time
     except ValueError as e:
         parser.error(str(e))
-    print(plan_text(runs, states, question, arms, shared, seeds, args.steps, args.jobs, out), flush=True)
-    command = "python -m experiments.compare " + shlex.join(argv)
-    code = run(runs, states, question, seeds, out, args.jobs, args.keep_weights, command)
-    meta = {"command": command, "a": arms["a"], "b": arms["b"], "shared": shared, "steps": args.steps,
-            "invocations": _invocations(out)}
-    judged = compare_page.write_page(out, seeds, question, meta)
+    try:                                                    # the lock is let go however this ends
+        try:
+            states = states_of(runs)
+            unknown_metric(question.metric, out, seeds, raise_if_absent=True)
+        except ValueError as e:
+            parser.error(str(e))
+        print(plan_text(runs, states, question, arms, shared, seeds, args.steps, args.jobs, out), flush=True)
+        command = "python -m experiments.compare " + shlex.join(argv)
+        code = run(runs, states, question, seeds, out, args.jobs, args.keep_weights, command)
+        meta = {"command": command, "a": arms["a"], "b": arms["b"], "shared": shared, "steps": args.steps,
+                "invocations": _invocations(out)}
+        judged = compare_page.write_page(out, seeds, question, meta)
+    finally:
+        out_lock.close()
     print(compare_page.summary_line(judged["difference"], question))
     print("difference: " + compare_page.reading(judged["difference"], question).replace("**", ""))
     if judged["equivalence"] is not None:
         print("equivalence: " + compare_page.reading(judged["equivalence"], question).replace("**", ""))
     print(f"wrote {compare_page.page_path(out)} and {compare_page.png_path(out)}")
-    out_lock.close()
     if code:
         sys.exit(code)
 
