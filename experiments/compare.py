@@ -71,6 +71,7 @@ import json
 import math
 import os
 import re
+import resource
 import shlex
 import signal
 import sys
@@ -435,7 +436,7 @@ def run(runs: list[RunSpec], states: dict, question: Question, seeds: list[int],
 
     if todo:
         ensure_warmup([r for r, _ in todo], say_text)
-    started = time.time()
+    started, children = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
     watch.start()
     code = 0
     try:
@@ -451,9 +452,11 @@ def run(runs: list[RunSpec], states: dict, question: Question, seeds: list[int],
         raise
     finally:
         load = watch.close()
+        used = resource.getrusage(resource.RUSAGE_CHILDREN)     # the train.py processes' CPU time, waited for
+        cpu_s = used.ru_utime + used.ru_stime - children.ru_utime - children.ru_stime
         record = {"command": command, "started": now(started), "ended": now(), "wall_s": time.time() - started,
-                  "jobs": jobs, "ran": len(todo), "load": load, "machine": machine(with_load=False),
-                  "cores": os.cpu_count()}
+                  "cpu_s": cpu_s, "jobs": jobs, "ran": len(todo), "load": load, "machine": machine(with_load=False),
+                  "cores": os.cpu_count(), "question": question.record()}
         with open(os.path.join(out, "invocations.jsonl"), "a") as f:
             f.write(json.dumps(record) + "\n")
         log.close()

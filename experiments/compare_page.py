@@ -116,6 +116,10 @@ class Question:
     def sided(self) -> str:
         return "two" if self.direction == "two-sided" else "one"
 
+    def record(self) -> dict:
+        """The question as data (compare.json; each invocation's record says what it asked)."""
+        return {"metric": self.metric.name, "direction": self.direction, "margin": self.margin}
+
     def difference_claim(self) -> claims.Claim:
         """The Claim claims.judge tests: b - a on the metric, +1 (or -1 for a>b), one- or two-sided.
 
@@ -284,7 +288,7 @@ def write_page(out: str, seeds: list[int], question: Question, meta: dict) -> di
              f"pairs: {len(pairs)}" + ("" if len(pairs) == len(seeds) else "; INCOMPLETE"),
              f"- Metric: `{question.metric.name}`, {question.metric.text} (key `{question.metric.key}`); "
              "per seed d = b - a",
-             f"- Test (declared before the runs): {_test_text(question)}",
+             f"- Test ({declared_text(question, meta.get('invocations', []))}): {_test_text(question)}",
              "- " + machine_text(got, pairs),
              "- " + time_text(out, got, meta.get("invocations", [])),
              "- Starting weights (sha256, start.json): " + _starts(got), ""]
@@ -312,8 +316,7 @@ def write_page(out: str, seeds: list[int], question: Question, meta: dict) -> di
         f.write(text)
     os.replace(page_path(out) + ".tmp", page_path(out))
     plot(out, seeds, question, got, diff)
-    data = {"question": {"metric": question.metric.name, "key": question.metric.key, "direction": question.direction,
-                         "margin": question.margin},
+    data = {"question": {**question.record(), "key": question.metric.key},
             "pairs": [{"seed": s, "a": a.get((0, s)), "b": b.get((0, s))} for s in seeds],
             "difference": _record(diff), "equivalence": _record(equiv) if equiv else None}
     with open(os.path.join(out, "compare.json.tmp"), "w") as f:
@@ -343,6 +346,18 @@ def summary_line(rec: dict, question: Question) -> str:
             f"{rec['floor']:.4g}); {power}.")
 
 
+def declared_text(question: Question, invocations: list[dict]) -> str:
+    """Whether the question was declared before the runs: asked by the invocation that first ran
+    any (its record), or asked of runs made to answer another (a re-reading, as the study marks
+    a claim restated after its data: a direction chosen after seeing the numbers is no test)."""
+    first = next((inv for inv in invocations if inv.get("ran")), None)
+    if first is None or first.get("question") in (None, question.record()):
+        return "declared before the runs"
+    q = first["question"]
+    return (f"*asked after the runs*, which were made to answer {q['metric']}, {q['direction']}"
+            + (f", margin {q['margin']:g}" if q.get("margin") else "") + ": a re-reading, not a test declared before its data")
+
+
 def machine_text(got: dict, pairs: list[int]) -> str:
     """The machine(s) and float path(s) the runs ran on, and whether both runs of each pair ran on one."""
     names = sorted({(r["machine"] or "not recorded") + (f", {(r['start'] or {}).get('float_path')} kernels"
@@ -365,8 +380,9 @@ def time_text(out: str, got: dict, invocations: list[dict]) -> str:
     for inv in invocations:
         if inv.get("ran"):
             load = inv.get("load") or {}
+            cpu = f" ({inv['cpu_s'] / 60:.1f} CPU-minutes)" if inv.get("cpu_s") else ""
             text += (f"; {inv['started']}: {inv['ran']} run{'s' if inv['ran'] > 1 else ''} in "
-                     f"{inv['wall_s'] / 60:.1f} min wall, {inv['jobs']} at a "
+                     f"{inv['wall_s'] / 60:.1f} min wall{cpu}, {inv['jobs']} at a "
                      f"time, load average (1 min) {load.get('mean', math.nan):.1f} (min {load.get('min', math.nan):.1f},"
                      f" max {load.get('max', math.nan):.1f}, these runs included) on {inv.get('cores', '?')} cores")
     return text

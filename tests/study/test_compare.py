@@ -283,5 +283,7 @@ def test_another_metric_on_finished_runs_reruns_nothing_and_an_unknown_one_is_re
     assert "every run was finished before: nothing to run" in printed
     rewards = {s: [read_steps(out / arm / f"seed_{s}")[-1]["reward"] for arm in ("a", "b")] for s in range(3)}
     text = (out / "compare.md").read_text()
+    assert "*asked after the runs*, which were made to answer mean/entropy, two-sided: a re-reading" in text
+    assert "declared before the runs" in (finished_compare / "compare.md").read_text()
     for s, (a, b) in rewards.items():
         assert f"| {s} | {pages.fmt(a)} | {pages.fmt(b)} | {pages.fmt(b - a)} |" in text
