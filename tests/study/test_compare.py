@@ -138,8 +138,9 @@ def test_seeds_and_metrics_parse_or_say_what_is_accepted():
     (["--a", "", "--b", "--lr 1e-3", "--seeds", "3-1"], "--seeds '3-1'"),
     (["--a", "", "--b", "--lr 1e-3", "--", "--out_dir", "x"], "the flags after -- sets --out_dir"),
 ])
-def test_a_bad_arm_is_one_line_exit_2_and_no_directory(argv, needle, tmp_path, capsys):
+def test_a_bad_arm_is_one_line_exit_2_and_no_directory(argv, needle, tmp_path, capsys, monkeypatch):
     out = tmp_path / "cmp"
+    monkeypatch.setattr(compare, "run", lambda *args, **kwargs: pytest.fail("a run was started"))
     own, shared = (argv[:argv.index("--")], argv[argv.index("--"):]) if "--" in argv else (argv, [])
     with pytest.raises(SystemExit) as e:
         compare.main([*own, "--steps", "2", "--out", str(out), *shared])
