@@ -242,7 +242,7 @@ def reading(rec: dict, question: Question) -> str:
         higher, lower = "b is higher than a", "b is lower than a"
         declared = question.direction != "two-sided"
         means = {"agrees": (lower if question.direction == "a>b" else higher) + (", as declared" if declared else ""),
-                 "opposite": lower, "no difference detected": "no difference between b and a was detected"}
+                 "opposite": lower, "no difference detected": "these pairs do not tell b from a"}
     return f"**{verdict}**: {means.get(verdict, verdict)} ({rec['detail']})"
 
 
@@ -281,7 +281,8 @@ def write_page(out: str, seeds: list[int], question: Question, meta: dict) -> di
     lines = [f"# Does b help? `{_flags(meta['b'])}` (b) vs `{_flags(meta['a'])}` (a)", "",
              f"- Command: `{meta['command']}`",
              f"- Arms: **a** `{_flags(meta['a'])}`; **b** `{_flags(meta['b'])}`; both: "
-             f"`{_flags(meta['shared'], 'no shared flags')}` (an arm's flags come last: they win)",
+             + (f"`{_flags(meta['shared'])}` (an arm's flags come last: they win)" if meta["shared"] else
+                "no shared flags"),
              f"- Each run: `python train.py --out_dir {os.path.join(out, 'ARM', 'seed_S')} --seed S --steps "
              f"{meta['steps']} --threads 1 SHARED ARM`, one torch thread, `--jobs` at a time",
              f"- Runs: {len(got['series'])} of {2 * len(seeds)} finished (2 arms x seeds {_seeds(seeds)}); "
@@ -307,15 +308,16 @@ def write_page(out: str, seeds: list[int], question: Question, meta: dict) -> di
         lines.append(f"| mean ± SE | {pages.cell([a[0, s] for s in pairs]).split(' [')[0]} | "
                      f"{pages.cell([b[0, s] for s in pairs]).split(' [')[0]} | "
                      f"{_fmt(diff['effect'])} ± {_fmt(diff['se'])} |" + (" |" if _mixed(got, pairs) else ""))
-    lines += ["", "SE: the standard deviation (ddof = 1) over the pairs / sqrt(n); the paired SE of b - a is "
-              "what the test sees, smaller than either arm's own SE by what a seed shares between its two runs.",
+    lines += ["", "SE: the standard deviation (ddof = 1) over the pairs / sqrt(n). The paired SE of b - a is what "
+              "the test sees: below sqrt(SE_a^2 + SE_b^2) when a seed's two runs move together (what they share "
+              "cancels), above it when they part.",
               "", "## How to read it", "", HOW_TO_READ, "",
               f"![curves of both arms per seed]({os.path.basename(png_path(out))})", ""]
     text = "\n".join(lines)
     with open(page_path(out) + ".tmp", "w") as f:
         f.write(text)
     os.replace(page_path(out) + ".tmp", page_path(out))
-    plot(out, seeds, question, got, diff)
+    plot(out, seeds, question, got, diff, f"a: {_flags(meta['a'])}; b: {_flags(meta['b'])}")
     data = {"question": {**question.record(), "key": question.metric.key},
             "pairs": [{"seed": s, "a": a.get((0, s)), "b": b.get((0, s))} for s in seeds],
             "difference": _record(diff), "equivalence": _record(equiv) if equiv else None}
@@ -326,8 +328,9 @@ def write_page(out: str, seeds: list[int], question: Question, meta: dict) -> di
 
 
 HOW_TO_READ = (
-    "Each seed is a pair: both runs of a seed drew the same training prompts, held-out set and samples until "
-    "their updates first differed, so b - a is the arms' difference and what it did to the chance that followed. "
+    "Each seed is a pair: both runs of a seed draw their training prompts, held-out set and samples from the same "
+    "seeded streams, so they see the same batches until their weights differ enough to change a sampled token; "
+    "b - a is the arms' difference and what it did to the chance that followed. "
     "p is exact: the share of the 2^n ways of flipping the signs of the n differences whose mean is at least as far "
     "from 0 as the one observed (experiments/exact_tests.py); it cannot go below its floor (2/2^n two-sided, "
     "1/2^n one-sided). The 80%-power effect is the true mean difference this many pairs, at the spread of "
@@ -388,7 +391,7 @@ def time_text(out: str, got: dict, invocations: list[dict]) -> str:
     return text
 
 
-def plot(out: str, seeds: list[int], question: Question, got: dict, diff: dict) -> str:
+def plot(out: str, seeds: list[int], question: Question, got: dict, diff: dict, arms: str = "") -> str:
     """compare.png: per seed, the metric's curve of both arms with the metric marked; last, the
     differences b - a per seed with their mean ± paired SE.
 
@@ -447,7 +450,7 @@ def plot(out: str, seeds: list[int], question: Question, got: dict, diff: dict) 
     ax.grid(alpha=0.3)
     for ax in list(axes.flat)[panels:]:
         ax.axis("off")
-    fig.suptitle(f"{metric.name}: {metric.text}", fontsize=9, y=0.995)
+    fig.suptitle(f"{metric.name}: {metric.text}" + (f"   ({arms})" if arms else ""), fontsize=9, y=0.995)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.savefig(png_path(out), dpi=90, metadata={"Software": None})
     plt.close(fig)
