@@ -47,7 +47,7 @@ from experiments import claims as claims_lib
 from experiments import plot_runs, quantities
 from experiments.designs import TASKS, Sweep, eval_flags, runs_on, settings
 from experiments.registry import SWEEPS
-from experiments.summaries import CLAIMS_PAGE, write_claims_page, write_readme_tables
+from experiments.summaries import CLAIMS_PAGE, write_claims_page, write_findings_block, write_readme_tables
 
 
 @dataclass
@@ -505,10 +505,11 @@ def verdict_record(r: dict) -> dict:
 # 3. report: every page, the data files, the claims page, the README's summary
 # ---------------------------------------------------------------------------------------
 
-def report(out: str, results: str, readme: str) -> list[str]:
+def report(out: str, results: str, readme: str, prose: str = os.path.join("docs", "results.md")) -> list[str]:
     """Rebuild every sweep's page from its runs (committed data merged with OUT's finished
-    runs), rewrite its data file, write claims.md beside them and replace the README's summary. Returns
-    the paths written.
+    runs), rewrite its data file, write claims.md beside them, replace the README's summary
+    and the study prose's block of every finding's numbers (`prose`, docs/results.md,
+    summaries.write_findings_block). Returns the paths written.
 
     A sweep with neither committed data nor finished runs is skipped (its README cells
     read "not run"). Pages are dated by their runs, not by the rebuild, so a rebuild with
@@ -538,6 +539,8 @@ def report(out: str, results: str, readme: str) -> list[str]:
     written.append(write_claims_page(os.path.join(results, CLAIMS_PAGE), outcomes))
     if os.path.isfile(readme):
         written.append(write_readme_tables(readme, outcomes, os.path.join(results, CLAIMS_PAGE)))
+    if os.path.isfile(prose):
+        written.append(write_findings_block(prose, outcomes))
     return written
 
 
