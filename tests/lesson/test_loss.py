@@ -855,6 +855,8 @@ def test_the_clamp_acts_only_past_every_clip():
     1 + eps_high: -1.28 A; A < 0 under the dual clip: -3 A); an A < 0 token without a dual
     clip gets -A e^20 and no gradient. Inside it: the exact -A rho and its gradient
     -A rho (negative control: the clamp is the identity there)."""
+    # float32 exp near e^15 and e^20: measured 3.7e-8 and 2.4e-8 relative (AVX-512 and AVX2),
+    # 27x inside rel=1e-6; the clamp's e^20 against the exact e^100 is no near miss
     lr = torch.tensor([[100.0, 100.0, -100.0, 15.0]])
     adv = torch.tensor([[1.0, -1.0, -1.0, -1.0]])
     for dual, second in ((None, math.exp(20.0)), (3.0, 3.0)):
