@@ -122,7 +122,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable
 
-from experiments.claims import Check, Claim, HeldFixed
+from experiments.claims import Check, Claim
+from experiments.held_fixed import HeldFixed
 from machinery import warmups
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # recipes are read from here
