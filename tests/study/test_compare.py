@@ -122,6 +122,42 @@ def test_seeds_and_metrics_parse_or_say_what_is_accepted():
         compare_page.parse_metric("best_pass@1")
 
 
+def hand_made_runs(out, machine_of):
+    """Finished run directories without training: seed s gives a final pass@1 of 0.8 (a) and
+    0.8 + 0.01 (s + 1) (b), each run on machine_of(arm, seed), AVX2 kernels."""
+    for arm in ("a", "b"):
+        for s in range(6):
+            d = out / arm / f"seed_{s}"
+            d.mkdir(parents=True)
+            x = 0.8 + (0.01 * (s + 1) if arm == "b" else 0.0)
+            rows = [{"step": 0, "eval/pass@1": 0.5}, {"step": 1, "entropy": 0.3, "eval/pass@1": 0.6},
+                    {"step": 2, "entropy": 0.2, "eval/pass@1": x}]
+            (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            (d / "done.json").write_text(json.dumps({"seconds": 30.0}))
+            (d / "start.json").write_text(json.dumps({"weights_sha256": "5b" * 32, "float_path": "AVX2"}))
+            (d / "machines.json").write_text(json.dumps([{"at": "t", "machine": machine_of(arm, s)}]))
+
+
+def test_a_pair_across_cpus_is_left_out_and_the_page_says_so(tmp_path):
+    """b/seed_1 ran on another CPU model: that pair leaves the test (5 pairs: no verdict
+    possible, where all 6 would agree) and the page names it; on one CPU, all 6 count."""
+    amd, intel = "nproc 2, AMD EPYC, Linux x86_64", "nproc 2, Intel(R) Xeon(R), Linux x86_64"
+    meta = {"command": "c", "a": [], "b": ["--lr", "1e-3"], "shared": [], "steps": 2, "invocations": []}
+    q = compare_page.Question(compare_page.parse_metric("final_pass@1"))
+    hand_made_runs(tmp_path / "mixed", lambda arm, s: intel if (arm, s) == ("b", 1) else amd)
+    rec = compare_page.write_page(str(tmp_path / "mixed"), list(range(6)), q, meta)["difference"]
+    text = (tmp_path / "mixed" / "compare.md").read_text()
+    assert rec["n"] == 5 and rec["p"] == 2 / 32 and "1 pair left out" in rec["detail"]
+    assert "pairs 1 ran across CPU models or float paths and are left out" in text
+    assert "| 1 | 0.8 | 0.82 | 0.02 | AMD EPYC, AVX2 / Intel(R) Xeon(R), AVX2 |" in text
+    hand_made_runs(tmp_path / "one", lambda arm, s: amd)
+    rec = compare_page.write_page(str(tmp_path / "one"), list(range(6)), q, meta)["difference"]
+    assert rec["n"] == 6 and rec["p"] == 2 / 64 and rec["verdict"] == "agrees"
+    text = (tmp_path / "one" / "compare.md").read_text()
+    assert "both runs of each of the 6 pairs ran on one CPU model and float path" in text
+    assert "**agrees**: b is higher than a" in text and (tmp_path / "one" / "compare.png").stat().st_size > 1000
+
+
 # ---------------------------------------------------------------------------------------
 # Checks at the door: a bad arm is refused before any run
 # ---------------------------------------------------------------------------------------
