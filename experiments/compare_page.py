@@ -278,6 +278,7 @@ def write_page(out: str, seeds: list[int], question: Question, meta: dict) -> di
     judged = judge_pairs(a, b, question, got["cpus"])
     diff, equiv = judged["difference"], judged["equivalence"]
     pairs = [s for s in seeds if (0, s) in a and (0, s) in b]
+    counted = [s for s in pairs if s not in _across(got, pairs)]      # what the test reads
     lines = [f"# Does b help? `{_flags(meta['b'])}` (b) vs `{_flags(meta['a'])}` (a)", "",
              f"- Command: `{meta['command']}`",
              f"- Arms: **a** `{_flags(meta['a'])}`; **b** `{_flags(meta['b'])}`; both: "
@@ -286,7 +287,8 @@ def write_page(out: str, seeds: list[int], question: Question, meta: dict) -> di
              f"- Each run: `python train.py --out_dir {os.path.join(out, 'ARM', 'seed_S')} --seed S --steps "
              f"{meta['steps']} --threads 1 SHARED ARM`, one torch thread, `--jobs` at a time",
              f"- Runs: {len(got['series'])} of {2 * len(seeds)} finished (2 arms x seeds {_seeds(seeds)}); "
-             f"pairs: {len(pairs)}" + ("" if len(pairs) == len(seeds) else "; INCOMPLETE"),
+             f"pairs: {len(pairs)}" + ("" if len(pairs) == len(seeds) else "; INCOMPLETE")
+             + ("" if counted == pairs else f"; in the test: {len(counted)}"),
              f"- Metric: `{question.metric.name}`, {question.metric.text} (key `{question.metric.key}`); "
              "per seed d = b - a",
              f"- Test ({declared_text(question, meta.get('invocations', []))}): {_test_text(question)}",
@@ -304,9 +306,10 @@ def write_page(out: str, seeds: list[int], question: Question, meta: dict) -> di
         if _mixed(got, pairs):
             cpu = f" {got['cpus'].get(('a', (0, s)), '-')} / {got['cpus'].get(('b', (0, s)), '-')} |"
         lines.append(f"| {s} | {_fmt(x)} | {_fmt(y)} | {_fmt(y - x)} |{cpu}")
-    if pairs:
-        lines.append(f"| mean ± SE | {pages.cell([a[0, s] for s in pairs]).split(' [')[0]} | "
-                     f"{pages.cell([b[0, s] for s in pairs]).split(' [')[0]} | "
+    if counted:
+        lines.append(f"| mean ± SE{'' if counted == pairs else ' (the pairs in the test)'} | "
+                     f"{pages.cell([a[0, s] for s in counted]).split(' [')[0]} | "
+                     f"{pages.cell([b[0, s] for s in counted]).split(' [')[0]} | "
                      f"{_fmt(diff['effect'])} ± {_fmt(diff['se'])} |" + (" |" if _mixed(got, pairs) else ""))
     lines += ["", "SE: the standard deviation (ddof = 1) over the pairs / sqrt(n). The paired SE of b - a is what "
               "the test sees: below sqrt(SE_a^2 + SE_b^2) when a seed's two runs move together (what they share "
@@ -366,7 +369,7 @@ def machine_text(got: dict, pairs: list[int]) -> str:
     names = sorted({(r["machine"] or "not recorded") + (f", {(r['start'] or {}).get('float_path')} kernels"
                                                          if (r["start"] or {}).get("float_path") else "")
                     for r in got["records"].values()})
-    across = [s for s in pairs if got["cpus"].get(("a", (0, s))) != got["cpus"].get(("b", (0, s)))]
+    across = _across(got, pairs)
     both = (f"both runs of each of the {len(pairs)} pairs ran on one CPU model and float path" if not across else
             f"pairs {_seeds(across)} ran across CPU models or float paths and are left out of the test, as the "
             "study leaves them out (another CPU rounds float sums differently)")
@@ -486,8 +489,13 @@ def _starts(got: dict) -> str:
     return "; ".join(f"{arm}: {' / '.join(h) or '-'}" for arm, h in by_arm.items())
 
 
+def _across(got: dict, pairs: list[int]) -> list[int]:
+    """The seeds whose two runs ran on different CPU keys (pages.cpu_model): left out of the test."""
+    return [s for s in pairs if got["cpus"].get(("a", (0, s))) != got["cpus"].get(("b", (0, s)))]
+
+
 def _mixed(got: dict, pairs: list[int]) -> bool:
-    return any(got["cpus"].get(("a", (0, s))) != got["cpus"].get(("b", (0, s))) for s in pairs)
+    return bool(_across(got, pairs))
 
 
 def _record(rec: dict) -> dict:
