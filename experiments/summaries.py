@@ -78,7 +78,7 @@ def _shown(verdict: str) -> str:
 
 
 def held(check_record: dict) -> bool:
-    """Whether a check record is a held-fixed check's (claims.run_held), not an identity's or a precondition's."""
+    """Whether a check record is a held-fixed check's (held_fixed.run_held), not an identity's or a precondition's."""
     return check_record["check"].kind == "held fixed"
 
 
