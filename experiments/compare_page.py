@@ -371,7 +371,8 @@ def machine_text(got: dict, pairs: list[int]) -> str:
                     for r in got["records"].values()})
     across = _across(got, pairs)
     both = (f"both runs of each of the {len(pairs)} pairs ran on one CPU model and float path" if not across else
-            f"pairs {_seeds(across)} ran across CPU models or float paths and are left out of the test, as the "
+            f"{'pair' if len(across) == 1 else 'pairs'} {_seeds(across)} ran across CPU models or float paths and "
+            f"{'is' if len(across) == 1 else 'are'} left out of the test, as the "
             "study leaves them out (another CPU rounds float sums differently)")
     return f"Machine: {'; '.join(names) or 'not recorded'}; {both}"
 
