@@ -89,8 +89,8 @@ What a child CAN still do (the limits of this sandbox; say so, do not hide it):
     (puzzle24, n_queens, polynomial_multiplication, ...) can be reward-hacked this way.
   - It can READ what its user can read (the scorers import modules lazily, so reads
     stay open): under bubblewrap only what is bound there (Python, its packages, the
-    system's libraries; and in /proc/self/mountinfo each bind's host path: sandbox_view.py),
-    elsewhere any file `nobody` (or you, not as root) may read;
+    system's libraries; and each bind's host path, in /proc/self/mountinfo: see
+    sandbox_view.py), elsewhere any file `nobody` (or you, not as root) may read;
     and carry what it read out in its own score (a float holds 6 bytes), its only way out.
   - Spend its timeout's worth of CPU and 1 GiB of memory, and sleep through its timeout.
   - Other architectures than x86_64 and aarch64: no seccomp filter (no system call table
@@ -129,10 +129,10 @@ import threading
 from multiprocessing.connection import Connection
 
 from tasks import sandbox_filter
-from tasks.sandbox_worker import MAX_REPLY_BYTES, NOBODY, REASONS, STARTUP_TIMEOUT  # noqa: F401  (NOBODY: the tests')
-from tasks.sandbox_worker import WORKER_REPLY, read_reply
+from tasks.sandbox_worker import MAX_REPLY_BYTES, NOBODY, STARTUP_TIMEOUT  # noqa: F401  (NOBODY: the tests')
+from tasks.sandbox_worker import REASONS, WORKER_REPLY, read_reply
 from tasks.sandbox_view import BWRAP_NAMESPACES, WORKER_DIR_INSIDE, WORKER_FILES, arguments_file
-from tasks.sandbox_view import bubblewrap_command, bwrap_problem, worker_env  # noqa: F401  (worker_env: the tests')
+from tasks.sandbox_view import bubblewrap_command, bwrap_problem, worker_env
 from tasks.sandbox_worker import PR_SET_PDEATHSIG, prctl  # noqa: F401  (machinery/checks.py's parent-death signal)
 
 POOL_SIZE = 2                 # workers per scorer library; the machine this was written on has 2 cores

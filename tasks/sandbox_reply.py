@@ -46,7 +46,7 @@ REASONS = {
     "wrong_shape": 'its reply was not {"value": a number or a bool, "missing": [module names]}',
     "not_finite": "its value was not a finite number",
     "worker_stuck": "its worker did not answer in time (it was replaced)",
-    "worker_lost": "its worker died twice while it was scored",
+    "worker_lost": "two workers in a row died or broke before they could score it",
     "worker_reply": "its worker's reply was unreadable (it was replaced)",
 }
 # What each side's reply holds: field -> kind (read_reply checks it).

@@ -47,8 +47,6 @@ NOBODY = 65534                # the unprivileged uid/gid a root trainer's worker
 LOCKED = b"L"                 # what a child writes once locked down, before it reads the answer
 
 
-
-
 def _load_sibling(name: str):
     """tasks/NAME.py, loaded by its path beside this file (a worker has no tasks package)."""
     import importlib.util
@@ -178,9 +176,9 @@ def worker_main(fd: int) -> None:
     # The first child is a probe: it must lock down and answer, and what it answers is how
     # many processes it can see in /proc (its worker and itself, in a PID namespace of its own).
     probe, locked, _ = _score_in_child(_processes_seen, [], STARTUP_TIMEOUT, abi, hidden, seccomp)
-    if not locked or isinstance((probe or {}).get("value"), bool) or not isinstance((probe or {}).get("value"), int):
-        info["error"] = "a sandboxed child could not lock itself down and answer"
     info["processes_seen"] = (probe or {}).get("value")
+    if not locked or type(info["processes_seen"]) is not int:
+        info["error"] = "a sandboxed child could not lock itself down and answer"
     try:
         conn.send_bytes(json.dumps(info).encode())
     except OSError:                           # the trainer died while this worker started
