@@ -50,6 +50,17 @@ and the parameters shared with every other token drift in between. So:
                   a group part of one rollout, or of one reward, gets A = 0, so it
                   trains on less advantage mass than random (train.py logs
                   mb/adv_abs_trained). Needs a zero-sum advantage (the flags' check).
+  random_masked   a CONTROL of the control, this project's: random's split again (the
+                  same draws), advantage 0 on exactly the rollouts random_recentred zeroes
+                  (a part of one rollout, a part whose rollouts share an advantage), every
+                  other rollout keeps its batch advantage, NOT re-centred, and the whole
+                  step is scaled so that its sum of |A| equals random_recentred's. So it
+                  trains on the same rollouts, the same prompts and the same advantage mass
+                  as random_recentred in every step, and differs from it in one thing: its
+                  parts do not sum to zero, so shared tokens do not cancel inside the step.
+                  random_recentred against random changes two things (cancellation, and
+                  the rollouts and mass that carry gradient); this arm lets a sweep take
+                  them apart (trained_counts measures what each mode holds fixed).
 
 Conventions. A rollout is "positive" if its advantage is > 0, "negative" if < 0, and
 "neutral" if exactly 0 (all-equal groups under any zero-sum advantage; dropped rollouts
@@ -73,8 +84,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-MODES = ("random", "query", "balanced", "query_balanced", "mass_balanced", "random_recentred")
-RECENTRED = ("random_recentred",)      # modes whose optimizer steps train on re-centred advantages
+MODES = ("random", "query", "balanced", "query_balanced", "mass_balanced", "random_recentred", "random_masked")
+RECENTRED = ("random_recentred", "random_masked")   # modes whose steps train on advantages changed per group part
+RANDOM_SPLIT = ("random", "random_recentred", "random_masked")   # modes that draw random's split: the same steps
 
 
 # ---------------------------------------------------------------------------------------
@@ -113,7 +125,7 @@ def minibatch_indices(advantages: Tensor, n_minibatches: int, mode: str,
     if not isinstance(generator, torch.Generator):
         raise ValueError(f"generator must be a torch.Generator, got {type(generator).__name__}")
 
-    if mode in ("random", "random_recentred"):            # the same draws: the same steps
+    if mode in RANDOM_SPLIT:                              # the same draws: the same steps
         order = torch.randperm(total, generator=generator)
         steps = list(torch.tensor_split(order, n_minibatches))
     elif mode == "query":
@@ -135,23 +147,35 @@ def minibatch_indices(advantages: Tensor, n_minibatches: int, mode: str,
 
 
 def step_advantages(advantages: Tensor, step: Tensor, group_size: int, mode: str) -> Tensor:
-    """The advantages one optimizer step trains on: `advantages` itself, or re-centred.
+    """The advantages one optimizer step trains on: `advantages` itself, re-centred, or masked.
 
     advantages: [B] flat, b = n*G + g; step: the step's flat indices (a LongTensor);
     group_size: G; mode: one of MODES. Returns a [B] tensor whose entries at `step` are
-    what the step trains on (the others are not read). For every mode but
-    random_recentred that is the batch's advantages, the same tensor, untouched.
+    what the step trains on (the others are not read). For every mode but the two in
+    RECENTRED that is the batch's advantages, the same tensor, untouched.
 
     random_recentred: for the rollouts P_n of group n inside the step,
         A'_b = A_b - mean_{b' in P_n} A_{b'}        (b in P_n)
     so sum_{b in P_n} A'_b = 0 and a token every rollout of the part shares at the same
     weight cancels inside the step, as in a whole group (exchangeability.cancellation_residual of
     the step is 0 at ratio 1). A part of one rollout gets 0 (it has nothing to cancel
-    against); a whole group keeps its advantages up to float rounding (a zero-sum
-    advantage's group mean is 0).
+    against), and so does every part whose advantages are all equal (one reward): exactly
+    0, not the float residue of A - mean(A), so that "the rollouts it trains on" is a set
+    (with RLOO's advantages about 1 part in 700 left a residue of ~1e-8). A whole group
+    keeps its advantages up to float rounding (a zero-sum advantage's group mean is 0).
     Example: G = 4, A = [+1.5, -0.5, -0.5, -0.5], the step holds rollouts 0, 1, 2:
     mean +0.167, so A' = [+1.333, -0.667, -0.667] (and rollout 3, in another step, gets
     its own part's re-centring there).
+
+    random_masked: the rollouts A' leaves at 0 get 0; the others keep A_b, scaled by one
+    number per step,
+        A''_b = s A_b [A'_b != 0],     s = sum_{b in step} |A'_b| / sum_{b in step} |A_b| [A'_b != 0]
+    so the step trains on the same rollouts and the same sum of |A| as random_recentred's,
+    but its parts keep their signs' imbalance: they do not sum to 0 (a whole group does).
+    Example, the step above: A' = [+1.333, -0.667, -0.667], sum |A'| = 2.667; the kept
+    batch advantages [+1.5, -0.5, -0.5] sum to 2.5 in |A|, so s = 1.067 and
+    A'' = [+1.6, -0.533, -0.533] (part sum +0.533, not 0). A step where A' is 0 everywhere
+    trains on 0 everywhere (s is not needed).
     """
     if mode not in RECENTRED:
         return advantages
@@ -160,9 +184,41 @@ def step_advantages(advantages: Tensor, step: Tensor, group_size: int, mode: str
     groups, inverse = torch.unique(step // group_size, return_inverse=True)
     sums = part.new_zeros(len(groups)).index_add_(0, inverse, part)
     counts = torch.bincount(inverse, minlength=len(groups)).to(part.dtype)
+    # A part is "one reward" when its largest and smallest advantages are equal (a part of one
+    # rollout included): it trains on exactly 0.
+    high = part.new_full((len(groups),), -torch.inf).scatter_reduce(0, inverse, part, "amax")
+    low = part.new_full((len(groups),), torch.inf).scatter_reduce(0, inverse, part, "amin")
+    varied = (high > low)[inverse]
+    recentred = torch.where(varied, part - (sums / counts)[inverse], torch.zeros_like(part))
     out = advantages.clone()
-    out[step] = part - (sums / counts)[inverse]
+    if mode == "random_recentred":
+        out[step] = recentred
+        return out
+    kept = torch.where(varied, part, torch.zeros_like(part))
+    mass = kept.abs().sum()
+    out[step] = kept * (recentred.abs().sum() / mass) if mass > 0 else kept
     return out
+
+
+def trained_counts(trained: Tensor, step: Tensor, group_size: int) -> dict:
+    """What carries gradient in one optimizer step: {"rollouts", "prompts", "adv_abs_sum"}.
+
+    trained: [B] the advantages the step trains on (step_advantages' result); step: its
+    flat indices. rollouts = #{b in step : A_b != 0}, prompts = the groups with at least
+    one such rollout, adv_abs_sum = sum_{b in step} |A_b|. A rollout whose advantage is
+    exactly 0 contributes nothing to the gradient (forward.carries_gradient skips it), so
+    these, not the rollouts present, are what a step trains on. train.py logs them per
+    optimizer step (mb/rollouts_trained, mb/prompts_trained, mb/adv_abs_sum_trained) for
+    its own mode and for every mode that shares its split (RANDOM_SPLIT): a control's
+    held-fixed check compares them on the same batch (experiments/claims.py HeldFixed).
+    Example: G = 4, trained [1.333, -0.667, -0.667, x, 0, ...] on step [0, 1, 2, 4]:
+    rollouts 3, prompts 1, adv_abs_sum 2.667.
+    """
+    a = trained[step.to(trained.device)]
+    carries = a != 0
+    return {"rollouts": int(carries.sum()),
+            "prompts": int(torch.unique(step.to(trained.device)[carries] // group_size).numel()),
+            "adv_abs_sum": float(a.abs().sum())}
 
 
 def _balanced(advantages: Tensor, k: int, generator: torch.Generator) -> list[Tensor]:

@@ -52,7 +52,21 @@ pairs (experiments/exact_tests.py: why, the floors, the power). Which test a cla
   - Preconditions (Check with kind "precondition", e.g. "the clip was never reached"): a
     claim that needs one (Claim.needs) is not testable unless it is met on every run of
     its arms: it would measure something else.
-  - Pairs whose runs ran on different CPUs (the CPU model of the runs' records) are left
+  - Held fixed (experiments/held_fixed.py): what a CONTROL arm holds equal to another arm's, declared with
+    the design and measured, not assumed. A control that changes "one thing" must leave
+    the rest where it was, and "the rest" is what carries gradient, not what is present:
+    random_recentred keeps random's prompts in each optimizer step, but gives 0 to every
+    part of one rollout or one reward, so it trains on fewer of them. train.py logs, for
+    each run, what its own mode trains on per optimizer step and what every mode sharing
+    its split would train on in the same batch (machinery/metrics.py trained_metrics);
+    the check compares the two on every step of every run of the control, and on each
+    pair's first step (the same batch in both runs) the control's figure for the
+    reference with the reference run's own. A claim that needs it (Claim.needs, by its
+    text) is not testable unless it is met.
+  - One family per sweep (rec["p_holm_sweep"]): every claim's p is also corrected over all
+    the claims of its sweep on its task, whatever families they declare, and the pages give
+    both; a sweep may declare that reading its primary one (Sweep.holm = "sweep").
+  - Pairs whose runs ran on different CPUs (the CPU model and torch's kernels of the runs' records) are left
     out of a claim and counted in its detail: another CPU rounds float sums differently,
     so the two runs of such a pair differ in more than the arm.
 Verdicts (ALPHA = 0.05 on the Holm-adjusted p):
@@ -123,8 +137,15 @@ class Claim:
     sided: str = "two"
     """"two", or "one" (the test against the predicted sign alone) where the paper states the direction."""
     needs: tuple[str, ...] = ()
-    """The texts of the sweep's preconditions (Check, kind "precondition") the claim needs:
-    not testable unless each is met."""
+    """The texts of the sweep's preconditions (Check, kind "precondition") and held-fixed checks
+    (HeldFixed) the claim needs: not testable unless each is met."""
+    isolates: str = ""
+    """What the arm changes against its reference, when it changes one thing (the rest held
+    fixed by the HeldFixed checks in `needs`): the one cause an agreeing verdict may name in
+    prose (tests/study/test_cause_words.py). Empty: the arms differ in more than one thing."""
+    min_n: int = 2
+    """The fewest pairs (or runs, within a run) with a number for the claim to be testable,
+    declared with it (value b+ - s+ on SmolLM2: 8 runs); below it: not testable."""
     posthoc: bool = False
     """Declared after its runs' data was public (a stricter restatement of an earlier claim, read
     again on the same runs): shown as a re-reading, not as a test declared before its data."""
@@ -169,8 +190,9 @@ class Check:
 # ---------------------------------------------------------------------------------------
 
 def judge(claims: list[Claim], values: dict, series: dict, checks: list[dict] | None = None,
-          cpus: dict | None = None) -> list[dict]:
-    """One verdict record per claim, in order; Holm's families as declared (Claim.family).
+          cpus: dict | None = None, one_family: bool = False) -> list[dict]:
+    """One verdict record per claim, in order; Holm's families as declared (Claim.family), or
+    one family for all of them (one_family: the sweep's declared reading, Sweep.holm).
 
     values: {(row, arm): {(warmup_seed, seed): number}} (NaN or missing: no number);
     series: {arm: [each run's metric series]} for the testability checks and notes;
@@ -181,16 +203,21 @@ def judge(claims: list[Claim], values: dict, series: dict, checks: list[dict] | 
     SDs; every row: the row with the weakest effect), se (the paired SE sd(d)/sqrt(n);
     spread: jackknife over pairs), p, p_holm, floor (the smallest p the test can give
     with n), family (m), verdict, detail, power80 (the effect detectable at 80% power,
-    NaN where not computed).
+    NaN where not computed); and the other reading of Holm beside it: p_holm_sweep,
+    verdict_sweep and family_sweep (every claim in one family), or, when one_family,
+    p_holm_declared, verdict_declared and family_declared (the declared families).
+    checks: run_checks' and run_held's records (a claim's `needs` reads their results).
     """
     records = []
     results = {c["check"].text: c["result"] for c in checks or []}
+    kinds = {c["check"].text: c["check"].kind for c in checks or []}
     for claim in claims:
         reference = _resolve_reference(claim, values)
         rec = {"claim": claim, "reference": reference, "n": 0, "effect": math.nan, "se": math.nan,
                "p": math.nan, "p_holm": math.nan, "floor": math.nan, "family": 0, "power80": math.nan}
         unmet = [text for text in claim.needs if results.get(text, "not measured") != "met"]
-        reason = (f"precondition {results.get(unmet[0], 'not measured')}: {unmet[0]}" if unmet else
+        reason = (f"{kinds.get(unmet[0], 'precondition')} {results.get(unmet[0], 'not measured')}: {unmet[0]}"
+                  if unmet else
                   claim.testable(series) if claim.testable else None)
         tests, mixed = [], 0
         if reason is None:
@@ -199,23 +226,32 @@ def judge(claims: list[Claim], values: dict, series: dict, checks: list[dict] | 
                 same = [i for i, k in enumerate(keys) if _one_cpu(cpus, claim, reference, k)]
                 mixed = max(mixed, len(keys) - len(same))
                 tests.append((x[same], y[same], [keys[i] for i in same]))
-        if reason is None and min(len(t[0]) for t in tests) < 2:
-            reason = f"fewer than 2 {'runs' if reference is None else 'pairs'} with a number " \
+        if reason is None and min(len(t[0]) for t in tests) < max(claim.min_n, 2):
+            reason = f"fewer than {max(claim.min_n, 2)} {'runs' if reference is None else 'pairs'} with a number " \
                      f"({min(len(t[0]) for t in tests)})"
         if reason is not None:
             rec.update(verdict="not testable", detail=reason + (f"; {_mixed_text(mixed)}" if mixed else ""))
         else:
             rec.update(_test(claim, tests), mixed=mixed)
         records.append(rec)
-    for family in dict.fromkeys(r["claim"].family for r in records):   # Holm within each declared family
-        members = [r for r in records if r["claim"].family == family]
-        # every declared member counts; a claim not testable enters with p = 1 (it rejects nothing)
-        adjusted = holm([1.0 if "verdict" in r else r["p"] for r in members])
-        for rec, p_holm in zip(members, adjusted):
-            rec["family"] = len(members)
-            if "verdict" not in rec:
-                rec["p_holm"] = p_holm
-                rec.update(_verdict(rec))
+    declared, one = [r["claim"].family for r in records], [""] * len(records)
+    # (suffix of the record's keys, each record's family): the primary reading first
+    readings = [("", one), ("_declared", declared)] if one_family else [("", declared), ("_sweep", one)]
+    for suffix, families in readings:
+        for family in dict.fromkeys(families):                     # Holm within each family of the reading
+            members = [r for r, f in zip(records, families) if f == family]
+            # every declared member counts; a claim not testable enters with p = 1 (it rejects nothing)
+            adjusted = holm([1.0 if r.get("verdict") == "not testable" else r["p"] for r in members])
+            for rec, p_holm in zip(members, adjusted):
+                rec["family" + suffix] = len(members)
+                if rec.get("verdict") == "not testable":
+                    rec["verdict" + suffix] = "not testable"
+                elif suffix:                   # the other reading, beside the primary one
+                    other = _verdict({**rec, "p_holm": p_holm, "family": len(members)})
+                    rec.update({"p_holm" + suffix: p_holm, "verdict" + suffix: other["verdict"]})
+                else:
+                    rec["p_holm"] = p_holm
+                    rec.update(_verdict(rec))
     for rec in records:                     # e.g. how far FADE's delta and alpha moved, testable or not
         if rec["claim"].note is not None:
             rec["detail"] = "; ".join(x for x in (rec["detail"], rec["claim"].note(series)) if x)
@@ -410,10 +446,14 @@ def expectation(check: Check) -> str:
 # 3. Tables (the sweep pages)
 # ---------------------------------------------------------------------------------------
 
-def verdict_table(rows: list[dict]) -> str:
-    """The findings as a markdown table, then each claim's source sentence."""
-    lines = ["| # | paper | claim [row] | arm vs reference | test | n | effect ± SE | p | p (Holm) | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+def verdict_table(rows: list[dict], other: str | None = None) -> str:
+    """The findings as a markdown table, then each claim's source sentence.
+
+    other: "sweep" or "declared": a last column with the other reading of Holm's correction
+    (judge's p_holm_sweep / p_holm_declared, its family's size and its verdict)."""
+    extra = {"sweep": " one family per sweep: p (Holm), verdict |", "declared": " declared families: p (Holm), verdict |"}
+    lines = ["| # | paper | claim [row] | arm vs reference | test | n | effect ± SE | p | p (Holm) | verdict |"
+             + extra.get(other, ""), "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if other else "")]
     for i, r in enumerate(rows, 1):
         c = r["claim"]
         versus = f"{c.arm} vs {r['reference']}" if r["reference"] else f"{c.arm} (within run)"
@@ -426,8 +466,13 @@ def verdict_table(rows: list[dict]) -> str:
         ph = "-" if math.isnan(r["p_holm"]) else f"{r['p_holm']:.4f}"
         verdict = f"**{r['verdict']}**" + (f" ({r['detail']})" if r["detail"] else "")
         text = (f"({c.family}) " if c.family else "") + c.text + (" *re-read*" if c.posthoc else "")
-        lines.append(f"| {i} | {c.paper} | {text} [{' / '.join(c.rows)}] | {versus} | {test_name(c)} | "
-                     f"{r['n'] or '-'} | {effect} | {p} | {ph} | {verdict} |")
+        line = (f"| {i} | {c.paper} | {text} [{' / '.join(c.rows)}] | {versus} | {test_name(c)} | "
+                f"{r['n'] or '-'} | {effect} | {p} | {ph} | {verdict} |")
+        if other:
+            p_other = r.get(f"p_holm_{other}", math.nan)
+            line += (f" {'-' if math.isnan(p_other) else f'{p_other:.4f}'} (m = {r[f'family_{other}']}), "
+                     f"{r[f'verdict_{other}']} |")
+        lines.append(line)
     lines += ["", "Sources, verbatim:", ""]
     lines += [f"{i}. \"{r['claim'].quote}\"" for i, r in enumerate(rows, 1)]
     return "\n".join(lines) + "\n"

@@ -44,10 +44,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from experiments import claims as claims_lib
+from experiments import held_fixed
 from experiments import plot_runs, quantities
 from experiments.designs import TASKS, Sweep, eval_flags, runs_on, settings
 from experiments.registry import SWEEPS
-from experiments.summaries import CLAIMS_PAGE, write_claims_page, write_readme_tables
+from experiments.summaries import CLAIMS_PAGE, write_claims_page, write_findings_block, write_readme_tables
 
 
 @dataclass
@@ -109,12 +110,17 @@ def local_runs(out: str, task: str, sweep: Sweep) -> list[RunData]:
 
 
 def start_record(d: str) -> dict | None:
-    """What the run started from (train.py's start.json): {"sha256", "model_path"} and, when
+    """What the run started from (train.py's start.json): {"sha256", "model_path"}, "code" (the
+    commit that ran and whether its tree was clean) where train.py recorded it, and, when
     train.py evaluated the start, "eval" (its held-out pass@k); None without a start.json."""
     start = read_json(os.path.join(d, "start.json"))
     if not start:
         return None
     record = {"sha256": start.get("sha256") or start.get("weights_sha256"), "model_path": start.get("model_path")}
+    if isinstance(start.get("code"), dict):
+        record["code"] = start["code"]
+    if isinstance(start.get("float_path"), str):
+        record["float_path"] = start["float_path"]
     return {**record, "eval": start["eval"]} if isinstance(start.get("eval"), dict) else record
 
 
@@ -221,14 +227,26 @@ def judge_runs(sweep: Sweep, runs: list[RunData]) -> tuple[list[dict], list[dict
     claims = [c for c in sweep.claims if c.arm in arms and all(r is None or r in arms for r in refs(c))
               and all(m in arms for m in (c.minus or ()))]
     checks = claims_lib.run_checks([c for c in sweep.checks if any(a in arms for a in c.arms)], values)
+    checks += held_fixed.run_held([h for h in sweep.held if h.arm in arms],
+                                  {(r.arm, r.key): series[r.label] for r in runs})
     cpus = {(r.arm, r.key): cpu_model(r.record) for r in runs}
-    return claims_lib.judge(claims, values, arm_series, checks, cpus), checks, values, arm_series
+    verdicts = claims_lib.judge(claims, values, arm_series, checks, cpus, one_family=sweep.holm == "sweep")
+    return verdicts, checks, values, arm_series
 
 
 def cpu_model(record: dict) -> str | None:
-    """The CPU model of a run's record ('AMD EPYC' of 'nproc 2, AMD EPYC, Linux x86_64'), None if unrecorded."""
+    """What decides a run's float rounding: the CPU model of its record ('AMD EPYC' of 'nproc 2,
+    AMD EPYC, Linux x86_64') and, where start.json recorded it, torch's CPU kernels ('AMD EPYC,
+    AVX2'): one CPU model name covers EPYCs with and without AVX-512, whose sums round
+    differently (a run of the recentred sweep, AVX-512, and the same run here, AVX2, part at
+    step 1's gradient norm in the 6th digit). A run recorded without kernels is a different
+    float path from one recorded with them: such a pair is never assumed to match. None if
+    nothing is recorded."""
     parts = (record.get("machine") or "").split(", ")
-    return parts[1] if len(parts) > 1 else None
+    if len(parts) < 2:
+        return None
+    path = (record.get("start") or {}).get("float_path")
+    return parts[1] + (f", {path}" if path else "")
 
 
 def with_start(series: dict, record: dict) -> dict:
@@ -254,7 +272,9 @@ def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_p
     planned = [(a, w, s) for a in sweep.arms for w in sweep.warmup_seeds for s in sweep.seeds]
     done = sum((r.arm, *r.key) in set(planned) for r in runs)
     finished = sorted(r.record["finished"] for r in runs if r.record.get("finished"))
-    machines = sorted({r.record["machine"] for r in runs if r.record.get("machine")})
+    machines = sorted({r.record["machine"] + (f", {(r.record.get('start') or {}).get('float_path')} kernels"
+                                               if (r.record.get("start") or {}).get("float_path") else "")
+                       for r in runs if r.record.get("machine")})
     seconds = [r.record["seconds"] for r in runs if r.record.get("seconds") is not None]
     lines = [f"# Sweep `{sweep.name}` on {task}", "", f"About: {sweep.claim}", ""]
     if not meta["recorded"] and runs:
@@ -281,17 +301,21 @@ def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_p
               "- Starting weights (sha256 of each warm-up seed's, train.py's start.json): " + start_hashes(runs),
               "- Evaluation noise: " + eval_noise(task, sweep, values), ""]
     identities = [c for c in checks if c["check"].kind == "identity"]
-    preconditions = [c for c in checks if c["check"].kind != "identity"]
+    preconditions = [c for c in checks if c["check"].kind == "precondition"]
+    held = [c for c in checks if c["check"].kind == "held fixed"]
     # A family's size for Holm is every finding declared in it (claims.judge's "family": a
     # not-testable one enters with p = 1), so the page gives it and how many were testable:
     # a reader can redo the correction from them.
     families = {}                                # family -> (declared, testable)
     for v in verdicts:
-        declared, testable = families.get(v["claim"].family, (v["family"], 0))
-        families[v["claim"].family] = (declared, testable + (v["verdict"] != "not testable"))
+        family = "" if sweep.holm == "sweep" else v["claim"].family
+        declared, testable = families.get(family, (v["family"], 0))
+        families[family] = (declared, testable + (v["verdict"] != "not testable"))
     named = lambda f: f or ("the papers" if len(families) > 1 else "this sweep on this task")
     family_text = (("Holm's families: " if len(families) > 1 else "Holm's family: ")
                    + ", ".join(f"{named(f)} ({m} declared, {k} testable)" for f, (m, k) in families.items())
+                   + (" (one family per sweep: the reading declared for these runs; the declared families' "
+                      "in the last column)" if sweep.holm == "sweep" else "")
                    if verdicts else "No findings on these arms")
     posthoc = any(v["claim"].posthoc for v in verdicts)
     lines += ["## Implementation checks", "",
@@ -304,6 +328,14 @@ def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_p
                   "named: met or NOT MET. The training decides them, not the code; a finding whose precondition is "
                   "not met measures something else (its reading says what).", "",
                   claims_lib.check_table(preconditions)]
+    if held:
+        lines += ["## Held fixed", "",
+                  "What a control arm holds equal to its reference, declared with the design and measured: what "
+                  "carries gradient in each optimizer step (rollouts and prompts with an advantage not 0, and the "
+                  "sum of |A|), the control's own against its reference's rule on the same batch at every step of "
+                  "every run, and on each pair's first step (the same batch in both runs) against the reference "
+                  "run itself. A finding that needs a check that is not met is not testable.", "",
+                  held_fixed.held_table(held)]
     lines += ["## Findings", "",
               f"Each claim was written before the runs ({design_file(sweep)}), quoting the sentence it tests"
               + (", except those marked *re-read*: restated after their runs were public, read again on the same "
@@ -313,7 +345,8 @@ def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_p
               f"test can give with n pairs (2/2^n two-sided, 1/2^n for TOST). 80%-power effect: the true effect "
               f"the test would find in 80% of repetitions at level {claims_lib.ALPHA}/m, given the observed "
               f"spread of the differences.", "",
-              claims_lib.verdict_table(verdicts) if verdicts else "None testable with these arms.\n",
+              claims_lib.verdict_table(verdicts, other_reading(sweep, verdicts)) if verdicts
+              else "None testable with these arms.\n",
               "## Per-run numbers", "",
               "Cells: mean ± SE over runs [per run, in the order of the header]; SE = std(ddof=1)/sqrt(n); "
               "(n=k): only k runs have a number.", ""]
@@ -473,10 +506,11 @@ def verdict_record(r: dict) -> dict:
 # 3. report: every page, the data files, the claims page, the README's summary
 # ---------------------------------------------------------------------------------------
 
-def report(out: str, results: str, readme: str) -> list[str]:
+def report(out: str, results: str, readme: str, prose: str = os.path.join("docs", "results.md")) -> list[str]:
     """Rebuild every sweep's page from its runs (committed data merged with OUT's finished
-    runs), rewrite its data file, write claims.md beside them and replace the README's summary. Returns
-    the paths written.
+    runs), rewrite its data file, write claims.md beside them, replace the README's summary
+    and the study prose's block of every finding's numbers (`prose`, docs/results.md,
+    summaries.write_findings_block). Returns the paths written.
 
     A sweep with neither committed data nor finished runs is skipped (its README cells
     read "not run"). Pages are dated by their runs, not by the rebuild, so a rebuild with
@@ -506,7 +540,18 @@ def report(out: str, results: str, readme: str) -> list[str]:
     written.append(write_claims_page(os.path.join(results, CLAIMS_PAGE), outcomes))
     if os.path.isfile(readme):
         written.append(write_readme_tables(readme, outcomes, os.path.join(results, CLAIMS_PAGE)))
+    if os.path.isfile(prose):
+        written.append(write_findings_block(prose, outcomes))
     return written
+
+
+def other_reading(sweep: Sweep, verdicts: list[dict]) -> str | None:
+    """Which other reading of Holm the verdict table shows beside the primary one: "sweep"
+    (one family per sweep, where the sweep declared several families), "declared" (the
+    declared families, where the sweep reads one family per sweep), or None (they coincide)."""
+    if sweep.holm == "sweep":
+        return "declared" if len({v["claim"].family for v in verdicts}) > 1 else None
+    return "sweep" if len({v["claim"].family for v in verdicts}) > 1 else None
 
 
 def design_file(sweep: Sweep) -> str:

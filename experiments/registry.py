@@ -11,10 +11,12 @@ from __future__ import annotations
 from experiments.designs import TASKS, estimate_minutes, runs_on, settings
 from experiments.designs_cancellation import batching, credit, dfpo, dose, recentred, specificity
 from experiments.designs_fade import advantages, fade, tradeoff
+from experiments.designs_masked import masked
 from experiments.designs_pretrained import edge
 
 SWEEPS = {"batching": batching, "advantages": advantages, "fade": fade, "dfpo": dfpo, "credit": credit,
-          "tradeoff": tradeoff, "specificity": specificity, "dose": dose, "recentred": recentred, "edge": edge}
+          "tradeoff": tradeoff, "specificity": specificity, "dose": dose, "recentred": recentred, "masked": masked,
+          "edge": edge}
 
 
 def budget_table(jobs: int = 2) -> str:

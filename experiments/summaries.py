@@ -66,7 +66,9 @@ def verdict_cells(results: dict) -> dict:
                                  "ours": {v["claim"].text: v["verdict"] for v in res["verdicts"]
                                           if v["claim"].paper == OURS},
                                  "checks": {r: n for r in ("pass", "FAIL", "not measured", "met", "NOT MET")
-                                            if (n := sum(c["result"] == r for c in res["checks"]))}}
+                                            if (n := sum(c["result"] == r for c in res["checks"] if not held(c)))},
+                                 "held": {r: n for r in ("met", "NOT MET", "not measured")
+                                          if (n := sum(c["result"] == r for c in res["checks"] if held(c)))}}
     return cells
 
 
@@ -75,12 +77,19 @@ def _shown(verdict: str) -> str:
     return f"**{verdict}**" if verdict in ("agrees", "opposite") else verdict
 
 
-def _checks_text(checks: dict) -> str:
-    """'3 pass, 1 **FAIL**' and, when a sweep has preconditions, '; preconditions: 1 met, 1 NOT MET'."""
+def held(check_record: dict) -> bool:
+    """Whether a check record is a held-fixed check's (held_fixed.run_held), not an identity's or a precondition's."""
+    return check_record["check"].kind == "held fixed"
+
+
+def _checks_text(checks: dict, held_counts: dict | None = None) -> str:
+    """'3 pass, 1 **FAIL**' and, when a sweep has preconditions, '; preconditions: 1 met, 1 NOT MET',
+    and held-fixed checks, '; held fixed: 1 met, 1 NOT MET'."""
     identity = ", ".join(f"{n} {'**FAIL**' if r == 'FAIL' else r}" for r, n in checks.items()
                          if r in ("pass", "FAIL", "not measured")) or "none measured"
     pre = ", ".join(f"{n} {r}" for r, n in checks.items() if r in ("met", "NOT MET"))
-    return identity + (f"; preconditions: {pre}" if pre else "")
+    kept = ", ".join(f"{n} {r}" for r, n in (held_counts or {}).items())
+    return identity + (f"; preconditions: {pre}" if pre else "") + (f"; held fixed: {kept}" if kept else "")
 
 
 def sweep_summary_table(results: dict, link=lambda task, name: f"sweep_{task}_{name}.md") -> list[str]:
@@ -93,16 +102,19 @@ def sweep_summary_table(results: dict, link=lambda task, name: f"sweep_{task}_{n
         c = cells[task, name]
         if c["status"] in ("not run", "not declared"):
             return "-" if c["status"] == "not declared" else "not run"
-        verdicts = list(c["verdicts"].values())
-        counts = {v: verdicts.count(v) for v in VERDICT_ORDER if v in verdicts}
-        findings = c["status"] or ", ".join(f"{n} {_shown(v)}" for v, n in counts.items()) or "no findings"
-        return f"[{findings}]({link(task, name)}); checks: {_checks_text(c['checks'])}"
+        def tally(verdicts: list[str]) -> str:
+            return ", ".join(f"{verdicts.count(v)} {_shown(v)}" for v in VERDICT_ORDER if v in verdicts)
+        papers, ours = tally(list(c["verdicts"].values())), tally(list(c["ours"].values()))
+        findings = c["status"] or "; ".join(x for x in (papers, ours and f"ours: {ours}") if x) or "no findings"
+        return f"[{findings}]({link(task, name)}); checks: {_checks_text(c['checks'], c['held'])}"
 
-    lines = ["| sweep | findings | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
+    lines = ["| sweep | findings (papers' + ours) | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
     for name, make in SWEEPS.items():
-        counts = {t: sum(c.paper != OURS for c in make(t).claims) for t in tasks if runs_on(t, name)}
-        findings = str(next(iter(counts.values()))) if len(set(counts.values())) == 1 else \
-            " / ".join(str(counts[t]) if t in counts else "-" for t in tasks)
+        counts = {t: (sum(c.paper != OURS for c in make(t).claims), sum(c.paper == OURS for c in make(t).claims))
+                  for t in tasks if runs_on(t, name)}
+        text = lambda n: f"{n[0]}" + (f" + {n[1]}" if n[1] else "")
+        findings = text(next(iter(counts.values()))) if len(set(counts.values())) == 1 else \
+            " / ".join(text(counts[t]) if t in counts else "-" for t in tasks)
         lines.append(f"| {name} | {findings} | " + " | ".join(summary(t, name) for t in tasks) + " |")
     return lines
 
@@ -231,3 +243,64 @@ def _write(path: str, text: str) -> None:
         f.write(text)
     os.replace(path + ".tmp", path)
 
+
+
+FINDINGS_BEGIN, FINDINGS_END = "<!-- findings:begin -->", "<!-- findings:end -->"
+
+
+def write_findings_block(path: str, results: dict) -> str:
+    """Replace the text between FINDINGS_BEGIN and FINDINGS_END of the study's prose
+    (docs/results.md) with every finding's numbers, as experiments/claims.py judged them.
+
+    Per finding: the claim as declared and its source sentence (numbered, listed once at
+    the end), n, the effect ± its paired SE, the exact p, Holm's p and the family's size m
+    under the families as declared and under one family per sweep, the effect detectable at
+    80% power (the primary reading's), and the verdict under each reading (the sweep's
+    primary one first: Sweep.holm). So what the prose may say of a finding is here, computed,
+    and a sentence cannot quietly say more than its test (tests/study/test_cause_words.py
+    holds the prose to it). A sweep not fully run gives its numbers and no verdict.
+    """
+    from experiments.claims import _fmt, format_p            # the pages' number formats
+    quotes: dict[str, int] = {}
+    lines = [FINDINGS_BEGIN, "",
+             "Written by `python -m experiments.sweep report` from the committed data; do not edit by hand. "
+             "Holm's p is given under both readings, the families as each design declared them and one family "
+             "per sweep (m: the family's size); the verdict of the sweep's primary reading comes first. "
+             "\"-\": not testable, or not run.", ""]
+    for (task, name), res in results.items():
+        if not res["verdicts"]:
+            continue
+        sweep = SWEEPS[name](task)
+        one = sweep.holm == "sweep"
+        status = ("earlier design: no verdict" if not res["recorded"] else
+                  f"INCOMPLETE, {res['done']} of {res['planned']} runs: no verdict" if res["done"] < res["planned"]
+                  else "primary reading: " + ("one family per sweep" if one else "the declared families"))
+        lines += [f"**{task} / {name}** ([page](../experiments/results/sweep_{task}_{name}.md); {status})", "",
+                  "| # | claim | source | n | effect ± SE | p | Holm p, declared (m) | Holm p, one family (m) | "
+                  "80%-power effect | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for i, r in enumerate(res["verdicts"], 1):
+            c = r["claim"]
+            number = quotes.setdefault(c.quote, len(quotes) + 1)
+            as_declared, as_one = ("_declared", "") if one else ("", "_sweep")      # the records' key suffixes
+            decl_p, decl_m = r.get("p_holm" + as_declared, float("nan")), r.get("family" + as_declared, 0)
+            one_p, one_m = r.get("p_holm" + as_one, float("nan")), r.get("family" + as_one, 0)
+            show = lambda x: "-" if x != x else f"{x:.4f}"
+            readings = (r["verdict"], r.get("verdict_declared" if one else "verdict_sweep", r["verdict"]))
+            verdict = ("-" if status.startswith(("INCOMPLETE", "earlier")) else
+                       f"**{readings[0]}**" + ("" if readings[1] == readings[0] else
+                                               f"; {'declared families' if one else 'one family per sweep'}: "
+                                               f"{readings[1]}"))
+            effect = "-" if r["effect"] != r["effect"] else f"{_fmt(r['effect'])} ± {_fmt(r['se'])}"
+            power = r.get("power80", float("nan"))
+            lines.append(f"| {i} | {c.text}{' *re-read*' if c.posthoc else ''}{' (ours)' if c.paper == OURS else ''} "
+                         f"| [{number}] | {r['n'] or '-'} | {effect} | "
+                         f"{'-' if r['p'] != r['p'] else format_p(r['p'], r['floor'])} | "
+                         f"{show(decl_p)} ({decl_m}) | {show(one_p)} ({one_m}) | "
+                         f"{'-' if power != power else _fmt(power)} | {verdict} |")
+        lines.append("")
+    lines += ["Sources, verbatim:", "", *[f"{n}. \"{q}\"" for q, n in quotes.items()], "", FINDINGS_END]
+    text = open(path).read()
+    if FINDINGS_BEGIN in text and FINDINGS_END in text:
+        head, rest = text.split(FINDINGS_BEGIN, 1)
+        _write(path, head + "\n".join(lines) + rest.split(FINDINGS_END, 1)[1])
+    return path

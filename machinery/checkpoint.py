@@ -52,6 +52,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 
 import numpy as np
 import torch
@@ -80,6 +81,7 @@ CHECKPOINTS_DIR = "checkpoints"
 BEST_DIR = "best"
 FINAL_DIR = "final"
 WEIGHT_DIRS = (CHECKPOINTS_DIR, BEST_DIR, FINAL_DIR)
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the code a run's start.json names
 
 
 def save_checkpoint(out_dir: str, step: int, config: dict, model, tokenizer, state: dict, keep: int = KEEP) -> str:
@@ -442,6 +444,24 @@ def file_sha256(path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def code_version(repo_dir: str = REPO_DIR) -> dict:
+    """{"commit": the repository's HEAD, "clean": no tracked file changed and no untracked
+    file beside them}, or None for each that git cannot tell (no git, not a clone).
+
+    What ran, beside what it started from (weights_sha256): start.json records it, so two
+    runs compared as a pair can be shown to come from one commit, and a run made from an
+    edited tree says so (clean false: the commit alone does not name its code).
+    """
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", "-C", repo_dir, *args], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout if out.returncode == 0 else None
+    commit, status = git("rev-parse", "HEAD"), git("status", "--porcelain")
+    return {"commit": commit.strip() if commit else None, "clean": None if status is None else status.strip() == ""}
 
 
 def _step_of(name: str) -> int | None:

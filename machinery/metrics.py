@@ -108,23 +108,47 @@ def step_metrics(*, rewards, scores, adv, entropy, mask, truncated, template, sc
 
 def update_metrics(*, opt_steps, adv, lengths, mode, loss_sums, has_grad, grad_norms, duplicate_share, lr,
                    staleness) -> dict:
-    """What the update did: mini-batch composition, the advantage mass it trained on
-    (mb/adv_abs_trained: mean |A| over every rollout of every optimizer step, as
-    batching.step_advantages gave it; below adv_abs_mean only under random_recentred), the
-    loss's statistics, the work left out (frac_skipped: advantage exactly 0;
+    """What the update did: mini-batch composition, what carried gradient (trained_metrics),
+    the loss's statistics, the work left out (frac_skipped: advantage exactly 0;
     frac_duplicate: run once as a copy), the gradient norm (mean over optimizer steps), the
     learning rate, and the vLLM staleness check's metrics."""
     comps = batching.minibatch_stats(opt_steps, adv, lengths)
-    flat, G = adv.reshape(-1), adv.shape[1]
-    trained = [batching.step_advantages(flat, idx, G, mode)[idx].abs() for idx in opt_steps]
     return {"mb/max_pos_neg_gap": float(max(abs(c["n_pos"] - c["n_neg"]) for c in comps)),
-            "mb/adv_abs_trained": float(torch.cat(trained).mean()),
+            **trained_metrics(opt_steps, adv, mode),
             # groups only partly inside an optimizer step (their updates cannot cancel there), mean over steps
             "mb/split_groups": float(np.mean([c["n_groups"] - c["n_whole_groups"] for c in comps])),
             **stat_means(loss_sums, skipped_all=not has_grad.any()),
             "frac_skipped": 1.0 - float(has_grad.float().mean()),
             "frac_duplicate": duplicate_share,
             "grad_norm": float(np.mean(grad_norms)), "lr": lr, **staleness}
+
+
+def trained_metrics(opt_steps: list[torch.Tensor], adv: torch.Tensor, mode: str) -> dict:
+    """What the optimizer steps trained on, as batching.step_advantages gave it to each.
+
+    mb/adv_abs_trained      mean |A| over every rollout of every optimizer step (below
+                            adv_abs_mean only under the RECENTRED modes);
+    mb/rollouts_trained     rollouts whose advantage is not 0, per optimizer step (mean over
+                            the batch's optimizer steps): what carries gradient, not what is present;
+    mb/prompts_trained      prompts with at least one such rollout, per optimizer step;
+    mb/adv_abs_sum_trained  sum of |A| per optimizer step.
+    And for every other mode that draws the same split (batching.RANDOM_SPLIT: random,
+    random_recentred, random_masked), what IT would have trained on in this batch's steps:
+    held/<mode>/rollouts_trained, .../prompts_trained, .../adv_abs_sum_trained. A control's
+    held-fixed check (experiments/claims.py HeldFixed) compares its own numbers with its
+    reference's on the same batch, at every step: random_masked holds random_recentred's
+    three (to rounding), random_recentred holds none of random's.
+    """
+    flat, G = adv.reshape(-1), adv.shape[1]
+    trained = [batching.step_advantages(flat, idx, G, mode) for idx in opt_steps]
+    out = {"mb/adv_abs_trained": float(torch.cat([a[idx].abs() for a, idx in zip(trained, opt_steps)]).mean())}
+    others = [m for m in batching.RANDOM_SPLIT if m != mode] if mode in batching.RANDOM_SPLIT else []
+    for prefix, m in [("mb/", mode)] + [(f"held/{m}/", m) for m in others]:
+        counts = [batching.trained_counts(batching.step_advantages(flat, idx, G, m) if m != mode else a, idx, G)
+                  for a, idx in zip(trained, opt_steps)]
+        for key in ("rollouts", "prompts", "adv_abs_sum"):
+            out[f"{prefix}{key}_trained"] = float(np.mean([c[key] for c in counts]))
+    return out
 
 
 def step_record(run, step: int, rows: list[dict], rollouts, scores: list[dict], rewards: torch.Tensor,

@@ -651,3 +651,48 @@ def test_token_diagnostics_run_on_every_embedded_task(tiny_dir, tmp_path, task):
     metrics = train.train(cfg)[-1]
     assert "flip/boost_pos" in metrics or "flip/boost_neg" in metrics or metrics["adv_abs_mean"] == 0
     assert "time/diag_value" in metrics and "where/abs_dlogp_template" in metrics
+
+
+@pytest.mark.slow
+def test_a_run_logs_what_carries_gradient_and_what_the_modes_sharing_its_split_would_train(tiny_dir, tmp_path):
+    """Per optimizer step, the rollouts and prompts whose advantage is not 0 and the sum of
+    |A| (machinery/metrics.py trained_metrics): random_masked trains on what random_recentred
+    would in the same batch, at every step; at step 1 the three random-split runs saw one
+    batch, so each run's figure for another mode is that mode's own run's; start.json
+    names the commit that ran."""
+    rows = {}
+    for mode in ("random", "random_recentred", "random_masked"):
+        out = tmp_path / mode
+        # the shipped warm-up (the default run's start): an untrained model scores 0 everywhere
+        train.train(train.parse_args(["--out_dir", str(out), "--steps", "3", "--minibatches", "4",
+                                      "--minibatch_mode", mode, "--prompts_per_step", "8", "--eval_every", "0",
+                                      "--threads", "1"]))
+        rows[mode] = read_metrics(out)
+    quantities = ("rollouts_trained", "prompts_trained", "adv_abs_sum_trained")
+    for row in rows["random_masked"]:
+        for q in quantities:
+            # sums of |A| over <= 8 rollouts in float32: equal to 1e-7 relative; the control
+            # (random's rule on the same batch) trains on more
+            assert row[f"mb/{q}"] == pytest.approx(row[f"held/random_recentred/{q}"], rel=1e-5), (row["step"], q)
+        assert row["held/random/rollouts_trained"] >= row["mb/rollouts_trained"]
+    assert any(r["held/random/rollouts_trained"] > r["mb/rollouts_trained"] for r in rows["random_masked"])
+    first = {mode: rows[mode][0] for mode in rows}
+    for mode, other in (("random_masked", "random_recentred"), ("random_recentred", "random"),
+                        ("random", "random_masked")):
+        for q in quantities:
+            assert first[mode][f"held/{other}/{q}"] == pytest.approx(first[other][f"mb/{q}"], rel=1e-6), (mode, q)
+    assert "held/random_masked/rollouts_trained" not in rows["random_masked"][0]     # its own figures are mb/
+    # a mode with its own split logs only its own
+    out = tmp_path / "query"
+    train.train(train.parse_args(small_args(tiny_dir, out, "--steps", "1", "--minibatches", "2",
+                                            "--minibatch_mode", "query", "--eval_every", "0")))
+    query = read_metrics(out)[0]
+    assert "mb/rollouts_trained" in query and not any(k.startswith("held/") for k in query)
+    start = json.load(open(tmp_path / "random" / "start.json"))
+    assert start["float_path"] == torch.backends.cpu.get_cpu_capability()      # AVX2, AVX512, ...: the rounding
+    code = start["code"]
+    head = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:                           # a clone (CI's is one); a copy without git records None
+        assert code["commit"] == head.stdout.strip() and isinstance(code["clean"], bool)
+    else:
+        assert code == {"commit": None, "clean": None}

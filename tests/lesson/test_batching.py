@@ -9,7 +9,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from batching import MODES, minibatch_indices, minibatch_stats, split_groups, step_advantages  # noqa: E402
+from batching import (MODES, RANDOM_SPLIT, minibatch_indices, minibatch_stats, split_groups,  # noqa: E402
+                      step_advantages, trained_counts)
 
 
 def gen(seed=0):
@@ -313,3 +314,64 @@ def test_recentred_documented_example_and_edge_cases():
     # the step cuts moves by 1/6 (above)
     whole = step_advantages(flat, torch.arange(8), 4, "random_recentred")
     assert torch.allclose(whole, flat, atol=1e-7)
+
+
+def test_a_part_of_one_reward_trains_on_exactly_zero():
+    # Six rollouts of one group share the advantage 0.3 (float32): their mean, a float32 sum
+    # divided by 6, is not always 0.3 to the last bit, and A - mean(A) left ~3e-8 (AVX-512);
+    # such a part has nothing to cancel and trains on exactly 0, so "the rollouts it trains
+    # on" is a set. The other two rollouts of the group carry the rest of its mass.
+    flat = torch.tensor([0.3] * 6 + [-0.9, -0.9])
+    step = torch.arange(6)
+    assert torch.equal(step_advantages(flat, step, 8, "random_recentred")[step], torch.zeros(6))
+    assert torch.equal(step_advantages(flat, step, 8, "random_masked")[step], torch.zeros(6))
+    assert trained_counts(step_advantages(flat, step, 8, "random_recentred"), step, 8)["rollouts"] == 0
+    # negative control: a part with two values is re-centred, not zeroed
+    mixed = step_advantages(flat, torch.tensor([0, 1, 6]), 8, "random_recentred")[[0, 1, 6]]
+    assert torch.allclose(mixed, torch.tensor([0.4, 0.4, -0.8]))
+
+
+# --- random_masked: recentred's rollouts and mass, without its zero-sum parts -------------
+
+def test_masked_trains_on_recentreds_rollouts_prompts_and_mass_every_step_but_not_zero_sum():
+    g = 8
+    for seed in range(5):
+        adv = random_batch(n=16, g=g, seed=seed)
+        flat = adv.reshape(-1)
+        split = {mode: minibatch_indices(adv, 4, mode, gen(seed)) for mode in RANDOM_SPLIT}
+        assert all(torch.equal(a, b) for a, b in zip(split["random_masked"], split["random"]))    # the same draws
+        unbalanced = 0
+        for step in split["random_masked"]:
+            masked = step_advantages(flat, step, g, "random_masked")
+            recentred = step_advantages(flat, step, g, "random_recentred")
+            m, r = trained_counts(masked, step, g), trained_counts(recentred, step, g)
+            assert (m["rollouts"], m["prompts"]) == (r["rollouts"], r["prompts"])
+            assert torch.equal(masked[step] != 0, recentred[step] != 0)                 # the same rollouts
+            # sums of |A| over <= 32 rollouts in float32: equal to 2.4e-7 relative (AVX-512 and
+            # AVX2); the control below (random's mass) differs by 20-60%
+            assert m["adv_abs_sum"] == pytest.approx(r["adv_abs_sum"], rel=1e-5)
+            # every kept rollout keeps its sign and its batch advantage, scaled by one number per step
+            kept = masked[step] != 0
+            scale = masked[step][kept] / flat[step][kept]
+            assert torch.allclose(scale, scale[0].expand_as(scale)) and scale[0] > 0
+            unbalanced = max(unbalanced, max(abs(v) for v in part_sums(masked, step, g).values()))
+            # negative control: random trains on more rollouts and more mass in the same step
+            plain = trained_counts(flat, step, g)
+            assert plain["rollouts"] > m["rollouts"] and plain["adv_abs_sum"] > 1.1 * m["adv_abs_sum"]
+        assert unbalanced > 0.1          # masked parts do not cancel (recentred's sum to < 1e-6, above)
+
+
+def test_masked_documented_example():
+    # the docstring's step: A' = [4/3, -2/3, -2/3] (sum |A'| = 8/3), kept [1.5, -0.5, -0.5]
+    # (sum 2.5), s = 16/15, A'' = [1.6, -0.533, -0.533]; the lone rollout 4 gets 0
+    flat = torch.tensor([1.5, -0.5, -0.5, -0.5, 0.75, -0.75, 0.75, -0.75])
+    step = torch.tensor([0, 1, 2, 4])
+    out = step_advantages(flat, step, 4, "random_masked")
+    assert torch.allclose(out[[0, 1, 2, 4]], torch.tensor([1.6, -8 / 15, -8 / 15, 0.0]))
+    assert torch.equal(out[[3, 5, 6, 7]], flat[[3, 5, 6, 7]])            # outside the step: untouched
+    assert trained_counts(out, step, 4) == {"rollouts": 3, "prompts": 1, "adv_abs_sum": pytest.approx(8 / 3)}
+    # a step where every part is of one reward trains on nothing, without dividing by 0
+    lone = step_advantages(flat, torch.tensor([0, 4]), 4, "random_masked")
+    assert torch.equal(lone[[0, 4]], torch.zeros(2))
+    # a whole group keeps its zero-sum advantages (s = 1): one step per batch is random's
+    assert torch.allclose(step_advantages(flat, torch.arange(8), 4, "random_masked"), flat, atol=1e-7)

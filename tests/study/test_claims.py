@@ -12,7 +12,7 @@ import statistics
 import numpy as np
 import pytest
 
-from experiments import claims, designs, designs_pretrained, exact_tests, pages, quantities, registry, sweep
+from experiments import claims, designs, designs_pretrained, exact_tests, held_fixed, pages, quantities, registry, sweep
 from experiments.claims import Check, Claim
 
 
@@ -320,15 +320,20 @@ def test_every_sweep_declares_rows_arms_quotes_and_a_design_that_can_survive_hol
             assert (c.quote[0].isupper() or c.quote[0] == "(") and c.quote[-1] in ".;", c.quote
             assert not isinstance(c.reference, tuple) or c.best_by in labels
             assert c.sided in ("one", "two") and (c.sided == "two" or c.direction != 0), (name, c.text)
-            preconditions = {k.text for k in s.checks if k.kind == "precondition"}
-            assert set(c.needs) <= preconditions, (name, c.text)        # a need names a declared precondition
+            preconditions = {k.text for k in s.checks if k.kind == "precondition"} | {h.text for h in s.held}
+            assert set(c.needs) <= preconditions, (name, c.text)        # a need names a declared check
+            # a claim that may name one cause in prose holds the rest fixed by a measured check
+            assert not c.isolates or any(n in {h.text for h in s.held} for n in c.needs), (name, c.text)
+        for h in s.held:
+            assert {h.arm, h.reference} <= set(s.arms), (name, h.text)
         for c in s.checks:
             assert set(c.rows) <= labels and set(c.arms) <= set(s.arms), (name, c.text)
         # Holm runs per declared family, its size the claims declared in it: the smallest p
         # a claim's test can give (one-sided, TOST, not-lower: 1/2^n; two-sided 2/2^n)
         # times that size must be below ALPHA, or the family could never find anything
-        for family in {c.family for c in s.claims}:
-            members = [c for c in s.claims if c.family == family]
+        family_of = (lambda c: "") if s.holm == "sweep" else (lambda c: c.family)     # the primary reading
+        for family in {family_of(c) for c in s.claims}:
+            members = [c for c in s.claims if family_of(c) == family]
             floor = max(1 if c.direction == 0 or c.sided == "one" or c.statistic == "not_lower" else 2
                         for c in members) / 2 ** pairs
             assert floor * len(members) < claims.ALPHA, (task, name, family)
@@ -485,3 +490,125 @@ def test_pairs_whose_runs_ran_on_different_cpus_are_left_out():
     every_b_intel = {(arm, k): ("Intel" if arm == "b" else "AMD") for arm in ("a", "b") for k in KEYS}
     none = claims.judge([claim], values, {}, cpus=every_b_intel)[0]
     assert none["verdict"] == "not testable" and "fewer than 2 pairs" in none["detail"] and "10 pairs left out" in none["detail"]
+
+
+# --- held fixed: what a control holds, measured on every step -----------------------------
+
+def held_runs(control_rollouts=(40.0, 30.0), reference_rollouts=(40.0, 30.0), entropy=(0.5, 0.5)):
+    """Two pairs of runs, 2 steps each: a control ("c") whose runs log mb/<q> and, for the
+    reference's rule on the same batch, held/r_mode/<q>; and the reference ("r")."""
+    steps = np.array([1, 2])
+    runs = {}
+    for key in KEYS[:2]:
+        own = {q: np.array(control_rollouts) * (2 if q == "adv_abs_sum_trained" else 1)
+               for q in ("rollouts_trained", "prompts_trained", "adv_abs_sum_trained")}
+        ref = {q: np.array(reference_rollouts) * (2 if q == "adv_abs_sum_trained" else 1) for q in own}
+        runs["c", key] = {**{f"mb/{q}": (steps, v) for q, v in own.items()},
+                          **{f"held/r_mode/{q}": (steps, v) for q, v in ref.items()},
+                          "reward": (steps, np.array([0.5, 0.6])), "entropy": (steps, np.array(entropy))}
+        runs["r", key] = {**{f"mb/{q}": (steps, v) for q, v in ref.items()},
+                          "reward": (steps, np.array([0.5, 0.7])), "entropy": (steps, np.array([0.5, 0.4]))}
+    return runs
+
+
+def test_held_fixed_is_met_when_the_control_trains_on_what_its_reference_would_and_not_otherwise():
+    h = held_fixed.HeldFixed("c holds r's trained rollouts", "c", "r", "r_mode")
+    met = held_fixed.run_held([h], held_runs())[0]
+    assert met["result"] == "met" and met["runs"] == 2 and met["pairs"] == 2 and met["gap"] == 0.0
+    assert met["ratios"] == {"rollouts_trained": 1.0, "prompts_trained": 1.0, "adv_abs_sum_trained": 1.0}
+    # the reference's rule trains on more in the same batch (random_recentred against random): NOT MET,
+    # and the ratio says how far (35 / 50 rollouts over the two steps)
+    fewer = held_fixed.run_held([h], held_runs(control_rollouts=(40.0, 30.0), reference_rollouts=(60.0, 40.0)))[0]
+    assert fewer["result"] == "NOT MET" and fewer["ratios"]["rollouts_trained"] == pytest.approx(70 / 100)
+    assert fewer["gap"] == pytest.approx(1 / 3)                     # |40 - 60| / 60 at step 1
+    # a gap at one step only, below and above the tolerance
+    runs = held_runs()
+    for key in KEYS[:2]:
+        steps, v = runs["c", key]["mb/adv_abs_sum_trained"]
+        runs["c", key]["mb/adv_abs_sum_trained"] = (steps, v * np.array([1.0, 1 + 1e-7]))
+    assert held_fixed.run_held([h], runs)[0]["result"] == "met"
+    for key in KEYS[:2]:
+        steps, v = runs["c", key]["mb/adv_abs_sum_trained"]
+        runs["c", key]["mb/adv_abs_sum_trained"] = (steps, v * np.array([1.0, 1.01]))
+    assert held_fixed.run_held([h], runs)[0]["result"] == "NOT MET"
+    # runs from before the log existed: not measured (and so not met, for a claim that needs it)
+    bare = {k: {key: s for key, s in v.items() if not key.startswith("held/")} for k, v in held_runs().items()}
+    assert held_fixed.run_held([h], bare)[0]["result"] == "not measured"
+
+
+def test_held_fixed_checks_each_pairs_first_step_against_the_reference_run_itself():
+    h = held_fixed.HeldFixed("c holds r's trained rollouts", "c", "r", "r_mode")
+    runs = held_runs()
+    # the control's own log of the reference's rule agrees with itself, but the reference RUN
+    # trained on something else at step 1, where the two saw one batch: the log is wrong
+    for key in KEYS[:2]:
+        steps, v = runs["r", key]["mb/rollouts_trained"]
+        runs["r", key]["mb/rollouts_trained"] = (steps, v + np.array([1.0, 0.0]))
+    rec = held_fixed.run_held([h], runs)[0]
+    assert rec["gap"] == 0.0 and rec["first_gap"] == pytest.approx(1 / 41) and rec["result"] == "NOT MET"
+    # reference runs from before the log: their first batch is compared by reward and entropy
+    old = held_runs()
+    for key in KEYS[:2]:
+        old["r", key] = {k: v for k, v in old["r", key].items() if not k.startswith("mb/")}
+    assert held_fixed.run_held([h], old)[0]["result"] == "met"
+    other_batch = held_runs(entropy=(0.51, 0.5))         # the pair did not see one batch at step 1
+    for key in KEYS[:2]:
+        other_batch["r", key] = {k: v for k, v in other_batch["r", key].items() if not k.startswith("mb/")}
+    assert held_fixed.run_held([h], other_batch)[0]["result"] == "NOT MET"
+
+
+def test_held_fixed_pairwise_compares_the_two_runs_at_every_step():
+    h = held_fixed.HeldFixed("c draws r's split", "c", "r", "r_mode", quantities=("split_groups",), pairwise=True)
+    steps = np.array([1, 2, 3])
+    runs = {}
+    for key in KEYS[:2]:
+        runs["c", key] = {"mb/split_groups": (steps, np.array([29.0, 28.0, 30.0]))}
+        runs["r", key] = {"mb/split_groups": (steps, np.array([29.0, 28.0, 30.0]))}
+    assert held_fixed.run_held([h], runs)[0]["result"] == "met"
+    runs["r", KEYS[1]] = {"mb/split_groups": (steps, np.array([29.0, 28.0, 31.0]))}      # step 3 differs
+    assert held_fixed.run_held([h], runs)[0]["result"] == "NOT MET"
+    assert held_fixed.run_held([h], {k: v for k, v in runs.items() if k[0] == "c"})[0]["result"] == "not measured"
+
+
+def test_a_claim_that_needs_a_held_fixed_check_is_not_testable_unless_it_is_met():
+    rng = np.random.default_rng(11)
+    values = {}
+    values["x", "c"], values["x", "r"] = design_values(0.05, rng)
+    h = held_fixed.HeldFixed("c holds r's trained rollouts", "c", "r", "r_mode")
+    needing = Claim("P", "c above r: the one change", "q", "x", "c", "r", +1, needs=(h.text,), isolates="one thing")
+    not_met = held_fixed.run_held([h], held_runs(reference_rollouts=(60.0, 40.0)))
+    rec = claims.judge([needing], values, {}, not_met)[0]
+    assert rec["verdict"] == "not testable" and rec["detail"] == f"held fixed NOT MET: {h.text}"
+    assert claims.judge([needing], values, {}, held_fixed.run_held([h], held_runs()))[0]["verdict"] == "agrees"
+    # negative control: without the need, the same runs give a verdict although nothing was held
+    free = Claim("P", "c above r", "q", "x", "c", "r", +1)
+    assert claims.judge([free], values, {}, not_met)[0]["verdict"] == "agrees"
+
+
+def test_one_family_per_sweep_is_computed_beside_the_declared_families_and_may_be_the_primary():
+    rng = np.random.default_rng(12)
+    values = {}
+    for arm, shift in (("a", 0.03), ("b", 0.03), ("c", 0.0)):
+        values["x", arm], values["x", "ref"] = design_values(shift, rng)
+    cs = [Claim("P", f"{arm} above ref", "q", "x", arm, "ref", +1, family=arm) for arm in ("a", "b", "c")]
+    declared = claims.judge(cs, values, {})
+    p = [r["p"] for r in declared]
+    assert [r["p_holm"] for r in declared] == p                            # families of one: no correction
+    assert [r["p_holm_sweep"] for r in declared] == exact_tests.holm(p)    # one family of 3
+    assert all(r["family"] == 1 and r["family_sweep"] == 3 for r in declared)
+    one = claims.judge(cs, values, {}, one_family=True)
+    assert [r["p_holm"] for r in one] == exact_tests.holm(p) and [r["p_holm_declared"] for r in one] == p
+    assert [r["verdict"] for r in one] == [r["verdict_sweep"] for r in declared]
+    assert [r["verdict_declared"] for r in one] == [r["verdict"] for r in declared]
+
+
+def test_a_declared_minimum_of_runs_makes_a_claim_with_fewer_not_testable():
+    values = {("v", "a"): {k: (0.1 + 0.01 * i if i < 7 else math.nan) for i, k in enumerate(KEYS)}}
+    claim = Claim("P", "within", "q", "v", "a", None, +1, sided="one", min_n=8)
+    rec = claims.judge([claim], values, {})[0]
+    assert rec["verdict"] == "not testable" and rec["detail"] == "fewer than 8 runs with a number (7)"
+    values["v", "a"][KEYS[7]] = 0.2
+    assert claims.judge([claim], values, {})[0]["verdict"] == "agrees"
+    # negative control: the default minimum (2) tests the 7 runs
+    values["v", "a"][KEYS[7]] = math.nan
+    assert claims.judge([Claim("P", "within", "q", "v", "a", None, +1, sided="one")], values, {})[0]["n"] == 7

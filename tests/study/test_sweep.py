@@ -20,7 +20,8 @@ import pytest
 import torch
 
 import diagnostics
-from experiments import designs, designs_cancellation, designs_fade, pages, quantities, registry, summaries, sweep, sweep_plan
+from experiments import (claims, designs, designs_cancellation, designs_fade, pages, quantities, registry, summaries,
+                         sweep, sweep_plan)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -379,6 +380,10 @@ def test_report_in_a_fresh_clone_changes_no_tracked_file(tmp_path):
     head, rest = readme.split(summaries.TABLES_BEGIN, 1)
     (clone / "README.md").write_text(head + summaries.TABLES_BEGIN + "\nstale\n" + summaries.TABLES_END
                                      + rest.split(summaries.TABLES_END, 1)[1])
+    prose = (clone / "docs" / "results.md").read_text()          # and the study prose's block of every finding
+    head, rest = prose.split(summaries.FINDINGS_BEGIN, 1)
+    (clone / "docs" / "results.md").write_text(head + summaries.FINDINGS_BEGIN + "\nstale\n" + summaries.FINDINGS_END
+                                               + rest.split(summaries.FINDINGS_END, 1)[1])
     pages_md = sorted((clone / "experiments" / "results").glob("sweep_*.md"))
     assert pages_md, "no sweep page committed"
     pages_md[0].unlink()
@@ -730,3 +735,22 @@ def test_killed_sweep_leaves_no_orphans_and_its_rerun_finishes_each_run_once(tin
     for label in labels:
         assert os.path.isfile(root / label / "done.json"), label
         assert [r["step"] for r in read_rows(root / label)] == list(range(1, 13)), label
+
+
+
+def test_the_float_path_is_part_of_what_a_pair_must_share():
+    """One CPU model name covers EPYCs with and without AVX-512: start.json's float_path
+    (torch's kernels) is part of the pairing key, and a run recorded without it is never
+    assumed to match one recorded with it."""
+    machine = "nproc 2, AMD EPYC, Linux x86_64"
+    avx2 = {"machine": machine, "start": {"sha256": "x", "float_path": "AVX2"}}
+    avx512 = {"machine": machine, "start": {"sha256": "x", "float_path": "AVX512"}}
+    unrecorded = {"machine": machine, "start": {"sha256": "x"}}
+    assert pages.cpu_model(avx2) == "AMD EPYC, AVX2" and pages.cpu_model(unrecorded) == "AMD EPYC"
+    assert len({pages.cpu_model(r) for r in (avx2, avx512, unrecorded)}) == 3
+    assert pages.cpu_model({"machine": None}) is None
+    # the pairing rule reads it: a pair of an AVX2 and an AVX-512 run is left out
+    values = {("x", arm): {(0, s): float(s + (arm == "a")) for s in range(4)} for arm in ("a", "b")}
+    cpus = {(arm, (0, s)): pages.cpu_model(avx512 if (arm, s) == ("b", 0) else avx2) for arm in "ab" for s in range(4)}
+    rec = claims.judge([claims.Claim("P", "a above b", "q", "x", "a", "b", +1)], values, {}, cpus=cpus)[0]
+    assert rec["n"] == 3 and "1 pair left out" in rec["detail"]
