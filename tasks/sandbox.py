@@ -144,6 +144,7 @@ _pools: dict[str, queue.Queue] = {}      # library -> POOL_SIZE slots: a Worker,
 _pools_guard = threading.Lock()
 WORKER_INFO: dict[str, dict] = {}        # library -> what its last worker reported at start (tests read it)
 _warned: set = set()                     # warnings already printed
+_warned_guard = threading.Lock()         # a batch's threads warn at once: one line each, once
 _counts: dict[str, int] = {}             # worker starts and answers without a score, since take_counts
 _counts_guard = threading.Lock()
 
@@ -429,9 +430,7 @@ def describe(info: dict) -> str:
 
 def _say_what_holds(info: dict) -> None:
     """The first worker of a trainer prints which sandbox the run got (stderr, one line)."""
-    if "said" not in _warned:
-        _warned.add("said")
-        print(f"sandbox: {describe(info)} (tasks/sandbox.py)", file=sys.stderr)
+    _say_once("said", f"sandbox: {describe(info)} (tasks/sandbox.py)")
 
 
 def _warn_if_weak(info: dict) -> None:
@@ -486,9 +485,20 @@ def _warn_missing(library: str, names: list) -> None:
 
 
 def _warn_once(key: str, message: str) -> None:
-    if key not in _warned:
+    _say_once(key, f"warning: {message}")
+
+
+def _say_once(key: str, line: str) -> None:
+    """Print `line` on stderr unless `key` was said. The scoring threads of a batch may say
+    at the same moment: the check and the line are taken under one lock, and the line is
+    one write with its newline (print writes the text and the newline apart, and two
+    threads' lines ran together on one line, one of them then not found by its reader)."""
+    with _warned_guard:
+        if key in _warned:
+            return
         _warned.add(key)
-        print(f"warning: {message}", file=sys.stderr)
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
 
 
 # ---------------------------------------------------------------------------------------
