@@ -69,7 +69,7 @@ import verify
 from machinery import checkpoint, checks, evaluation, forward, vllm_rollout
 from machinery import token_diagnostics
 from machinery.config import Config, advantage_hyper, hyper_defaults, parse_args, warn  # noqa: F401
-from machinery.metrics import add_stats, log_metrics, masked_mean, nothing_to_learn, step_record, timed
+from machinery.metrics import add_stats, log_metrics, masked_mean, nothing_to_learn, sandbox_counts, step_record, timed
 from machinery.run import Run, close, keep_best, keep_final, old_policy_pass, on_device, open_run_dir, optimizer_step
 from machinery.run import repeat, sample_rollouts, save_checkpoint, take
 from machinery.setup import setup
@@ -171,7 +171,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
             with timed("evaluate", times):
                 metrics.update(evaluate(run, cfg, step, last))
             best = keep_best(run, cfg.out_dir, metrics, best)       # RUN/best: a new high of held-out pass@1
-        metrics.update(times, **{"time/elapsed": 60 * minutes()})
+        metrics.update(times, **{"time/elapsed": 60 * minutes()}, **sandbox_counts(run.task, run.eval_task))
         log_metrics(cfg.out_dir, run.tracker, metrics, bar)
         history.append(metrics)
         if note := nothing_to_learn(history):                      # every group all-equal, step after step

@@ -390,11 +390,16 @@ def disk_problem(e: BaseException, path: str) -> str | None:
     An OSError carries its errno (DISK_ERRNOS). The writers that are not Python's own do
     not: safetensors raises SafetensorError ("... No space left on device (os error 28)"),
     torch.save a RuntimeError ("unexpected pos 576 vs 534"). Those count as the disk's
-    when its file system has (almost) nothing left just after: a write that runs out of
+    when their text names such an errno as Rust's I/O errors do ("(os error 28)":
+    safetensors removes its half-written file, so the disk is no longer full after), or
+    when the file system has (almost) nothing left just after: a write that runs out of
     space fills it to the last block before it fails.
     """
     if isinstance(e, OSError) and e.errno in DISK_ERRNOS:
         return f"{os.strerror(e.errno)}: {e.strerror}" if e.strerror != os.strerror(e.errno) else e.strerror
+    named = re.search(r"\(os error (\d+)\)", str(e))
+    if named and int(named[1]) in DISK_ERRNOS and not isinstance(e, OSError):
+        return f"{os.strerror(int(named[1]))} ({type(e).__name__})"
     try:
         full = free_bytes(path) < 1 << 20
     except OSError:
@@ -486,7 +491,8 @@ def save_model(directory: str, model, tokenizer, info: dict) -> dict:
     evaluation with the highest held-out pass@1 (the start included). Written into
     DIRECTORY.tmp, then moved into place, the previous one moved aside first and removed
     last: a kill leaves the old directory, the new one, or (between the two renames, a
-    moment) DIRECTORY.old, never a half-written model under the name.
+    moment) DIRECTORY.old and a complete DIRECTORY.tmp, never a half-written model under
+    the name; --resume completes that last case (finish_interrupted_save).
     """
     tmp, old = directory + ".tmp", directory + ".old"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -499,6 +505,28 @@ def save_model(directory: str, model, tokenizer, info: dict) -> dict:
     os.replace(tmp, directory)
     shutil.rmtree(old, ignore_errors=True)
     return info
+
+
+def finish_interrupted_save(directory: str) -> str | None:
+    """Complete a save_model that a kill stopped between its two renames; what it did, or None.
+
+    Then `directory` is missing, and DIRECTORY.tmp holds the new model (complete: its
+    info.json is written last) and DIRECTORY.old the previous one, if there was one. The
+    new one is moved into place (the save had finished writing it), else the old one back.
+    A DIRECTORY.tmp without info.json was cut short while written: it is left for the next
+    save_model, which removes it first.
+    """
+    tmp, old = directory + ".tmp", directory + ".old"
+    if os.path.exists(directory):
+        return None
+    if os.path.isfile(os.path.join(tmp, "info.json")):
+        os.replace(tmp, directory)
+        shutil.rmtree(old, ignore_errors=True)
+        return f"{os.path.basename(directory)}/ completed from {os.path.basename(tmp)}"
+    if os.path.isdir(old):
+        os.replace(old, directory)
+        return f"{os.path.basename(directory)}/ restored from {os.path.basename(old)}"
+    return None
 
 
 def model_info(directory: str) -> dict | None:

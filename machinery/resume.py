@@ -3,8 +3,11 @@
 A run killed at step 37 whose newest checkpoint is step 30 continues with `train.py
 --resume`. What a resume promises: the resumed run's metrics.jsonl is, line for line, the
 metrics.jsonl of the uninterrupted run of the same seed (the time/* keys, wall-clock
-seconds, aside). tests/engine/test_train.py kills a run with SIGKILL, resumes it and
-compares every logged metric; a run with another seed is its negative control.
+seconds, aside, and the sandbox/* counts of a sandboxed task, which count this process's
+worker starts). tests/engine/test_train.py kills a run with SIGKILL, resumes it and
+compares every logged metric; a run with another seed is its negative control. A run
+killed after its last checkpoint, before RUN/final, is finished by --resume (finished),
+and --resume alone continues a run with its own settings (config.parse_args).
 checkpoint.py keeps the state that takes (weights, optimizer, schedule, every random
 stream) and says which checkpoints are intact; this file decides the rest, once, at the
 door (setup.check_inputs calls resume_point) and when the run directory is opened
@@ -46,7 +49,8 @@ import json
 import os
 
 from machinery import flags
-from machinery.checkpoint import CHECKPOINTS_DIR, atomic_write, checkpoint_step, find_checkpoint, read_config
+from machinery.checkpoint import BEST_DIR, CHECKPOINTS_DIR, FINAL_DIR, atomic_write, checkpoint_step, find_checkpoint
+from machinery.checkpoint import finish_interrupted_save, model_info, read_config
 
 # ---------------------------------------------------------------------------------------
 # What a run directory holds, and what this invocation may do with it (--resume)
@@ -77,6 +81,9 @@ def resume_point(out_dir: str, config: dict, resume: bool, overwrite: bool, step
             raise ValueError(f"--out_dir {out!r} already holds a run ({' and '.join(used)}): continue it with "
                              "--resume, start it over with --overwrite, or choose another --out_dir")
         return None
+    for name in (FINAL_DIR, BEST_DIR):        # a save_model a kill stopped between its renames
+        if note := finish_interrupted_save(os.path.join(out, name)):
+            warn(f"--resume: {note}")
     metrics_path = os.path.join(out, "metrics.jsonl")
     logged = {json.loads(line)["step"] for line in metrics_to_keep(metrics_path, 2 ** 62)[0]}
 
@@ -98,13 +105,26 @@ def resume_point(out_dir: str, config: dict, resume: bool, overwrite: bool, step
     if changed:
         raise ValueError(f"--resume would change the run saved at step {step}: {'; '.join(changed)} (only "
                          f"{', '.join(sorted(may_change))} may change; start a new run in another --out_dir)")
-    if steps <= step:
-        raise ValueError(f"--steps {steps}: the checkpoint is already at step {step}, so there is nothing to "
-                         f"do (a resume continues: --steps > {step})")
+    if steps < step or steps == step and finished(out, step):
+        raise ValueError(f"--steps {steps}: the checkpoint is already at step {step}" +
+                         (" and RUN/final holds its model" if steps == step else "") +
+                         f", so there is nothing to do (a resume continues: --steps > {step})")
     torn = metrics_to_keep(os.path.join(out, "metrics.jsonl"), step)[1]
     if torn:
         warn(torn)
     return path
+
+
+def finished(out_dir: str, step: int) -> bool:
+    """RUN/final holds the model of `step` (its info.json says so): the run ended there.
+
+    A run killed after its last checkpoint and before final/ was written (or while it was)
+    has the checkpoint of its last step and no such final/: --resume then loads that
+    checkpoint, trains no step, and writes final/ (and best/, if it is missing and its
+    model is that checkpoint's) from it, the bytes the uninterrupted run would have
+    written (train.py; tests/engine/test_faults.py kills a run at that moment)."""
+    info = model_info(os.path.join(out_dir, FINAL_DIR))
+    return info is not None and info.get("step") == step
 
 
 def config_changes(saved: dict, config: dict, skip: set, defaults: dict | None = None) -> list[str]:

@@ -16,6 +16,7 @@ import math
 import os
 import random
 import shutil
+import sys
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -196,6 +197,8 @@ def open_run_dir(run: Run, out_dir: str, config: dict, resume: bool, overwrite: 
         # keep nothing (-1), or step 0's line and samples would be written twice.
         truncate_metrics(metrics_path, start if start else -1)
         keep_samples_until(samples_path, start if start else -1)
+        if start:
+            restore_best(run, out_dir, start)
         if start and run.llm is not None:
             # The engine was built from the base model: give it the checkpoint's weights,
             # or the first resumed step samples from the wrong policy.
@@ -225,6 +228,28 @@ def keep_best(run: Run, out_dir: str, metrics: dict, best: dict | None) -> dict 
         return best
     return checkpoint.save_model(os.path.join(out_dir, checkpoint.BEST_DIR), run.model, run.tokenizer,
                                  {"step": metrics["step"], "eval/pass@1": metrics["eval/pass@1"]})
+
+
+def restore_best(run: Run, out_dir: str, step: int) -> None:
+    """RUN/best, when it is missing and its model is the checkpoint just loaded (at `step`).
+
+    keep_best keeps the first evaluation with the highest held-out pass@1; metrics.jsonl
+    says which step that was. When it is `step`, the model loaded is that model, and
+    RUN/best is written from it as keep_best wrote it then (the same bytes). When it is
+    an earlier step, no checkpoint holds that model any more: one line says so.
+    """
+    if os.path.exists(os.path.join(out_dir, checkpoint.BEST_DIR)):
+        return
+    best = None
+    for line in open(os.path.join(out_dir, "metrics.jsonl")):
+        m = json.loads(line) if line.strip() else {}
+        if "eval/pass@1" in m and (best is None or m["eval/pass@1"] > best["eval/pass@1"]):
+            best = {"step": m["step"], "eval/pass@1": m["eval/pass@1"]}
+    if best is not None and best["step"] == step:
+        checkpoint.save_model(os.path.join(out_dir, checkpoint.BEST_DIR), run.model, run.tokenizer, best)
+    elif best is not None:
+        print(f"train.py: warning: {out_dir}/best is missing, and its model (step {best['step']}, held-out pass@1 "
+              f"{best['eval/pass@1']}) is in no checkpoint: the next evaluation writes best/ anew", file=sys.stderr)
 
 
 def keep_final(run: Run, out_dir: str, step: int, best: dict | None, minutes: float) -> None:

@@ -49,6 +49,34 @@ def score_math(response, reference: str, timeout: float = 2.0) -> dict:
     return verify.score_math(response, reference, timeout, symbolic=symbolic_equal)
 
 
+def unscorable(answer: str) -> str | None:
+    """Why no response can ever be scored right against this reference answer, or None.
+
+    An unclosed box: "\\boxed{" with no closing brace after the last "\\boxed". A response
+    that contains it contains "\\boxed", so extract_answer reads the content of the
+    response's last well-formed box, which can never be this text; and math-verify finds
+    no expression in it to compare. A file of such answers trained on nothing, silently
+    (every reward 0). verify.last_boxed's rule: the last box must close.
+    """
+    start = answer.rfind("\\boxed")
+    if start < 0:
+        return None
+    rest = answer[start + len("\\boxed"):].lstrip(" \t")
+    if rest.startswith("{") and verify.last_boxed(answer) is None and rest.count("{") > rest.count("}"):
+        return "an unclosed \\boxed{"
+    return None
+
+
+def refuse_unscorable(rows: list[tuple[str, str]], source) -> None:
+    """ValueError (one line) if any reference answer cannot be scored (unscorable), with how
+    many of the rows and the first one's place: [(where, answer)], where = "FILE:LINE"."""
+    bad = [(where, answer, why) for where, answer in rows if (why := unscorable(answer))]
+    if bad:
+        where, answer, why = bad[0]
+        raise ValueError(f"{source}: {len(bad)} of {len(rows)} reference answers can never be scored right "
+                         f"({why}), the first at {where}: {answer[:60]!r}; fix or drop those rows")
+
+
 def load_jsonl(path, prompt_key: str = "prompt", answer_key: str = "answer") -> list[dict]:
     """Rows {"prompt": str, "answer": str} from a JSON Lines file.
 
@@ -60,9 +88,11 @@ def load_jsonl(path, prompt_key: str = "prompt", answer_key: str = "answer") -> 
     line number, so the row can be found with an editor's go-to-line.
     The answer is kept verbatim: it is compared by verify.math_equal, which
     normalises ("1,234" == "1234"); no numeric type is accepted (42 instead of "42")
-    because a silent str() would turn 0.1 into "0.1" but 1e-7 into "1e-07".
+    because a silent str() would turn 0.1 into "0.1" but 1e-7 into "1e-07". Answers that
+    can never be scored (unscorable: an unclosed \\boxed{) are refused, counted, once
+    every line has been read (refuse_unscorable).
     """
-    rows = []
+    rows, places = [], []
     for lineno, rec in _read_json_lines(path):
         where = f"{path}:{lineno}"
         prompt, answer = rec.get(prompt_key), rec.get(answer_key)
@@ -74,6 +104,8 @@ def load_jsonl(path, prompt_key: str = "prompt", answer_key: str = "answer") -> 
             if not value.strip():
                 raise ValueError(f"{where}: {key!r} is empty")
         rows.append({"prompt": prompt, "answer": answer})
+        places.append((f"{path}:{lineno}", answer))
+    refuse_unscorable(places, path)
     return rows
 
 
@@ -189,7 +221,8 @@ def load_gsm8k(source: str = GSM8K_HUB, split: str = "train") -> list[dict]:
     the optional `datasets` package and the network, and is not exercised by tests.
     """
     if str(source).endswith(".jsonl"):
-        return [_gsm8k_row(rec, f"{source}:{ln}") for ln, rec in _read_json_lines(source)]
+        return _scorable([(_gsm8k_row(rec, f"{source}:{ln}"), f"{source}:{ln}") for ln, rec in _read_json_lines(source)],
+                         source)
     config = "main" if source == GSM8K_HUB else None
     return gsm8k_rows(_hub_records(source, split, config))
 
@@ -200,8 +233,15 @@ def load_math(source: str = MATH_HUB, split: str = "train") -> list[dict]:
     Same local/hub rule as load_gsm8k; records are converted by math_rows' rule.
     """
     if str(source).endswith(".jsonl"):
-        return [_math_row(rec, f"{source}:{ln}") for ln, rec in _read_json_lines(source)]
+        return _scorable([(_math_row(rec, f"{source}:{ln}"), f"{source}:{ln}") for ln, rec in _read_json_lines(source)],
+                         source)
     return math_rows(_hub_records(source, split, None))
+
+
+def _scorable(rows: list[tuple[dict, str]], source) -> list[dict]:
+    """The rows of (row, where) pairs, after refuse_unscorable has read their answers."""
+    refuse_unscorable([(where, row["answer"]) for row, where in rows], source)
+    return [row for row, _ in rows]
 
 
 def _gsm8k_row(rec, where: str) -> dict:

@@ -23,12 +23,18 @@ scorer reports a wrong answer. Around it, the worker runs where the machine allo
 namespaces of its own, so that a child sees no process but its worker and itself:
   - under bubblewrap (`bwrap`, the sandbox Flatpak uses; Debian's `bubblewrap`) when it
     is on PATH: PID, network, IPC, mount and UTS namespaces (and a user namespace when
-    the trainer is not root), a read-only root holding only Python, its libraries and
-    the environment's packages (never the home directory), a private /tmp, and the
-    sandbox killed with its parent (bubblewrap_command);
+    the trainer is not root), a read-only root holding a declared set of files: the
+    interpreter, the standard library, site-packages and the system's libraries, never
+    a directory that holds a .git, a run directory or the home directory, whatever
+    PYTHONPATH says; and a private /tmp (tasks/sandbox_view.py: bubblewrap_command,
+    read_only_paths);
   - otherwise built in: PID, network, IPC and mount namespaces by unshare (as root, or
     in a user namespace of its own where the kernel allows unprivileged ones);
   - where neither is possible, the filter alone keeps the child off other processes.
+Every worker lives exactly as long as the trainer: it exits when the trainer's end of its
+pipe closes, also while a child is scoring, so a trainer killed with SIGKILL leaves no
+worker and no child behind. Workers are counted as they start, and so are the answers
+that get no score and why (take_counts; metrics.jsonl's sandbox/* keys).
 The first worker of a run prints one line saying which it got (_say_what_holds), and one
 more where its children's user cannot read a directory of its Python (as root: a Python
 or a venv under /root, or a clone made with `mktemp -d`), naming it and the fix
@@ -62,10 +68,12 @@ What a child can NOT do (Linux, x86_64 or aarch64; each line names the mechanism
     /proc/PID/environ, is out of sight (a PID namespace), closed to `nobody`, and with
     Landlock closed to any process outside the child's domain;
   - put its own text in front of the trainer's user: the trainer keeps of a reply only
-    a bool or finite number and installed module names (_clean_reply);
+    a bool or finite number and installed module names (_is_installed_module_name);
   - talk to the trainer: it holds no descriptor of the trainer's pipe, stdin/stdout/
-    stderr are /dev/null, and its reply is read as at most MAX_REPLY_BYTES of JSON,
-    never unpickled (a pickle is a program);
+    stderr are /dev/null, and its reply is read as at most MAX_REPLY_BYTES of UTF-8 JSON
+    nested at most 2 deep, of a fixed schema, by a reader that cannot raise, on both
+    sides of the worker (tasks/sandbox_reply.py), never unpickled (a pickle is a
+    program); any other reply is no score, counted and said (_no_score);
   - read its worker's memory or a sibling's: the worker is not dumpable, and the
     children inherit that;
   - act as root: a root trainer's worker switches to `nobody` (uid 65534) after
@@ -81,7 +89,8 @@ What a child CAN still do (the limits of this sandbox; say so, do not hide it):
     (puzzle24, n_queens, polynomial_multiplication, ...) can be reward-hacked this way.
   - It can READ what its user can read (the scorers import modules lazily, so reads
     stay open): under bubblewrap only what is bound there (Python, its packages, the
-    system's libraries), elsewhere any file `nobody` (or you, not as root) may read;
+    system's libraries; and each bind's host path, in /proc/self/mountinfo: see
+    sandbox_view.py), elsewhere any file `nobody` (or you, not as root) may read;
     and carry what it read out in its own score (a float holds 6 bytes), its only way out.
   - Spend its timeout's worth of CPU and 1 GiB of memory, and sleep through its timeout.
   - Other architectures than x86_64 and aarch64: no seccomp filter (no system call table
@@ -105,7 +114,6 @@ from __future__ import annotations
 import atexit
 import functools
 import json
-import math
 import os
 import pkgutil
 import platform
@@ -122,11 +130,13 @@ from multiprocessing.connection import Connection
 
 from tasks import sandbox_filter
 from tasks.sandbox_worker import MAX_REPLY_BYTES, NOBODY, STARTUP_TIMEOUT  # noqa: F401  (NOBODY: the tests')
+from tasks.sandbox_worker import REASONS, WORKER_REPLY, read_reply
+from tasks.sandbox_view import BWRAP_NAMESPACES, WORKER_DIR_INSIDE, WORKER_FILES, arguments_file
+from tasks.sandbox_view import bubblewrap_command, bwrap_problem, worker_env
 from tasks.sandbox_worker import PR_SET_PDEATHSIG, prctl  # noqa: F401  (machinery/checks.py's parent-death signal)
 
 POOL_SIZE = 2                 # workers per scorer library; the machine this was written on has 2 cores
 REPLY_GRACE = 10.0            # a worker answers within timeout + this, or is taken to be broken
-WORKER_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_worker.py")
 CHOICE_VARIABLE = "TOKENCREDIT_SANDBOX"    # bwrap, builtin or filter: _start_worker
 WORKDIR_PREFIX = "tokencredit-sandbox-"    # + the trainer's PID and start time: see _remove_stale_workdirs
 
@@ -134,6 +144,9 @@ _pools: dict[str, queue.Queue] = {}      # library -> POOL_SIZE slots: a Worker,
 _pools_guard = threading.Lock()
 WORKER_INFO: dict[str, dict] = {}        # library -> what its last worker reported at start (tests read it)
 _warned: set = set()                     # warnings already printed
+_warned_guard = threading.Lock()         # a batch's threads warn at once: one line each, once
+_counts: dict[str, int] = {}             # worker starts and answers without a score, since take_counts
+_counts_guard = threading.Lock()
 
 
 def run_scorer(library: str, args: list, timeout: float, warmup: list | None = None):
@@ -144,9 +157,11 @@ def run_scorer(library: str, args: list, timeout: float, warmup: list | None = N
     arguments the worker scores once at start, as the trainer's user, before it drops
     privileges (so the library's lazy imports happen while its files are readable); only
     trusted text belongs there (a dataset's own reference answers, never model output).
-    None means: no reply within `timeout` seconds, the child crashed (out of memory,
-    killed), or its reply was not JSON, or its value not a bool or a finite number
-    (_clean_reply).
+    None means no score, for a reason of sandbox_reply.REASONS: no reply within `timeout`
+    seconds, the child crashed (out of memory, killed), its reply was too long, not UTF-8,
+    nested too deep, not JSON, not of the schema, or its value not finite. Each is counted
+    (take_counts) and said once per reason (_no_score); none is an exception: the worker's
+    reply is read by sandbox_reply.read_reply, which cannot raise.
     A worker found dead, or one that says it is broken (something changed its limits,
     priority or CPUs, or its child could not lock down), is replaced; when the answer did
     not run, it is asked again of the new worker, once. So an answer that breaks its
@@ -164,24 +179,57 @@ def run_scorer(library: str, args: list, timeout: float, warmup: list | None = N
                 if not worker.conn.poll(timeout + REPLY_GRACE):
                     _stop_worker(worker)     # the worker itself is stuck: never seen, but bounded
                     worker = None
-                    return None
-                reply = json.loads(worker.conn.recv_bytes(2 * MAX_REPLY_BYTES))
+                    return _no_score(library, "worker_stuck")
+                data = worker.conn.recv_bytes(MAX_REPLY_BYTES)   # OSError if longer (never: the worker caps it)
             except (EOFError, OSError):      # dead: killed, or out of memory; start another
                 _stop_worker(worker)
                 worker = None
                 continue
-            if reply.get("broken"):          # the worker's word (it never runs model text)
+            reply, _ = read_reply(data, WORKER_REPLY)
+            if reply is None:                # a worker writes what it read, so never seen: replace it
                 _stop_worker(worker)
                 worker = None
-                if not reply.get("scored"):  # the answer never ran: ask a fresh worker
+                return _no_score(library, "worker_reply")
+            if reply["broken"]:              # the worker's word (it never runs model text)
+                _stop_worker(worker)
+                worker = None
+                if not reply["scored"]:      # the answer never ran: ask a fresh worker
                     continue
-            reply = _clean_reply(reply)
-            if reply["missing"]:
-                _warn_missing(library, reply["missing"])
-            return reply["value"]
-        return None
+            names = [name for name in reply["missing"] if _is_installed_module_name(name)]
+            if names:
+                _count("missing_module")
+                _warn_missing(library, names)
+            value = reply["value"]
+            if value is None:
+                return _no_score(library, reply["reason"] or "crash")
+            return value if isinstance(value, bool) else float(value)
+        return _no_score(library, "worker_lost")
     finally:
         pool.put(worker)
+
+
+def take_counts() -> dict:
+    """What the sandbox did since the last call, and reset: {"worker_starts": n, "no_score": n,
+    "no_score/<reason>": n, "missing_module": n}, each key only when it happened.
+    machinery/metrics.sandbox_counts puts them in each step's line of metrics.jsonl."""
+    with _counts_guard:
+        counts = dict(_counts)
+        _counts.clear()
+    return counts
+
+
+def _count(name: str) -> None:
+    with _counts_guard:
+        _counts[name] = _counts.get(name, 0) + 1
+
+
+def _no_score(library: str, reason: str) -> None:
+    """An answer that gets no score (None): count it under its reason, and say so once per reason."""
+    _count("no_score")
+    _count(f"no_score/{reason}")
+    _warn_once(f"no_score/{reason}", f"an answer to the sandboxed {library} scorer got no score: {REASONS[reason]}; "
+               f"it scores 0 (said once; metrics.jsonl counts them per step as sandbox/no_score/{reason})")
+    return None
 
 
 def shutdown() -> None:
@@ -237,25 +285,13 @@ def _start_worker(library: str, warmup: list) -> Worker:
     bwrap = shutil.which("bwrap") if choice in ("", "bwrap") else None
     if choice == "bwrap" and not bwrap:
         raise RuntimeError(f"{CHOICE_VARIABLE}=bwrap, but bwrap is not on PATH (apt-get install bubblewrap)")
-    if bwrap and (problem := _bwrap_problem(bwrap)):
+    if bwrap and (problem := bwrap_problem(bwrap)):
         if choice == "bwrap":
             raise RuntimeError(f"{CHOICE_VARIABLE}=bwrap, but bwrap cannot run here: {problem}")
         _warn_once("bwrap", f"bwrap is on PATH but cannot run here ({problem}): scorers use the built-in "
                    "sandbox (tasks/sandbox.py)")
         bwrap = None
     return _launch(library, warmup, bwrap, namespaces=choice != "filter")
-
-
-@functools.cache
-def _bwrap_problem(bwrap: str) -> str:
-    """"" when bubblewrap runs Python here, else its last line of error (a container without
-    user namespaces, say). Asked once per trainer: about 50 ms."""
-    try:
-        out = subprocess.run(bubblewrap_command(bwrap) + [sys.executable, "-P", "-c", "pass"], env=worker_env(),
-                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=STARTUP_TIMEOUT)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return str(e)
-    return "" if out.returncode == 0 else (out.stderr.strip().splitlines() or [f"exit code {out.returncode}"])[-1]
 
 
 def _launch(library: str, warmup: list, bwrap: str | None, namespaces: bool = True) -> Worker:
@@ -270,6 +306,7 @@ def _launch(library: str, warmup: list, bwrap: str | None, namespaces: bool = Tr
     built-in path its working directory is an empty read-only directory of its own, and
     it enters namespaces of its own unless `namespaces` is False.
     """
+    _count("worker_starts")
     workdir = None
     if not bwrap:
         workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-{_start_time(os.getpid())}-")
@@ -278,14 +315,24 @@ def _launch(library: str, warmup: list, bwrap: str | None, namespaces: bool = Tr
     # sandbox_worker.py by its path, not `from tasks import sandbox_worker`: the package
     # would import every task (and torch) into the worker, and the tasks folder on
     # sys.path would shadow the scorer libraries (tasks/reasoning_gym.py is not reasoning_gym).
+    # Under bubblewrap the worker's files are at WORKER_DIR_INSIDE, and bwrap's arguments
+    # (every bind) are in a file (`--args FD`): the command lines a child can read in
+    # /proc name no path of the repository (sandbox_view.py's header).
+    worker_file = os.path.join(WORKER_DIR_INSIDE, "sandbox_worker.py") if bwrap else WORKER_FILES[0]
     code = (f"import importlib.util as u; s = u.spec_from_file_location('tokencredit_sandbox_worker', "
-            f"{WORKER_FILE!r}); m = u.module_from_spec(s); s.loader.exec_module(m); m.worker_main({theirs.fileno()})")
-    command = [sys.executable, "-P", "-c", code]
+            f"{worker_file!r}); m = u.module_from_spec(s); s.loader.exec_module(m); m.worker_main({theirs.fileno()})")
+    command, pass_fds, arguments = [sys.executable, "-P", "-c", code], [theirs.fileno()], None
     if bwrap:
-        command = bubblewrap_command(bwrap) + command
-    proc = subprocess.Popen(command, pass_fds=[theirs.fileno()], cwd=workdir or "/", env=worker_env(),
-                            stdin=subprocess.DEVNULL, start_new_session=True)
-    theirs.close()
+        arguments = arguments_file(bubblewrap_command(bwrap)[1:-1])
+        command = [bwrap, "--args", str(arguments.fileno()), "--"] + command
+        pass_fds.append(arguments.fileno())
+    try:
+        proc = subprocess.Popen(command, pass_fds=pass_fds, cwd=workdir or "/", env=worker_env(),
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    finally:
+        theirs.close()
+        if arguments is not None:
+            arguments.close()
     worker = Worker(proc, Connection(mine.detach()), workdir)
     program = sandbox_filter.program(platform.machine()) if sandbox_filter.supported() else []
     try:
@@ -293,7 +340,7 @@ def _launch(library: str, warmup: list, bwrap: str | None, namespaces: bool = Tr
                                            "namespaces": namespaces and not bwrap}).encode())
         if not worker.conn.poll(STARTUP_TIMEOUT):
             raise RuntimeError(f"the {library} scorer's worker did not start within {STARTUP_TIMEOUT:.0f} s")
-        info = json.loads(worker.conn.recv_bytes(MAX_REPLY_BYTES))
+        info = json.loads(worker.conn.recv_bytes(1 << 16))     # the worker's own report, before any answer
     except (EOFError, OSError):
         _stop_worker(worker)
         raise RuntimeError(f"the {library} scorer's worker exited during start-up (exit code "
@@ -312,93 +359,6 @@ def _launch(library: str, warmup: list, bwrap: str | None, namespaces: bool = Tr
     _warn_if_weak(info)
     _warn_unreadable(info)
     return worker
-
-
-# ---------------------------------------------------------------------------------------
-# bubblewrap: the worker in a sandbox that holds only what a scorer needs
-# ---------------------------------------------------------------------------------------
-
-BWRAP_NAMESPACES = ["PID", "network", "IPC", "mount", "UTS"]
-
-
-def bubblewrap_command(bwrap: str) -> list[str]:
-    """bwrap's arguments, up to the `--` before the worker's command. What each gives:
-
-      --unshare-pid, -net, -ipc, -uts, -cgroup-try: namespaces of the sandbox's own; the
-          worker and its children see only each other (and bubblewrap's own PID 1), have
-          a network with nothing in it, and SysV objects no one else has.
-      --unshare-user when the trainer is not root: your uid mapped to itself, without
-          capabilities (bubblewrap drops them). As root there is none: the worker runs
-          as root until it switches to the real `nobody`, which owns nothing, rather than
-          a user namespace's root, which owns the files it maps.
-      --ro-bind of _read_only_paths only, on an empty root made read-only (--remount-ro):
-          Python, its libraries and packages and sandbox_worker.py; not the home
-          directory, the repository, the run directories, /etc. The directories that
-          hold the binds are made world-readable, so `nobody` reaches a Python that
-          lives under /root (the built-in path cannot: modules it lazily imports are
-          missing there; sandbox_worker's _MissingImports).
-      --proc, --dev, --tmpfs /tmp: a /proc of the sandbox's PID namespace, a minimal
-          /dev (null, zero, random, ...), a /tmp of its own that goes with it.
-      --die-with-parent: the sandbox is killed with SIGKILL when the trainer dies.
-    """
-    args = [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-            "--unshare-cgroup-try"]
-    if os.geteuid() != 0:
-        args += ["--unshare-user"]
-    paths = _read_only_paths()
-    # /tmp's own tmpfs first: bubblewrap mounts in the order given, so a tmpfs mounted
-    # after the binds would hide any of them that live under /tmp (a clone, and its venv,
-    # in /tmp/...: the worker's Python would be missing).
-    args += ["--tmpfs", "/tmp"]
-    # The directories that hold the binds, made first and world-readable (bubblewrap
-    # would make them 0700, closed to `nobody`); they hold nothing but the binds.
-    for parent in sorted({a for p in paths for a in _ancestors(p)}):
-        args += ["--dir", parent]
-    for path in paths:
-        args += ["--ro-bind", path, path]
-    for link in ("/bin", "/lib", "/lib32", "/lib64", "/libx32"):   # merged /usr: /lib -> usr/lib
-        if os.path.islink(link):
-            args += ["--symlink", os.readlink(link), link]
-    args += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--chdir", "/"]
-    # matplotlib (reasoning-gym imports it) wants a writable configuration directory and
-    # warns at each start without one: the sandbox's own /tmp, which goes with it.
-    return args + ["--setenv", "MPLCONFIGDIR", "/tmp", "--"]
-
-
-def _read_only_paths() -> list[str]:
-    """What a worker reads: its interpreter, the directories its Python searches (asked of
-    that Python itself, with the worker's environment), the system's shared libraries and
-    the loader's cache, LD_LIBRARY_PATH, and sandbox_worker.py. Never "/", never the home
-    directory or a directory above it (a home's dot-files hold tokens and credentials);
-    a path inside another one is bound with it."""
-    paths = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, WORKER_FILE,
-             os.path.dirname(os.path.realpath(sys.executable)), "/etc/ld.so.cache"}
-    paths |= set(_worker_sys_path())
-    paths |= {p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p}
-    paths |= {p for p in ("/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libx32", "/bin", "/lib", "/lib32",
-                          "/lib64", "/libx32") if not os.path.islink(p)}
-    home = os.path.realpath(os.path.expanduser("~"))
-    kept = []
-    for path in sorted(os.path.abspath(p) for p in paths if os.path.isabs(p) and os.path.exists(p)):
-        if path == "/" or home == path or home.startswith(path.rstrip("/") + "/"):
-            continue
-        if not any(path.startswith(k.rstrip("/") + "/") for k in kept):
-            kept.append(path)
-    return kept
-
-
-def _ancestors(path: str) -> list[str]:
-    """"/a/b/c" -> ["/a", "/a/b"]."""
-    parts = path.strip("/").split("/")[:-1]
-    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
-
-
-@functools.cache
-def _worker_sys_path() -> tuple[str, ...]:
-    """The worker's sys.path, as its Python computes it with its environment (-P: no cwd)."""
-    out = subprocess.run([sys.executable, "-P", "-c", "import json, sys; print(json.dumps(sys.path))"],
-                         env=worker_env(), capture_output=True, text=True, timeout=STARTUP_TIMEOUT, cwd="/")
-    return tuple(json.loads(out.stdout)) if out.returncode == 0 else ()
 
 
 # ---------------------------------------------------------------------------------------
@@ -440,38 +400,6 @@ def _start_time(pid: int) -> int | None:
         return None
 
 
-# What a worker's environment holds: these values, set here, and nothing else. A trainer's
-# environment is where secrets live (WANDB_API_KEY, HF_TOKEN, AWS_SECRET_ACCESS_KEY, a
-# cloud's tokens, ...), and whatever a worker holds, its children hold too: code in a
-# child reads os.environ and can encode it in its own score (a float holds 6 bytes; the
-# module header), and had sockets before the allow-list. So the environment is built
-# from nothing rather than filtered from the trainer's, where a new secret would pass by
-# default.
-WORKER_ENV = {
-    # One thread each: POOL_SIZE workers share the cores with the trainer, and a child
-    # cannot start threads at all (RLIMIT_NPROC 0), so no library should plan on a pool.
-    "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-    # A worker imports as the trainer's user (root, say) before it drops privileges:
-    # it writes no .pyc files into the trainer's Python.
-    "PYTHONDONTWRITEBYTECODE": "1",
-}
-# Passed on when the trainer has them: where its Python (the interpreter a worker runs,
-# sys.executable) finds its modules and libraries. Without them a worker may not import
-# the scorer the trainer would. Paths, not secrets. Everything else stays behind, e.g.
-# PATH (a worker starts by absolute path; Python's exec and shutil.which fall back to
-# /bin:/usr/bin, and a child may not execute anything where Landlock is on), HOME (Python
-# finds a user's site-packages through the password database, and a scorer has no use
-# for ~/.netrc or a token cache), TMPDIR (nothing a worker does writes a file),
-# VIRTUAL_ENV (a venv's Python finds its packages from its own path), LANG and LC_* (with
-# no locale set, Python reads and writes text as UTF-8: its C-locale rules, PEP 538/540).
-PASSED_ON = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "LD_LIBRARY_PATH")
-
-
-def worker_env() -> dict:
-    """The environment a worker starts with: WORKER_ENV plus the PASSED_ON variables the trainer has."""
-    return {**WORKER_ENV, **{name: os.environ[name] for name in PASSED_ON if name in os.environ}}
-
-
 def _stop_worker(worker: Worker | None) -> None:
     """Kill a worker (its busy child dies with it: parent-death signal), reap it, remove its directory."""
     if worker is None:
@@ -502,9 +430,7 @@ def describe(info: dict) -> str:
 
 def _say_what_holds(info: dict) -> None:
     """The first worker of a trainer prints which sandbox the run got (stderr, one line)."""
-    if "said" not in _warned:
-        _warned.add("said")
-        print(f"sandbox: {describe(info)} (tasks/sandbox.py)", file=sys.stderr)
+    _say_once("said", f"sandbox: {describe(info)} (tasks/sandbox.py)")
 
 
 def _warn_if_weak(info: dict) -> None:
@@ -550,7 +476,7 @@ def _warn_unreadable(info: dict) -> None:
 def _warn_missing(library: str, names: list) -> None:
     """Warn once per library when a child could not import a module its worker's user cannot read.
 
-    names: module names that passed _clean_reply (a child's text never reaches this line otherwise).
+    names: module names that passed _is_installed_module_name (a child's text never reaches this line otherwise).
     """
     _warn_once(library, f"the sandboxed {library} scorer needed {', '.join(names[:3])}, which its user "
                f"(uid {WORKER_INFO.get(library, {}).get('uid')}) cannot read: answers that need it score 0. Install "
@@ -559,57 +485,34 @@ def _warn_missing(library: str, names: list) -> None:
 
 
 def _warn_once(key: str, message: str) -> None:
-    if key not in _warned:
+    _say_once(key, f"warning: {message}")
+
+
+def _say_once(key: str, line: str) -> None:
+    """Print `line` on stderr unless `key` was said. The scoring threads of a batch may say
+    at the same moment: the check and the line are taken under one lock, and the line is
+    one write with its newline (print writes the text and the newline apart, and two
+    threads' lines ran together on one line, one of them then not found by its reader)."""
+    with _warned_guard:
+        if key in _warned:
+            return
         _warned.add(key)
-        print(f"warning: {message}", file=sys.stderr)
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
 
 
 # ---------------------------------------------------------------------------------------
-# What the trainer takes from a reply: a value and module names, checked
+# The module names a reply reports: printed only if the trainer's Python has them
 # ---------------------------------------------------------------------------------------
 
-MAX_MISSING = 20              # module names a reply may report (the warning prints 3)
-MAX_NAME_CHARS = 200          # a longer dotted name is not a module a scorer imports
-_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-
-
-def _clean_reply(reply) -> dict:
-    """{"value": a bool, a finite float or None, "missing": [module names]}: all the trainer
-    keeps of a reply.
-
-    A reply was written by a child that may run the answer's code, so every byte of it is
-    the answer's to choose (a payload can write to the reply pipe itself and exit). Left as
-    is, its value could be a string holding a secret, NaN or a 400-digit integer, and its
-    `missing` names, printed in a warning, could hold terminal escape codes (they can
-    clear or retitle the terminal, or write to its clipboard), a secret, or a file's
-    contents, straight to the trainer's stderr and its logs. Kept:
-      value: a bool as is; an int or float that is finite as a float, as float;
-        anything else is None (the scorer did not answer);
-      missing: at most MAX_MISSING names that match a dotted Python identifier of at most
-        MAX_NAME_CHARS characters AND whose top-level package the trainer's own Python
-        has (the child reports modules it failed to import, so a name the trainer does
-        not have was never one). The pattern leaves no control character, escape or
-        space; the installed set leaves no freely chosen word (a token shaped like a
-        module name) either: what can still reach stderr is a choice among installed
-        module names, once per library (the warning is printed once).
-    """
-    reply = reply if isinstance(reply, dict) else {}
-    value = reply.get("value")
-    if not isinstance(value, bool):
-        try:
-            value = float(value) if isinstance(value, (int, float)) else None
-        except OverflowError:                 # an int beyond float's range
-            value = None
-        if value is not None and not math.isfinite(value):
-            value = None
-    names = reply.get("missing")
-    names = [name for name in names if _is_installed_module_name(name)] if isinstance(names, list) else []
-    return {"value": value, "missing": names[:MAX_MISSING]}
-
-
-def _is_installed_module_name(name) -> bool:
-    return (isinstance(name, str) and len(name) <= MAX_NAME_CHARS and _MODULE_NAME.fullmatch(name) is not None
-            and name.partition(".")[0] in _installed_top_level())
+def _is_installed_module_name(name: str) -> bool:
+    """A name a reply reports (already a dotted identifier of at most MAX_NAME_CHARS: read_reply)
+    is printed in _warn_missing only if its top-level package is one the trainer's own Python
+    has: the child reports modules it failed to import, so a name the trainer does not have
+    was never one. What can still reach stderr is then a choice among installed module
+    names, once per library (the warning is printed once): no escape code, no secret, no
+    freely chosen word."""
+    return name.partition(".")[0] in _installed_top_level()
 
 
 @functools.cache

@@ -4,7 +4,8 @@ tasks/sandbox.py (the trainer's side) starts a worker process with this file loa
 its path, never as part of the tasks package: the package would import every task (and
 torch) into the worker, and the tasks folder on sys.path would shadow the scorer
 libraries (tasks/reasoning_gym.py is not reasoning_gym). So this file imports nothing
-of the project, only the standard library and, in prepare_scorer, the scorer's library.
+of the project as a package: the standard library, tasks/sandbox_reply.py (the replies'
+reader, loaded by its path: _load_sibling) and, in prepare_scorer, the scorer's library.
 
     worker (one per core and library)                 child (one per answer)
     1. imports the library, scores trusted warm-up    5. locks itself down (_lock_down):
@@ -42,9 +43,28 @@ from multiprocessing.connection import Connection
 
 STARTUP_TIMEOUT = 120.0       # seconds a new worker may take to import its library (1-3 s when idle)
 SCORER_MEMORY_BYTES = 1 << 30  # address space a child may add to what it inherited (1 GiB)
-MAX_REPLY_BYTES = 4096        # a child's reply (one JSON value) may not be longer
 NOBODY = 65534                # the unprivileged uid/gid a root trainer's workers switch to
 LOCKED = b"L"                 # what a child writes once locked down, before it reads the answer
+
+
+def _load_sibling(name: str):
+    """tasks/NAME.py, loaded by its path beside this file (a worker has no tasks package)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"tokencredit_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The replies' reader and its caps (tasks/sandbox_reply.py): the worker reads its child's
+# reply with it, and the trainer (tasks/sandbox.py) the worker's, through these names.
+_reply = _load_sibling("sandbox_reply")
+read_reply, REASONS = _reply.read_reply, _reply.REASONS
+CHILD_REPLY, WORKER_REPLY = _reply.CHILD_REPLY, _reply.WORKER_REPLY
+MAX_REPLY_BYTES, MAX_MISSING, MAX_NAME_CHARS, MAX_TEXT_CHARS = (_reply.MAX_REPLY_BYTES, _reply.MAX_MISSING,
+                                                               _reply.MAX_NAME_CHARS, _reply.MAX_TEXT_CHARS)
 
 
 # ---------------------------------------------------------------------------------------
@@ -124,10 +144,11 @@ def worker_main(fd: int) -> None:
     as (code, jt, jf, k) rows (sandbox_filter.program; [] where there is none),
     "namespaces" whether to enter namespaces of its own (the built-in path; under
     bubblewrap the worker is in them already). Says "ready" with what holds, then for
-    each request {"timeout", "args"} replies {"value", "missing", "broken"}, where
-    "broken" (only when something went wrong with the worker itself) says what, and
-    "scored" whether the answer ran at all. Exits when the trainer's end closes, or after
-    replying that it is broken.
+    each request {"timeout", "args"} replies WORKER_REPLY's fields: the child's "value"
+    and "missing" as read_reply kept them (value None when there is none, and "reason"
+    names why), "scored" whether the answer ran at all, and "broken" ("" unless something
+    went wrong with the worker itself) what. Exits when the trainer's end closes (also
+    while a child scores: _read_reply watches it), or after replying that it is broken.
     """
     import gc
 
@@ -154,35 +175,40 @@ def worker_main(fd: int) -> None:
             "no_namespaces_because": why_not, "unreadable": unreadable}
     # The first child is a probe: it must lock down and answer, and what it answers is how
     # many processes it can see in /proc (its worker and itself, in a PID namespace of its own).
-    probe, locked = _score_in_child(_processes_seen, [], STARTUP_TIMEOUT, abi, hidden, seccomp)
-    if not locked or not isinstance((probe or {}).get("value"), int):
-        info["error"] = "a sandboxed child could not lock itself down and answer"
+    probe, locked, _ = _score_in_child(_processes_seen, [], STARTUP_TIMEOUT, abi, hidden, seccomp)
     info["processes_seen"] = (probe or {}).get("value")
-    conn.send_bytes(json.dumps(info).encode())
+    if not locked or type(info["processes_seen"]) is not int:
+        info["error"] = "a sandboxed child could not lock itself down and answer"
+    try:
+        conn.send_bytes(json.dumps(info).encode())
+    except OSError:                           # the trainer died while this worker started
+        return
     state = _own_state()
     while True:
         try:
             request = json.loads(conn.recv_bytes())
-        except (EOFError, OSError):
+        except (EOFError, OSError):           # the trainer's end closed: it stopped this worker, or died
             return
-        reply, broken = {"value": None, "missing": [], "scored": False}, None
+        reply = {"value": None, "missing": [], "scored": False, "broken": "", "reason": ""}
         if _own_state() != state:             # before the fork: a changed worker scores nothing
-            broken = "its limits, priority or CPUs changed"
+            reply["broken"] = "its limits, priority or CPUs changed"
         else:
             try:
-                child, locked = _score_in_child(score, request["args"], request["timeout"], abi, hidden, seccomp)
-                reply = {"value": (child or {}).get("value"), "missing": (child or {}).get("missing", []),
-                         "scored": locked}
-                broken = None if locked else "a child could not lock itself down"
+                child, locked, reason = _score_in_child(score, request["args"], request["timeout"], abi, hidden,
+                                                        seccomp, watch=fd)
+                reply.update(child or {}, scored=locked, reason=reason)
+                reply["broken"] = "" if locked else "a child could not lock itself down"
+            except _TrainerGone:
+                return
             except OSError as e:              # fork failed: its process limit was lowered, say
-                broken = f"it could not start a child ({e})"
-        if broken is None and _own_state() != state:
-            broken = "its limits, priority or CPUs changed while it scored"
+                reply["broken"] = f"it could not start a child ({e})"[:MAX_TEXT_CHARS]
+        if not reply["broken"] and _own_state() != state:
+            reply["broken"] = "its limits, priority or CPUs changed while it scored"
         try:
-            conn.send_bytes(json.dumps({**reply, **({"broken": broken} if broken else {})}).encode())
+            conn.send_bytes(json.dumps(reply).encode())     # ASCII: the names are identifiers
         except OSError:                       # the trainer is gone
             return
-        if broken:
+        if reply["broken"]:
             return
 
 
@@ -224,11 +250,14 @@ def _own_state() -> tuple:
     return [resource.getrlimit(limit) for limit in _LIMITS], os.getpriority(os.PRIO_PROCESS, 0), cpus
 
 
-def _score_in_child(score, args: list, timeout: float, abi: int, hidden: set, seccomp) -> tuple[dict | None, bool]:
+def _score_in_child(score, args: list, timeout: float, abi: int, hidden: set, seccomp,
+                    watch: int | None = None) -> tuple[dict | None, bool, str]:
     """Fork; the child locks down, writes LOCKED, scores, writes {"value", "missing"}.
 
-    Returns (the reply, or None on timeout, crash or a reply that is not a JSON object;
-    whether the child locked itself down). OSError if the fork itself fails.
+    Returns (the reply read_reply kept, or None; whether the child locked itself down;
+    "" or why there is no reply: "timeout", "crash" (it ended without one), or
+    read_reply's reason). OSError if the fork itself fails. watch: the trainer's end of
+    the pipe; _TrainerGone (the child killed and reaped first) if it closes meanwhile.
     """
     memory = _address_space() + SCORER_MEMORY_BYTES
     read_end, write_end = os.pipe()
@@ -246,9 +275,9 @@ def _score_in_child(score, args: list, timeout: float, abi: int, hidden: set, se
             missing = _MissingImports(hidden) if hidden else None
             if missing:
                 sys.meta_path.insert(0, missing)
-            reply = json.dumps({"value": score(*args), "missing": missing.names[:20] if missing else []})
-            if len(reply) <= MAX_REPLY_BYTES:
-                os.write(write_end, reply.encode())
+            value = score(*args)
+            names = [n for n in (missing.names if missing else []) if len(n) <= MAX_NAME_CHARS][:MAX_MISSING]
+            os.write(write_end, json.dumps({"value": value, "missing": names}).encode())
         finally:
             os._exit(0)
     os.close(write_end)
@@ -256,19 +285,24 @@ def _score_in_child(score, args: list, timeout: float, abi: int, hidden: set, se
         os.setpgid(pid, pid)                  # also done by the child: whichever runs first
     except OSError:
         pass
-    data, complete = _read_reply(read_end, timeout, pid)
-    os.close(read_end)
     try:
-        os.killpg(pid, signal.SIGKILL)        # done or not, the child and anything it left go
-    except OSError:
-        os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
+        data, reason = _read_reply(read_end, timeout, pid, watch)
+    finally:
+        os.close(read_end)
+        try:
+            os.killpg(pid, signal.SIGKILL)    # done or not, the child and anything it left go
+        except OSError:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
     locked, data = data[:1] == LOCKED, data[1:]
-    try:
-        reply = json.loads(data) if complete and data else None
-    except (ValueError, RecursionError):      # not JSON, or nested absurdly deep
-        return None, locked
-    return (reply if isinstance(reply, dict) and isinstance(reply.get("missing"), list) else None), locked
+    if reason or not data:
+        return None, locked, reason or "crash"
+    reply, reason = read_reply(data, CHILD_REPLY)
+    return reply, locked, reason
+
+
+class _TrainerGone(Exception):
+    """The trainer's end of the pipe closed while a child was scoring: the trainer is gone."""
 
 
 class _MissingImports:
@@ -294,24 +328,30 @@ class _MissingImports:
         return None
 
 
-def _read_reply(fd: int, timeout: float, pid: int) -> tuple[bytes, bool]:
-    """(the bytes child `pid` wrote to fd, whether it exited within `timeout` s having written
-    no more than LOCKED and MAX_REPLY_BYTES).
+def _read_reply(fd: int, timeout: float, pid: int, watch: int | None = None) -> tuple[bytes, str]:
+    """(the bytes child `pid` wrote to fd, "" if it exited within `timeout` s having written no
+    more than LOCKED and MAX_REPLY_BYTES, else "timeout" or "too_long").
 
     The worker sleeps until the child exits (a pidfd, Linux 5.3+, readable then) and reads
     the pipe once: one wake-up per answer, where reading as bytes come (the fallback)
     wakes for the "L", the reply and the end. On a busy machine each wake-up waits for a
     core. The child holds the pipe's only write end, so once it has exited the pipe ends.
+    It also wakes when `watch`, the trainer's end of the worker's pipe, becomes readable:
+    the trainer sends nothing while it waits for a reply, so that is its end closing (the
+    trainer died): _TrainerGone. So a worker lives exactly as long as its trainer, even
+    while a child sleeps through a long timeout.
     """
     limit = len(LOCKED) + MAX_REPLY_BYTES
     try:
         exited = os.pidfd_open(pid)
     except (AttributeError, OSError):         # no pidfd here: read as bytes come
-        return _read_as_written(fd, timeout, limit)
+        return _read_as_written(fd, timeout, limit, watch)
     try:
-        ended = bool(select.select([exited], [], [], max(timeout, 0.0))[0])
+        ready = select.select([exited] + ([watch] if watch is not None else []), [], [], max(timeout, 0.0))[0]
     finally:
         os.close(exited)
+    if watch is not None and watch in ready:
+        raise _TrainerGone()
     os.set_blocking(fd, False)
     data = b""
     try:
@@ -322,21 +362,25 @@ def _read_reply(fd: int, timeout: float, pid: int) -> tuple[bytes, bool]:
             data += chunk
     except BlockingIOError:                   # still running (its timeout): what it wrote so far
         pass
-    return data, ended and len(data) <= limit
+    return data, "too_long" if len(data) > limit else "" if ready else "timeout"
 
 
-def _read_as_written(fd: int, timeout: float, limit: int) -> tuple[bytes, bool]:
+def _read_as_written(fd: int, timeout: float, limit: int, watch: int | None) -> tuple[bytes, str]:
     deadline, data = time.monotonic() + timeout, b""
     while True:
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            return data, False
+        ready = select.select([fd] + ([watch] if watch is not None else []), [], [], max(left, 0.0))[0] \
+            if left > 0 else []
+        if watch is not None and watch in ready:
+            raise _TrainerGone()
+        if not ready:
+            return data, "timeout"
         chunk = os.read(fd, limit + 1)
         if not chunk:
-            return data, True
+            return data, ""
         data += chunk
         if len(data) > limit:
-            return data[:1], False
+            return data[:1], "too_long"
 
 
 def _lock_down(keep_fd: int, cpu_seconds: int, memory_bytes: int, landlock: int, seccomp) -> None:

@@ -23,8 +23,11 @@ in [0, 1] (NaN, None, 5.0, an integer too large for a float), or a call that has
 returned after --reward_timeout seconds, stops the run with one line (RewardError: the
 function, the value or the wait, the response and its row), exit code 2. The run
 directory keeps every step logged before it and its checkpoints (--resume continues
-once the function is fixed). An exception the function raises itself is a bug in it and
-keeps its traceback, which points into the function.
+once the function is fixed). A function that catches the interruption (`except
+BaseException:`) and returns late is stopped the same way; one that catches it and goes
+on stops the process after a grace period (REWARD_GRACE), in one line, exit code 2,
+the checkpoints and logged steps kept. An exception the function raises itself is a bug
+in it and keeps its traceback, which points into the function.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from typing import Callable
 
 from tasks.task import Task
@@ -169,6 +173,10 @@ class _TimeUp(BaseException):
     KeyboardInterrupt is, so that a function's own `except Exception:` cannot swallow it."""
 
 
+REWARD_GRACE = 10.0     # seconds a function that swallows its _TimeUp gets before the process stops
+REWARD_NUDGE = 1.0      # seconds between the _TimeUp raised in it meanwhile
+
+
 def call_with_limit(fn: Callable, args: tuple, seconds: float, message: Callable[[], str]):
     """fn(*args), or RewardError(message()) once it has run `seconds` of wall time (0: no limit).
 
@@ -178,21 +186,37 @@ def call_with_limit(fn: Callable, args: tuple, seconds: float, message: Callable
     the traceback's frames unwound, so the trainer's own state is untouched. What it
     cannot stop is C code that never returns to the interpreter (an extension holding
     the GIL); only a separate process can (tasks/sandbox.py's scorers run in one).
+    A function may catch _TimeUp (`except BaseException:`). If it then returns, its value
+    came late: RewardError all the same. If it goes on, _TimeUp is raised in it again
+    every REWARD_NUDGE seconds, and after REWARD_GRACE seconds more the process ends: one
+    line on stderr and os._exit(2), since nothing can unwind a function that refuses to
+    stop. What the run wrote is on disk then (metrics.jsonl line by line, the checkpoints
+    atomically); its lock dies with the process, so --resume works once it is fixed.
     Signals reach the main thread only: called from another thread, fn runs without a
     limit. The previous SIGALRM handler is put back after every call.
     """
     if not seconds or threading.current_thread() is not threading.main_thread():
         return fn(*args)
+    fired, deadline = [], time.monotonic() + seconds + REWARD_GRACE
 
     def time_up(signum, frame):
+        fired.append(True)
+        if time.monotonic() >= deadline:
+            print(f"\ntrain.py: error: {message()}, and it went on for {REWARD_GRACE:g} s more, catching the "
+                  "interruption (an `except BaseException:` in it?); the process stops here: every step logged "
+                  "before and the checkpoints are kept", file=sys.stderr, flush=True)
+            os._exit(2)
         raise _TimeUp()
     previous = signal.signal(signal.SIGALRM, time_up)
     try:
-        signal.setitimer(signal.ITIMER_REAL, seconds)
+        signal.setitimer(signal.ITIMER_REAL, seconds, REWARD_NUDGE)
         try:
-            return fn(*args)
+            value = fn(*args)
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+        if fired:                             # it caught _TimeUp, and returned after its time
+            raise RewardError(f"{message()} (it caught the interruption and returned late)")
+        return value
     except _TimeUp:
         raise RewardError(message()) from None
     finally:

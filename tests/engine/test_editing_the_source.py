@@ -399,6 +399,60 @@ def test_the_time_limit_stops_python_code_and_restores_the_previous_handler():
     assert train.Config().reward_timeout == 30.0
 
 
+def test_a_reward_that_catches_its_interruption_and_returns_late_is_stopped_all_the_same():
+    """`except BaseException:` catches the interruption; a function that then returns gave its
+    value after its time. Before, that value was taken (0.5 here, 5 s late)."""
+    import time
+    from tasks import user_reward
+
+    def stubborn():
+        try:
+            time.sleep(5)
+        except BaseException:
+            return 0.5
+    with pytest.raises(user_reward.RewardError, match=r"^too slow \(it caught the interruption and returned late\)$"):
+        user_reward.call_with_limit(stubborn, (), 0.2, lambda: "too slow")
+
+
+# A --reward whose calls after GOOD_CALLS never end and swallow every interruption; the grace
+# made short, in the process that runs it.
+NEVER_STOPS = LATER_BAD.format(good=GOOD_CALLS, bad="""while True:
+        try:
+            time.sleep(100)
+        except BaseException:
+            pass""")
+RUN_WITH_SHORT_GRACE = """
+import sys
+sys.path.insert(0, {repo!r})
+import train
+from tasks import user_reward
+user_reward.REWARD_GRACE = 2.0
+train.main(sys.argv[1:])
+"""
+
+
+@pytest.mark.slow
+def test_a_reward_that_ignores_its_timeout_stops_the_run_in_one_line_after_a_grace_period(tiny_dir, tmp_path):
+    """A function that catches every interruption and goes on (`except BaseException: pass`
+    in a loop) could not be stopped by --reward_timeout: the run hung at step 3 for ever.
+    Now, --reward_timeout 0.5 and REWARD_GRACE seconds later, the process ends with one line
+    and exit code 2; steps 1-2 and the checkpoint of step 2 are kept."""
+    from tests.engine.helpers import quick_run_args
+    (tmp_path / "r.py").write_text(NEVER_STOPS)
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-c", RUN_WITH_SHORT_GRACE.format(repo=REPO),
+                           *quick_run_args(tiny_dir, out, "--steps", "4", "--reward", f"{tmp_path / 'r.py'}:later",
+                                           "--reward_timeout", "0.5")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    err = [line for line in done.stderr.splitlines() if line.startswith("train.py")]
+    assert done.returncode == 2 and len(err) == 1, done.stderr[-2000:]
+    assert err[0].startswith(f"train.py: error: --reward {tmp_path / 'r.py'}:later: no value after 0.5 s")
+    assert err[0].endswith("and it went on for 2 s more, catching the interruption (an `except BaseException:` in "
+                           "it?); the process stops here: every step logged before and the checkpoints are kept")
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]
+    assert os.path.isdir(out / "checkpoints" / "step_000002")
+
+
 def test_reward_timeout_without_a_reward_is_refused(capsys):
     with pytest.raises(SystemExit):
         train.parse_args(["--reward_timeout", "5"])

@@ -92,6 +92,120 @@ def test_resume_allows_what_does_not_change_the_math(tiny_dir, tmp_path, capsys)
     assert json.load(open(tmp_path / "config.json"))["evaluation"]["eval_every"] == 4      # nested in its part
 
 
+def test_resume_takes_the_runs_own_settings_and_says_each_flag_that_changes_one(tiny_dir, tmp_path, capsys):
+    """`train.py --resume --out_dir RUN` continues RUN with its own settings: a run made with
+    --steps 6 and killed after step 2 resumes to step 6, with the metrics of a run never
+    killed, and says nothing. Before, the flags' defaults applied: --steps 300, and the
+    default --model, --digits, ... which the checkpoint refused ("would change the run").
+    A flag given wins, in one line naming it with the run's own value."""
+    straight = tmp_path / "straight"
+    assert run_main(quick_run_args(tiny_dir, straight, "--steps", "6"), capsys)[0] == 0
+    killed = tmp_path / "killed"
+    assert run_main(quick_run_args(tiny_dir, killed, "--steps", "6", "--max_minutes", "1e-9"), capsys)[0] == 0
+    assert steps_logged(killed) == [1] and os.path.isdir(ckpt(killed, 1))          # stopped after step 1
+    config = json.load(open(killed / "config.json"))
+    config["max_minutes"] = 0.0                          # as if killed: the run's own settings, no time limit
+    (killed / "config.json").write_text(json.dumps(config))
+    code, err = run_main(["--resume", "--out_dir", str(killed)], capsys)
+    assert (code, err) == (0, [])
+    drop = lambda rows: [{k: v for k, v in m.items() if not k.startswith("time/")} for m in rows]
+    read = lambda out: [json.loads(line) for line in open(out / "metrics.jsonl")]
+    assert steps_logged(killed) == [1, 2, 3, 4, 5, 6] and drop(read(killed)) == drop(read(straight))
+    train.main(["--resume", "--out_dir", str(killed), "--steps", "7", "--save_every", "1"])
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("train.py: --resume")]
+    assert said == [f"train.py: --resume: {killed}/config.json gives the run's settings, and the flags change "
+                    "--steps 7 (the run's: 6), --save_every 1 (the run's: 2)"], said
+    assert steps_logged(killed) == list(range(1, 8))
+
+
+# A train.py killed with SIGKILL right after its last checkpoint, before RUN/final is written.
+KILLED_BEFORE_FINAL = """
+import os, signal, sys
+sys.path.insert(0, {repo!r})
+import train
+train.keep_final = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+train.main(sys.argv[1:])
+"""
+
+
+def tree_bytes(directory) -> dict:
+    """{relative path: bytes} of every file below `directory`."""
+    return {os.path.relpath(os.path.join(base, name), directory): open(os.path.join(base, name), "rb").read()
+            for base, _, names in os.walk(directory) for name in names}
+
+
+@pytest.mark.slow
+def test_a_run_killed_after_its_last_checkpoint_finishes_with_the_bytes_of_one_never_killed(tiny_dir, tmp_path,
+                                                                                            capsys):
+    """kill -9 after the last step's checkpoint, before RUN/final: before, --resume said
+    "nothing to do" and final/ never appeared. Now --resume loads that checkpoint, trains
+    no step, and writes final/: every file of final/ and best/ byte for byte the
+    uninterrupted run's, and the same metrics."""
+    args = ["--steps", "4", "--eval_every", "2"]
+    straight = tmp_path / "straight"
+    assert run_main(quick_run_args(tiny_dir, straight, *args), capsys)[0] == 0
+    killed = tmp_path / "killed"
+    out = subprocess.run([sys.executable, "-c", KILLED_BEFORE_FINAL.format(repo=REPO),
+                          *quick_run_args(tiny_dir, killed, *args)], cwd=tmp_path, capture_output=True, timeout=600)
+    assert out.returncode == -9, out.stderr[-2000:]
+    assert os.path.isdir(ckpt(killed, 4)) and not os.path.exists(killed / "final")
+    code, err = run_main(quick_run_args(tiny_dir, killed, *args, "--resume"), capsys)
+    assert (code, err) == (0, [])
+    for name in ("final", "best"):
+        assert tree_bytes(killed / name) == tree_bytes(straight / name), name
+    drop = lambda out: [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")}
+                        for line in open(out / "metrics.jsonl")]
+    assert drop(killed) == drop(straight)
+    code, err = run_main(quick_run_args(tiny_dir, killed, *args, "--resume"), capsys)
+    assert code == 2 and "RUN/final holds its model, so there is nothing to do" in err[0]
+
+
+def test_a_save_a_kill_stopped_between_its_renames_is_completed_on_resume(tmp_path):
+    """save_model moves the old model aside, then the new one (complete: info.json written
+    last) into place; a kill between the two left neither under the name."""
+    best = tmp_path / "best"
+    (tmp_path / "best.old").mkdir()
+    (tmp_path / "best.old" / "info.json").write_text('{"step": 2}')
+    (tmp_path / "best.tmp").mkdir()
+    (tmp_path / "best.tmp" / "info.json").write_text('{"step": 4}')
+    assert checkpoint.finish_interrupted_save(str(best)) == "best/ completed from best.tmp"
+    assert checkpoint.model_info(str(best)) == {"step": 4} and sorted(os.listdir(tmp_path)) == ["best"]
+    assert checkpoint.finish_interrupted_save(str(best)) is None                      # nothing to do
+    os.rename(best, tmp_path / "best.old")
+    (tmp_path / "best.tmp").mkdir()                     # cut short while written: no info.json
+    assert checkpoint.finish_interrupted_save(str(best)) == "best/ restored from best.old"
+    assert checkpoint.model_info(str(best)) == {"step": 4}
+
+
+@pytest.mark.slow
+def test_a_missing_best_is_written_from_the_checkpoint_that_holds_its_model(tiny_dir, tmp_path, capsys):
+    """RUN/best missing at --resume: written from the checkpoint loaded when metrics.jsonl
+    names its step as the best (here the last evaluation is made the best by hand, so
+    best/ then holds final/'s weights); else one line says its model is in no checkpoint."""
+    args = ["--steps", "4", "--eval_every", "2"]
+    out = tmp_path / "run"
+    assert run_main(quick_run_args(tiny_dir, out, *args), capsys)[0] == 0
+    lines = [json.loads(line) for line in open(out / "metrics.jsonl")]
+    for m in lines:
+        if m["step"] == 4:
+            m["eval/pass@1"] = 1.0                      # the best, at the checkpoint's step
+    (out / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
+    for name in ("best", "final"):
+        __import__("shutil").rmtree(out / name)
+    assert run_main(quick_run_args(tiny_dir, out, *args, "--resume"), capsys) == (0, [])
+    assert checkpoint.model_info(str(out / "best")) == {"step": 4, "eval/pass@1": 1.0}
+    assert tree_bytes(out / "best")["model.safetensors"] == tree_bytes(out / "final")["model.safetensors"]
+    for m in lines:
+        if m["step"] == 4:
+            m["eval/pass@1"] = -1.0                     # the best is now the start's: in no checkpoint
+    (out / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
+    for name in ("best", "final"):
+        __import__("shutil").rmtree(out / name)
+    code, err = run_main(quick_run_args(tiny_dir, out, *args, "--resume"), capsys)
+    assert code == 0 and len(err) == 1 and "best is missing, and its model (step 0" in err[0], err
+    assert not os.path.exists(out / "best") and checkpoint.model_info(str(out / "final")) == {"step": 4}
+
+
 def test_resume_with_nothing_left_to_do_says_so(tiny_dir, tmp_path, capsys):
     assert run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "4"), capsys)[0] == 0
     code, err = run_main(quick_run_args(tiny_dir, tmp_path, "--steps", "4", "--resume"), capsys)

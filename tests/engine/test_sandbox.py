@@ -35,7 +35,7 @@ import pytest
 
 import tasks
 import verify
-from tasks import math_datasets, reasoning_gym, sandbox
+from tasks import math_datasets, reasoning_gym, sandbox, sandbox_view
 from tests.engine.sandbox_helpers import (EVAL_SCORERS, REPLY_HELPER, RIGHT_TIMEOUT, SLACK, descendants,
                                           keyring_keys, open_files_limit, process_alive, program, remove_test_keys,
                                           rg_entry, right_answer, sandbox_processes, sandbox_user, wrap)
@@ -277,11 +277,11 @@ def closed_pythonpath(monkeypatch, request):
     monkeypatch.setenv("PYTHONPATH", folder)
     monkeypatch.syspath_prepend(folder)
     monkeypatch.setattr(sandbox, "_warned", set())
-    for cached in (sandbox._worker_sys_path, sandbox._installed_top_level):
+    for cached in (sandbox_view.worker_sys_path, sandbox._installed_top_level):
         cached.cache_clear()
     yield folder, closed
     sandbox.shutdown()                       # later tests' workers start without it
-    for cached in (sandbox._worker_sys_path, sandbox._installed_top_level):
+    for cached in (sandbox_view.worker_sys_path, sandbox._installed_top_level):
         cached.cache_clear()
     shutil.rmtree(closed, ignore_errors=True)
 
@@ -337,28 +337,36 @@ def test_the_sandbox_choice_is_checked(monkeypatch):
 
 
 def test_bubblewrap_binds_python_but_no_home_directory():
-    """What the bubblewrap sandbox holds: the interpreter, its packages and the worker's
-    file, read-only; never "/", the home directory or a directory above it."""
+    """What the bubblewrap sandbox holds: the interpreter, its standard library and packages,
+    and the worker's two files (under their own directory), read-only; never "/", the home
+    directory or a directory above it. No --die-with-parent: it follows the thread that
+    started the sandbox, not the trainer (sandbox_view.bubblewrap_command)."""
     command = sandbox.bubblewrap_command("bwrap")
     binds = [command[i + 1] for i, arg in enumerate(command) if arg == "--ro-bind"]
+    targets = [command[i + 2] for i, arg in enumerate(command) if arg == "--ro-bind"]
     home = os.path.realpath(os.path.expanduser("~"))
     assert all(path != "/" and not (home + "/").startswith(path.rstrip("/") + "/") for path in binds), binds
-    for needed in (sandbox.WORKER_FILE, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))):
+    for needed in (os.path.dirname(os.__file__), os.path.realpath(sys.executable), os.path.dirname(json.__file__)):
         assert any(needed == path or needed.startswith(path.rstrip("/") + "/") for path in binds), needed
-    assert {"--unshare-pid", "--unshare-net", "--unshare-ipc", "--die-with-parent"} <= set(command)
+    assert sorted(targets[-2:]) == [f"{sandbox_view.WORKER_DIR_INSIDE}/sandbox_reply.py",
+                                    f"{sandbox_view.WORKER_DIR_INSIDE}/sandbox_worker.py"]
+    assert {"--unshare-pid", "--unshare-net", "--unshare-ipc"} <= set(command)
+    assert "--die-with-parent" not in command
     assert command[command.index("--tmpfs") + 1] == "/tmp" and command[-1] == "--"
 
 
 def test_bubblewrap_keeps_what_it_binds_under_tmp(tmp_path, monkeypatch):
     """A clone (and its venv) under /tmp: the sandbox's own /tmp must not hide it. bwrap
     mounts in the order given, so the tmpfs comes before the binds. The negative case is
-    the order reversed: the worker's file is then missing inside."""
+    the order reversed: a directory of the worker's search path is then missing inside."""
     bwrap = shutil.which("bwrap")
     if not bwrap or subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-pid", "true"]).returncode:
         pytest.skip("bwrap does not run here")
-    copy = tmp_path / "sandbox_worker.py"
-    copy.write_text(open(sandbox.WORKER_FILE).read())
-    monkeypatch.setattr(sandbox, "WORKER_FILE", str(copy))
+    site = tmp_path / "site"
+    site.mkdir()
+    copy = site / "tc_module_under_tmp.py"
+    copy.write_text("X = 1\n")
+    monkeypatch.setattr(sandbox_view, "worker_sys_path", lambda: (str(site),))
     command = sandbox.bubblewrap_command(bwrap)
     read = [sys.executable, "-P", "-c", f"print(len(open({str(copy)!r}).read()))"]
     out = subprocess.run(command + read, env=sandbox.worker_env(), capture_output=True, text=True, timeout=60)

@@ -28,10 +28,10 @@ import time
 
 import pytest
 
-from tasks import reasoning_gym, sandbox
+from tasks import reasoning_gym, sandbox, sandbox_reply
 from tests.engine.sandbox_helpers import (KEY_CALLS, REPLY_HELPER, RIGHT_TIMEOUT, TIMEOUT, descendants, lower_address_space_limits,
-                                          open_files_limit, process_alive, program, remove_test_keys, rg_entry, sandbox_user,
-                                          sandbox_processes)
+                                          open_files_limit, process_alive, process_table, program, remove_test_keys,
+                                          rg_entry, sandbox_user, sandbox_processes)
 
 N_QUEENS = "reasoning_gym:n_queens"
 
@@ -404,17 +404,36 @@ reply({{"value": 0.0, "missing": names}})
     assert "needed sympy.printing.tc_real_top_level, which" in err     # the warning itself still comes
 
 
-def test_cleaning_a_reply_keeps_installed_module_names_and_finite_values():
-    clean = sandbox._clean_reply
-    assert clean({"value": 0.5, "missing": ["sympy.core", "json", "\x1b[31m", "tc_not_a_module", "a b",
-                                            "sympy." + "x" * 300, 7, None]}) == {"value": 0.5,
-                                                                                  "missing": ["sympy.core", "json"]}
-    assert clean({"value": True, "missing": []}) == {"value": True, "missing": []}
-    assert clean({"value": float("nan"), "missing": "sympy"}) == {"value": None, "missing": []}
-    assert clean({"value": "0.5"}) == {"value": None, "missing": []}
-    assert clean(["value", 1]) == {"value": None, "missing": []}
-    assert clean(None) == {"value": None, "missing": []}
-    assert len(clean({"value": 0, "missing": ["json"] * 100})["missing"]) == 20
+def test_reading_a_reply_keeps_module_names_and_finite_values_and_never_raises():
+    """sandbox_reply.read_reply, the one reader of both sides: what it keeps of a reply, and
+    the reason it gives for each reply it refuses (the answer then gets no score)."""
+    read = lambda obj: sandbox_reply.read_reply(json.dumps(obj).encode(), sandbox_reply.CHILD_REPLY)
+    assert read({"value": 0.5, "missing": ["sympy.core", "json", "\x1b[31m", "a b", "sympy." + "x" * 300, 7,
+                                           None]}) == ({"value": 0.5, "missing": ["sympy.core", "json"]}, "")
+    assert read({"value": True, "missing": []}) == ({"value": True, "missing": []}, "")
+    assert read({"value": 0, "missing": ["json"] * 100})[0]["missing"] == ["json"] * 20
+    for obj, reason in [({"value": float("nan"), "missing": []}, "not_finite"), ({"value": 10 ** 400, "missing": []},
+                        "not_finite"), ({"value": "0.5", "missing": []}, "wrong_shape"), (["value", 1], "wrong_shape"),
+                        (None, "wrong_shape"), ({"value": 1}, "wrong_shape"), ({"value": 1, "missing": "json"},
+                        "wrong_shape"), ({"value": 1, "missing": [], "more": 1}, "wrong_shape"),
+                        ({"value": [[0]], "missing": []}, "too_deep")]:
+        assert read(obj) == (None, reason), obj
+    raw = lambda data: sandbox_reply.read_reply(data, sandbox_reply.CHILD_REPLY)
+    nested = b'{"value": ' + b"[" * 990 + b"]" * 990 + b', "missing": []}'
+    assert raw(nested) == (None, "too_deep") and len(nested) < sandbox_reply.MAX_REPLY_BYTES
+    assert raw(b'{"value": 1, "missing": ["' + b"x" * 4100 + b'"]}') == (None, "too_long")
+    assert raw(b"\x00" + b'{"value": 1, "missing": []}') == (None, "not_json")      # json would guess UTF-16
+    assert raw(b'{"value": 1, "missing": ["\xff\xfe"]}') == (None, "not_utf8")
+    assert raw(b'{"value": 1, "missing": ["[[[{{{", "a\\"]]"]}') == ({"value": 1, "missing": []}, "")  # in strings
+    assert raw(b'{"value": 1, "missing": [' + b"1," * 1300 + b"1]}") == ({"value": 1, "missing": []}, "")
+    emoji = ('{"value": 1, "missing": ["' + "\U0001F600" * 1000 + '"]}').encode()
+    assert len(emoji) <= sandbox_reply.MAX_REPLY_BYTES and raw(emoji) == ({"value": 1, "missing": []}, "")
+    rng = __import__("random").Random(0)
+    for _ in range(2000):                    # any bytes: a reply or a reason, never an exception
+        data = bytes(rng.randrange(256) for _ in range(rng.randrange(40))) if rng.random() < 0.5 else \
+            "".join(rng.choice('{}[]",:01.e-\\nulltruevaluemissing ') for _ in range(rng.randrange(60))).encode()
+        reply, reason = raw(data)
+        assert (reply is None) == (reason in sandbox_reply.REASONS) and (reply is None) != (reason == "")
 
 
 def shm_segments() -> dict:
@@ -455,7 +474,8 @@ reply({{"value": shmid, "missing": []}})
 def test_a_child_does_not_outlive_its_killed_worker():
     """A child clears its parent-death signal and sleeps; its worker is then killed (SIGKILL to
     the worker's process alone, as the OOM killer would): the child must die with it, not
-    live on under PID 1. The child is found from outside, as the newest process below the worker."""
+    live on under PID 1. The child is found from outside, as the newest process below the
+    worker, and its worker as its parent (under bubblewrap, below bwrap's own processes)."""
     pytest.importorskip("reasoning_gym")
     code = "import ctypes, time; ctypes.CDLL(None).prctl(1, 0, 0, 0, 0); time.sleep(3600)"
     worker = sandbox._start_worker(N_QUEENS, [])
@@ -470,8 +490,9 @@ def test_a_child_does_not_outlive_its_killed_worker():
         assert child is not None, "no child started"
         time.sleep(1.0)                                           # its prctl, then asleep
         assert process_alive(child)
-        os.kill(worker.proc.pid, 9)
-        worker.proc.wait()
+        parent = process_table()[child]                           # its worker: the Python process it forked from
+        assert b"worker_main" in open(f"/proc/{parent}/cmdline", "rb").read()
+        os.kill(parent, 9)
         deadline = time.monotonic() + 10.0
         while process_alive(child) and time.monotonic() < deadline:
             time.sleep(0.1)

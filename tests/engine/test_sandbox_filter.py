@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from tasks import sandbox, sandbox_filter, sandbox_worker
+from tasks import sandbox, sandbox_filter, sandbox_view, sandbox_worker
 
 ALLOW, DENY = sandbox_filter.RET_ALLOW, sandbox_filter.RET_EPERM
 
@@ -257,13 +257,11 @@ def test_a_child_that_cannot_lock_down_is_told_apart_from_one_that_failed_to_sco
     writes its "L": its worker then knows it is broken. A child that locks down and then dies
     (the answer's doing) is not a broken worker."""
     empty = sandbox_worker.kernel_filter([])
-    reply, locked = sandbox_worker._score_in_child(lambda: True, [], 10.0, 0, set(), empty)
-    assert (reply, locked) == (None, False)
+    assert sandbox_worker._score_in_child(lambda: True, [], 10.0, 0, set(), empty) == (None, False, "crash")
     seccomp = sandbox_worker.kernel_filter(sandbox_filter.program(platform.machine()))
-    reply, locked = sandbox_worker._score_in_child(lambda: os._exit(3), [], 10.0, 0, set(), seccomp)
-    assert (reply, locked) == (None, True)
-    reply, locked = sandbox_worker._score_in_child(lambda: 7, [], 10.0, 0, set(), seccomp)
-    assert (reply, locked) == ({"value": 7, "missing": []}, True)
+    assert sandbox_worker._score_in_child(lambda: os._exit(3), [], 10.0, 0, set(), seccomp) == (None, True, "crash")
+    assert sandbox_worker._score_in_child(lambda: 7, [], 10.0, 0, set(), seccomp) == ({"value": 7, "missing": []},
+                                                                                       True, "")
 
 
 def test_a_sandbox_without_its_filter_says_so(monkeypatch, capsys):
@@ -274,10 +272,12 @@ def test_a_sandbox_without_its_filter_says_so(monkeypatch, capsys):
     assert "no seccomp filter" in capsys.readouterr().err
 
 
-def test_the_worker_file_imports_nothing_of_the_project():
+def test_the_worker_files_import_nothing_of_the_project():
     """sandbox_worker.py runs in the worker loaded by its path, without the tasks package on
-    sys.path: it may import the standard library only (and, lazily, the scorer's library)."""
-    source = open(sandbox.WORKER_FILE).read()
-    imported = set(re.findall(r"^\s*(?:from|import) (\w+)", source, re.M))
-    assert imported - set(sys.stdlib_module_names) - {"__future__"} <= {"math_verify", "reasoning_gym"}
+    sys.path, and loads sandbox_reply.py by its path: they may import the standard library
+    only (and, lazily, the scorer's library)."""
+    for path in sandbox_view.WORKER_FILES:
+        source = open(path).read()
+        imported = set(re.findall(r"^\s*(?:from|import) (\w+)", source, re.M))
+        assert imported - set(sys.stdlib_module_names) - {"__future__"} <= {"math_verify", "reasoning_gym"}, path
 

@@ -205,6 +205,33 @@ def test_load_jsonl_bad_row_names_file_and_line(tmp_path, bad, what):
     assert f"{path}:3:" in str(e.value) and what in str(e.value)
 
 
+def test_answers_that_can_never_be_scored_are_refused_at_the_door_with_a_count(tmp_path, tiny_dir, capsys):
+    """A reference "\\boxed{" (an unclosed box) can never be matched: any response holding it
+    holds "\\boxed", whose last well-formed box is read, and math-verify finds nothing in
+    it. A file of such answers was accepted and trained on rewards of 0 without a word. Now
+    it is one line at the door, counting them and naming the first; negative controls:
+    closed boxes, a brace alone, a box without braces are scorable and pass."""
+    from tasks import math_datasets
+    from tests.engine.helpers import run_main
+    rows = [{"prompt": f"q{i}", "answer": a} for i, a in enumerate(["\\boxed{", "42", "\\boxed{\\frac{1}{2}", "{"])]
+    path = tmp_path / "data.jsonl"
+    math_datasets.save_jsonl(rows, path)
+    with pytest.raises(ValueError) as e:
+        load_jsonl(str(path))
+    assert str(e.value) == (f"{path}: 2 of 4 reference answers can never be scored right (an unclosed \\boxed{{), "
+                            f"the first at {path}:1: '\\\\boxed{{'; fix or drop those rows")
+    for answer in ("\\boxed{5}", "{", "\\boxed 5", "x \\boxed{a}{", "5 \\}"):
+        assert math_datasets.unscorable(answer) is None, answer
+    every = tmp_path / "boxed.jsonl"                          # the reported case: every answer is "\\boxed{"
+    math_datasets.save_jsonl([{"prompt": f"q{i}", "answer": "\\boxed{"} for i in range(20)], every)
+    code, err = run_main(["--model", tiny_dir, "--data", str(every), "--out_dir", str(tmp_path / "run")], capsys)
+    assert code == 2 and len(err) == 1 and "20 of 20 reference answers can never be scored right" in err[0], err
+    gsm8k = tmp_path / "gsm8k.jsonl"
+    math_datasets.save_jsonl([{"question": "q", "answer": "so #### \\boxed{"}], gsm8k)
+    with pytest.raises(ValueError, match="1 of 1 reference answers can never be scored right"):
+        load_gsm8k(str(gsm8k))
+
+
 # ------------------------------------------------------------------------- GSM8K / MATH
 
 GSM8K_RECORDS = [
