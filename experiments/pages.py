@@ -44,10 +44,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from experiments import claims as claims_lib
-from experiments import plot_runs, quantities
+from experiments import quantities
 from experiments.designs import TASKS, Sweep, eval_flags, runs_on, settings
 from experiments.registry import SWEEPS
 from experiments.summaries import CLAIMS_PAGE, write_claims_page, write_findings_block, write_readme_tables
+from tools import plot_runs
 
 
 @dataclass

@@ -246,7 +246,7 @@ def closing_summary(out_dir: str, steps: int, minutes: float, start_eval: dict |
           run:   runs/addition_s0 (config.json, start.json, metrics.jsonl, samples.jsonl, checkpoints/)
           model: runs/addition_s0/final (step 300) and runs/addition_s0/best (step 175):
                  AutoModelForCausalLM.from_pretrained(DIR), AutoTokenizer.from_pretrained(DIR)
-          plot:  python -m experiments.plot_runs runs/addition_s0 (its plots.png: pass@1, reward, entropy,
+          plot:  python -m tools.plot_runs runs/addition_s0 (its plots.png: pass@1, reward, entropy,
                  the cancellation residual; --dashboard: every panel)
     With --report_to tensorboard a line before the plot's names it:
           tensorboard: runs/addition_s0/tensorboard (tensorboard --logdir runs/addition_s0/tensorboard)
@@ -270,5 +270,5 @@ def closing_summary(out_dir: str, steps: int, minutes: float, start_eval: dict |
                       f"  model: {model}:",
                       "         AutoModelForCausalLM.from_pretrained(DIR), AutoTokenizer.from_pretrained(DIR)",
                       *([f"  {tracker}"] if tracker else []),
-                      f"  plot:  python -m experiments.plot_runs {out_dir} (its plots.png: pass@1, reward, entropy, "
+                      f"  plot:  python -m tools.plot_runs {out_dir} (its plots.png: pass@1, reward, entropy, "
                       "the cancellation residual; --dashboard: every panel)"])
