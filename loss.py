@@ -109,6 +109,7 @@ def register(own_aggregation: str, keeps_cancellation: bool, aggregations: tuple
 
 # The run's math, every field of it: a resumed run may not change any (train.py's --resume
 # compares each field with the checkpoint's; machinery/flags.py says how it reads this).
+# scheduler.py's config marks its fields with this one too.
 FIXED = {"resume": "fixed"}
 
 
