@@ -401,7 +401,7 @@ def test_sweep_end_to_end_detects_the_planted_difference_and_not_the_null(tiny_d
     # `report` writes the docs page, the committed data and the README's tables from the runs
     readme = tmp_path / "README.md"
     readme.write_text("intro\n<!-- claims:begin -->\nold table\n<!-- claims:end -->\nrest\n")
-    written = pages.report(str(tmp_path), str(tmp_path / "docs"), str(readme))
+    written = pages.report(str(tmp_path), str(tmp_path / "docs"), str(readme), str(tmp_path / "results.md"))
     assert {os.path.basename(p) for p in written} >= {"sweep_addition_planted.md", "sweep_addition_planted.png",
                                                      "sweep_addition_planted.jsonl.gz", "claims.md", "README.md"}
     page = (tmp_path / "docs" / "sweep_addition_planted.md").read_text()
