@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 
-from experiments.claims import HeldFixed
 from experiments.designs import OURS, TASKS, runs_on
 from experiments.registry import SWEEPS
 
@@ -75,8 +74,8 @@ def _shown(verdict: str) -> str:
 
 
 def held(check_record: dict) -> bool:
-    """Whether a check record is a held-fixed check's (claims.run_held), not an identity's or a precondition's."""
-    return isinstance(check_record["check"], HeldFixed)
+    """Whether a check record is a held-fixed check's (held_fixed.run_held), not an identity's or a precondition's."""
+    return check_record["check"].kind == "held fixed"
 
 
 def _checks_text(checks: dict, held_counts: dict | None = None) -> str:
