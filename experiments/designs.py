@@ -307,7 +307,7 @@ class Sweep:
     checks: list[Check] = field(default_factory=list)
     """The identities its runs must satisfy (experiments/claims.py run_checks)."""
     held: list[HeldFixed] = field(default_factory=list)
-    """What each control arm holds equal to another arm's, measured on every step (claims.py run_held)."""
+    """What each control arm holds equal to another arm's, measured on every step (held_fixed.py run_held)."""
     holm: str = "declared"
     """Holm's primary reading: "declared" (each Claim.family) or "sweep" (one family for the
     sweep's claims on a task); the pages give the other beside it."""

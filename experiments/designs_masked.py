@@ -66,7 +66,7 @@ FRESH = (10, 11, 12, 13, 14)            # addition's fresh RL seeds: no addition
 SMOLLM2_SEEDS = (10, 11, 12, 13, 14, 15, 16, 17)   # no SmolLM2 run has used them (sweeps 0-5, pilot 100-101)
 EQUIVALENCE = 0.10                      # "masked and recentred alike": |difference| in pass@1 below this
 
-# What each control holds, measured on every step (experiments/claims.py run_held).
+# What each control holds, measured on every step (experiments/held_fixed.py run_held).
 HELD = [HeldFixed(HOLDS_TRAINED, "random_masked", "random_recentred", "random_recentred"),
         HeldFixed(HOLDS_SPLIT, "random_masked", "random", "random", quantities=("split_groups",), pairwise=True),
         RECENTRED_HELD]                 # declared to be measured, not to pass (designs.py)
