@@ -138,7 +138,7 @@ def test_the_sweep_recipe_end_to_end(fitted_dir, tmp_path):
     assert re.search(r"\| whole groups, zero-sum advantage: the first optimizer step's residual is 0 to rounding "
                      r"\| first-step residual \| query \| 2 \| .* \| \*\*pass\*\* \|", page), page
     held = page.split("## Held fixed", 1)[1].split("\n## ", 1)[0]
-    assert "random_masked draws random's split" in held and "NOT MET" not in held and "| met" in held, held
+    assert "random_masked draws random's split" in held and "NOT MET" not in held and "| **met** (tolerance" in held, held
     for text in ("2 query mini-batches: higher final pass@1 than random",
                  "random_masked: lower final pass@1 than random (what carries gradient)"):
         assert text in page and text in (copy / "experiments" / "results" / "claims.md").read_text()
