@@ -210,7 +210,7 @@ def trained_counts(trained: Tensor, step: Tensor, group_size: int) -> dict:
     these, not the rollouts present, are what a step trains on. train.py logs them per
     optimizer step (mb/rollouts_trained, mb/prompts_trained, mb/adv_abs_sum_trained) for
     its own mode and for every mode that shares its split (RANDOM_SPLIT): a control's
-    held-fixed check compares them on the same batch (experiments/claims.py HeldFixed).
+    held-fixed check compares them on the same batch (experiments/held_fixed.py HeldFixed).
     Example: G = 4, trained [1.333, -0.667, -0.667, x, 0, ...] on step [0, 1, 2, 4]:
     rollouts 3, prompts 1, adv_abs_sum 2.667.
     """

@@ -109,7 +109,9 @@ def register(own_aggregation: str, keeps_cancellation: bool, aggregations: tuple
 
 
 # The run's math, every field of it: a resumed run may not change any (train.py's --resume
-# compares each field with the checkpoint's; machinery/flags.py says how it reads this).
+# compares each field with the checkpoint's; machinery/flags.py takes this one and says how it
+# reads it).
+# scheduler.py's config marks its fields with this one too.
 FIXED = {"resume": "fixed"}
 
 
@@ -493,19 +495,19 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
     if cfg.kl_coef > 0:
         kl = kl_penalty(logp, ref_logp.detach(), cfg.kl_estimator)
         loss = loss + cfg.kl_coef * aggregate(kl, mask, cfg.aggregation, norm)
-        stats["kl_ref"] = _masked_mean(kl.detach(), mask)
+        stats["kl_ref"] = masked_mean(kl.detach(), mask)
     if entropy is not None:
         if cfg.entropy_coef > 0:
             loss = loss - cfg.entropy_coef * aggregate(entropy, mask, cfg.aggregation, norm)
-        stats["entropy"] = _masked_mean(entropy.detach(), mask)
+        stats["entropy"] = masked_mean(entropy.detach(), mask)
 
     with torch.no_grad():
         log_ratio = logp.detach() - old_logp
         stats["n_tokens"] = float(mask.sum())
-        stats["clip_frac_low"] = _masked_mean(clipped_low, mask)
-        stats["clip_frac_high"] = _masked_mean(clipped_high, mask)
-        stats["clip_frac_dual"] = _masked_mean(clipped_dual, mask)
-        stats["approx_kl"] = _masked_mean(torch.exp(log_ratio) - 1.0 - log_ratio, mask)
+        stats["clip_frac_low"] = masked_mean(clipped_low, mask)
+        stats["clip_frac_high"] = masked_mean(clipped_high, mask)
+        stats["clip_frac_dual"] = masked_mean(clipped_dual, mask)
+        stats["approx_kl"] = masked_mean(torch.exp(log_ratio) - 1.0 - log_ratio, mask)
         if cfg.surrogate == "dfpo":      # a dropped rollout has every token flagged, in low or high
             dropped = (clipped_low | clipped_high).any(dim=1)
             stats.update(exchangeability.dfpo_group_counts(advantages, dropped, group_index))
@@ -569,8 +571,11 @@ def _per_token(adv: Tensor) -> Tensor:
     return adv.unsqueeze(1) if adv.dim() == 1 else adv
 
 
-def _masked_mean(x: Tensor, mask: Tensor) -> float:
-    return float((x.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1))
+def masked_mean(values: Tensor, mask: Tensor) -> float:
+    """sum(values * mask) / sum(mask): the mean over response tokens (0 for an empty mask). A
+    bool `values` (a clip indicator) counts as 0/1 in the mask's dtype. The one copy: the
+    engine's per-step entropy (machinery/metrics.py) takes it from here."""
+    return float((values * mask).sum() / mask.sum().clamp(min=1))
 
 
 def _check_inputs(logp, old_logp, advantages, mask, cfg, group_index, ref_logp) -> None:

@@ -71,8 +71,10 @@ entropy control.
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, field
+
+from advantages import _real          # a finite real number, not a bool: every float range's base
+from loss import FIXED                # the run's math: a resumed run may not change the field (loss.py)
 
 SCHEDULES = ("fade", "fade_rel", "constant", "decay")
 EMA_CONVENTIONS = ("new", "source")
@@ -147,11 +149,6 @@ def _ema(old: float, x: float, beta: float, convention: str) -> float:
 # ---------------------------------------------------------------------------------------
 # The config, checked once at its door (__post_init__)
 # ---------------------------------------------------------------------------------------
-
-# The run's math, every field of it: a resumed run may not change any (train.py's --resume
-# compares each field with the checkpoint's; machinery/flags.py says how it reads this).
-FIXED = {"resume": "fixed"}
-
 
 @dataclass
 class SchedulerConfig:
@@ -351,8 +348,3 @@ def _check_inputs(solve_rate: float, entropy: float) -> tuple[float, float]:
 def _clip(x: float, lo: float, hi: float) -> float:
     """clip(x, lo, hi) = min(max(x, lo), hi)."""
     return min(max(x, lo), hi)
-
-
-def _real(v) -> bool:
-    """A finite real number, not a bool."""
-    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)

@@ -87,32 +87,11 @@ cached or shipped costs more, once per warm-up seed and machine (~10 min each un
 load for the current models). `plan` prints, beside each estimate, the minutes per run
 measured on the committed runs (their records' wall seconds): how far the estimate is off
 on the machines that ran them, with whatever else those machines ran. Each part is
-committed (`report`, then git add docs/ README.md) before the next, so the work can
-continue on another machine with an empty runs/:
-
-    sweep       task       arms  runs  steps  min/run  wall min  parts  min/part
-    batching    countdown     5    50    150      1.7        42      2        21
-    advantages  countdown     6    60    150      1.3        40      2        20
-    fade        countdown     6    60    600      5.9       176      5        35
-    dfpo        countdown     7    70    150      2.2        76      2        38
-    credit      countdown     2    20    120      1.1        11      1        11
-    tradeoff    countdown     2    20    600      5.9        59      2        29
-    specificity countdown     2    20    120      1.1        11      1        11
-    dose        countdown     8    80    150      1.7        70      2        35
-    batching    addition      5    50    100      2.1        52      2        26
-    advantages  addition      6    60    120      1.5        46      2        23
-    fade        addition      6    60    300      4.1       124      4        31
-    dfpo        addition      7    70    100      1.9        68      2        34
-    credit      addition      2    20    100      1.0        10      1        10
-    specificity addition      2    20    100      1.0        10      1        10
-    dose        addition     12   120    100      3.0       179      5        36
-    recentred   addition      3    30    100      3.0        45      2        22
-    masked      addition      4    80    100      3.0       119      2        60
-    batching    smollm2       3    18     40     25.7       232      3        77
-    advantages  smollm2       3    30     50     17.6       264      3        88
-    credit      smollm2       2    20     30     17.9       179      2        90
-    masked      smollm2       4    32     40     25.7       412      8        51
-    edge        smollm2       3     6     20     13.9        42      1        42
+committed (`report`, then git add experiments/results/ README.md docs/results.md) before
+the next, so the work can continue on another machine with an empty runs/. The budget itself, per sweep and task
+(arms, runs, steps, minutes per run, wall minutes two at a time, parts, minutes per part),
+is what `python -m experiments.sweep plan` prints first (registry.budget_table), from
+TASKS as it stands: no copy of it is kept here.
 """
 
 from __future__ import annotations
@@ -126,7 +105,7 @@ from experiments.claims import Check, Claim
 from experiments.held_fixed import HeldFixed
 from machinery import warmups
 
-REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # recipes are read from here
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository root: recipes, train.py
 CANCELLATION = "Cancellation Hypothesis"
 OURS = "ours (no paper)"      # a question this project added: on the pages, outside the papers' tables
 DESIGN = "Token Gradient Cancellation (design conditions)"
@@ -138,7 +117,8 @@ WARMUP_SEEDS = warmups.SHIPPED_SEEDS   # starting checkpoints (train.py --warmup
 SEEDS = (0, 1, 2, 3, 4)      # RL seeds per warm-up seed: 2 x 5 = 10 pairs per comparison
 FRESH_SEEDS = (5, 6, 7, 8, 9)   # RL seeds no earlier sweep ran: claims suggested by earlier runs are tested here
 
-# Per task: the flags every run gets, the pass@1 level of "steps to threshold" (set
+# Per task: how the pages name it (the model it trains matters as much as the task), the
+# flags every run gets, the pass@1 level of "steps to threshold" (set
 # before the runs, about halfway between the start of RL and where the default run ends:
 # docs/results.md), the cost model of the budget (seconds: process start-up and model
 # load, per evaluation sample; measured by a pilot, see `cost`), and per sweep: steps,
@@ -146,6 +126,7 @@ FRESH_SEEDS = (5, 6, 7, 8, 9)   # RL seeds no earlier sweep ran: claims suggeste
 # the number of parts it runs in, and any flags of its own on that task.
 TASKS = {
     "countdown": {
+        "label": "the 342k-parameter character model on Countdown",
         "flags": ["--data", "countdown"], "threshold": 0.40,
         "cost": {"start_s": 8.3, "sample_s": 0.00068},
         "sweeps": {
@@ -164,6 +145,7 @@ TASKS = {
             "dose": {"steps": 150, "eval_every": 25, "n_eval": 100, "eval_samples": 16, "step_s": 0.6, "parts": 2},
         }},
     "addition": {
+        "label": "the character model on addition with written-out carries",
         "flags": [], "threshold": 0.75,
         "cost": {"start_s": 10.7, "sample_s": 0.00099},
         "sweeps": {
@@ -215,6 +197,7 @@ EDGE_LR = "1e-5"
 # their start" picks the analogue of its 2e-4. So the dose question cannot show at 1e-5: the
 # masked sweep asks it at 3e-5 (experiments/designs_masked.py), declared before its runs.
 TASKS["smollm2"] = {
+    "label": "SmolLM2-135M-Instruct on chat-worded addition",
     "recipe": SMOLLM2_RECIPE, "threshold": 0.5,
     "cost": {"start_s": 120.0, "sample_s": 0.07},
     "sweeps": {
@@ -315,7 +298,8 @@ class Sweep:
     arms: dict[str, list[str]]
     """Arm name -> its own train.py flags (after `flags`)."""
     rows: list[tuple[str, Callable[[dict], float], str]]
-    """The table's quantities: (label, f(load_metrics of one run) -> one number, how it is computed)."""
+    """The table's quantities: (label, f(load_metrics of one run) -> one number, how it is computed);
+    a row other sweeps read too is taken by name from quantities.ROWS (quantities.row)."""
     curves: list[tuple[str, str]]
     """(metrics key, panel title): drawn as mean ± SE over runs, one line per arm."""
     claims: list[Claim] = field(default_factory=list)
@@ -323,7 +307,7 @@ class Sweep:
     checks: list[Check] = field(default_factory=list)
     """The identities its runs must satisfy (experiments/claims.py run_checks)."""
     held: list[HeldFixed] = field(default_factory=list)
-    """What each control arm holds equal to another arm's, measured on every step (claims.py run_held)."""
+    """What each control arm holds equal to another arm's, measured on every step (held_fixed.py run_held)."""
     holm: str = "declared"
     """Holm's primary reading: "declared" (each Claim.family) or "sweep" (one family for the
     sweep's claims on a task); the pages give the other beside it."""

@@ -19,9 +19,8 @@ from experiments import designs_pretrained
 from experiments.claims import Check, Claim
 from experiments.designs import (FADE, FRESH_SEEDS, Q_DIFFICULTY, Q_FADE, Q_PHASES, Q_SIGN, RESIDUAL_TOL, TASKS, Sweep,
                                  settings)
-from experiments.quantities import (censored, difference, final, final_max_pass, head_mean, max_of, mean_of, min_of,
-                                    peak_of, peak_step_of, peaked_at_end, ratio, smoothed_peak, smoothed_peak_step,
-                                    tail_mean)
+from experiments.quantities import (censored, final, head_mean, max_of, min_of, peak_step_of, peaked_at_end, row, rows,
+                                    smoothed_peak, smoothed_peak_step)
 
 
 # ---------------------------------------------------------------------------------------
@@ -78,7 +77,7 @@ SCHEDULE_ROWS = [("alpha min", min_of("sched/alpha"), "smallest alpha of the run
                  ("alpha max", max_of("sched/alpha"), "largest alpha of the run"),
                  ("delta min", min_of("sched/delta"), "smallest delta of the run"),
                  ("delta max", max_of("sched/delta"), "largest delta of the run"),
-                 ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")]
+                 row("minutes")]
 
 
 def advantages(task: str = "countdown") -> Sweep:
@@ -123,18 +122,9 @@ def advantages(task: str = "countdown") -> Sweep:
         arms={"grpo": ["--advantage", "grpo"], "mean": ["--advantage", "mean"], "psr": ["--advantage", "psr"],
               "nsr": ["--advantage", "nsr"], "power": ["--advantage", "power", "--alpha", "2"],
               "asym": ["--advantage", "asym", "--delta", "0.5"]},
-        rows=[("peak pass@1", peak_of("eval/pass@1"), "best held-out pass@1 over the run's evaluations"),
-              ("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
-              ("final pass@k", final_max_pass(), "held-out pass@k at the last step, the largest k evaluated"),
-              ("entropy, first 10 steps", head_mean("entropy", 10), "mean token entropy, nats"),
-              ("entropy, last 10 steps", tail_mean("entropy", 10), "mean token entropy, nats"),
-              ("final solution entropy", final("eval/solution_entropy"),
-               "entropy over distinct correct solutions (countdown), last evaluation"),
-              ("m_S (mean)", mean_of("m_S"), "success mass per rollout, mean over steps"),
-              ("m_F (mean)", mean_of("m_F"), "failure mass per rollout, mean over steps"),
-              ("m_S - m_F", difference(mean_of("m_S"), mean_of("m_F")), "the sign axis' imbalance"),
-              ("m_F / m_S", ratio(mean_of("m_F"), mean_of("m_S")), "failure mass per unit of success mass"),
-              ("cancellation residual", mean_of("cancellation_residual"), "mean over diagnostic steps of R_g"),
+        rows=[*rows("peak pass@1", "final pass@1", "final pass@k", "entropy, first 10 steps", "entropy, last 10 steps",
+                    "final solution entropy", "m_S (mean)", "m_F (mean)", "m_S - m_F", "m_F / m_S",
+                    "cancellation residual"),
               *SCHEDULE_ROWS],
         curves=[("eval/pass@1", "held-out pass@1"), ("entropy", "entropy (nats/token)"),
                 ("m_S", "success mass m_S per rollout"), ("m_F", "failure mass m_F per rollout"),
@@ -201,7 +191,7 @@ def fade(task: str = "countdown") -> Sweep:
         flags=[*TASKS[task]["flags"], "--coupling_pairs", "0"],
         arms={**fade_arms, "grpo": ["--advantage", "grpo"], "mean": ["--advantage", "mean"],
               "power": ["--advantage", "power", "--alpha", "2"], "asym": ["--advantage", "asym", "--delta", "0.5"]},
-        rows=[("peak pass@1", peak_of("eval/pass@1"), "best held-out pass@1 over the run's evaluations"),
+        rows=[row("peak pass@1"),
               ("step of peak", peak_step_of("eval/pass@1"), "its step (the first, on ties)"),
               ("peak at the last evaluation", peaked_at_end("eval/pass@1"), "1 if the run peaked at its end"),
               ("smoothed peak pass@1", smoothed_peak("eval/pass@1"),
@@ -209,11 +199,7 @@ def fade(task: str = "countdown") -> Sweep:
               ("step of smoothed peak", smoothed_peak_step("eval/pass@1"),
                "its step; one evaluation past the end when it is the last evaluation (censored)"),
               ("smoothed peak censored", censored("eval/pass@1"), "1 if the smoothed curve peaks at the run's end"),
-              ("gain lost", difference(peak_of("eval/pass@1"), final("eval/pass@1")), "peak minus final pass@1"),
-              *[(f"final pass@{k}", final(f"eval/pass@{k}"), f"held-out pass@{k} at the last step") for k in ks],
-              ("entropy, last 10 steps", tail_mean("entropy", 10), "mean token entropy, nats"),
-              ("final solution entropy", final("eval/solution_entropy"),
-               "entropy over distinct correct solutions (countdown), last evaluation"),
+              *rows("gain lost", *[f"final pass@{k}" for k in ks], "entropy, last 10 steps", "final solution entropy"),
               # What the schedule read: whether delta could move (H_hat against H_target),
               # and where alpha's solve rate p_hat (which starts at 0.5) went.
               ("solve rate, first 50 steps", head_mean("solve_rate", 50), "mean training solve rate"),
@@ -246,14 +232,9 @@ def tradeoff(task: str = "countdown") -> Sweep:
               "in 16 tries, fewer in one (FADE paper's difficulty axis).",
         flags=[*TASKS[task]["flags"], "--coupling_pairs", "0"],
         arms={"mean": ["--advantage", "mean"], "power": ["--advantage", "power", "--alpha", "2"]},
-        rows=[("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
-              ("final pass@8", final("eval/pass@8"), "held-out pass@8 at the last step"),
-              ("final pass@16", final("eval/pass@16"), "held-out pass@16 at the last step"),
-              ("peak pass@1", peak_of("eval/pass@1"), "best held-out pass@1 over the run's evaluations"),
-              ("final solution entropy", final("eval/solution_entropy"),
-               "entropy over distinct correct solutions, last evaluation"),
-              ("entropy, last 10 steps", tail_mean("entropy", 10), "mean token entropy, nats"),
-              *SCHEDULE_ROWS],
+        rows=[*rows("final pass@1", "final pass@8", "final pass@16", "peak pass@1"),
+              row("final solution entropy", how="entropy over distinct correct solutions, last evaluation"),
+              row("entropy, last 10 steps"), *SCHEDULE_ROWS],
         curves=[("eval/pass@1", "held-out pass@1"), ("eval/pass@16", "held-out pass@16"),
                 ("entropy", "entropy (nats/token)"), ("eval/solution_entropy", "entropy over correct solutions")],
         claims=[Claim(FADE, "power (alpha 2): higher final pass@16 than mean", Q_PHASES, "final pass@16", "power",

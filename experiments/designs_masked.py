@@ -58,7 +58,7 @@ from experiments.held_fixed import HeldFixed
 from experiments.designs import (CANCELLATION, FIRST_STEP_TOL, HOLDS_SPLIT, HOLDS_TRAINED, OURS, Q_BATCHING_GAIN,
                                  RECENTRED_HELD, RECENTRED_HOLDS, TASKS, Sweep, task_flags, threshold)
 from experiments.designs_cancellation import DOSES
-from experiments.quantities import at_start, collapsed, final, first_reach, mean_of, min_of, peak_of, tail_mean, value_at
+from experiments.quantities import REACH_THE_THRESHOLD, collapsed, mean_of, reach_row, row, rows
 
 DECLARED_IN = "experiments/designs_masked.py"
 MODES = ("random", "query", "random_recentred", "random_masked")
@@ -66,7 +66,7 @@ FRESH = (10, 11, 12, 13, 14)            # addition's fresh RL seeds: no addition
 SMOLLM2_SEEDS = (10, 11, 12, 13, 14, 15, 16, 17)   # no SmolLM2 run has used them (sweeps 0-5, pilot 100-101)
 EQUIVALENCE = 0.10                      # "masked and recentred alike": |difference| in pass@1 below this
 
-# What each control holds, measured on every step (experiments/claims.py run_held).
+# What each control holds, measured on every step (experiments/held_fixed.py run_held).
 HELD = [HeldFixed(HOLDS_TRAINED, "random_masked", "random_recentred", "random_recentred"),
         HeldFixed(HOLDS_SPLIT, "random_masked", "random", "random", quantities=("split_groups",), pairwise=True),
         RECENTRED_HELD]                 # declared to be measured, not to pass (designs.py)
@@ -81,23 +81,23 @@ def masked(task: str = "addition") -> Sweep:
     outcomes = [("mean pass@1", "primary"), ("final pass@1", "secondary")] if smollm2 else \
         [("final pass@1", ""), ("pass@1 at step 10", "")]
     claims = []
-    for row, family in outcomes:
+    for outcome, family in outcomes:
         claims += [
-            Claim(OURS, f"random_masked: higher {row} than random_recentred (cancellation inside a step is what "
-                        "the fragility needs)", Q_BATCHING_GAIN, row, "random_masked", "random_recentred", +1,
+            Claim(OURS, f"random_masked: higher {outcome} than random_recentred (cancellation inside a step is what "
+                        "the fragility needs)", Q_BATCHING_GAIN, outcome, "random_masked", "random_recentred", +1,
                   family=family, needs=(HOLDS_TRAINED,), isolates=CANCELS),
-              Claim(OURS, f"random_masked: lower {row} than random (the rollouts and mass that carry gradient are)",
-                    Q_BATCHING_GAIN, row, "random_masked", "random", -1, family=family, needs=(HOLDS_SPLIT,),
+              Claim(OURS, f"random_masked: lower {outcome} than random (the rollouts and mass that carry gradient are)",
+                    Q_BATCHING_GAIN, outcome, "random_masked", "random", -1, family=family, needs=(HOLDS_SPLIT,),
                     isolates=CARRIES)]
         if smollm2:
-            claims += [Claim(CANCELLATION, f"query mini-batches: higher {row} than random", Q_BATCHING_GAIN, row,
-                             "query", "random", +1, family=family, sided="one"),
-                       Claim(OURS, f"random_recentred: lower {row} than random (re-centring per part, which "
-                                   "changes cancellation and what carries gradient at once)", Q_BATCHING_GAIN, row,
+            claims += [Claim(CANCELLATION, f"query mini-batches: higher {outcome} than random", Q_BATCHING_GAIN,
+                             outcome, "query", "random", +1, family=family, sided="one"),
+                       Claim(OURS, f"random_recentred: lower {outcome} than random (re-centring per part, which "
+                                   "changes cancellation and what carries gradient at once)", Q_BATCHING_GAIN, outcome,
                              "random_recentred", "random", -1, family=family)]
         else:
-            claims.append(Claim(OURS, f"random_masked and random_recentred alike in {row} (within "
-                                      f"{EQUIVALENCE:g})", Q_BATCHING_GAIN, row, "random_masked",
+            claims.append(Claim(OURS, f"random_masked and random_recentred alike in {outcome} (within "
+                                      f"{EQUIVALENCE:g})", Q_BATCHING_GAIN, outcome, "random_masked",
                                 "random_recentred", 0, margin=EQUIVALENCE, family=family, needs=(HOLDS_TRAINED,)))
     checks = [Check("query mini-batches never split a group", "split groups / step", ("query",), "zero"),
               Check("random's split cuts groups in all three random-split arms", "split groups / step",
@@ -119,32 +119,18 @@ def masked(task: str = "addition") -> Sweep:
               "random_masked trains on random_recentred's rollouts and mass without its zero-sum parts (ours).",
         flags=flags,
         arms={mode: ["--minibatch_mode", mode] for mode in MODES},
-        rows=[("final pass@1", final("eval/pass@1"), "held-out pass@1 at the last step"),
-              ("mean pass@1", mean_of("eval/pass@1"), "held-out pass@1, mean over the run's evaluations"),
-              ("pass@1 at step 10", value_at("eval/pass@1", 10), "held-out pass@1 after the first 10 batches"),
-              ("start pass@1", at_start("eval/pass@1"), "held-out pass@1 of the starting weights (start.json)"),
-              ("peak pass@1", peak_of("eval/pass@1"), "best held-out pass@1 over the run's evaluations"),
-              ("min pass@1", min_of("eval/pass@1"), "worst held-out pass@1 over the run's evaluations"),
+        rows=[*rows("final pass@1", "mean pass@1", "pass@1 at step 10", "start pass@1", "peak pass@1", "min pass@1"),
               ("ended below start", collapsed(share=1.0), "1 if final pass@1 < start pass@1, else 0"),
-              ("collapsed", collapsed(), "1 if final pass@1 < half of start pass@1, else 0"),
-              (f"steps to pass@1 >= {threshold(task)}", first_reach("eval/pass@1", threshold(task)),
-               "first evaluation step at or above the threshold (one evaluation past the end if never)"),
-              ("first-step residual", mean_of("cancellation_residual_first"),
-               "R_g of the first optimizer step of each batch (ratio 1), mean over diagnostic steps"),
-              ("split groups / step", mean_of("mb/split_groups"),
-               "groups cut across optimizer steps, per optimizer step, mean over steps"),
+              row("collapsed"), reach_row(threshold(task), how=REACH_THE_THRESHOLD),
+              *rows("first-step residual", "split groups / step"),
               ("rollouts trained / step", mean_of("mb/rollouts_trained"),
                "rollouts with an advantage not 0, per optimizer step, mean over steps"),
               ("prompts trained / step", mean_of("mb/prompts_trained"),
                "prompts with such a rollout, per optimizer step, mean over steps"),
               ("sum |A| trained / step", mean_of("mb/adv_abs_sum_trained"),
                "sum of |advantage| per optimizer step, mean over steps"),
-              ("mean |A| trained", mean_of("mb/adv_abs_trained"),
-               "mean |advantage| the optimizer steps trained on, over every rollout"),
-              ("approx kl", mean_of("approx_kl"), "mean over steps of the sampling policy's KL to the updated one"),
-              ("grad norm", mean_of("grad_norm"), "mean over steps of the gradient norm before clipping"),
-              ("entropy, last 10 steps", tail_mean("entropy", 10), "mean token entropy, nats"),
-              ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run")],
+              row("mean |A| trained", how="mean |advantage| the optimizer steps trained on, over every rollout"),
+              *rows("approx kl", "grad norm", "entropy, last 10 steps", "minutes")],
         curves=[("eval/pass@1", "held-out pass@1"), ("entropy", "entropy (nats/token)"),
                 ("mb/rollouts_trained", "rollouts trained per optimizer step"),
                 ("mb/adv_abs_sum_trained", "sum |A| trained per optimizer step"),

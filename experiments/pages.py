@@ -44,11 +44,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from experiments import claims as claims_lib
-from experiments import held_fixed
-from experiments import plot_runs, quantities
+from experiments import held_fixed, quantities
 from experiments.designs import TASKS, Sweep, eval_flags, runs_on, settings
 from experiments.registry import SWEEPS
 from experiments.summaries import CLAIMS_PAGE, write_claims_page, write_findings_block, write_readme_tables
+from tools import plot_runs
 
 
 @dataclass
@@ -506,11 +506,15 @@ def verdict_record(r: dict) -> dict:
 # 3. report: every page, the data files, the claims page, the README's summary
 # ---------------------------------------------------------------------------------------
 
-def report(out: str, results: str, readme: str, prose: str = os.path.join("docs", "results.md")) -> list[str]:
+def report(out: str, results: str, readme: str, prose: str) -> list[str]:
     """Rebuild every sweep's page from its runs (committed data merged with OUT's finished
     runs), rewrite its data file, write claims.md beside them, replace the README's summary
     and the study prose's block of every finding's numbers (`prose`, docs/results.md,
     summaries.write_findings_block). Returns the paths written.
+
+    Every path is an argument without a default (sweep.py's --readme and --prose hold the
+    repository's): a caller that forgets one, a test in a temporary folder, gets a TypeError,
+    not the repository's README or docs/results.md rewritten with its tiny sweep's numbers.
 
     A sweep with neither committed data nor finished runs is skipped (its README cells
     read "not run"). Pages are dated by their runs, not by the rebuild, so a rebuild with

@@ -1,11 +1,13 @@
 """quantities.py: one number per run, the rows of a sweep's table (experiments/designs_*.py).
 
 Each function here takes a metric name (and a level, a cell, ...) and returns a function
-of one run's series, plot_runs.load_metrics' {key: (steps, values)} with NaN where a step
-logged null, that gives one number: the value at the last step, a mean over steps, the
-first step a curve reached a level, a pooled token-value cell, a within-run difference
-or ratio. Each returns NaN when the run never logged the key. The sweeps declare rows as
-(label, quantity, how it is computed); the claims and checks name the rows.
+of one run's series, {key: (steps, values)} as tools/plot_runs.py's load_metrics gives it,
+with NaN where a step logged null, that gives one number: the value at the last step, a
+mean over steps, the first step a curve reached a level, a pooled token-value cell, a
+within-run difference or ratio. Each returns NaN when the run never logged the key. The
+sweeps declare rows as (label, quantity, how it is computed); the claims and checks name
+the rows. A row more than one sweep reads is declared once, at the end of this file (ROWS),
+and a sweep takes it by name (row, rows).
 """
 
 from __future__ import annotations
@@ -289,3 +291,126 @@ def censored(key: str) -> Callable[[dict], float]:
         steps = series[key][0]
         return float(peak(steps, smoothed(series[key][1]))[0] == steps[-1])
     return value
+
+
+# ---------------------------------------------------------------------------------------
+# The rows the sweeps share, declared once: a label, its quantity, how it is computed
+# ---------------------------------------------------------------------------------------
+# A claim or a check names its row by label (Claim.row, Check.row), and a page prints each
+# row's label and description (pages.write_page's "Quantities"), so a label means one
+# quantity in every sweep. A row that more than one sweep declares is declared here; a sweep
+# takes it by name (row, rows) and keeps only its own rows inline. Where a sweep's committed
+# page words a shared row's description otherwise, the sweep passes that wording (row's
+# `how`): the same quantity, the page unchanged.
+
+VALUE_CELLS = {"boosted_pos": "b+", "suppressed_pos": "s+", "boosted_neg": "b-", "suppressed_neg": "s-"}
+"""The token-value cells (diagnostics.token_values [recon]) and their short names in the rows."""
+
+
+def _table(*rows: tuple[str, Callable[[dict], float], str]) -> dict[str, tuple[str, Callable[[dict], float], str]]:
+    return {label: (label, quantity, how) for label, quantity, how in rows}
+
+
+ROWS = _table(
+    # held-out pass@1 and pass@k: the end, the best, the worst, the start, the way there
+    *[(f"final pass@{k}", final(f"eval/pass@{k}"), f"held-out pass@{k} at the last step") for k in (1, 2, 4, 8, 16)],
+    ("final pass@k", final_max_pass(), "held-out pass@k at the last step, the largest k evaluated"),
+    ("peak pass@1", peak_of("eval/pass@1"), "best held-out pass@1 over the run's evaluations"),
+    ("min pass@1", min_of("eval/pass@1"), "worst held-out pass@1 over the run's evaluations"),
+    ("mean pass@1", mean_of("eval/pass@1"), "held-out pass@1, mean over the run's evaluations"),
+    ("start pass@1", at_start("eval/pass@1"), "held-out pass@1 of the starting weights (start.json)"),
+    ("pass@1 at step 10", value_at("eval/pass@1", 10), "held-out pass@1 after the first 10 batches"),
+    ("gain lost", difference(peak_of("eval/pass@1"), final("eval/pass@1")), "peak minus final pass@1"),
+    ("collapsed", collapsed(), "1 if final pass@1 < half of start pass@1, else 0"),
+    ("final solution entropy", final("eval/solution_entropy"),
+     "entropy over distinct correct solutions (countdown), last evaluation"),
+    # the policy's entropy
+    ("entropy, first 10 steps", head_mean("entropy", 10), "mean token entropy, nats"),
+    ("entropy, last 10 steps", tail_mean("entropy", 10), "mean token entropy, nats"),
+    # cancellation, and what the mini-batches hold
+    ("cancellation residual", mean_of("cancellation_residual"), "mean over diagnostic steps of R_g"),
+    ("first-step residual", mean_of("cancellation_residual_first"),
+     "R_g of the first optimizer step of each batch (ratio 1), mean over diagnostic steps"),
+    ("split groups / step", mean_of("mb/split_groups"),
+     "groups cut across optimizer steps, per optimizer step, mean over steps"),
+    ("mean |A| of the batch", mean_of("adv_abs_mean"), "mean |advantage| per rollout, mean over steps"),
+    ("mean |A| trained", mean_of("mb/adv_abs_trained"),
+     "mean |advantage| the optimizer steps trained on (random_recentred's re-centring lowers it)"),
+    # where the update went
+    ("template drift", mean_of("where/abs_dlogp_template"),
+     "mean |Δ log π| per template token, mean over diagnostic steps"),
+    ("template share", mean_of("where/template_share"),
+     "template tokens' share of sum |Δ log π|, mean over diagnostic steps"),
+    ("template tokens", mean_of("where/template_tokens"),
+     "template tokens' share of the tokens (the even-spread reference)"),
+    # the size of the update, and GSPO's clip
+    ("approx kl", mean_of("approx_kl"), "mean over steps of the sampling policy's KL to the updated one"),
+    ("grad norm", mean_of("grad_norm"), "mean over steps of the gradient norm before clipping"),
+    ("clip frac low", mean_of("clip_frac_low"), "mean over steps"),
+    ("clip frac high", mean_of("clip_frac_high"), "mean over steps"),
+    ("clip frac (both)", total(mean_of("clip_frac_low"), mean_of("clip_frac_high")),
+     "clip fraction low + high, mean over steps"),
+    ("dropped rollouts", mean_of("dfpo_dropped"),
+     "share of rollouts GSPO's clip dropped, mean over steps (DFPO path arms only)"),
+    # FADE's masses: the sign axis
+    ("m_S (mean)", mean_of("m_S"), "success mass per rollout, mean over steps"),
+    ("m_F (mean)", mean_of("m_F"), "failure mass per rollout, mean over steps"),
+    ("m_S - m_F", difference(mean_of("m_S"), mean_of("m_F")), "the sign axis' imbalance"),
+    ("m_F / m_S", ratio(mean_of("m_F"), mean_of("m_S")), "failure mass per unit of success mass"),
+    # the Cancellation Hypothesis' token diagnostics: flips, specificity, token values
+    *[(f"flip {k} {s}", mean_of(f"flip/{k}_{s}"), "share of the rollouts' tokens, mean over diagnostic steps")
+      for s in ("pos", "neg") for k in ("boost", "suppress")],
+    ("flip log(b- / b+)", log_ratio(mean_of("flip/boost_neg"), mean_of("flip/boost_pos")),
+     "log of the boosted share in negative rollouts over that in positive ones (naive view: -inf)"),
+    ("flip log(s+ / s-)", log_ratio(mean_of("flip/suppress_pos"), mean_of("flip/suppress_neg")),
+     "log of the suppressed share in positive rollouts over that in negative ones (naive view: -inf)"),
+    ("specificity corr", mean_of("credit/specificity_corr"),
+     "correlation of a token's specificity with its Δ log π, mean over diagnostic steps"),
+    ("specificity cells", mean_of("credit/specificity_cells"), "(group, token) cells per diagnostic step"),
+    *[(f"value {short}", pooled_value(cell), f"value of {cell} tokens, pooled over value steps")
+      for cell, short in VALUE_CELLS.items()],
+    *[(f"value n {short}", pooled_n(cell), "positions in that cell, summed over value steps")
+      for cell, short in VALUE_CELLS.items()],
+    ("value b+ - s+", difference(pooled_value("boosted_pos"), pooled_value("suppressed_pos")),
+     "pooled value boosted minus suppressed, positive rollouts"),
+    ("value b- - s-", difference(pooled_value("boosted_neg"), pooled_value("suppressed_neg")),
+     "pooled value boosted minus suppressed, negative rollouts"),
+    # the cost
+    ("minutes", final("time/elapsed", scale=1 / 60), "train.py's wall clock for the run"),
+)
+
+# Other wordings of shared rows that more than one sweep's committed page gives (the same
+# quantity; each sweep's own page keeps its words): passed as row's `how`.
+PER_GROUP_RESIDUAL = "mean over diagnostic steps of the per-group residual R_g"           # dfpo, dose
+RESIDUAL_PER_STEP = "R_g per optimizer step, mean over diagnostic steps"                  # recentred, smollm2 batching
+FIRST_STEP_AFTER_RESIDUAL = "the same, first optimizer step of each batch only (ratio 1)"  # the row after the residual
+REACH_THE_THRESHOLD = "first evaluation step at or above the threshold (one evaluation past the end if never)"
+
+FLIP_SHARES = tuple(f"flip {k} {s}" for s in ("pos", "neg") for k in ("boost", "suppress"))
+"""The four flip rows: the boosted and suppressed shares of positive, then negative rollouts."""
+TOKEN_VALUES = (*(f"value {short}" for short in VALUE_CELLS.values()),
+                *(f"value n {short}" for short in VALUE_CELLS.values()), "value b+ - s+", "value b- - s-")
+"""The token-value rows: each cell's pooled value, its positions, and the two within-run contrasts."""
+
+
+def row(label: str, how: str | None = None) -> tuple[str, Callable[[dict], float], str]:
+    """The shared row `label` of ROWS, as a sweep's rows hold it: (label, quantity, how).
+
+    how: the description its sweep's page gives, where that page words it otherwise (the same
+    quantity). A label that is not in ROWS is a KeyError naming it: a sweep's own row is declared
+    inline, as (label, quantity, how).
+    """
+    label, quantity, default = ROWS[label]
+    return label, quantity, how or default
+
+
+def rows(*labels: str) -> list[tuple[str, Callable[[dict], float], str]]:
+    """Several shared rows, in the order given: rows("final pass@1", "minutes")."""
+    return [row(label) for label in labels]
+
+
+def reach_row(level: float, how: str = "first evaluation step at or above the task's threshold (one evaluation "
+                                     "past the end if never)") -> tuple[str, Callable[[dict], float], str]:
+    """The row "steps to pass@1 >= LEVEL": first_reach of held-out pass@1 at the task's threshold
+    (designs.threshold, which is the task's: the label carries the level)."""
+    return f"steps to pass@1 >= {level}", first_reach("eval/pass@1", level), how

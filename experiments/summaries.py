@@ -35,10 +35,6 @@ VERDICT_ORDER = ("agrees", "opposite", "no difference detected", "no equivalence
 """The README's summary counts the verdicts in this order (experiments/claims.py's verdicts)."""
 CLAIMS_PAGE = "claims.md"
 """The study's page, beside the sweeps' pages: every sweep and every claim, one line each (written by report)."""
-TASK_LABELS = {"countdown": "the 342k-parameter character model on Countdown",
-               "addition": "the character model on addition with written-out carries",
-               "smollm2": "SmolLM2-135M-Instruct on chat-worded addition"}
-"""How the summaries name a task: the model it trains matters as much as the task."""
 
 
 def verdict_cells(results: dict) -> dict:
@@ -142,7 +138,7 @@ def write_readme_tables(readme: str, results: dict, claims_page: str) -> str:
         # a pilot (a sweep that declares neither claims nor checks, like smollm2's edge lr) is
         # not one of the study's sweeps: counted apart
         pilots = [n for n in done if not SWEEPS[n](task).claims and not SWEEPS[n](task).checks]
-        lines.append(f"| {task}: {TASK_LABELS.get(task, task)} | {len(done) - len(pilots)}"
+        lines.append(f"| {task}: {TASKS[task].get('label', task)} | {len(done) - len(pilots)}"
                      + (f" (+{len(pilots)} pilot{'s' if len(pilots) > 1 else ''})" if pilots else "")
                      + (f" ({len(pending)} pending)" if pending else "")
                      + f" | {counts} | {_checks_text(checks) if checks else '-'} |")
@@ -167,7 +163,7 @@ def write_claims_page(path: str, results: dict) -> str:
              "(`sweep_TASK_NAME.jsonl.gz`, beside this page) and any finished runs; do not edit by hand. How the "
              "sweeps are designed and what we read in them: "
              "[docs/results.md](../../docs/results.md#the-papers-claims-on-real-training). Tasks: "
-             + "; ".join(f"**{t}**, {TASK_LABELS.get(t, t)}" for t in tasks) + ".", "",
+             + "; ".join(f"**{t}**, {TASKS[t].get('label', t)}" for t in tasks) + ".", "",
              "## Every sweep", "", "One line per sweep: its findings' verdicts per task, its implementation checks, "
              "its page.", "", *sweep_summary_table(results), "",
              "## Every claim", "",

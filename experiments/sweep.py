@@ -26,11 +26,12 @@ and the mini-batch shuffles. Runs with the same pair in two arms differ only in 
 Parts. A sweep longer than one sitting runs in parts: --part k/K runs the k-th of K
 contiguous slices of the plan in the order (warm-up seed, RL seed, arm), so with K = 2 a
 part is one warm-up seed, and a part always holds whole pairs (every arm of its seeds): a
-part run on another machine mixes no pair's CPUs. After each part: `python -m experiments.sweep report` (which
-writes the finished runs' metrics into experiments/results/sweep_TASK_NAME.jsonl.gz) and
-commit experiments/results/ and README.md. The next part may run on another machine with an empty runs/: `report`
-merges the committed data with the new runs. designs.TASKS declares each sweep's parts,
-and `plan` prints the commands, each marked with how many of its runs are committed.
+part run on another machine mixes no pair's CPUs. After each part: `python -m experiments.sweep report`
+(which writes the finished runs' metrics into experiments/results/sweep_TASK_NAME.jsonl.gz)
+and commit experiments/results/, README.md and docs/results.md. The next part may run on
+another machine with an empty runs/: `report` merges the committed data with the new runs.
+designs.TASKS declares each sweep's parts, and `plan` prints the commands, each marked with
+how many of its runs are committed.
 
 Running. Each run is one `train.py` process with one torch thread (OMP_NUM_THREADS=1,
 --threads 1); --jobs of them run at a time (2 for the 2-core machine). Before any run
@@ -93,7 +94,7 @@ from tqdm import tqdm
 
 from experiments import pages
 from experiments.pages import machine as _machine, now as _now, read_json as _read_json
-from experiments.designs import SEEDS, TASKS, WARMUP_SEEDS, Sweep, runs_on, settings
+from experiments.designs import REPO_DIR, SEEDS, TASKS, WARMUP_SEEDS, Sweep, runs_on, settings
 from experiments.registry import SWEEPS
 from experiments.sweep_plan import (JOBS, RESULTS, RunSpec, but_out_dir as _but_out_dir, committed_records,
                                     pilot_costs, plan_text, run_args, select_part)
@@ -106,9 +107,8 @@ from machinery.checkpoint import WEIGHT_DIRS       # what train.py saves of the 
 # ---------------------------------------------------------------------------------------
 OUT = os.path.join("runs", "sweeps")   # runs go to OUT/TASK/SWEEP/ARM/seed_S
 TASK = "countdown"                # the default task (experiments/designs.py TASKS: steps, evaluation, parts)
-# Budget: experiments/designs.py's header (and `plan`) has the estimate per sweep and part.
+# Budget: `plan` prints the estimate per sweep and part (registry.budget_table, from designs.TASKS).
 
-REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository root
 TRAIN_PY = os.path.join(REPO_DIR, "train.py")
 
 

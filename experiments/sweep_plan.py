@@ -43,8 +43,8 @@ import os
 from dataclasses import dataclass
 
 from experiments import pages
-from experiments.designs import Sweep, estimate_minutes, eval_flags, runs_on, settings
-from experiments.registry import SWEEPS, budget_table
+from experiments.designs import Sweep, estimate_minutes, eval_flags, settings
+from experiments.registry import SWEEPS, budget_table, declared, wall_minutes
 
 # ---------------------------------------------------------------------------------------
 # The defaults the plan reads (sweep.py's --jobs and --results default to them): change them here.
@@ -177,14 +177,11 @@ def plan_text(tasks: list[str], results: str = RESULTS) -> str:
     committed runs beside their estimate, and the command of every part, per task, each
     with how many of its runs are committed in `results` (a finished part says "done")."""
     lines = [budget_table(), ""]
-    long = [f"{name} on {task}" for task in tasks for name in SWEEPS
-            if runs_on(task, name) and estimate_minutes(task, name) * len(SWEEPS[name](task).arms)
-            * len(SWEEPS[name](task).warmup_seeds) * len(SWEEPS[name](task).seeds)
-            / JOBS / settings(task, name)["parts"] > 90]
+    long = [f"{name} on {task}" for task, name in declared(tasks)
+            if wall_minutes(task, name, JOBS) / settings(task, name)["parts"] > 90]
     if long:
         lines += [f"WARNING: parts estimated over 90 min ({', '.join(long)}): raise their parts in designs.TASKS", ""]
-    committed = {(task, name): committed_per_part(task, name, results) for task in tasks for name in SWEEPS
-                 if runs_on(task, name)}
+    committed = {(task, name): committed_per_part(task, name, results) for task, name in declared(tasks)}
     lines += ["Minutes per run, estimated and measured (the committed runs, train.py start to exit; "
               f"{JOBS} at a time):",
               "    sweep       task       committed  estimate  measured"]
@@ -193,17 +190,14 @@ def plan_text(tasks: list[str], results: str = RESULTS) -> str:
         lines.append(f"    {name:<11} {task:<10} {sum(c for c, _ in counts):>4} of {sum(n for _, n in counts):<3}"
                      f"{estimate_minutes(task, name):>9.1f} {measured}")
     lines += ["", "Commands, one sitting each; after each: python -m experiments.sweep report, then commit "
-              "experiments/results/ and README.md:"]
-    for task in tasks:
-        for name in SWEEPS:
-            if not runs_on(task, name):
-                continue
-            parts = settings(task, name)["parts"]
-            base = f"python -m experiments.sweep {name} --task {task}"
-            for k, (done, n) in enumerate(committed[task, name][0], start=1):
-                status = "done" if done == n else f"{done} of {n} runs committed" if done else ""
-                command = base + (f" --part {k}/{parts}" if parts > 1 else "")
-                lines.append(f"    {command:<66}  # {status}" if status else f"    {command}")
+              "experiments/results/, README.md and docs/results.md:"]
+    for task, name in committed:
+        parts = settings(task, name)["parts"]
+        base = f"python -m experiments.sweep {name} --task {task}"
+        for k, (done, n) in enumerate(committed[task, name][0], start=1):
+            status = "done" if done == n else f"{done} of {n} runs committed" if done else ""
+            command = base + (f" --part {k}/{parts}" if parts > 1 else "")
+            lines.append(f"    {command:<66}  # {status}" if status else f"    {command}")
     return "\n".join(lines)
 
 

@@ -34,7 +34,7 @@ import torch
 import advantages
 import train
 import tasks
-from machinery import metrics
+from machinery import metrics, warmups
 from tasks import countdown
 
 
@@ -78,7 +78,8 @@ def task_stats(task: str, n_prompts: int, samples: int, seed: int = 0) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m experiments.task_stats", description=__doc__.split("\n")[0])
     parser.error = lambda message: parser.exit(2, f"{parser.prog}: error: {message}\n")   # one line, exit 2
-    parser.add_argument("--data", default="countdown", choices=("countdown", "addition"), help="the task")
+    parser.add_argument("--data", default="countdown", choices=warmups.TASKS,
+                        help="the task (one with an embedded-model warm-up)")
     parser.add_argument("--prompts", type=int, default=100, help="held-out prompts (default 100)")
     parser.add_argument("--samples", type=int, default=16, help="samples per prompt: pass@1 .. pass@samples")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed")

@@ -48,12 +48,14 @@ import json
 import math
 import os
 
+import loss
+
 # What --resume may do with a field, declared on the field: field(default=..., metadata=FIXED).
 # A checkpoint records the config it was trained with, and a resume compares every field
 # with the new one (resume.resume_point), refusing a change to any FIXED field.
 RESUME = "resume"                          # the metadata key every leaf field declares
 MAY_CHANGE = {RESUME: "may change"}        # when the run stops, evaluates or saves, how fast, where it reports
-FIXED = {RESUME: "fixed"}                  # the run's math: a resume refuses a new value
+FIXED = loss.FIXED                         # the run's math: a resume refuses a new value (the chapters' marker)
 NOT_COMPARED = {RESUME: "not compared"}    # where and how this invocation runs (the directory may be moved)
 RESUME_RULES = tuple(rule[RESUME] for rule in (MAY_CHANGE, FIXED, NOT_COMPARED))
 

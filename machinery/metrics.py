@@ -22,6 +22,7 @@ import torch
 import batching
 import mass
 import tasks
+from loss import masked_mean          # sum(values * mask) / sum(mask), the one copy (train.py takes it from here)
 from machinery import checkpoint
 from machinery import forward
 
@@ -38,11 +39,6 @@ def timed(stage: str, times: dict):
         yield
     finally:
         times[f"time/{stage}"] = times.get(f"time/{stage}", 0.0) + time.perf_counter() - t0
-
-
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
-    """sum(values * mask) / sum(mask): the mean over response tokens (0 for an empty mask)."""
-    return float((values * mask).sum() / mask.sum().clamp(min=1))
 
 
 def add_stats(loss_sums: dict, stats: dict) -> None:
@@ -135,7 +131,7 @@ def trained_metrics(opt_steps: list[torch.Tensor], adv: torch.Tensor, mode: str)
     And for every other mode that draws the same split (batching.RANDOM_SPLIT: random,
     random_recentred, random_masked), what IT would have trained on in this batch's steps:
     held/<mode>/rollouts_trained, .../prompts_trained, .../adv_abs_sum_trained. A control's
-    held-fixed check (experiments/claims.py HeldFixed) compares its own numbers with its
+    held-fixed check (experiments/held_fixed.py HeldFixed) compares its own numbers with its
     reference's on the same batch, at every step: random_masked holds random_recentred's
     three (to rounding), random_recentred holds none of random's.
     """
@@ -270,7 +266,7 @@ def closing_summary(out_dir: str, steps: int, minutes: float, start_eval: dict |
           run:   runs/addition_s0 (config.json, start.json, metrics.jsonl, samples.jsonl, checkpoints/)
           model: runs/addition_s0/final (step 300) and runs/addition_s0/best (step 175):
                  AutoModelForCausalLM.from_pretrained(DIR), AutoTokenizer.from_pretrained(DIR)
-          plot:  python -m experiments.plot_runs runs/addition_s0 (its plots.png: pass@1, reward, entropy,
+          plot:  python -m tools.plot_runs runs/addition_s0 (its plots.png: pass@1, reward, entropy,
                  the cancellation residual; --dashboard: every panel)
     With --report_to tensorboard a line before the plot's names it:
           tensorboard: runs/addition_s0/tensorboard (tensorboard --logdir runs/addition_s0/tensorboard)
@@ -294,5 +290,5 @@ def closing_summary(out_dir: str, steps: int, minutes: float, start_eval: dict |
                       f"  model: {model}:",
                       "         AutoModelForCausalLM.from_pretrained(DIR), AutoTokenizer.from_pretrained(DIR)",
                       *([f"  {tracker}"] if tracker else []),
-                      f"  plot:  python -m experiments.plot_runs {out_dir} (its plots.png: pass@1, reward, entropy, "
+                      f"  plot:  python -m tools.plot_runs {out_dir} (its plots.png: pass@1, reward, entropy, "
                       "the cancellation residual; --dashboard: every panel)"])

@@ -99,7 +99,7 @@ What a child CAN still do (the limits of this sandbox; say so, do not hide it):
     trainer in a container or a VM.
 
 Cost: a fork per answer, which on a small virtual machine takes longer than
-math-verify's own comparison (experiments/bench_sandbox.py measures it;
+math-verify's own comparison (bench/scorer_sandbox.py measures it;
 docs/faults_and_safety.md has the numbers); in exchange a hang costs its timeout and
 nothing more, because the warm worker kills the child and stays. A worker starts
 about half a second slower under bubblewrap (matplotlib, which reasoning-gym imports,

@@ -328,7 +328,7 @@ def test_sweep_out_a_file_is_one_line(tmp_path, capsys):
     assert e.value.code == 2 and len(err) == 1 and "--out" in err[0] and "is a file" in err[0], err
 
 
-@pytest.mark.parametrize("module,prog", [("experiments.bench", "bench.py"),
+@pytest.mark.parametrize("module,prog", [("bench", "python -m bench"),
                                          ("integrations.trl_example", "trl_example.py")])
 @pytest.mark.slow
 def test_bench_and_trl_example_bad_flags_are_one_line(module, prog):

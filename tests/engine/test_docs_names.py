@@ -10,8 +10,8 @@ among the names the module defines or imports at its top level.
 Left out: docs/LOG.md (history names what the code was then) and the sweep pages (written
 by `report` from the committed data; their text comes from experiments/pages.py).
 
-And the README's "Files" section names every module of the engine, the study and the
-integrations, so the house it describes is the house there is; and the times the README
+And the README's "Files" section names every module of the engine, the study, the
+benchmarks, the run viewer and the integrations, so the house it describes is the house there is; and the times the README
 and the CPU recipe promise are times docs/results.md measured, with the machine's load.
 """
 
@@ -133,12 +133,13 @@ def test_a_name_that_is_gone_is_found_and_files_and_other_libraries_are_not(doc,
 
 
 def test_the_readmes_files_section_names_every_module_of_the_engine_the_study_and_the_integrations():
-    """README's "Files" lists the house; a module added to machinery/, experiments/ or
-    integrations/ without a word there is one a reader cannot find from the README (tasks/
-    and toy/ are described by what each file holds, not by name)."""
+    """README's "Files" lists the house; a module added to machinery/, experiments/, bench/,
+    tools/ or integrations/ without a word there is one a reader cannot find from the README
+    (tasks/ and toy/ are described by what each file holds, not by name)."""
     readme = open(os.path.join(REPO, "README.md")).read()
     files = readme.split("## Files", 1)[1].split("\n## ", 1)[0]
-    modules = [p for folder in ("machinery", "experiments", "integrations") for p in tracked(f"{folder}/*.py")
+    modules = [p for folder in ("machinery", "experiments", "bench", "tools", "integrations")
+               for p in tracked(f"{folder}/*.py")
                if not p.endswith("__init__.py")]
     assert len(modules) >= 30
     assert [p for p in modules if not re.search(rf"\b{re.escape(os.path.basename(p))}", files)] == []

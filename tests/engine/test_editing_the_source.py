@@ -144,7 +144,7 @@ def test_step_0_is_the_start_and_the_run_ends_with_a_summary_and_its_models(tiny
     best = max(evals, key=lambda r: (r["eval/pass@1"], -r["step"]))
     assert f"held-out pass@1 {start['eval/pass@1']:.3f} at the start, {rows[-1]['eval/pass@1']:.3f} at step 4, " \
            f"best {best['eval/pass@1']:.3f} at step {best['step']}" in said
-    assert f"python -m experiments.plot_runs {out}" in said and f"{out / 'final'} (step 4)" in said
+    assert f"python -m tools.plot_runs {out}" in said and f"{out / 'final'} (step 4)" in said
     # RUN/final and RUN/best load as any hub model does, and hold those weights
     final = AutoModelForCausalLM.from_pretrained(out / "final")
     AutoTokenizer.from_pretrained(out / "final")
@@ -178,7 +178,7 @@ def test_a_resumed_run_keeps_one_step_0_and_the_same_metrics(tiny_dir, tmp_path)
 
 def test_plot_runs_draws_pass_at_1_first_and_never_writes_into_the_working_directory(tiny_dir, tmp_path,
                                                                                       monkeypatch):
-    from experiments import plot_runs
+    from tools import plot_runs
     a, b = tmp_path / "a", tmp_path / "b"
     for d in (a, b):
         train.train(train.parse_args(small_args(tiny_dir, d, "--steps", "2")))

@@ -8,7 +8,11 @@
     integrations/ the plugins for TRL and verl: the chapters and tasks/; of the engine only
                   the embedded model (machinery.warmups, for the example script), never its
                   configuration or train.py
-    engine        machinery/ and train.py: the chapters and tasks/, never the study
+    engine        machinery/ and train.py: the chapters and tasks/, never the study, the
+                  benchmarks or the viewer
+    tools/        the run viewer (plot_runs.py): the chapters and the engine, never the
+                  study or train.py (a run of your own needs nothing of the study)
+    bench/        the speed benchmarks: the engine and train.py, never the study
     study         experiments/: anything
 
 A reader who opens a chapter reads the formula and nothing it hides; a change in the
@@ -29,7 +33,7 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHAPTERS = ("advantages", "mass", "batching", "scheduler", "loss", "aggregation", "exchangeability", "verify",
             "diagnostics")
-FOLDERS = ("machinery", "tasks", "experiments", "toy", "integrations")
+FOLDERS = ("machinery", "tasks", "experiments", "toy", "integrations", "bench", "tools")
 
 
 # What integrations/ may take from the engine: the embedded model, which the example trains.
@@ -61,13 +65,16 @@ def layering_problems(repo: str = REPO) -> list[str]:
     problems = []
     engine = {f"machinery.{os.path.basename(p)[:-3]}" for p in files_in_repo(repo, "machinery")}
     rules = {**{os.path.join(repo, f"{c}.py"): set(FOLDERS) | {"train"} for c in CHAPTERS},
-             **{p: {"machinery", "tasks", "experiments", "integrations", "train"} for p in files_in_repo(repo, "toy")},
-             **{p: {"machinery", "experiments", "toy", "integrations", "train"}
+             **{p: {"machinery", "tasks", "experiments", "integrations", "bench", "tools", "train"}
+                for p in files_in_repo(repo, "toy")},
+             **{p: {"machinery", "experiments", "toy", "integrations", "bench", "tools", "train"}
                 for p in files_in_repo(repo, "tasks")},
-             **{p: (engine - set(ENGINE_FOR_INTEGRATIONS)) | {"experiments", "toy", "train"}
+             **{p: (engine - set(ENGINE_FOR_INTEGRATIONS)) | {"experiments", "toy", "bench", "tools", "train"}
                 for p in files_in_repo(repo, "integrations")},
-             **{p: {"experiments", "train"} for p in files_in_repo(repo, "machinery")},
-             os.path.join(repo, "train.py"): {"experiments"}}
+             **{p: {"experiments", "bench", "tools", "train"} for p in files_in_repo(repo, "machinery")},
+             **{p: {"experiments", "bench", "toy", "integrations", "train"} for p in files_in_repo(repo, "tools")},
+             **{p: {"experiments", "toy", "integrations"} for p in files_in_repo(repo, "bench")},
+             os.path.join(repo, "train.py"): {"experiments", "bench", "tools"}}
     for path, forbidden in rules.items():
         if os.path.isfile(path):
             bad = sorted(name for name in project_imports(path)
@@ -97,9 +104,10 @@ def test_a_chapter_imported_alone_loads_nothing_of_the_projects_folders(chapter)
 def test_the_checker_sees_a_chapter_that_imports_the_engine(tmp_path):
     # negative control: a chapter reaching into machinery/ (in a function), a task into the
     # engine, the engine into the study, the toy into the engine, an integration into the
-    # engine's configuration; and what is allowed next to each (the integration's example
-    # taking the embedded model, the toy its own modules and the chapters)
-    for folder in ("machinery", "tasks", "toy", "integrations"):
+    # engine's configuration, the viewer and the benchmarks into the study; and what is allowed
+    # next to each (the integration's example taking the embedded model, the toy its own modules
+    # and the chapters, the viewer the engine's checks, the benchmarks train.py and the engine)
+    for folder in ("machinery", "tasks", "toy", "integrations", "tools", "bench"):
         (tmp_path / folder).mkdir()
     (tmp_path / "machinery" / "config.py").write_text("")
     (tmp_path / "machinery" / "warmups.py").write_text("")
@@ -111,7 +119,11 @@ def test_the_checker_sees_a_chapter_that_imports_the_engine(tmp_path):
     (tmp_path / "integrations" / "plug.py").write_text("import loss\nfrom machinery.config import step_hyper\n")
     (tmp_path / "integrations" / "example.py").write_text("from machinery import warmups\nimport tasks\n"
                                                           "def f():\n    import train\n")
+    (tmp_path / "tools" / "viewer.py").write_text("from machinery import checks\nfrom experiments import claims\n")
+    (tmp_path / "bench" / "__main__.py").write_text("import train\nfrom machinery import forward\n"
+                                                    "from experiments.pages import fmt\n")
     assert layering_problems(str(tmp_path)) == [
         "loss.py imports machinery.forward", "toy/__main__.py imports machinery.checks",
         "tasks/t.py imports machinery.checks", "integrations/example.py imports train",
-        "integrations/plug.py imports machinery.config", "machinery/m.py imports experiments.pages"]
+        "integrations/plug.py imports machinery.config", "machinery/m.py imports experiments.pages",
+        "tools/viewer.py imports experiments.claims", "bench/__main__.py imports experiments.pages"]

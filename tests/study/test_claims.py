@@ -343,8 +343,13 @@ def test_every_sweep_declares_rows_arms_quotes_and_a_design_that_can_survive_hol
     assert 2 * (2 / 2 ** 6) >= claims.ALPHA
 
 
-def test_the_budget_in_the_header_is_the_one_the_cost_model_gives():
-    assert registry.budget_table() in designs.__doc__
+def test_the_budget_is_the_cost_models_each_part_a_sitting_and_no_copy_of_it_is_kept():
+    # `plan` prints the budget from TASKS as it stands: one line per declared (sweep, task).
+    # The header says where it is and keeps no copy (a pasted table went stale silently).
+    table = registry.budget_table().splitlines()
+    declared = [(name, task) for task in designs.TASKS for name in registry.SWEEPS if designs.runs_on(task, name)]
+    assert [tuple(line.split()[:2]) for line in table[1:]] == declared and len(declared) >= 20
+    assert "python -m experiments.sweep plan" in designs.__doc__ and table[0].strip() not in designs.__doc__
     for task in designs.TASKS:
         for name in registry.SWEEPS:
             if not designs.runs_on(task, name):
@@ -396,7 +401,7 @@ def test_sweep_end_to_end_detects_the_planted_difference_and_not_the_null(tiny_d
     # `report` writes the docs page, the committed data and the README's tables from the runs
     readme = tmp_path / "README.md"
     readme.write_text("intro\n<!-- claims:begin -->\nold table\n<!-- claims:end -->\nrest\n")
-    written = pages.report(str(tmp_path), str(tmp_path / "docs"), str(readme))
+    written = pages.report(str(tmp_path), str(tmp_path / "docs"), str(readme), str(tmp_path / "results.md"))
     assert {os.path.basename(p) for p in written} >= {"sweep_addition_planted.md", "sweep_addition_planted.png",
                                                      "sweep_addition_planted.jsonl.gz", "claims.md", "README.md"}
     page = (tmp_path / "docs" / "sweep_addition_planted.md").read_text()

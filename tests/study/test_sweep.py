@@ -276,7 +276,7 @@ def test_report_merges_committed_data_with_new_runs_and_never_says_not_run(tmp_p
         json.dump({"model_path": "m", "weights_sha256": r.record["start"]["sha256"]}, open(os.path.join(d, "start.json"), "w"))
     credit = registry.SWEEPS["credit"]
     monkeypatch.setitem(registry.SWEEPS, "credit", lambda task: dataclasses.replace(credit(task), seeds=(0,)))
-    pages.report(str(out), str(docs), str(readme))
+    pages.report(str(out), str(docs), str(readme), str(tmp_path / "results.md"))
     merged = pages.read_run_data(str(docs / "sweep_addition_credit.jsonl.gz"))
     w0, w1 = designs.WARMUP_SEEDS
     assert [(r.arm, r.key) for r in merged] == [("grpo", (w0, 0)), ("grpo", (w1, 0)), ("psr", (w0, 0)), ("psr", (w1, 0))]
@@ -310,7 +310,7 @@ def test_report_merges_committed_data_with_new_runs_and_never_says_not_run(tmp_p
     # a fresh machine: no runs/, the same page from the committed data alone
     before = {f: (docs / f).read_bytes() for f in os.listdir(docs)}
     shutil.rmtree(out)
-    pages.report(str(out), str(docs), str(readme))
+    pages.report(str(out), str(docs), str(readme), str(tmp_path / "results.md"))
     assert {f: (docs / f).read_bytes() for f in os.listdir(docs)} == before and readme.read_text() == text
 
 
@@ -318,7 +318,7 @@ def test_a_sweep_with_different_claims_per_task_shows_each_claim_once_with_dash_
     # the dose sweep: lr doses on addition, mini-batch doses on countdown; nothing run here
     docs, readme = tmp_path / "docs", tmp_path / "README.md"
     readme.write_text("<!-- claims:begin -->\n<!-- claims:end -->\n")
-    pages.report(str(tmp_path / "runs"), str(docs), str(readme))
+    pages.report(str(tmp_path / "runs"), str(docs), str(readme), str(tmp_path / "results.md"))
     page = (docs / "claims.md").read_text()
     every_sweep, every_claim = page.split("## Every claim")
     rows = {line.split("|")[2].strip(): [c.strip() for c in line.split("|")[3:-1]]
@@ -356,11 +356,11 @@ def test_a_report_that_sets_runs_aside_is_rebuilt_byte_for_byte(tmp_path, monkey
     pages.write_run_data([*committed, *old], str(docs / "sweep_addition_credit.jsonl.gz"))
     credit = registry.SWEEPS["credit"]
     monkeypatch.setitem(registry.SWEEPS, "credit", lambda task: dataclasses.replace(credit(task), seeds=(0, 1)))
-    pages.report(str(out), str(docs), str(readme))
+    pages.report(str(out), str(docs), str(readme), str(tmp_path / "results.md"))
     assert "set aside 4 runs" in capsys.readouterr().out                # said once, where it happens
     first = {f: (docs / f).read_bytes() for f in os.listdir(docs)}
     assert len(pages.read_run_data(str(docs / "sweep_addition_credit.jsonl.gz"))) == 4
-    pages.report(str(out), str(docs), str(readme))
+    pages.report(str(out), str(docs), str(readme), str(tmp_path / "results.md"))
     assert {f: (docs / f).read_bytes() for f in os.listdir(docs)} == first
 
 
@@ -417,7 +417,7 @@ def test_a_part_whose_runs_are_all_committed_runs_nothing_elsewhere(finished_swe
     """On another machine (a new --out) with the finished runs committed: no train.py starts,
     and no summary of zero runs is written."""
     docs = tmp_path / "docs"
-    pages.report(str(finished_sweep), str(docs), str(tmp_path / "no_readme.md"))
+    pages.report(str(finished_sweep), str(docs), str(tmp_path / "no_readme.md"), str(tmp_path / "results.md"))
     elsewhere = tmp_path / "elsewhere"
     sweep.main([*ARGV, "--out", str(elsewhere), "--results", str(docs), *train_extra(tiny_dir)])
     out = capsys.readouterr()

@@ -1,9 +1,8 @@
-"""bench_trl.py: TRL's GRPOTrainer doing our step's work, and the clocks both trainers are timed with.
+"""trl_trainer.py: TRL's GRPOTrainer doing our step's work, and the clocks both trainers are timed with.
 
-experiments/bench.py runs it beside train.py on the same prompts (python -m experiments.bench);
-experiments/bench_smollm2.py on the real model. `work` is bench_ours.Work (model, data,
-prompts_per_step, group_size, max_new_tokens, temperature, lr, chat_template), `rows`
-bench_ours.work_rows' prompts.
+bench/__main__.py runs it beside train.py on the same prompts (python -m bench), bench/smollm2.py
+on the real model. `work` is ours.Work (model, data, prompts_per_step, group_size,
+max_new_tokens, temperature, lr, chat_template), `rows` ours.work_rows' prompts.
 
 How TRL is configured, and why (read from TRL 1.16.0's GRPOConfig / GRPOTrainer):
 - per_device_train_batch_size=32, gradient_accumulation_steps=8, steps_per_generation=8
@@ -31,7 +30,7 @@ How TRL is configured, and why (read from TRL 1.16.0's GRPOConfig / GRPOTrainer)
 The clocks. stage_clock wraps the functions that do a step's stages (the update's forward
 and backward, the gradient clip, AdamW's step; train.py's sampler and prompt sharing for
 ours) so that every call adds its wall seconds to a named stage; events_between sums them
-per step. The process's peak resident set size (VmHWM) comes from bench_ours.peak_rss_mb.
+per step. The process's peak resident set size (VmHWM) comes from ours.peak_rss_mb.
 """
 
 from __future__ import annotations
@@ -45,7 +44,7 @@ import torch
 
 import tasks
 import verify
-from experiments.bench_ours import Work, peak_rss_mb, reset_peak_rss
+from bench.ours import Work, peak_rss_mb, reset_peak_rss
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""plot_runs.py on synthetic metrics.jsonl files: loading, smoothing, panel choice, summary, CLI."""
+"""tools/plot_runs.py on synthetic metrics.jsonl files: loading, smoothing, panel choice, summary, CLI."""
 
 import json
 import math
@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from experiments import plot_runs
+from tools import plot_runs
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -182,7 +182,7 @@ def test_cli_in_process(tmp_path, capsys, monkeypatch):
 
 
 def test_cli_missing_directory_exit_code_2(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "experiments.plot_runs", str(tmp_path / "missing")], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "tools.plot_runs", str(tmp_path / "missing")], cwd=REPO,
                           capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == f"plot_runs.py: error: run directory {str(tmp_path / 'missing')!r} does not exist\n"

@@ -1,13 +1,13 @@
-"""bench.py: our GRPO step against TRL's GRPOTrainer on identical work, in one process.
+"""python -m bench: our GRPO step against TRL's GRPOTrainer on identical work, in one process.
 
-    python -m experiments.bench                     # 2 rounds x (2 warm-up + 10 measured steps) of each trainer
-    python -m experiments.bench --skip_trl          # ours only (TRL not installed)
-    python -m experiments.bench --scaling           # + how our step time grows with G and max new tokens
-    python -m experiments.bench --data countdown    # the same comparison on the countdown task
-    python -m experiments.bench --skip_trl --profile   # + where our step's time goes (torch.profiler)
-    python -m experiments.bench --ablate            # + each step replayed without the decoder / shared prompts
-    python -m experiments.bench --model smollm2-135m-instruct --threads 2   # a real model (bench_smollm2.py)
-    python -m experiments.bench --model smollm2-135m-instruct --lm_head    # one micro-batch's update, four ways
+    python -m bench                     # 2 rounds x (2 warm-up + 10 measured steps) of each trainer
+    python -m bench --skip_trl          # ours only (TRL not installed)
+    python -m bench --scaling           # + how our step time grows with G and max new tokens
+    python -m bench --data countdown    # the same comparison on the countdown task
+    python -m bench --skip_trl --profile   # + where our step's time goes (torch.profiler)
+    python -m bench --ablate            # + each step replayed without the decoder / shared prompts
+    python -m bench --model smollm2-135m-instruct --threads 2   # a real model (bench/smollm2.py)
+    python -m bench --model smollm2-135m-instruct --lm_head    # one micro-batch's update, four ways
     pip install -r requirements/bench.txt     # TRL 1.16.0 and what it needs, for the comparison
 
 The work: the warmed embedded model (tinymodel.py), the synthetic addition task
@@ -18,9 +18,9 @@ see the SAME prompts in the same order: the bench replays train.py's prompt stre
 that exact list to TRL as an unshuffled dataset, and checks afterwards that both saw the
 same prompts at every step. Sampling draws differ (different code consumes the RNG
 differently), so the mean rewards agree only within sampling noise. How TRL is
-configured to do the same step, and why: experiments/bench_trl.py. The real model
+configured to do the same step, and why: bench/trl_trainer.py. The real model
 (--model smollm2-135m-instruct), each configuration in a process of its own:
-experiments/bench_smollm2.py.
+bench/smollm2.py.
 
 Three differences in work that are not differences in the update, all exact (tested)
 and all printed or counted:
@@ -70,10 +70,10 @@ import sys
 
 import torch
 
-from experiments import bench_smollm2
-from experiments.bench_ours import (G_DEFAULT, MAX_NEW_DEFAULT, N_PROMPTS, Work, measure_ours, med, mean, pool,
-                                    run_ours, train_seconds, work_rows)
-from experiments.bench_trl import measure_trl
+from bench import smollm2
+from bench.ours import (G_DEFAULT, MAX_NEW_DEFAULT, N_PROMPTS, Work, measure_ours, med, mean, pool, run_ours,
+                        train_seconds, work_rows)
+from bench.trl_trainer import measure_trl
 from machinery import warmups
 
 
@@ -214,12 +214,12 @@ def scaling(args) -> None:
 # ---------------------------------------------------------------------------------------
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="bench.py", description=__doc__.split("\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.error = lambda message: parser.exit(2, f"{parser.prog}: error: {message}\n")   # one line, exit 2
     parser.add_argument("--model", default="tiny", choices=("tiny", "smollm2-135m-instruct"),
                         help="the embedded model (its addition or countdown work), or SmolLM2-135M-Instruct on "
-                             "chat-worded addition, every configuration in its own process (bench_smollm2.py)")
+                             "chat-worded addition, every configuration in its own process (bench/smollm2.py)")
     parser.add_argument("--steps", type=int, default=None, help="measured steps of each trainer (K; default 10, "
                                                                 "the real model 4)")
     parser.add_argument("--warmup", type=int, default=None, help="steps run first and not measured (default 2, "
@@ -244,40 +244,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true",
                         help="also run ours under torch.profiler and print each stage's time by kind of kernel")
     parser.add_argument("--seed", type=int, default=0, help="seed of the prompts, the sampling and both trainers")
-    parser.add_argument("--data", default=None, choices=("addition", "countdown"),
+    parser.add_argument("--data", default=None, choices=warmups.TASKS,
                         help="the embedded model's task (default addition)")
     parser.add_argument("--lm_head", action="store_true",
                         help="the real model only, instead of its table: one micro-batch's forward and backward "
                              "four ways (ours, the backbone alone, TRL's fused LM head, full logits; "
-                             "bench_smollm2.lm_head_paths)")
-    parser.add_argument("--one", help=argparse.SUPPRESS)        # bench_smollm2.run_one's child: one configuration
+                             "smollm2.lm_head_paths)")
+    parser.add_argument("--one", help=argparse.SUPPRESS)        # smollm2.run_one's child: one configuration
     parser.add_argument("--json", help=argparse.SUPPRESS)                          # ... writing its numbers here
     args = parser.parse_args(argv)
     real = args.model != "tiny"
     if args.lm_head and (not real or args.skip_trl):
-        parser.exit(2, "bench.py: error: --lm_head times TRL's fused LM head on the real model: it needs "
-                       "--model smollm2-135m-instruct and TRL (no --skip_trl)\n")
+        parser.error("--lm_head times TRL's fused LM head on the real model: it needs --model "
+                     "smollm2-135m-instruct and TRL (no --skip_trl)")
     if real:
         given = [f"--{k}" for k in ("data", "compile", "ablate", "profile", "scaling") if getattr(args, k)]
         if given:
-            parser.exit(2, f"bench.py: error: {', '.join(given)}: the embedded model's options; --model {args.model} "
-                           f"has one work (SMOLLM2) and times every stage of every configuration itself\n")
+            parser.error(f"{', '.join(given)}: the embedded model's options; --model {args.model} has one work "
+                         f"(SMOLLM2) and times every stage of every configuration itself")
     args.data = args.data or "addition"
     args.steps = args.steps if args.steps is not None else (4 if real else 10)
     args.warmup = args.warmup if args.warmup is not None else (1 if real else 2)
     for name in ("steps", "scaling_steps", "threads", "rounds"):
         if getattr(args, name) < 1:
-            parser.exit(2, f"bench.py: error: --{name} must be >= 1, got {getattr(args, name)}\n")
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
     if real:
-        if args.one is not None and args.one not in bench_smollm2.CONFIGS:
-            parser.exit(2, f"bench.py: error: --one must be one of {', '.join(bench_smollm2.CONFIGS)}, got {args.one}\n")
-    work = bench_smollm2.SMOLLM2 if real else Work()
+        if args.one is not None and args.one not in smollm2.CONFIGS:
+            parser.error(f"--one must be one of {', '.join(smollm2.CONFIGS)}, got {args.one}")
+    work = smollm2.SMOLLM2 if real else Work()
     B = work.prompts_per_step * work.group_size
     if args.micro_batch < 1 or B % args.micro_batch:
-        parser.exit(2, f"bench.py: error: --micro_batch must divide {B}, got {args.micro_batch}\n")
+        parser.error(f"--micro_batch must divide {B}, got {args.micro_batch}")
     if args.warmup < 1:
-        parser.exit(2, f"bench.py: error: --warmup must be >= 1 (the first step pays one-time costs), "
-                       f"got {args.warmup}\n")
+        parser.error(f"--warmup must be >= 1 (the first step pays one-time costs), got {args.warmup}")
     return args
 
 
@@ -292,18 +291,18 @@ def main(argv: list[str] | None = None) -> None:
         try:
             import trl
         except ImportError:
-            print("bench.py: error: TRL is not installed (pip install -r requirements/bench.txt, or --skip_trl)",
+            print("python -m bench: error: TRL is not installed (pip install -r requirements/bench.txt, or --skip_trl)",
                   file=sys.stderr)
             sys.exit(2)
     if args.model != "tiny":
-        if args.one:                   # bench_smollm2.run_one's child
-            out = bench_smollm2.measure_one(args.one, args)
+        if args.one:                   # smollm2.run_one's child
+            out = smollm2.measure_one(args.one, args)
             with open(args.json, "w") as f:
                 json.dump(out, f)
         elif args.lm_head:
-            bench_smollm2.lm_head_paths(args)
+            smollm2.lm_head_paths(args)
         else:
-            bench_smollm2.main_real(args)
+            smollm2.main_real(args)
         return
     model_dir = warmups.load_or_warmup(warmups.warmup_config(args.data, digits=3))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")

@@ -1,8 +1,8 @@
 """plot_runs.py: one or several run directories into one PNG of panels and a summary table.
 
-    python -m experiments.plot_runs runs/addition_s0                    # -> runs/addition_s0/plots.png
-    python -m experiments.plot_runs runs/grpo runs/fade --smooth 5      # -> runs/grpo/compare.png
-    python -m experiments.plot_runs runs/addition_s0 --dashboard        # -> runs/addition_s0/dashboard.png
+    python -m tools.plot_runs runs/addition_s0                    # -> runs/addition_s0/plots.png
+    python -m tools.plot_runs runs/grpo runs/fade --smooth 5      # -> runs/grpo/compare.png
+    python -m tools.plot_runs runs/addition_s0 --dashboard        # -> runs/addition_s0/dashboard.png
 
 Two figures. The first a run draws (plots.png, compare.png) is the lesson in four panels
 (LESSON): did the policy learn (held-out pass@1, from the start at step 0), what it was

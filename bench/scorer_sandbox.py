@@ -1,9 +1,9 @@
-"""bench_sandbox.py: what scoring one answer in the scorer sandbox costs, and that it changes no score.
+"""scorer_sandbox.py: what scoring one answer in the scorer sandbox costs, and that it changes no score.
 
-    python -m experiments.bench_sandbox                       # 5 rounds x 40 answers of each kind
-    python -m experiments.bench_sandbox --vs OLD/tasks/sandbox.py   # interleaved with another sandbox
-    TOKENCREDIT_SANDBOX=builtin python -m experiments.bench_sandbox   # the built-in path, not bubblewrap
-    python -m experiments.bench_sandbox --check               # every scorer, in and out of the sandbox
+    python -m bench.scorer_sandbox                 # 5 rounds x 40 answers of each kind
+    python -m bench.scorer_sandbox --vs OLD/tasks/sandbox.py   # interleaved with another sandbox
+    TOKENCREDIT_SANDBOX=builtin python -m bench.scorer_sandbox   # the built-in path, not bubblewrap
+    python -m bench.scorer_sandbox --check         # every scorer, in and out of the sandbox
 
 Every answer a sandboxed scorer sees costs a fork of a warm worker, the child's
 lock-down (rlimits, Landlock, the seccomp allow-list) and its reply; the scorer's own

@@ -1,4 +1,4 @@
-"""experiments/bench.py's checks at the door and its counting (the benchmark itself is a
+"""bench/ (python -m bench)'s checks at the door and its counting (the benchmark itself is a
 script that prints numbers, not a test: docs/results.md has them)."""
 
 import sys
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from experiments import bench, bench_ours, bench_smollm2, bench_trl
+from bench import __main__ as bench, ours as bench_ours, smollm2 as bench_smollm2, trl_trainer as bench_trl
 from machinery import warmups
 
 

@@ -1,7 +1,8 @@
-"""bench_ours.py: the benchmark's work, and our side of it: train.py run on the work and timed.
+"""ours.py: the benchmark's work, and our side of it: train.py run on the work and timed.
 
-experiments/bench.py compares our step with TRL's GRPOTrainer on identical work (its header
-says what is compared and how); this file holds what both sides share and ours:
+`python -m bench` (bench/__main__.py) compares our step with TRL's GRPOTrainer on identical
+work (its header says what is compared and how); this file holds what both sides share and
+ours:
 
   Work, work_rows    one step's work (train.py's flags of the same names) and the prompts
                      of every step, exactly as train.py draws them, replayed for TRL
@@ -12,8 +13,8 @@ says what is compared and how); this file holds what both sides share and ours:
   pool, med, mean    the measured steps of several runs as one, and their medians
   peak memory        reset_peak_rss / peak_rss_mb: the process's peak resident set size
 
-It imports no other bench file: bench_trl.py (TRL's side), bench_smollm2.py (the real
-model) and bench.py (the command line and the report) import it.
+It imports no other bench file: trl_trainer.py (TRL's side), smollm2.py (the real model)
+and __main__.py (the command line and the report) import it.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class Work:
     """One benchmark step's work, the same for both trainers (train.py's flags of the same names).
 
     The default is the embedded model's work (32 prompts x 8 rollouts, <= 48 new tokens,
-    T = 1, lr 4e-4); bench_smollm2.SMOLLM2 is the real model's.
+    T = 1, lr 4e-4); smollm2.SMOLLM2 is the real model's.
     """
 
     model: str = "tiny"

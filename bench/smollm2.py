@@ -1,6 +1,6 @@
-"""bench_smollm2.py: our step against TRL's on a real model, every configuration in a process of its own.
+"""smollm2.py: our step against TRL's on a real model, every configuration in a process of its own.
 
-    python -m experiments.bench --model smollm2-135m-instruct --threads 1   # the table (bench.py's command line)
+    python -m bench --model smollm2-135m-instruct --threads 1   # the table (bench/__main__.py's command line)
 
 The real model (--model smollm2-135m-instruct; SMOLLM2): SmolLM2-135M-Instruct on
 chat-worded addition ("What is 23 + 48? Answer with just the number.", 1-2 digit
@@ -14,9 +14,9 @@ gradient clip, AdamW's step). TRL gets the prompts as conversations and renders 
 with the same chat template; the bench checks that both saw the same prompt tokens.
 
 Each configuration: ours; ours without each of train.py's three update speed-ups (the
-zero-advantage skip, merging identical rollouts, shared prompts; experiments/bench.py's
+zero-advantage skip, merging identical rollouts, shared prompts; bench/__main__.py's
 header says what each leaves out); ours with none of them; TRL's GRPOTrainer configured as
-bench_trl.py says. --rounds runs them all again in the reverse order, so a neighbour's load
+trl_trainer.py says. --rounds runs them all again in the reverse order, so a neighbour's load
 drifting over the run hits every configuration alike.
 """
 
@@ -33,8 +33,8 @@ import time
 
 import torch
 
-from experiments.bench_ours import Work, measure_ours, med, mean, pool, work_rows
-from experiments.bench_trl import UPDATE_STAGES, events_between, measure_trl, stage_clock
+from bench.ours import Work, measure_ours, med, mean, pool, work_rows
+from bench.trl_trainer import UPDATE_STAGES, events_between, measure_trl, stage_clock
 from machinery import rollout
 
 # The real model's work: chat-worded addition of 1-2 digit numbers (tasks/addition_instruct.py)
@@ -91,14 +91,14 @@ def run_one(name: str, args) -> dict:
     """measure_one(name) in a fresh Python process (its own peak memory); its numbers."""
     with tempfile.TemporaryDirectory(prefix="bench-one-") as tmp:
         path = os.path.join(tmp, "out.json")
-        cmd = [sys.executable, "-m", "experiments.bench", "--model", args.model, "--one", name, "--json", path,
+        cmd = [sys.executable, "-m", "bench", "--model", args.model, "--one", name, "--json", path,
                "--steps", str(args.steps), "--warmup", str(args.warmup), "--seed", str(args.seed),
                "--threads", str(args.threads), "--micro_batch", str(args.micro_batch)]
         t = time.perf_counter()
         done = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)}, capture_output=True,
                               text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         if done.returncode != 0:
-            sys.exit(f"bench.py: {CONFIGS[name][0]} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+            sys.exit(f"python -m bench: {CONFIGS[name][0]} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
         print(f"  ran {CONFIGS[name][0]}: {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
         with open(path) as f:
             return json.load(f)
