@@ -4,7 +4,7 @@ train.py's loop reads a Config: the run's own settings (its seed, model, data, b
 advantage, optimizer) and one nested part per room of the engine, each a dataclass
 defined in the file that reads it, checking its own fields when it is built:
 
-  cfg.sampling      run.SamplingConfig              the engine, budget and distribution of rollouts
+  cfg.sampling      sampler.SamplingConfig          the engine, budget and distribution of rollouts
   cfg.update        forward.UpdateConfig            micro-batches, speed-ups, gradient clip
   cfg.evaluation    evaluation.EvalConfig           held-out pass@k: what, how often, how much
   cfg.diagnostics   token_diagnostics.DiagnosticsConfig   when the token diagnostics run
@@ -50,7 +50,7 @@ from machinery import flags, forward, trackers, warmups
 from machinery.evaluation import EvalConfig
 from machinery.flags import FIXED, MAY_CHANGE, NOT_COMPARED, check_counts, require
 from machinery.forward import UpdateConfig
-from machinery.run import SamplingConfig
+from machinery.sampler import SamplingConfig
 from machinery.token_diagnostics import DiagnosticsConfig
 from scheduler import SchedulerConfig, step_hyper
 
@@ -238,7 +238,7 @@ class Config:
 
     # --- the engine's parts ---
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    """How rollouts are sampled (machinery/run.py)."""
+    """How rollouts are sampled (machinery/sampler.py)."""
     update: UpdateConfig = field(default_factory=UpdateConfig)
     """How the update's forward and backward run (machinery/forward.py)."""
     evaluation: EvalConfig = field(default_factory=EvalConfig)
@@ -329,8 +329,8 @@ def check_fields(cfg: Config) -> None:
                   "threads": (1024, f"threads beyond the CPU's cores ({os.cpu_count()} here) only wait on each "
                                     "other")})
     # The ranges the random streams can take, checked here and not at step 1 after the
-    # data, the model and the warm-up. Every rollout's sampling seed comes from
-    # vllm_rollout.batch_seed (both backends), which keeps seeds distinct for run seeds
+    # data, the model and the warm-up. vLLM's request seeds come from
+    # vllm_rollout.batch_seed (one range for both backends), which keeps seeds distinct for run seeds
     # below 2**17, steps below 2**20 and batches of at most 2**22 rollouts (and numpy's
     # seed must be in [0, 2**32)); the warm-up seed is a 32-bit seed like numpy's.
     require(0 <= cfg.seed < 2 ** 17, f"--seed must be in [0, {2 ** 17 - 1}], got {cfg.seed}")

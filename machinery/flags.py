@@ -3,7 +3,7 @@
 train.py's settings are one dataclass (machinery/config.py's `Config`) that nests one
 dataclass per part of the run, each defined in the file that reads it: the objective's
 (`loss.LossConfig`), the schedule's (`scheduler.SchedulerConfig`), the sampling's
-(machinery/run.py), the update's (machinery/forward.py), the evaluation's
+(machinery/sampler.py), the update's (machinery/forward.py), the evaluation's
 (machinery/evaluation.py) and the token diagnostics' (machinery/token_diagnostics.py).
 Each owns its fields, their defaults and their checks (its __post_init__); this file only
 turns such a tree into argparse flags and back, so there is one source of truth and no

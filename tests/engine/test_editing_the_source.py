@@ -9,7 +9,6 @@ default numbers matter, a few steps of the shipped warm-up.
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 
@@ -20,7 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import train
 from machinery import checkpoint, checks, flags, metrics
 
-from tests.engine.helpers import small_args
+from tests.engine.helpers import SAMPLE_WITH_TOP_K, add_top_k, copy_of_the_repository, small_args
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -33,14 +32,6 @@ def read_jsonl(path):
 # ---------------------------------------------------------------------------------------
 # 1. A bug in a chapter keeps its traceback; a usage error is one line
 # ---------------------------------------------------------------------------------------
-
-def copy_of_the_repository(tmp_path):
-    """The project's files (no .git, venvs, runs or caches) in tmp_path/repo: a copy to break."""
-    dest = tmp_path / "repo"
-    shutil.copytree(REPO, dest, ignore=shutil.ignore_patterns(".git", ".venv*", "runs", ".cache", "toy_out",
-                                                              "__pycache__", "docs", "tests"))
-    return dest
-
 
 @pytest.mark.slow
 def test_a_bug_put_in_a_chapter_shows_its_traceback_naming_the_file(tmp_path):
@@ -101,6 +92,23 @@ def test_a_new_setting_is_one_field_in_the_file_that_reads_it(tmp_path):
                          timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
     assert "train.py: error: --prefetch must be >= 0, got -1" in out.stderr
+
+
+def test_a_new_sampling_setting_changes_what_is_sampled_and_takes_one_file(tmp_path):
+    # top_k, added as a reader would: its field and check where the sampling settings are
+    # declared, and one line for each engine's distribution, all in machinery/sampler.py
+    # (nanochat's generate takes two files: its engine and the script's call). Nothing
+    # else is touched, and it reaches the sampling: with --top_k 1 every group's rollouts
+    # are one (greedy), without it they differ (the negative control). vLLM's engine with
+    # the same edit: tests/engine/test_vllm_engine.py (CI's step 2).
+    repo, changed = add_top_k(tmp_path)
+    assert changed == ["machinery/sampler.py"]
+    out = subprocess.run([sys.executable, "-c", SAMPLE_WITH_TOP_K, "transformers"], cwd=repo, capture_output=True,
+                         text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+    refused = subprocess.run([sys.executable, "train.py", "--top_k", "-1", "--out_dir", str(tmp_path / "run")],
+                             cwd=repo, capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2 and refused.stderr.strip() == "train.py: error: --top_k must be >= 0 (0 = off), got -1"
 
 
 def test_a_usage_error_at_the_door_is_one_line_and_exit_2(tmp_path, capsys):

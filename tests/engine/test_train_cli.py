@@ -590,10 +590,12 @@ def test_eval_data_that_shares_prompts_with_the_training_rows_is_refused_with_th
 
 
 def test_top_p_reaches_the_sampler_for_rollouts_and_evaluation(tiny_dir, tmp_path, monkeypatch):
-    seen = []
-    generate = rollout.generate_rollouts
+    temperature, seen = [], []               # each call's temperature; (top_p, temperature) of every draw
+    generate, nucleus = rollout.generate_rollouts, rollout.top_p_filter
     monkeypatch.setattr(rollout, "generate_rollouts",
-                        lambda *a, **k: seen.append((k["top_p"], k["temperature"])) or generate(*a, **k))
+                        lambda *a, **k: temperature.append(k["temperature"]) or generate(*a, **k))
+    monkeypatch.setattr(rollout, "top_p_filter",
+                        lambda probs, top_p: seen.append((top_p, temperature[-1])) or nucleus(probs, top_p))
     train.train(train.parse_args(small_args(tiny_dir, tmp_path, "--steps", "2", "--top_p", "0.9",
                                             "--eval_temperature", "0.5")))
     assert set(seen) == {(0.9, 1.0), (0.9, 0.5)}
