@@ -49,13 +49,13 @@ micro-batches add up to the step's loss and gradient exactly (aggregation.py say
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 import exchangeability
-from aggregation import AGGREGATIONS, TOKEN_SUMS, StepNorm, aggregate
+from aggregation import AGGREGATIONS, TOKEN_SUMS, StepNorm, aggregate, masked_mean
 
 WEIGHT_TRANSFORMS = (None, "min", "orth", "keep", "equal")
 KL_ESTIMATORS = ("k1", "k2", "k3")
@@ -107,11 +107,6 @@ def register(own_aggregation: str, keeps_cancellation: bool, aggregations: tuple
     return add
 
 
-# The run's math, every field of it: a resumed run may not change any (train.py's --resume
-# compares each field with the checkpoint's; machinery/flags.py says how it reads this).
-FIXED = {"resume": "fixed"}
-
-
 @dataclass
 class LossConfig:
     """Everything that defines the objective; train.py exposes each field as a flag.
@@ -120,25 +115,25 @@ class LossConfig:
     and 0.0 for the two coefficients.
     """
 
-    loss_type: str = field(default="ppo", metadata=FIXED)
+    loss_type: str = "ppo"
     """Surrogate: 'ppo' (token ratio clip), 'cispo' (clipped detached ratio), 'gspo' (sequence ratio)."""
-    eps_low: float = field(default=0.2, metadata=FIXED)
+    eps_low: float = 0.2
     """Lower clip range: ratios below 1 - eps_low stop pushing down tokens with A < 0."""
-    eps_high: float = field(default=0.2, metadata=FIXED)
+    eps_high: float = 0.2
     """Upper clip range: ratios above 1 + eps_high stop pushing up tokens with A > 0 (DAPO: 0.28)."""
-    dual_clip: float | None = field(default=None, metadata=FIXED)
+    dual_clip: float | None = None
     """Dual clip constant c > 1 (typically 3): caps the loss of A < 0 tokens at -c A (loss_type 'ppo' only). None = off."""
-    agg: str | None = field(default=None, metadata=FIXED)
+    agg: str | None = None
     """Aggregation (token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm); None = the surrogate's own."""
-    weight_transform: str | None = field(default=None, metadata=FIXED)
+    weight_transform: str | None = None
     """DFPO transform of GSPO's detached sequence weights: 'min' | 'orth', or the controls 'keep' (untransformed) | 'equal' (all 1); loss_type gspo; None = off."""
-    kl_coef: float = field(default=0.0, metadata=FIXED)
+    kl_coef: float = 0.0
     """Coefficient of the KL penalty to the reference policy (0 = off, no reference needed)."""
-    kl_estimator: str = field(default="k3", metadata=FIXED)
+    kl_estimator: str = "k3"
     """KL estimator on sampled tokens: k1 = log r, k2 = (log r)^2 / 2, k3 = r - 1 - log r (r = pi_ref/pi)."""
-    entropy_coef: float = field(default=0.0, metadata=FIXED)
+    entropy_coef: float = 0.0
     """Entropy bonus coefficient (0 = off; entropy is still logged when given)."""
-    neg_filter_frac: float | None = field(default=None, metadata=FIXED)
+    neg_filter_frac: float | None = None
     """Negative token filtering: in A < 0 rollouts keep only this lowest-probability fraction (paper: 0.1). None = off."""
 
     @property
@@ -458,19 +453,19 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
     if cfg.kl_coef > 0:
         kl = kl_penalty(logp, ref_logp.detach(), cfg.kl_estimator)
         loss = loss + cfg.kl_coef * aggregate(kl, mask, cfg.aggregation, norm)
-        stats["kl_ref"] = _masked_mean(kl.detach(), mask)
+        stats["kl_ref"] = masked_mean(kl.detach(), mask)
     if entropy is not None:
         if cfg.entropy_coef > 0:
             loss = loss - cfg.entropy_coef * aggregate(entropy, mask, cfg.aggregation, norm)
-        stats["entropy"] = _masked_mean(entropy.detach(), mask)
+        stats["entropy"] = masked_mean(entropy.detach(), mask)
 
     with torch.no_grad():
         log_ratio = logp.detach() - old_logp
         stats["n_tokens"] = float(mask.sum())
-        stats["clip_frac_low"] = _masked_mean(clipped_low, mask)
-        stats["clip_frac_high"] = _masked_mean(clipped_high, mask)
-        stats["clip_frac_dual"] = _masked_mean(clipped_dual, mask)
-        stats["approx_kl"] = _masked_mean(torch.exp(log_ratio) - 1.0 - log_ratio, mask)
+        stats["clip_frac_low"] = masked_mean(clipped_low, mask)
+        stats["clip_frac_high"] = masked_mean(clipped_high, mask)
+        stats["clip_frac_dual"] = masked_mean(clipped_dual, mask)
+        stats["approx_kl"] = masked_mean(torch.exp(log_ratio) - 1.0 - log_ratio, mask)
         if cfg.surrogate == "dfpo":      # a dropped rollout has every token flagged, in low or high
             dropped = (clipped_low | clipped_high).any(dim=1)
             stats.update(exchangeability.dfpo_group_counts(advantages, dropped, group_index))
@@ -532,10 +527,6 @@ def cancellation_residual_of_loss(logp: Tensor, old_logp: Tensor, advantages: Te
 def _per_token(adv: Tensor) -> Tensor:
     """A per-rollout advantage [B] as [B, 1], broadcast over the tokens; [B, T] unchanged."""
     return adv.unsqueeze(1) if adv.dim() == 1 else adv
-
-
-def _masked_mean(x: Tensor, mask: Tensor) -> float:
-    return float((x.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1))
 
 
 def _check_inputs(logp, old_logp, advantages, mask, cfg, group_index, ref_logp) -> None:

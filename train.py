@@ -66,10 +66,11 @@ import aggregation
 import batching
 import loss
 import verify
+from aggregation import masked_mean
 from machinery import checkpoint, checks, evaluation, forward
 from machinery import token_diagnostics
 from machinery.config import Config, advantage_hyper, hyper_defaults, parse_args, warn  # noqa: F401
-from machinery.metrics import add_stats, log_metrics, masked_mean, nothing_to_learn, step_record, timed
+from machinery.metrics import add_stats, log_metrics, nothing_to_learn, step_record, timed
 from machinery.run import Run, close, keep_best, keep_final, old_policy_pass, on_device, open_run_dir, optimizer_step
 from machinery.run import repeat, save_checkpoint, take
 from machinery.setup import setup

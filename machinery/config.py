@@ -268,11 +268,18 @@ def default_out_dir(data: str, seed: int, warmup_seed: int = 0) -> str:
     return os.path.join("runs", f"{name}_s{seed}" + (f"_w{warmup_seed}" if warmup_seed else ""))
 
 
+CHAPTER_CONFIGS = (LossConfig, SchedulerConfig)
+"""The chapters' parts of the config: the objective and the schedule, the run's math by
+definition, so every field of theirs is FIXED. The chapters know nothing of --resume (they
+import nothing of the engine) and declare nothing; the engine's parts each declare theirs."""
+
+
 def resume_rules(cfg: Config) -> tuple[set, set]:
     """(the fields --resume may change, the fields it does not compare), from the fields' metadata.
 
-    Every leaf field of the tree declares one of flags.RESUME_RULES (AssertionError naming
-    a field that does not: a new setting must say). What may change: when the run stops,
+    Every leaf field of the engine's parts declares one of flags.RESUME_RULES
+    (AssertionError naming a field that does not: a new setting must say); the chapters'
+    (CHAPTER_CONFIGS) are FIXED. What may change: when the run stops,
     evaluates or saves (evaluation samples in a forked stream and saving draws nothing,
     so the continuation is bit-identical); how fast, on how much memory, and how often the
     diagnostics run (each computes the same update up to float rounding, tested in
@@ -290,10 +297,10 @@ def resume_rules(cfg: Config) -> tuple[set, set]:
     (the directory may be moved).
     """
     rules = {}
-    for _, _, f in flags.leaf_fields(cfg):
-        assert f.metadata.get(flags.RESUME) in flags.RESUME_RULES, \
+    for _, part, f in flags.leaf_fields(cfg):
+        rules[f.name] = FIXED[flags.RESUME] if isinstance(part, CHAPTER_CONFIGS) else f.metadata.get(flags.RESUME)
+        assert rules[f.name] in flags.RESUME_RULES, \
             f"--{f.name}: its field declares no resume rule (metadata=MAY_CHANGE, FIXED or NOT_COMPARED)"
-        rules[f.name] = f.metadata[flags.RESUME]
     return ({n for n, r in rules.items() if r == MAY_CHANGE[flags.RESUME]},
             {n for n, r in rules.items() if r == NOT_COMPARED[flags.RESUME]})
 

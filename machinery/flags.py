@@ -18,8 +18,9 @@ adapter in between:
 - the help text is the one-line docstring under the field (read from the source, the
   convention cleanrl's configs use), or the field's metadata["help"] for a field made
   by code (the advantages' hyper-parameters, machinery/config.py);
-- every field declares what --resume may do with it, in its metadata (RESUME below):
-  machinery/config.py derives the resume check from the declarations;
+- every field of the engine's parts declares what --resume may do with it, in its
+  metadata (RESUME below), and the chapters' (the objective's, the schedule's) are FIXED:
+  machinery/config.py derives the resume check from that (resume_rules);
 - a field typed `X | None` takes the word "none" for None; a bool is --flag / --no-flag;
 - a float flag must be a finite number: "nan" and "inf" parse as floats, and NaN passes
   every range check written as `x < 0` (each comparison is False), so they are refused
@@ -48,7 +49,8 @@ import json
 import math
 import os
 
-# What --resume may do with a field, declared on the field: field(default=..., metadata=FIXED).
+# What --resume may do with a field, declared on the field: field(default=..., metadata=FIXED)
+# (the chapters' configs declare nothing: all FIXED, machinery/config.py CHAPTER_CONFIGS).
 # A checkpoint records the config it was trained with, and a resume compares every field
 # with the new one (resume.resume_point), refusing a change to any FIXED field.
 RESUME = "resume"                          # the metadata key every leaf field declares

@@ -22,6 +22,7 @@ import torch
 import batching
 import mass
 import tasks
+from aggregation import masked_mean
 from machinery import checkpoint
 from machinery import forward
 
@@ -38,11 +39,6 @@ def timed(stage: str, times: dict):
         yield
     finally:
         times[f"time/{stage}"] = times.get(f"time/{stage}", 0.0) + time.perf_counter() - t0
-
-
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
-    """sum(values * mask) / sum(mask): the mean over response tokens (0 for an empty mask)."""
-    return float((values * mask).sum() / mask.sum().clamp(min=1))
 
 
 def add_stats(loss_sums: dict, stats: dict) -> None:

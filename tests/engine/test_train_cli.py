@@ -224,8 +224,11 @@ def test_every_setting_declares_what_resume_may_do_with_it():
     leaves = flags.leaf_fields(cfg)
     assert len(leaves) >= 80 and {group for group, _, _ in leaves} == {
         "", "adv", "sched", "loss", "sampling", "update", "evaluation", "diagnostics"}
-    assert [f.name for _, _, f in leaves if f.metadata.get(flags.RESUME) not in flags.RESUME_RULES] == []
+    assert [f.name for _, part, f in leaves if not isinstance(part, config.CHAPTER_CONFIGS)
+            and f.metadata.get(flags.RESUME) not in flags.RESUME_RULES] == []
     may_change, not_compared = config.resume_rules(cfg)
+    chapters = {f.name for _, part, f in leaves if isinstance(part, config.CHAPTER_CONFIGS)}
+    assert len(chapters) == 20 and chapters & (may_change | not_compared) == set()     # the objective, the schedule
     assert not_compared == {"out_dir", "resume", "overwrite"}
     # the run's math is fixed in every part; when it stops, how fast and what it reports may change
     math = {"seed", "lr", "data", "group_size", "temperature", "max_new_tokens", "backend", "grad_clip", "n_eval",
