@@ -21,13 +21,15 @@ generate its RL script calls. Two engines can stand behind it, with the same met
     check_old_policy(rollouts, old_logp)  the canary, on the old policy's teacher-forced pass
     metrics()                             the sampler's own numbers of the step (vllm/...)
 
-make_sampler reads --backend: the only line of the engine that does (besides set-up's
-question whether vLLM is installed, and memory_problem below, which our loop's memory
-needs), so train.py's loop names no engine. A sampling setting is declared, checked and
-read here only: its field and check in SamplingConfig, and what it does to the
-distribution in `truncate` (our loop) and `vllm_truncation` (vLLM's request); nothing else
-in the engine unpacks the settings (docs/extending.md, "Add a sampling setting";
-tests/engine/test_editing_the_source.py adds top_k so and samples with it on both engines).
+make_sampler reads --backend, and so does memory_problem (only our loop's cache lives in
+the trainer's memory); nothing else in the engine does but set-up's question whether vLLM
+is installed, so train.py's loop names no engine (tests/engine/test_editing_the_source.py
+checks both). A sampling setting is declared, checked and applied here only: its field
+and check in SamplingConfig, and what it does to the distribution in `truncate` (our
+loop) and `vllm_truncation` (vLLM's request). Elsewhere a setting is read for what it
+means there (the temperature the update scores at, the budget it normalises by, set-up's
+chat-template check), never to sample (docs/extending.md, "Add a sampling setting"; the
+editing test adds top_k so and samples with it on both engines).
 """
 
 from __future__ import annotations

@@ -111,6 +111,45 @@ def test_a_new_sampling_setting_changes_what_is_sampled_and_takes_one_file(tmp_p
     assert refused.returncode == 2 and refused.stderr.strip() == "train.py: error: --top_k must be >= 0 (0 = off), got -1"
 
 
+def backend_readers(repo) -> dict[str, list[str]]:
+    """{file: the functions in it that read a `.backend` attribute}, and under "imports vLLM"
+    the files that import machinery/vllm_rollout.py, over machinery/ and train.py."""
+    import ast
+    paths = [os.path.join("machinery", f) for f in sorted(os.listdir(os.path.join(repo, "machinery")))
+             if f.endswith(".py")] + ["train.py"]
+    readers, importers = {}, []
+    for path in paths:
+        tree = ast.parse(open(os.path.join(repo, path)).read())
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                    isinstance(n, ast.Attribute) and n.attr == "backend" for n in ast.walk(fn)):
+                readers.setdefault(path, []).append(fn.name)
+        if any(isinstance(n, ast.ImportFrom) and (n.module == "machinery.vllm_rollout" or n.module == "machinery"
+               and any(a.name == "vllm_rollout" for a in n.names)) for n in ast.walk(tree)):
+            importers.append(path)
+    return {**{path: sorted(names) for path, names in readers.items()}, "imports vLLM": importers}
+
+
+def test_the_backend_is_read_by_the_sampler_alone_and_the_loop_names_no_engine(tmp_path):
+    # The sampler (machinery/sampler.py) is built from --backend and is the only code that
+    # reads it (besides the setting's own check and set-up's question whether vLLM is
+    # installed): the loop, the evaluation, the old policy's pass and the diagnostics ask
+    # the sampler. Only the sampler and the canary's smoke test import vllm_rollout.py.
+    assert backend_readers(REPO) == {
+        "machinery/sampler.py": ["__post_init__", "make_sampler", "memory_problem"],
+        "machinery/setup.py": ["check_inputs"],
+        "imports vLLM": ["machinery/sampler.py", "machinery/vllm_staleness.py"]}
+    # negative control: a loop that branches on the engine and imports it is seen
+    repo = copy_of_the_repository(tmp_path)
+    source = (repo / "train.py").read_text()
+    loop = "    for step in bar:\n"
+    assert source.count(loop) == 1
+    (repo / "train.py").write_text(source.replace(loop, loop + "        from machinery import vllm_rollout\n"
+                                                             "        vllm = cfg.sampling.backend == 'vllm'\n"))
+    found = backend_readers(repo)
+    assert found["train.py"] == ["train"] and "train.py" in found["imports vLLM"]
+
+
 def test_a_usage_error_at_the_door_is_one_line_and_exit_2(tmp_path, capsys):
     bad = tmp_path / "rows.jsonl"
     bad.write_text('{"prompt": "1+1", "answer": "2"}\nnot json\n')

@@ -659,7 +659,7 @@ def follow_the_advantage_recipe(repo: str, copy) -> None:
            'def scaled(rewards: Tensor, tau: float = 0.5) -> Tensor:\n'
            '    """A throwaway advantage: tau (r - mean r)."""\n'
            '    return tau * (rewards - rewards.mean(dim=1, keepdim=True))\n\n\n', before=True)   # the function
-    insert("advantages.py", "HYPER_RANGES = {\n", '    "tau": (lambda v, G: _real(v) and v > 0, "a finite tau > 0",\n'
+    insert("advantages.py", "HYPER_RANGES = {\n", '    "tau": (lambda v, G: is_finite_number(v) and v > 0, "a finite tau > 0",\n'
            '            "the scale of the centred reward"),\n')                  # its range and what it is: its flag
     insert("tests/lesson/test_advantages.py", "RANGE_CASES = [\n", '    ("scaled", "tau", [0.0, float("nan")], [1e-3]),\n')
     insert("tests/lesson/test_advantages.py", '        "reinforce": (1.0, 0.0),\n', '        "scaled": (0.5 * (1 - p), -0.5 * p),\n')
@@ -723,7 +723,7 @@ def test_an_advantage_whose_hyper_parameter_has_no_range_is_one_line_at_the_door
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     copy = tmp_path / "repo"
     follow_the_advantage_recipe(repo, copy)
-    row = '    "tau": (lambda v, G: _real(v) and v > 0, "a finite tau > 0",\n            "the scale of the centred reward"),\n'
+    row = '    "tau": (lambda v, G: is_finite_number(v) and v > 0, "a finite tau > 0",\n            "the scale of the centred reward"),\n'
     source = (copy / "advantages.py").read_text()
     assert source.count(row) == 1
     (copy / "advantages.py").write_text(source.replace(row, ""))
