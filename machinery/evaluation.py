@@ -1,9 +1,10 @@
 """evaluation.py: held-out pass@k of the policy being trained, and what the run started from.
 
 evaluate samples n responses per held-out prompt through the run's own sampler
-(machinery/sampler.py: our loop, or the vLLM engine) and reports the unbiased pass@k (advantages.pass_at_k) for
-k = 1, 2, 4, ... n. It runs in a forked RNG seeded by (seed, step), and the engine gets
-its own seed range, so evaluating more or less often never changes training.
+(machinery/sampler.py: our loop, or the vLLM engine) and reports the unbiased pass@k
+(advantages.pass_at_k) for k = 1, 2, 4, ... n. It runs in a forked RNG seeded by (seed,
+step), and the engine gets its own seed range, so evaluating more or less often never
+changes training.
 
 Temperature: by default the training temperature, so pass@1 is the held-out solve rate
 of the very policy being trained, on the scale of the training reward (TRL evaluates at

@@ -235,6 +235,7 @@ class KVCacheSampler:
         """Nothing: there is no second copy of the policy to compare."""
 
     def metrics(self) -> dict:
+        """None of its own."""
         return {}
 
     def _rollouts(self, prompts: list[str], G: int, temperature: float) -> rollout.Rollouts:
@@ -267,6 +268,7 @@ class VllmSampler:
         self.ours = KVCacheSampler(cfg, model, tokenizer)
 
     def sample(self, prompts: list[str], G: int, step: int) -> rollout.Rollouts:
+        """G rollouts per prompt from the engine, seeded by (the run's seed, step, stream 0)."""
         s = self.cfg
         return vllm_rollout.generate_rollouts_vllm(self.engine, self.tokenizer,
                                                    format_prompts(prompts, self.tokenizer, s.chat_template), G,
@@ -284,6 +286,7 @@ class VllmSampler:
                                               chat_template=s.chat_template, truncation=vllm_truncation(s))
 
     def continuations(self, prompt_ids: Tensor, prompt_mask: Tensor, k: int, budget: int) -> Tensor:
+        """Our loop's, on the trainer's model (the class docstring says why)."""
         return self.ours.continuations(prompt_ids, prompt_mask, k, budget)
 
     def sync(self) -> None:
