@@ -67,7 +67,7 @@ REWARD_DOMAINS = {
 }
 
 
-def register(zero_sum: bool = False, rewards: str = "real", min_group_size: int = 1):
+def register(zero_sum: bool = False, rewards: str = "real", min_group_size: int = 1, reads_lengths: bool = False):
     """Add the decorated function to ADVANTAGES under its name, its properties beside it
     (verl's register_adv_est does the same), read by compute_advantages and the trainer:
 
@@ -80,6 +80,11 @@ def register(zero_sum: bool = False, rewards: str = "real", min_group_size: int 
                       OTHER G - 1; pass@k of one sample is its own reward, so passk's
                       advantage is 0 for every group of one and pkpo's is psr's: both
                       refuse G = 1 rather than train nothing or something else unsaid.
+      reads_lengths   it takes the rollouts' response lengths in tokens, [N, G], as its
+                      keyword `lengths` (verl's estimators get the response mask likewise):
+                      data, not a hyper-parameter, so no flag. compute_advantages checks
+                      and passes them (None where the caller has none), and the function
+                      says when it needs them (reinforce_pp's whiten="token").
     Example: @register(zero_sum=True) above `def mean(rewards)`.
     """
     if rewards not in REWARD_DOMAINS:
@@ -87,6 +92,7 @@ def register(zero_sum: bool = False, rewards: str = "real", min_group_size: int 
 
     def add(fn):
         fn.zero_sum, fn.rewards, fn.min_group_size = zero_sum, rewards, min_group_size
+        fn.reads_lengths = reads_lengths
         ADVANTAGES[fn.__name__] = fn
         return fn
     return add
@@ -387,23 +393,54 @@ def risk(rewards: Tensor, beta: float = 2.0) -> Tensor:
     return adv.masked_fill(_constant_groups(rewards), 0.0)
 
 
-@register(zero_sum=True)
-def reinforce_pp(rewards: Tensor, eps: float = 1e-6) -> Tensor:
+WHITENINGS = ("rollout", "token")
+"""reinforce_pp's whitening: over the batch's rollouts (ours, the default) or over its tokens (the paper's)."""
+
+
+@register(zero_sum=True, reads_lengths=True)
+def reinforce_pp(rewards: Tensor, eps: float = 1e-6, whiten: str = "rollout", lengths: Tensor | None = None) -> Tensor:
     """REINFORCE++ with a group baseline (Hu 2025, arXiv 2501.03262).
 
-    x_i = r_i - mean_group(r), then whitened over ALL rollouts of the batch:
-        A = (x - mean_batch(x)) / (std_batch(x) + eps)        (std with ddof=1)
+    x_i = r_i - mean_group(r), then whitened over the whole batch (std with ddof=1), either
+      whiten="rollout"  every rollout counts once (our default, a choice against the paper):
+                        A = (x - mean_i x) / (std_i x + eps)
+      whiten="token"    every TOKEN counts once, as the REINFORCE++ equation normalises over
+                        the batch's tokens and verl's reinforce_plus_plus_baseline does
+                        (masked_whiten): rollout i counts L_i = lengths[n, g] times,
+                        m = sum_i L_i x_i / sum_i L_i,  s^2 = sum_i L_i (x_i - m)^2 / (sum_i L_i - 1),
+                        A = (x - m) / (s + eps)
     One global scale instead of GRPO's per-group std: groups keep their relative weight
-    (a 4/8 group outweighs a 1/8 group, unlike GRPO). mean_batch(x) is 0 up to rounding
-    because every group's x sums to 0; we subtract it anyway as the method specifies,
-    then re-zero all-equal groups. Zero-sum per group up to float rounding.
+    (a 4/8 group outweighs a 1/8 group, unlike GRPO).
+    Why per rollout by default: (1) mean_i x is 0 up to rounding, every group's x summing
+    to 0, so each group stays zero-sum and a shared token cancels (module header); per
+    token, m != 0 once lengths differ, every advantage moves by -m/s and a group sums to
+    -G m/s (zero-sum only at equal lengths); (2) a rollout's weight does not depend on how
+    long the OTHER rollouts ran; (3) it is what this project's runs used. At equal lengths
+    T the two differ only in scale, exactly (eps = 0): A_token / A_rollout =
+    sqrt((BT - 1) / (T (B - 1))), B = N G (a token std of BT - 1 degrees of freedom over
+    T copies of each x_i). All-equal groups: exactly 0 under both (verl's per-token leaves
+    them at -m/s, the other groups' shift). A batch whose groups are all constant, or
+    whose rollouts hold fewer than 2 tokens: 0.
     Caution: the result depends on the whole batch, so compute it once per rollout batch,
-    never per micro-batch. A batch whose groups are all constant gives 0.
+    never per micro-batch. lengths: [N, G], tokens per rollout, read only by "token"
+    (ValueError without them); a rollout of 0 tokens counts for nothing in m and s.
     """
     x = _centred(rewards)
-    if x.numel() < 2 or not bool((x != 0).any()):
+    if whiten == "token" and lengths is None:
+        raise ValueError("reinforce_pp: whiten='token' weighs each rollout by its tokens: it needs the rollouts' "
+                         "lengths ([N, G], compute_advantages' `lengths`)")
+    if whiten == "rollout":
+        if x.numel() < 2 or not bool((x != 0).any()):
+            return torch.zeros_like(x)
+        adv = (x - x.mean()) / (x.std() + eps)
+        return adv.masked_fill(_constant_groups(rewards), 0.0)
+    L = lengths.to(x)                         # the rewards' dtype and device
+    n = L.sum()
+    if n < 2 or not bool((x != 0).any()):
         return torch.zeros_like(x)
-    adv = (x - x.mean()) / (x.std() + eps)
+    mean = (L * x).sum() / n
+    std = ((L * (x - mean) ** 2).sum() / (n - 1)).sqrt()
+    adv = (x - mean) / (std + eps)
     return adv.masked_fill(_constant_groups(rewards), 0.0)
 
 
@@ -456,11 +493,20 @@ HYPER_RANGES = {
            "the shift of the baseline, A = r - (mean r + dV)"),
     "k": (lambda v, G: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= G,
           "an integer k in [1, G={G}]", "the k of pass@k (at most --group_size)"),
+    # Not a number: which of REINFORCE++'s two normalisations (reinforce_pp says why two).
+    "whiten": (lambda v, G: isinstance(v, str) and v in WHITENINGS, "whiten one of " + ", ".join(WHITENINGS),
+               "whiten the group-centred rewards over the batch's rollouts (ours) or its tokens (the paper's, verl's)"),
 }
 
 
-def compute_advantages(name: str, rewards: Tensor, **hyper) -> Tensor:
-    """The validated entry point: ADVANTAGES[name](rewards, **hyper).
+def hyper_parameters(fn) -> list[inspect.Parameter]:
+    """The hyper-parameters of an advantage function: its keyword arguments but `lengths`
+    (data its reads_lengths property says it takes). Each is a flag (machinery/config.py)."""
+    return [p for p in list(inspect.signature(fn).parameters.values())[1:] if p.name != "lengths"]
+
+
+def compute_advantages(name: str, rewards: Tensor, lengths: Tensor | None = None, **hyper) -> Tensor:
+    """The validated entry point: ADVANTAGES[name](rewards, **hyper), with `lengths` for one that reads them.
 
     The one place that checks input; each check raises a one-line ValueError naming the
     bad value, in this order:
@@ -471,13 +517,16 @@ def compute_advantages(name: str, rewards: Tensor, **hyper) -> Tensor:
       3. the method's reward domain (its `rewards` property, REWARD_DOMAINS), with the
          first offending value and position;
       4. its group size (its `min_group_size`);
-      5. every hyper-parameter, defaults included, against HYPER_RANGES.
+      5. every hyper-parameter, defaults included, against HYPER_RANGES;
+      6. lengths, if given: [N, G] like rewards, finite, >= 0 (the rollouts' response tokens).
+         Passed on to an advantage whose reads_lengths is set, ignored by the others (a
+         trainer may always pass them).
     Integer rewards become float (torch's default float dtype); float32 stays float32.
     """
     if name not in ADVANTAGES:
         raise ValueError(f"unknown advantage {name!r}; choose from {', '.join(ADVANTAGES)}")
     fn = ADVANTAGES[name]
-    params = list(inspect.signature(fn).parameters.values())[1:]
+    params = hyper_parameters(fn)
     accepted = [p.name for p in params]
     for key in hyper:
         if key not in accepted:
@@ -497,6 +546,13 @@ def compute_advantages(name: str, rewards: Tensor, **hyper) -> Tensor:
         ok, what, _ = HYPER_RANGES[p.name]
         if not ok(value, G):
             raise ValueError(f"{name}: needs {what.format(G=G)}, got {value!r}")
+    if lengths is not None:
+        if not (isinstance(lengths, Tensor) and lengths.shape == rewards.shape):
+            raise ValueError(f"{name}: lengths must be a tensor shaped like rewards {tuple(rewards.shape)}, got "
+                             f"{tuple(lengths.shape) if isinstance(lengths, Tensor) else type(lengths).__name__}")
+        _require_rewards(torch.isfinite(lengths) & (lengths >= 0), lengths, name, "lengths must be finite and >= 0")
+    if fn.reads_lengths:
+        hyper = {**hyper, "lengths": lengths}
     return fn(rewards, **hyper)
 
 

@@ -61,6 +61,7 @@ WEIGHT_TRANSFORMS = (None, "min", "orth", "keep", "equal")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 MAX_KL_COEF = 10.0        # LossConfig says why these two bounds
 MAX_ENTROPY_COEF = 1.0
+MAX_LOG_RATIO = 20.0      # |log rho| is clamped here before exp (token_log_ratio says where it acts, and why)
 
 
 # ---------------------------------------------------------------------------------------
@@ -170,6 +171,14 @@ class LossConfig:
             raise ValueError(f"eps_high must be >= 0, got {self.eps_high}")
         if self.dual_clip is not None and not self.dual_clip > 1:
             raise ValueError(f"dual_clip must be > 1 (or None), got {self.dual_clip}")
+        # Every clip bound inside the clamp of the log ratio (token_log_ratio), so that the
+        # clamp never moves a bound: past e^20 = 4.9e8 a "clip" would be the clamp's.
+        bound = math.exp(MAX_LOG_RATIO)
+        for name, value, limit in (("1 - eps_low", 1 - self.eps_low, 1 / bound), ("1 + eps_high", 1 + self.eps_high,
+                                   bound), ("dual_clip", self.dual_clip, bound)):
+            if value is not None and math.isfinite(value) and not 1 / bound < value < bound:
+                raise ValueError(f"{name} must lie strictly between e^-{MAX_LOG_RATIO:g} and e^{MAX_LOG_RATIO:g} "
+                                 f"(where the log ratio is clamped: loss.MAX_LOG_RATIO), got {value:g}")
         # Only PPO's token clip has a dual clip (Ye et al.: bound a token whose ratio exploded
         # under A < 0). CISPO's weight is capped at 1 + eps_high already; GSPO and DFPO clip
         # whole sequences. Accepted there, it would be an option that silently does nothing.
@@ -217,7 +226,30 @@ def ppo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossConf
     with a token-sum aggregation its weight is the same in every rollout until the clip
     acts, and then only an asymmetric clip (clip-higher) breaks that: ppo_clip says how.
     """
-    return ppo_clip(torch.exp(logp - old_logp), _per_token(adv), cfg.eps_low, cfg.eps_high, cfg.dual_clip)
+    return ppo_clip(torch.exp(token_log_ratio(logp, old_logp)), _per_token(adv), cfg.eps_low, cfg.eps_high,
+                    cfg.dual_clip)
+
+
+def token_log_ratio(logp: Tensor, old_logp: Tensor) -> Tensor:
+    """log rho_t = log pi_t - log pi_old_t, clamped to [-MAX_LOG_RATIO, MAX_LOG_RATIO] = [-20, 20].
+
+    Why: exp overflows at log rho >= 88.73 in float32 (709.79 in float64). rho = inf then
+    makes PPO's clipped branch's gradient 0 * inf = NaN even where the loss is finite
+    (A > 0, or A < 0 under the dual clip), and an A < 0 token's loss +inf: a NaN step that
+    the trainer would blame on --lr. verl clamps at the same +-20 (core_algos'
+    compute_policy_loss_vanilla). Rare when old_logp is the sampler's own; not rare with
+    off-policy data or old log-probs brought from elsewhere.
+    Where it acts: only at |log rho| > 20 (rho > 4.9e8 or rho < 2.1e-9), outside every
+    clip bound (LossConfig keeps 1 - eps_low, 1 + eps_high and dual_clip within
+    (e^-20, e^20)), so a token a clip already removes keeps its value and its zero
+    gradient. What it changes: an A < 0 token above e^20 without a dual clip gets the
+    loss -A e^20 and no gradient (a dual clip at e^20, where the exact gradient -A rho is
+    past 4.9e8 |A| or inf), and an A > 0 token below e^-20 loses a gradient of
+    A rho < 2.1e-9 A. Inside [-20, 20] the clamp is the identity in value and gradient,
+    so a run whose ratios stay there (every on-policy run: rho = 1) is unchanged bit for bit.
+    logp, old_logp: [B, T] (old_logp detached). Returns [B, T].
+    """
+    return (logp - old_logp).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
 
 
 def ppo_clip(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float,
@@ -264,7 +296,7 @@ def cispo(logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, cfg: LossCo
     would drop. None loses its gradient, so dual is empty. (TRL's cispo_clip_ratio counts
     only A > 0 tokens above its cap.)
     """
-    ratio, adv = torch.exp(logp - old_logp), _per_token(adv)
+    ratio, adv = torch.exp(token_log_ratio(logp, old_logp)), _per_token(adv)
     weight = ratio.detach().clamp(1.0 - cfg.eps_low, 1.0 + cfg.eps_high)
     nothing = torch.zeros_like(ratio, dtype=torch.bool)
     return -weight * adv * logp, ratio < 1.0 - cfg.eps_low, ratio > 1.0 + cfg.eps_high, nothing
@@ -275,10 +307,13 @@ def gspo_sequence_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor, length: Te
 
     L_i = |o_i| (the sequence's own length, GSPO) unless `length` [B] gives another
     normaliser (the DFPO weights use a group-constant one). The length-normalised
-    geometric mean keeps s_i near 1 for long sequences. Returns [B], differentiable.
+    geometric mean keeps s_i near 1 for long sequences. The exponent is clamped to
+    [-MAX_LOG_RATIO, MAX_LOG_RATIO] as token_log_ratio's is (an exponent past 88.7 made
+    s_i = inf, and a NaN gradient): GSPO and DFPO pass a detached logp, so the clamp moves
+    a value only, past every clip bound. Returns [B], differentiable.
     """
     L = mask.sum(dim=1).clamp(min=1) if length is None else length
-    return torch.exp(((logp - old_logp) * mask).sum(dim=1) / L)
+    return torch.exp((((logp - old_logp) * mask).sum(dim=1) / L).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
 
 
 @register(own_aggregation="seq-mean-token-mean", aggregations=("seq-mean-token-mean",),

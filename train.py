@@ -123,7 +123,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         # 4. advantages: G rewards -> G weights, per group (hyper-parameters: the flags', or the schedule's)
         with timed("advantages", times):
             hyper = advantage_hyper(cfg, schedule)
-            A = advantages.compute_advantages(cfg.advantage, rewards, **hyper)
+            A = advantages.compute_advantages(cfg.advantage, rewards, lengths=mask.sum(1).view(N, G), **hyper)
 
         # 5. split: epochs x minibatches optimizer steps, each with its normaliser fixed for the step
         with timed("split", times):

@@ -55,42 +55,97 @@ from typing import Callable
 # dozen characters; the bound makes the scan O(MAX_BOXED_CHARS) however the response
 # looks (an unterminated "\boxed{{{{{..." costs at most this many steps).
 MAX_BOXED_CHARS = 2000
+# Most boxes one answer joins into a set (boxed_answer): MATH's references box up to a
+# handful; the bound keeps the walk back through a long response's boxes short.
+MAX_JOINED_BOXES = 16
 
 # "#### 42": GSM8K's answer marker. The rest of the line is the answer.
 _GSM8K_RE = re.compile(r"####[ \t]*([^\n]*)")
 # "Answer: 42" (any case) or "A:42" (capital A, not the end of a word like "DATA:").
 _ANSWER_RE = re.compile(r"(?:\b(?i:answer)|(?<![A-Za-z0-9_])A)[ \t]*:[ \t]*([^\n]*)")
+# A final-answer marker: "Final Answer: ..." ("**Final Answer:** ...") or Minerva's "the final
+# answer is $...": not "the final answer is right", which names no answer.
+_FINAL_RE = re.compile(r"\b(?i:final[ \t]+answer)(?:[ \t*]*:|(?=[ \t]+(?i:is)[ \t]*:?[ \t]*(?:\$|\\[(\[])))"
+                       r"[ \t*]*([^\n]*)")
+# Minerva's answer sentence (Lewkowycz et al. 2022): "The final answer is $X$. I hope it is correct."
+_MINERVA_RE = re.compile(r"(?i:final[ \t]+answer[ \t]+is)[ \t]*:?[ \t]*(?:\$\$?|\\\(|\\\[)(.+?)(?:\$\$?|\\\)|\\\])")
+# What may stand between two boxes that answer together, once math delimiters, spacing
+# commands and \text{...} are taken out: a separator, then an optional "x =" / "y_2 =".
+_BOX_GAP_NOISE_RE = re.compile(r"\\(?:quad|qquad|[,;:! ])|\\text\s*\{([^{}]*)\}|\$|\\[()\[\]]|~|\s")
+_BOX_JOINER_RE = re.compile(r"(?:,|;|,?and|,?or)(?:[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?=)?")
+# For reading an answer line: math spans, numbers, words, and the characters of a formula.
+_MATH_SPAN_RE = re.compile(r"\$\$?.*?\$\$?|\\\(.*?\\\)|\\\[.*?\\\]")
+_NUMBER_RE = re.compile(r"(?<![\w.^_])-?[0-9]+(?:,[0-9]{3})*(?:\.[0-9]+)?(?![\w^_])")
+_WORD_RE = re.compile(r"[A-Za-z]{2,}")
+_FORMULA_CHARS_RE = re.compile(r"[=^_\\{}+*/<>|]")
 
 
 def extract_answer(text) -> str | None:
     """The final answer of a response, as a string, or None if there is none.
 
     Precedence (the first rule that applies decides; inside a rule the LAST occurrence wins):
-      1. \\boxed{...}  if the text contains "\\boxed" at all. The last "\\boxed" must be
-         well formed ("{", balanced braces, nesting allowed, closed within MAX_BOXED_CHARS),
-         else None even if an earlier box was fine: a response truncated inside its final
-         box has not answered.
+      1. \\boxed{...}  if the text contains "\\boxed" at all: boxed_answer(text), the last
+         box, or the boxes joined to it by a separator as one set ("\\boxed{1} and
+         \\boxed{-2}" -> "1, -2"). The last "\\boxed" must be well formed ("{", balanced
+         braces, nesting allowed, closed within MAX_BOXED_CHARS), else None even if an
+         earlier box was fine: a response truncated inside its final box has not answered.
+         One exception: a final-answer marker ("Final Answer: ...", or Minerva's "the final
+         answer is $X$") AFTER the last box, with an answer on its line, wins over it: the box was an
+         intermediate result ("... = \\boxed{255} ... Final Answer: The final answer is
+         $10,455$." -> "10,455").
       2. "#### <rest of line>"    (GSM8K's marker)
       3. "Answer: <rest of line>" (case-insensitive) or "A:<rest of line>" (addition).
-    For rules 2-3 the line is stripped and one trailing "." removed ("Answer: 42." -> "42").
-    An empty capture ("\\boxed{}", "A:") -> None. No normalisation ("1,234" stays): that is
-    math_equal's job. None, "" and non-str input -> None (a failed generation is scored,
-    not crashed on). Why each rule: docs/math.md §10.
+    For the marker rules the line is reduced to what is compared (answer_in_line): Minerva's
+    "The final answer is $X$. I hope it is correct." gives X, a line of prose with exactly
+    one number gives the number ("The largest $n$ is 34." -> "34"), any other line is
+    stripped of its spaces and one trailing "." ("Answer: 42." -> "42"). So math_equal's
+    length cap (MAX_ANSWER_CHARS) applies to the answer compared, not to the chatter
+    around it on its line. An empty capture ("\\boxed{}", "A:") -> None. No other
+    normalisation ("1,234" stays): that is math_equal's job. None, "" and non-str input ->
+    None (a failed generation is scored, not crashed on). Why each rule: docs/math.md §10.
     """
     if not isinstance(text, str) or not text:
         return None
     if "\\boxed" in text:
-        return last_boxed(text)
+        boxed, end = _boxed_answer_and_end(text)
+        final = None
+        for m in _FINAL_RE.finditer(text, end):
+            final = m
+        if final is not None:                 # Minerva's sentence starts at the marker itself
+            minerva = _MINERVA_RE.match(final.group(0))
+            answer = minerva.group(1).strip() if minerva else answer_in_line(final.group(1))
+            if answer:
+                return answer
+        return boxed
     for pattern in (_GSM8K_RE, _ANSWER_RE):
         last = None
         for m in pattern.finditer(text):
             last = m
         if last is not None:
-            ans = last.group(1).strip()
-            if ans.endswith("."):
-                ans = ans[:-1].rstrip()
-            return ans or None
+            return answer_in_line(last.group(1))
     return None
+
+
+def boxed_answer(text: str) -> str | None:
+    """The boxed answer of a text: the last \\boxed{...}, as a set with the boxes joined to it.
+
+    Several boxes answer together when only a separator stands between them: "," ";" "and"
+    "or" (", and" too), with math delimiters ($, \\( \\), \\[ \\]), spacing (\\quad) and
+    \\text{...} around it and an "x =" before the next box. Their contents are joined by
+    ", " in the text's order, which math_equal compares as a set, as math-verify reads
+    "2,3" == "3,2": "\\(x = \\boxed{1}\\) and \\(x = \\boxed{-2}\\)" -> "1, -2", so a
+    response must give both ("\\boxed{1, -2}", "\\boxed{-2}, \\boxed{1}") and "\\boxed{-2}"
+    alone scores 0. Any other text between two boxes ("\\boxed{1} wait, no: \\boxed{2}")
+    makes the earlier one a draft: the last box alone answers. math-verify 0.9.0 joins boxes
+    by the same separators; it also lets words stand before one ("\\boxed{1} papers and
+    \\boxed{2} bins"), which we read as a correction, like "\\boxed{1} wait, \\boxed{2}".
+    At most MAX_JOINED_BOXES boxes join. None if the last box is absent or malformed
+    (last_boxed). tasks/math_datasets.math_rows reads MATH's reference solutions with it,
+    so a reference and a response are read by the same rule.
+    Example: boxed_answer("so \\boxed{1} no, \\boxed{\\frac{1}{2}}") == "\\frac{1}{2}";
+    boxed_answer("\\boxed{(1, 2)}, \\boxed{(2, 1)}") == "(1, 2), (2, 1)".
+    """
+    return _boxed_answer_and_end(text)[0]
 
 
 def last_boxed(text: str) -> str | None:
@@ -99,18 +154,48 @@ def last_boxed(text: str) -> str | None:
     A brace counter, not a regex: regular expressions cannot match nested braces, and a
     recursive matcher could blow the stack on 10^5 nested "{". The scan is linear and
     stops after MAX_BOXED_CHARS characters. "\\boxed {x}" (space) is accepted; "\\boxed 5"
-    (TeX's brace-less argument) is not. tasks/math_datasets.math_rows uses this to read MATH's reference
-    solutions, so model answers and references are extracted by the same rule.
+    (TeX's brace-less argument) is not. boxed_answer joins it with the boxes before it.
     Example: last_boxed("so \\boxed{1} no, \\boxed{\\frac{1}{2}}") == "\\frac{1}{2}".
     """
     start = text.rfind("\\boxed")
-    if start < 0:
-        return None
+    return _box_at(text, start)[0] if start >= 0 else None
+
+
+def answer_in_line(line: str) -> str | None:
+    """What an answer marker's line compares: the answer in it, without the prose around it.
+
+      1. Minerva's sentence, "The final answer is $X$" (or \\(X\\), \\[X\\]): X.
+      2. Prose with exactly one number, where the number is the answer ("The largest $n$
+         is 34." -> "34", "There are 12 apples." -> "12"): prose is a word of two letters
+         or more outside the math spans, no math span holds a digit, and no formula
+         character (= ^ _ \\ { } + * / < > |) stands outside them.
+      3. Else the line, stripped, with one trailing "." removed.
+    None if nothing is left. A line that is a formula ("x = 3", "\\frac{1}{2} cm") stays
+    whole: math-verify reads it (x = 3 is 3 there).
+    """
+    minerva = _MINERVA_RE.search(line)
+    if minerva:
+        return minerva.group(1).strip() or None
+    number = _prose_number(line)
+    if number is not None:
+        return number
+    ans = line.strip()
+    if ans.endswith("."):
+        ans = ans[:-1].rstrip()
+    return ans or None
+
+
+# --- helpers of SECTION 1 --------------------------------------------------------------
+
+def _box_at(text: str, start: int) -> tuple[str | None, int]:
+    """(content, end) of the box whose "\\boxed" starts at `start`: end is the index after its
+    closing brace; (None, len(text)) if it is malformed (no "{", unbalanced, or longer than
+    MAX_BOXED_CHARS: a malformed box runs to the end of the text)."""
     i = start + len("\\boxed")
     while i < len(text) and text[i] in " \t":
         i += 1
     if i >= len(text) or text[i] != "{":
-        return None
+        return None, len(text)
     depth, begin = 0, i + 1
     for j in range(i, min(len(text), begin + MAX_BOXED_CHARS + 1)):
         c = text[j]
@@ -119,9 +204,48 @@ def last_boxed(text: str) -> str | None:
         elif c == "}":
             depth -= 1
             if depth == 0:
-                content = text[begin:j].strip()
-                return content or None
-    return None                              # unterminated, or longer than the bound
+                return text[begin:j].strip() or None, j + 1
+    return None, len(text)                   # unterminated, or longer than the bound
+
+
+def _boxed_answer_and_end(text: str) -> tuple[str | None, int]:
+    """(boxed_answer(text), the end of the last box), walking back from the last box while
+    the gap to the one before it is a separator (_joins)."""
+    start = text.rfind("\\boxed")
+    if start < 0:
+        return None, len(text)
+    last, end = _box_at(text, start)
+    if last is None:
+        return None, end
+    parts = [last]
+    while len(parts) < MAX_JOINED_BOXES:
+        before = text.rfind("\\boxed", 0, start)
+        if before < 0:
+            break
+        content, before_end = _box_at(text, before)
+        if content is None or before_end > start or not _joins(text[before_end:start]):
+            break
+        parts.append(content)
+        start = before
+    return ", ".join(reversed(parts)), end
+
+
+def _joins(gap: str) -> bool:
+    """True iff the text between two boxes is only a separator ("," ";" "and" "or"), with
+    math delimiters, spacing and \\text{} around it and an optional "x =" after it."""
+    return _BOX_JOINER_RE.fullmatch(_BOX_GAP_NOISE_RE.sub(lambda m: m.group(1) or "", gap)) is not None
+
+
+def _prose_number(line: str) -> str | None:
+    """The one number of a line of prose (answer_in_line's rule 2), or None."""
+    spans = _MATH_SPAN_RE.findall(line)
+    if any(c.isdigit() for span in spans for c in span):
+        return None
+    outside = _MATH_SPAN_RE.sub(" ", line)
+    if _FORMULA_CHARS_RE.search(outside) or not _WORD_RE.search(outside):
+        return None
+    numbers = _NUMBER_RE.findall(outside)
+    return numbers[0] if len(numbers) == 1 else None
 
 
 # ---------------------------------------------------------------------------------------
@@ -139,7 +263,7 @@ def last_boxed(text: str) -> str | None:
 # math-verify once, and forks a locked-down child per comparison, which it kills at the
 # timeout (the sandbox's header lists what that child can and cannot do).
 
-MAX_ANSWER_CHARS = 1000      # longer answers are never credited (see math_equal)
+MAX_ANSWER_CHARS = 1000      # longer answers are never credited (see math_equal): the answer compared, not its line
 MAX_BRACE_DEPTH = 32         # deeper {...} nesting is never credited (no real answer has it)
 
 _INT_RE = re.compile(r"-?[0-9]+")
@@ -156,6 +280,8 @@ def math_equal(pred, ref, timeout: float = 2.0, symbolic: Callable[[str, str, fl
       2. full-width characters mapped to ASCII; identical strings -> True.
       3. longer than MAX_ANSWER_CHARS, or braces nested deeper than MAX_BRACE_DEPTH
          -> False (a policy: a 100000-digit "answer" is not credited even if it parses).
+         The cap is on the strings compared, pred as extract_answer reduced it (the X of
+         "The final answer is $X$. I hope it is correct. Note: ..."), not on its line.
       4. both plain integers ("-?[0-9]+") -> integer comparison ("0432" == "432").
       5. else symbolic(pred, ref, timeout): the comparison that needs a parser, brought by
          the task that needs it (tasks/math_datasets.py: math-verify on "$pred$" vs gold

@@ -52,7 +52,7 @@ pairs (experiments/exact_tests.py: why, the floors, the power). Which test a cla
   - Preconditions (Check with kind "precondition", e.g. "the clip was never reached"): a
     claim that needs one (Claim.needs) is not testable unless it is met on every run of
     its arms: it would measure something else.
-  - Held fixed (HeldFixed): what a CONTROL arm holds equal to another arm's, declared with
+  - Held fixed (experiments/held_fixed.py): what a CONTROL arm holds equal to another arm's, declared with
     the design and measured, not assumed. A control that changes "one thing" must leave
     the rest where it was, and "the rest" is what carries gradient, not what is present:
     random_recentred keeps random's prompts in each optimizer step, but gives 0 to every
@@ -66,7 +66,7 @@ pairs (experiments/exact_tests.py: why, the floors, the power). Which test a cla
   - One family per sweep (rec["p_holm_sweep"]): every claim's p is also corrected over all
     the claims of its sweep on its task, whatever families they declare, and the pages give
     both; a sweep may declare that reading its primary one (Sweep.holm = "sweep").
-  - Pairs whose runs ran on different CPUs (the CPU model of the runs' records) are left
+  - Pairs whose runs ran on different CPUs (the CPU model and torch's kernels of the runs' records) are left
     out of a claim and counted in its detail: another CPU rounds float sums differently,
     so the two runs of such a pair differ in more than the arm.
 Verdicts (ALPHA = 0.05 on the Holm-adjusted p):
@@ -185,28 +185,6 @@ class Check:
         return self.row if isinstance(self.row, tuple) else (self.row,)
 
 
-@dataclass
-class HeldFixed:
-    """What a control arm holds equal to another arm's: measured on every step, met or NOT MET."""
-
-    text: str
-    """What is held, in one line (a claim's `needs` names it by this text)."""
-    arm: str
-    """The control."""
-    reference: str
-    """The arm whose quantities it holds (its --minibatch_mode shares the control's split)."""
-    mode: str
-    """The reference arm's --minibatch_mode: the control's runs log its rule as held/<mode>/<q>."""
-    quantities: tuple[str, ...] = ("rollouts_trained", "prompts_trained", "adv_abs_sum_trained")
-    """Logged as mb/<q> (the run's own mode) and held/<mode>/<q> (the reference's, same batch)."""
-    tol: float = 1e-5
-    """The largest relative difference |x - y| / |y| allowed: float rounding of sums of |A|."""
-    pairwise: bool = False
-    """Compare the control RUN's mb/<q> with the reference run's at every step of each pair,
-    for what the seed alone decides whatever the training does (the split of random's draws:
-    mb/split_groups), instead of the reference's rule on the control's batch."""
-
-
 # ---------------------------------------------------------------------------------------
 # 1. Verdicts
 # ---------------------------------------------------------------------------------------
@@ -232,8 +210,7 @@ def judge(claims: list[Claim], values: dict, series: dict, checks: list[dict] | 
     """
     records = []
     results = {c["check"].text: c["result"] for c in checks or []}
-    kinds = {c["check"].text: "held fixed" if isinstance(c["check"], HeldFixed) else "precondition"
-             for c in checks or []}
+    kinds = {c["check"].text: c["check"].kind for c in checks or []}
     for claim in claims:
         reference = _resolve_reference(claim, values)
         rec = {"claim": claim, "reference": reference, "n": 0, "effect": math.nan, "se": math.nan,
@@ -440,96 +417,6 @@ def run_checks(checks: list[Check], values: dict) -> list[dict]:
             rec["result"] = holds[0] if _holds(check, rec["low"], rec["high"]) else holds[1]
         records.append(rec)
     return records
-
-
-def run_held(held: list[HeldFixed], runs: dict) -> list[dict]:
-    """One record per held-fixed check, measured on every step of every run of its control.
-
-    runs: {(arm, (warmup_seed, seed)): the run's series {key: (steps, values)}}. Per check:
-      gap        the largest |x - y| / |y| over the control's runs, steps and quantities,
-                 x = mb/<q> (what the control trained on), y = held/<mode>/<q> (what the
-                 reference's rule trains on in the same batch; 0/0 counts as 0);
-      first_gap  the same between the control run's held/<mode>/<q> and the reference run's
-                 own mb/<q> at step 1 of each pair, where both runs saw the same batch (with
-                 data from before mb/<q> was logged: the batch's reward and entropy, which say
-                 whether the pair saw one batch at all); NaN where no pair has both runs;
-      ratios     {q: the control's mean of x over all its steps / the mean of y}: how far
-                 from the reference it is (1 when held);
-      result     "met" (both gaps <= tol), "NOT MET", or "not measured" (no run of the
-                 control logged held/<mode>/: runs from before the log existed).
-    """
-    records = []
-    for h in held:
-        own = {key: s for (arm, key), s in runs.items() if arm == h.arm}
-        needed = [f"mb/{q}" if h.pairwise else f"held/{h.mode}/{q}" for q in h.quantities]
-        logged = {key: s for key, s in own.items() if all(k in s for k in needed)}
-        rec = {"check": h, "runs": len(logged), "gap": math.nan, "first_gap": math.nan, "pairs": 0, "ratios": {}}
-        if not logged:
-            rec["result"] = "not measured"
-            records.append(rec)
-            continue
-        gaps, firsts, sums = [], [], {q: [0.0, 0.0] for q in h.quantities}
-        for key, s in logged.items():
-            ref = runs.get((h.reference, key))
-            for q in h.quantities:
-                if h.pairwise and (ref is None or f"mb/{q}" not in ref):
-                    continue
-                x, y = _aligned(s, f"mb/{q}", *((ref, f"mb/{q}") if h.pairwise else (s, f"held/{h.mode}/{q}")))
-                gaps += list(_relative_gap(x, y))
-                sums[q][0] += float(np.nansum(x))
-                sums[q][1] += float(np.nansum(y))
-            if ref is None:
-                continue
-            pairs = [(f"mb/{q}" if h.pairwise else f"held/{h.mode}/{q}", f"mb/{q}") for q in h.quantities
-                     if f"mb/{q}" in ref] or [("reward", "reward"), ("entropy", "entropy")]
-            rec["pairs"] += 1
-            for mine, theirs in pairs:
-                x, y = _at_step(s, mine, 1), _at_step(ref, theirs, 1)
-                firsts += list(_relative_gap(np.array([x]), np.array([y])))
-        rec["gap"] = max(gaps, default=math.nan)
-        rec["first_gap"] = max(firsts, default=math.nan)
-        rec["ratios"] = {q: a / b if b else math.nan for q, (a, b) in sums.items()}
-        worst = max(max(gaps, default=0.0), max(firsts, default=0.0))
-        rec["result"] = "not measured" if not gaps else "met" if worst <= h.tol else "NOT MET"
-        records.append(rec)
-    return records
-
-
-def _aligned(s: dict, key_x: str, t: dict, key_y: str) -> tuple[np.ndarray, np.ndarray]:
-    """The values of s[key_x] and t[key_y] at the steps both logged."""
-    (sx, vx), (sy, vy) = s[key_x], t[key_y]
-    common = np.intersect1d(sx, sy)
-    return vx[np.searchsorted(sx, common)], vy[np.searchsorted(sy, common)]
-
-
-def _at_step(s: dict, key: str, step: int) -> float:
-    """s[key] at `step`, NaN if it was not logged there."""
-    steps, values = s.get(key, (np.array([]), np.array([])))
-    hit = np.flatnonzero(steps == step)
-    return float(values[hit[0]]) if len(hit) else math.nan
-
-
-def _relative_gap(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """|x - y| / |y| elementwise (0 where both are 0; inf where only y is 0; NaN stays NaN, as a gap of inf)."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        gap = np.where((x == y), 0.0, np.abs(x - y) / np.abs(y))
-    return np.where(np.isnan(gap), np.inf, gap)
-
-
-def held_table(rows: list[dict]) -> str:
-    """The held-fixed checks as a markdown table: what, control vs reference, runs, the
-    gaps, the control's quantities as a multiple of the reference's, result."""
-    lines = ["| held fixed | control vs reference | runs | largest gap, same batch | largest gap, pairs' first step "
-             "| control / reference | result |", "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        h = r["check"]
-        gap = lambda g: "-" if not math.isfinite(g) and not (g == math.inf) else _fmt(g)
-        ratios = ", ".join(f"{q} {_fmt(v)}" for q, v in r["ratios"].items()) or "-"
-        first = f"{gap(r['first_gap'])} ({r['pairs']} pairs)" if r["pairs"] else "-"
-        lines.append(f"| {h.text} | {h.arm} vs {h.reference} | {r['runs']} | {gap(r['gap']) if r['runs'] else '-'} | "
-                     f"{first} | {ratios} | **{r['result']}** (tolerance {_fmt(h.tol)}) |")
-    return "\n".join(lines) + "\n"
 
 
 def _holds(check: Check, low: float, high: float) -> bool:

@@ -122,7 +122,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable
 
-from experiments.claims import Check, Claim, HeldFixed
+from experiments.claims import Check, Claim
+from experiments.held_fixed import HeldFixed
 from machinery import warmups
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # recipes are read from here
@@ -364,7 +365,7 @@ def eval_flags(task: str, name: str) -> list[str]:
 # What every sweep's checks and claims share
 # ---------------------------------------------------------------------------------------
 
-# What a control arm holds equal to another's (claims.HeldFixed), by the text a claim's `needs`
+# What a control arm holds equal to another's (held_fixed.HeldFixed), by the text a claim's `needs`
 # names. random_recentred was declared (recentred sweep, SmolLM2's batching) as "random's
 # prompts per step with cancellation"; what it holds was not measured then. Measured since on
 # every step (train.py logs what carries gradient), it is declared here to be checked, not

@@ -53,7 +53,8 @@ The two tasks:
 
 from __future__ import annotations
 
-from experiments.claims import Check, Claim, HeldFixed
+from experiments.claims import Check, Claim
+from experiments.held_fixed import HeldFixed
 from experiments.designs import (CANCELLATION, FIRST_STEP_TOL, HOLDS_SPLIT, HOLDS_TRAINED, OURS, Q_BATCHING_GAIN,
                                  RECENTRED_HELD, RECENTRED_HOLDS, TASKS, Sweep, task_flags, threshold)
 from experiments.designs_cancellation import DOSES

@@ -44,10 +44,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from experiments import claims as claims_lib
+from experiments import held_fixed
 from experiments import plot_runs, quantities
 from experiments.designs import TASKS, Sweep, eval_flags, runs_on, settings
 from experiments.registry import SWEEPS
-from experiments.summaries import CLAIMS_PAGE, write_claims_page, write_readme_tables
+from experiments.summaries import CLAIMS_PAGE, write_claims_page, write_findings_block, write_readme_tables
 
 
 @dataclass
@@ -226,7 +227,7 @@ def judge_runs(sweep: Sweep, runs: list[RunData]) -> tuple[list[dict], list[dict
     claims = [c for c in sweep.claims if c.arm in arms and all(r is None or r in arms for r in refs(c))
               and all(m in arms for m in (c.minus or ()))]
     checks = claims_lib.run_checks([c for c in sweep.checks if any(a in arms for a in c.arms)], values)
-    checks += claims_lib.run_held([h for h in sweep.held if h.arm in arms],
+    checks += held_fixed.run_held([h for h in sweep.held if h.arm in arms],
                                   {(r.arm, r.key): series[r.label] for r in runs})
     cpus = {(r.arm, r.key): cpu_model(r.record) for r in runs}
     verdicts = claims_lib.judge(claims, values, arm_series, checks, cpus, one_family=sweep.holm == "sweep")
@@ -299,9 +300,9 @@ def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_p
                                      for a in sweep.arms),
               "- Starting weights (sha256 of each warm-up seed's, train.py's start.json): " + start_hashes(runs),
               "- Evaluation noise: " + eval_noise(task, sweep, values), ""]
-    identities = [c for c in checks if getattr(c["check"], "kind", None) == "identity"]
-    preconditions = [c for c in checks if getattr(c["check"], "kind", None) == "precondition"]
-    held = [c for c in checks if isinstance(c["check"], claims_lib.HeldFixed)]
+    identities = [c for c in checks if c["check"].kind == "identity"]
+    preconditions = [c for c in checks if c["check"].kind == "precondition"]
+    held = [c for c in checks if c["check"].kind == "held fixed"]
     # A family's size for Holm is every finding declared in it (claims.judge's "family": a
     # not-testable one enters with p = 1), so the page gives it and how many were testable:
     # a reader can redo the correction from them.
@@ -334,7 +335,7 @@ def write_page(sweep: Sweep, task: str, runs: list[RunData], md_path: str, png_p
                   "sum of |A|), the control's own against its reference's rule on the same batch at every step of "
                   "every run, and on each pair's first step (the same batch in both runs) against the reference "
                   "run itself. A finding that needs a check that is not met is not testable.", "",
-                  claims_lib.held_table(held)]
+                  held_fixed.held_table(held)]
     lines += ["## Findings", "",
               f"Each claim was written before the runs ({design_file(sweep)}), quoting the sentence it tests"
               + (", except those marked *re-read*: restated after their runs were public, read again on the same "
@@ -505,10 +506,11 @@ def verdict_record(r: dict) -> dict:
 # 3. report: every page, the data files, the claims page, the README's summary
 # ---------------------------------------------------------------------------------------
 
-def report(out: str, results: str, readme: str) -> list[str]:
+def report(out: str, results: str, readme: str, prose: str = os.path.join("docs", "results.md")) -> list[str]:
     """Rebuild every sweep's page from its runs (committed data merged with OUT's finished
-    runs), rewrite its data file, write claims.md beside them and replace the README's summary. Returns
-    the paths written.
+    runs), rewrite its data file, write claims.md beside them, replace the README's summary
+    and the study prose's block of every finding's numbers (`prose`, docs/results.md,
+    summaries.write_findings_block). Returns the paths written.
 
     A sweep with neither committed data nor finished runs is skipped (its README cells
     read "not run"). Pages are dated by their runs, not by the rebuild, so a rebuild with
@@ -538,6 +540,8 @@ def report(out: str, results: str, readme: str) -> list[str]:
     written.append(write_claims_page(os.path.join(results, CLAIMS_PAGE), outcomes))
     if os.path.isfile(readme):
         written.append(write_readme_tables(readme, outcomes, os.path.join(results, CLAIMS_PAGE)))
+    if os.path.isfile(prose):
+        written.append(write_findings_block(prose, outcomes))
     return written
 
 

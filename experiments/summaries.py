@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 
-from experiments.claims import HeldFixed
 from experiments.designs import OURS, TASKS, runs_on
 from experiments.registry import SWEEPS
 
@@ -79,8 +78,8 @@ def _shown(verdict: str) -> str:
 
 
 def held(check_record: dict) -> bool:
-    """Whether a check record is a held-fixed check's (claims.run_held), not an identity's or a precondition's."""
-    return isinstance(check_record["check"], HeldFixed)
+    """Whether a check record is a held-fixed check's (held_fixed.run_held), not an identity's or a precondition's."""
+    return check_record["check"].kind == "held fixed"
 
 
 def _checks_text(checks: dict, held_counts: dict | None = None) -> str:
@@ -244,3 +243,64 @@ def _write(path: str, text: str) -> None:
         f.write(text)
     os.replace(path + ".tmp", path)
 
+
+
+FINDINGS_BEGIN, FINDINGS_END = "<!-- findings:begin -->", "<!-- findings:end -->"
+
+
+def write_findings_block(path: str, results: dict) -> str:
+    """Replace the text between FINDINGS_BEGIN and FINDINGS_END of the study's prose
+    (docs/results.md) with every finding's numbers, as experiments/claims.py judged them.
+
+    Per finding: the claim as declared and its source sentence (numbered, listed once at
+    the end), n, the effect ± its paired SE, the exact p, Holm's p and the family's size m
+    under the families as declared and under one family per sweep, the effect detectable at
+    80% power (the primary reading's), and the verdict under each reading (the sweep's
+    primary one first: Sweep.holm). So what the prose may say of a finding is here, computed,
+    and a sentence cannot quietly say more than its test (tests/study/test_cause_words.py
+    holds the prose to it). A sweep not fully run gives its numbers and no verdict.
+    """
+    from experiments.claims import _fmt, format_p            # the pages' number formats
+    quotes: dict[str, int] = {}
+    lines = [FINDINGS_BEGIN, "",
+             "Written by `python -m experiments.sweep report` from the committed data; do not edit by hand. "
+             "Holm's p is given under both readings, the families as each design declared them and one family "
+             "per sweep (m: the family's size); the verdict of the sweep's primary reading comes first. "
+             "\"-\": not testable, or not run.", ""]
+    for (task, name), res in results.items():
+        if not res["verdicts"]:
+            continue
+        sweep = SWEEPS[name](task)
+        one = sweep.holm == "sweep"
+        status = ("earlier design: no verdict" if not res["recorded"] else
+                  f"INCOMPLETE, {res['done']} of {res['planned']} runs: no verdict" if res["done"] < res["planned"]
+                  else "primary reading: " + ("one family per sweep" if one else "the declared families"))
+        lines += [f"**{task} / {name}** ([page](../experiments/results/sweep_{task}_{name}.md); {status})", "",
+                  "| # | claim | source | n | effect ± SE | p | Holm p, declared (m) | Holm p, one family (m) | "
+                  "80%-power effect | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for i, r in enumerate(res["verdicts"], 1):
+            c = r["claim"]
+            number = quotes.setdefault(c.quote, len(quotes) + 1)
+            as_declared, as_one = ("_declared", "") if one else ("", "_sweep")      # the records' key suffixes
+            decl_p, decl_m = r.get("p_holm" + as_declared, float("nan")), r.get("family" + as_declared, 0)
+            one_p, one_m = r.get("p_holm" + as_one, float("nan")), r.get("family" + as_one, 0)
+            show = lambda x: "-" if x != x else f"{x:.4f}"
+            readings = (r["verdict"], r.get("verdict_declared" if one else "verdict_sweep", r["verdict"]))
+            verdict = ("-" if status.startswith(("INCOMPLETE", "earlier")) else
+                       f"**{readings[0]}**" + ("" if readings[1] == readings[0] else
+                                               f"; {'declared families' if one else 'one family per sweep'}: "
+                                               f"{readings[1]}"))
+            effect = "-" if r["effect"] != r["effect"] else f"{_fmt(r['effect'])} ± {_fmt(r['se'])}"
+            power = r.get("power80", float("nan"))
+            lines.append(f"| {i} | {c.text}{' *re-read*' if c.posthoc else ''}{' (ours)' if c.paper == OURS else ''} "
+                         f"| [{number}] | {r['n'] or '-'} | {effect} | "
+                         f"{'-' if r['p'] != r['p'] else format_p(r['p'], r['floor'])} | "
+                         f"{show(decl_p)} ({decl_m}) | {show(one_p)} ({one_m}) | "
+                         f"{'-' if power != power else _fmt(power)} | {verdict} |")
+        lines.append("")
+    lines += ["Sources, verbatim:", "", *[f"{n}. \"{q}\"" for q, n in quotes.items()], "", FINDINGS_END]
+    text = open(path).read()
+    if FINDINGS_BEGIN in text and FINDINGS_END in text:
+        head, rest = text.split(FINDINGS_BEGIN, 1)
+        _write(path, head + "\n".join(lines) + rest.split(FINDINGS_END, 1)[1])
+    return path

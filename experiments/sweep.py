@@ -313,12 +313,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--results", default=RESULTS, help="where the pages and the committed run data are: report "
                                                           "writes them, a sweep skips the runs committed there")
     parser.add_argument("--readme", default="README.md", help="report: the README whose tables are rewritten")
+    parser.add_argument("--prose", default=os.path.join("docs", "results.md"),
+                        help="report: the study's prose whose block of every finding's numbers is rewritten")
     parser.add_argument("--keep_weights", action="store_true",
                         help=f"keep each finished run's {', '.join(WEIGHT_DIRS)} (deleted by default: the data is "
                              "the metrics; a SmolLM2 run's weights are 2.6 GB)")
     args = parser.parse_args(own)
     if args.name == "report":
-        for path in pages.report(args.out, args.results, args.readme):
+        for path in pages.report(args.out, args.results, args.readme, args.prose):
             print(f"wrote {path}")
         return
     if problem := checks.writable_dir_problem(args.out):

@@ -111,7 +111,7 @@ class TokencreditGRPOTrainer(GRPOTrainer):
         # One trial call on a mixed binary group of this G: unknown hyper-parameters and
         # out-of-range ones (passk's k > G, ...) fail here, not in the first training step.
         trial = torch.tensor([[float(g % 2) for g in range(G)]])
-        adv_lib.compute_advantages(self.tc_advantage, trial, **self.tc_advantage_kwargs)
+        adv_lib.compute_advantages(self.tc_advantage, trial, lengths=torch.ones_like(trial), **self.tc_advantage_kwargs)
         if args.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError("TokencreditGRPOTrainer recomputes advantages from the weighted reward sum, i.e. "
                              "multi_objective_aggregation='sum_then_normalize'; got "
@@ -151,7 +151,8 @@ class TokencreditGRPOTrainer(GRPOTrainer):
         """TRL's batch, with `advantages` replaced by ours and `group_ids`/`rollout_ids` added.
 
         rewards [N_global, G] = (weighted sum over reward functions, as TRL) viewed
-        prompt-major; A = compute_advantages(name, rewards, **hyper) [N_global, G];
+        prompt-major; A = compute_advantages(name, rewards, **hyper) [N_global, G] (with the
+        gathered completion lengths for an advantage that reads them: reinforce_pp's "token");
         this process keeps the flat rows [rank * B_local, (rank + 1) * B_local).
         A rollout that no reward function scored (TRL's NaN, whose advantage TRL sets
         to 0) is refused: our advantages need every reward.
@@ -170,7 +171,10 @@ class TokencreditGRPOTrainer(GRPOTrainer):
         if self.tc_scheduler is not None and training:
             self.tc_knobs = self._tc_schedule_step(rewards, out)
         hyper = step_hyper(self.tc_advantage_kwargs, self.tc_knobs)     # the same rule as train.py's
-        adv_all = adv_lib.compute_advantages(self.tc_advantage, rewards, **hyper).reshape(-1)
+        lengths = None
+        if adv_lib.ADVANTAGES[self.tc_advantage].reads_lengths:       # reinforce_pp: every process's tokens
+            lengths = self.accelerator.gather(out["completion_mask"].sum(dim=1)).view(-1, G).float().cpu()
+        adv_all = adv_lib.compute_advantages(self.tc_advantage, rewards, lengths=lengths, **hyper).reshape(-1)
 
         local = out["advantages"]
         start = self.accelerator.process_index * local.shape[0]

@@ -81,7 +81,8 @@ def outcome_advantage(name: str, hyper: dict, token_level_rewards: torch.Tensor,
         raise ValueError(f"{PREFIX}{name}: needs the rollouts' uids (verl's non_tensor_batch['uid'])")
     scores = token_level_rewards.sum(dim=-1)                       # [B] outcome reward
     rows = group_rows(index)                                       # [N, G] batch rows
-    adv = adv_lib.compute_advantages(name, scores[rows], **hyper)  # [N, G]
+    lengths = response_mask.sum(dim=-1).to(scores.dtype)[rows]     # [N, G] response tokens (reinforce_pp's "token")
+    adv = adv_lib.compute_advantages(name, scores[rows], lengths=lengths, **hyper)  # [N, G]
     flat = torch.empty_like(scores)
     flat[rows.reshape(-1)] = adv.reshape(-1)
     out = flat.unsqueeze(-1) * response_mask
@@ -112,7 +113,7 @@ def register_advantage(verl_name: str, name: str, **hyper) -> None:
     in the first training step. Call it from your own plugin module so that it runs in
     every process (see the module header).
     """
-    adv_lib.compute_advantages(name, torch.tensor([[1.0, 0.0] * 4]), **hyper)
+    adv_lib.compute_advantages(name, torch.tensor([[1.0, 0.0] * 4]), lengths=torch.ones(1, 8), **hyper)
 
     def estimator(token_level_rewards, response_mask, index=None, **unused):
         return outcome_advantage(name, hyper, token_level_rewards, response_mask, index)

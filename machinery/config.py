@@ -34,7 +34,6 @@ run directory) is machinery/setup.py's.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import os
 import re
 import sys
@@ -78,7 +77,7 @@ def advantage_fields() -> list[tuple[str, str, dataclasses.Field]]:
     """
     readers = {}                                    # flag -> (parameter, [(advantage, default)])
     for name, fn in advantages.ADVANTAGES.items():
-        for p in list(inspect.signature(fn).parameters.values())[1:]:
+        for p in advantages.hyper_parameters(fn):
             readers.setdefault(FLAG_OF_PARAM.get(p.name, p.name), (p, []))[1].append((name, p.default))
     out = []
     for flag, (p, used_by) in readers.items():
@@ -90,7 +89,8 @@ def advantage_fields() -> list[tuple[str, str, dataclasses.Field]]:
         # choosing its advantage is refused at the door by compute_advantages, in one line
         # naming the missing row, rather than by a KeyError here when train.py is imported.
         meaning = advantages.HYPER_RANGES.get(p.name, (None, None, "no row in advantages.HYPER_RANGES"))[2]
-        kind = "int" if isinstance(p.default, int) and not isinstance(p.default, bool) else "float"
+        kind = ("int" if isinstance(p.default, int) and not isinstance(p.default, bool) else
+                "str" if isinstance(p.default, str) else "float")
         out.append((flag, f"{kind} | None",
                     field(default=None, metadata={**FIXED, "help": f"{names}: {meaning} ({default})."})))
     return out
@@ -110,7 +110,7 @@ def hyper_defaults(name: str) -> dict:
     hyper_defaults("power") == {"alpha": 2.0}; hyper_defaults("risk") == {"risk_beta": 2.0};
     hyper_defaults("mean") == {}.
     """
-    params = list(inspect.signature(advantages.ADVANTAGES[name]).parameters.values())[1:]
+    params = advantages.hyper_parameters(advantages.ADVANTAGES[name])
     return {FLAG_OF_PARAM.get(p.name, p.name): p.default for p in params}
 
 
@@ -120,7 +120,7 @@ def hyper_from_flags(name: str, flags: AdvantageConfig) -> dict:
     Flags left None are left out, so the function's own default applies. Example: with
     flags.risk_beta = 1.0, hyper_from_flags("risk", flags) == {"beta": 1.0}.
     """
-    params = list(inspect.signature(advantages.ADVANTAGES[name]).parameters)[1:]
+    params = [p.name for p in advantages.hyper_parameters(advantages.ADVANTAGES[name])]
     values = {p: getattr(flags, FLAG_OF_PARAM.get(p, p)) for p in params}
     return {p: v for p, v in values.items() if v is not None}
 
@@ -402,7 +402,8 @@ def validate(cfg: Config) -> None:
             f"--weight_transform {transform} needs whole groups per optimizer step: "
             f"use --minibatch_mode query or query_balanced, got {cfg.minibatch_mode!r}")
     zero_sum = advantages.ADVANTAGES[cfg.advantage].zero_sum and not (
-        cfg.advantage == "fade" and (cfg.sched.schedule != "constant" or cfg.adv.delta not in (None, 1)))
+        cfg.advantage == "fade" and (cfg.sched.schedule != "constant" or cfg.adv.delta not in (None, 1))) and not (
+        cfg.advantage == "reinforce_pp" and cfg.adv.whiten == "token")     # the token mean shifts every group
     require(transform != "orth" or zero_sum,
             f"--weight_transform orth re-centres advantages that do not sum to zero per group (it would undo "
             f"--advantage {cfg.advantage}'s imbalance); use a zero-sum advantage or --weight_transform min")
@@ -438,7 +439,8 @@ def validate(cfg: Config) -> None:
                 f"{flag} {source} is worded for chat models; the embedded model reads {flag} {bare}")
     # The advantage's own checks (group size, hyper-parameter ranges), on a batch of this shape.
     example = (torch.arange(cfg.group_size) % 2).float().unsqueeze(0)
-    advantages.compute_advantages(cfg.advantage, example, **advantage_hyper(cfg, {}))
+    advantages.compute_advantages(cfg.advantage, example, lengths=torch.ones_like(example),
+                                  **advantage_hyper(cfg, {}))
 
 
 def warn(message: str) -> None:

@@ -301,9 +301,13 @@ OTHER_NAMES = {
     "num_generations": "TRL's num_generations (verl's rollout.n) is --group_size here",
     "max_completion_length": "TRL's max_completion_length is --max_new_tokens here",
     "response_length": "verl's response_length is --max_new_tokens here",
-    "epsilon": "TRL's epsilon (verl's clip_ratio_low) is --eps_low here, and epsilon_high --eps_high",
-    "epsilon_high": "TRL's epsilon_high (verl's clip_ratio_high) is --eps_high here",
-    "delta": "TRL's delta (the upper clip of two-sided GRPO) is --dual_clip here",
+    "epsilon": "TRL's epsilon (verl's clip_ratio_low) is --eps_low here, and epsilon_high --eps_high (with "
+               "loss_type='cispo', epsilon_high - 1: TRL caps the ratio at epsilon_high itself)",
+    "epsilon_high": "TRL's epsilon_high (verl's clip_ratio_high) is --eps_high here; with loss_type='cispo' TRL caps "
+                    "the ratio at epsilon_high itself, so --eps_high is epsilon_high - 1 (TRL's 5.0: --eps_high 4)",
+    "delta": "TRL's delta is --dual_clip here at TRL's recommended delta > 1 + epsilon_high (A > 0 tokens "
+             "untouched); below that it caps A > 0 tokens at delta and A < 0 ones at 1 + epsilon_high: "
+             "--eps_high delta - 1 with --dual_clip 1 + epsilon_high",
     "num_iterations": "TRL's num_iterations (verl's ppo_epochs) is --epochs here",
     "loss_agg_mode": "verl's loss_agg_mode is --agg here",
     "entropy_coeff": "verl's entropy_coeff is --entropy_coef here",

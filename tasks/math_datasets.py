@@ -171,8 +171,10 @@ def math_rows(records) -> list[dict]:
     """Hendrycks MATH records {"problem", "solution", ["answer"]} -> rows.
 
     The reference is the record's "answer" if it has a non-empty string one (MATH-500
-    and several mirrors ship it), else the content of the LAST \\boxed{...} of the
-    solution, read by verify.last_boxed, the same rule that reads the model's answer.
+    and several mirrors ship it), else the solution's boxed answer, read by
+    verify.boxed_answer, the rule that reads the model's: the LAST \\boxed{...}, or the
+    boxes joined to it by a separator as one set ("\\(x = \\boxed{1}\\) and \\(x =
+    \\boxed{-2}\\)" -> "1, -2", so that only a complete answer matches it).
     A record with neither raises ValueError naming the record (1-based).
     """
     return [_math_row(rec, f"record {i}") for i, rec in enumerate(records, start=1)]
@@ -221,7 +223,7 @@ def _math_row(rec, where: str) -> dict:
     answer = rec.get("answer")
     if not (isinstance(answer, str) and answer.strip()):
         solution = rec.get("solution")
-        answer = verify.last_boxed(solution)  # the verifier's own extraction rule if isinstance(solution, str) else None
+        answer = verify.boxed_answer(solution) if isinstance(solution, str) else None   # the verifier's own rule
         if answer is None:
             raise ValueError(f"{where}: MATH record has no 'answer' and no \\boxed{{...}} "
                              f"in its 'solution' ({str(solution)[:80]!r})")

@@ -258,6 +258,29 @@ def test_other_modes_follow_minibatch_indices(tmp_path, mode):
     steps_match_minibatch_indices(trainer, mode)
 
 
+def test_reinforce_pp_token_whitening_reads_the_completion_lengths(tmp_path):
+    """advantage_kwargs={"whiten": "token"}: each batch's advantages are reinforce_pp's per-token
+    whitening of the rewards with the completions' own lengths, exactly; per rollout (the
+    default) they differ (the negative control)."""
+    trainer, calls = run(tmp_path, advantage="reinforce_pp", advantage_kwargs={"whiten": "token"})
+    controls = 0
+    for k, call in enumerate(calls):
+        rewards = torch.tensor(call["rewards"]).view(-1, G)
+        lengths = torch.tensor([float(len(c)) for c in call["completion_ids"]]).view(-1, G)
+        steps = [s for s in trainer.seen if s["global_step"] // SPG == k]
+        ids = torch.cat([s["rollout_ids"] for s in steps])
+        seen = torch.empty(rewards.numel())
+        seen[ids - ids.min()] = torch.cat([s["completion_mask"].sum(1).float() for s in steps])
+        assert torch.equal(seen.view(-1, G), lengths)          # the lengths the trainer saw are the completions'
+        adv, _ = trained_on(trainer, k)
+        assert torch.equal(adv, adv_lib.compute_advantages("reinforce_pp", rewards, lengths=lengths,
+                                                           whiten="token").reshape(-1))
+        controls += bool(lengths.min() != lengths.max() and (adv != 0).any())
+        if lengths.min() != lengths.max() and (adv != 0).any():
+            assert not torch.equal(adv, adv_lib.compute_advantages("reinforce_pp", rewards).reshape(-1))
+    assert controls >= 1                                         # unequal lengths and a signal: seeded
+
+
 # ---------------------------------------------------------------------------------------
 # Negative control: TRL's own split (minibatch_mode=None) scatters groups
 # ---------------------------------------------------------------------------------------

@@ -17,12 +17,20 @@ What is checked:
 - losses: loss.policy_loss equals verl's built-in vanilla (with our dual_clip = 3, which
   verl always applies) and cispo to <= 1e-6 in value and 1e-7 in gradient under all four
   aggregations, GSPO under its own aggregation; the tc_ losses called through verl's
-  registry with verl's global batch info (dp_size > 1) equal verl's built-ins too.
+  registry with verl's global batch info (dp_size > 1) equal verl's built-ins too;
+- the peer's numbers, many seeds (60 random batches: G = 2, 4, 8, all-equal groups, padded
+  rows and rows with no token, T up to 600, log ratios past verl's +-20 clamp and past
+  float32's overflow): verl's own grpo, Dr. GRPO, rloo and reinforce_plus_plus_baseline
+  advantages, agg_loss, and vanilla, cispo and gspo losses against ours, with the known
+  differences asserted as such (an all-equal group: 0 here, float residue or -m/s in verl;
+  verl's seq-mean counts only non-empty rows; verl caps GSPO's sequence log ratio at 10). A
+  verl upgrade that changes its math fails here first.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -358,3 +366,173 @@ def test_rollout_correction_weights_are_refused():
     with pytest.raises(ValueError, match="rollout_is_weights"):
         fn(old_log_prob=old, log_prob=logp, advantages=adv.unsqueeze(1) * mask, response_mask=mask,
            config=actor_config(), rollout_is_weights=torch.ones_like(mask))
+
+
+# ---------------------------------------------------------------------------------------
+# The peer's numbers: verl's own functions and ours on the same random inputs, many seeds
+# ---------------------------------------------------------------------------------------
+
+PEER_SEEDS = range(60)
+
+
+def peer_batch(seed: int):
+    """N groups of G (G in 2, 4, 8) in random row order, T up to 600 on every fifth seed,
+    padded rows (masks with zeros; a row with no token on every fourth seed), binary rewards
+    on odd seeds and continuous ones on even seeds, every batch with an all-equal group.
+    Returns (token_level_rewards [B, T], mask [B, T], uid [B], rewards [N, G], rows [N, G])."""
+    gen = torch.Generator().manual_seed(1000 + seed)
+    G = (2, 4, 8)[seed % 3]
+    N = int(torch.randint(2, 7, (1,), generator=gen))
+    T = int(torch.randint(2, 600 if seed % 5 == 0 else 16, (1,), generator=gen))
+    B = N * G
+    if seed % 2:
+        rewards = (torch.rand(N, G, generator=gen) < 0.5).float()
+    else:
+        rewards = torch.rand(N, G, generator=gen).round(decimals=2)
+    rewards[0] = rewards[0, 0]                                       # an all-equal group
+    rows = torch.randperm(B, generator=gen).view(N, G).sort(dim=1).values
+    lengths = torch.randint(0 if seed % 4 == 0 else 1, T + 1, (B,), generator=gen)
+    lengths[rows[-1, 0]] = max(int(lengths[rows[-1, 0]]), 2)         # at least 2 tokens in the batch
+    mask = (torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)).float()
+    token_rewards = torch.zeros(B, T)
+    token_rewards[rows.reshape(-1), (lengths[rows.reshape(-1)] - 1).clamp(min=0)] = rewards.reshape(-1)
+    uid = np.empty(B, dtype=object)
+    for n in range(N):
+        uid[rows[n].numpy()] = f"p{n}"
+    return token_rewards, mask, uid, rewards, rows
+
+
+def largest(x: torch.Tensor) -> float:
+    """max |x|, 0 for an empty tensor."""
+    return float(x.abs().max()) if x.numel() else 0.0
+
+
+def per_rollout(adv_tokens: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """verl's [B, T] advantages back to [N, G]: each row's value on its tokens (0 for a row with none)."""
+    flat = (adv_tokens * mask).sum(1) / mask.sum(1).clamp(min=1)
+    return flat[rows]
+
+
+# Two float32 codes: measured <= 4.8e-7 apart over these batches (AVX-512 and AVX2), the
+# ratio of two std's rounding (1.2e-7 relative) times advantages up to 2.6; a wrong
+# estimator (rloo for mean, per rollout for per token) is >= 0.044 away.
+PEER_ADV = 5e-6
+
+
+def test_verl_advantages_equal_ours_on_many_batches():
+    """verl's grpo (with and without the std: Dr. GRPO), rloo and reinforce_plus_plus_baseline
+    (the REINFORCE++ equation, our reinforce_pp with whiten="token") against ours, 60 batches.
+    Known differences, asserted as such: an all-equal group is exactly 0 here, float residue
+    in verl where the rewards are not binary (the mean of 0.37 four times is not 0.37) and
+    -m/s under verl's reinforce_plus_plus_baseline (its token mean shifts every rollout)."""
+    residue = 0.0
+    for seed in PEER_SEEDS:
+        token_rewards, mask, uid, rewards, rows = peer_batch(seed)
+        constant = (rewards.max(1).values == rewards.min(1).values)
+        lengths = mask.sum(1)[rows]
+        for fn, kwargs, ours in (
+                (core_algos.compute_grpo_outcome_advantage, {}, adv_lib.grpo(rewards)),
+                (core_algos.compute_grpo_outcome_advantage, {"norm_adv_by_std_in_grpo": False}, adv_lib.mean(rewards)),
+                (core_algos.compute_rloo_outcome_advantage, {}, adv_lib.rloo(rewards)),
+                (core_algos.compute_reinforce_plus_plus_baseline_outcome_advantage, {},
+                 adv_lib.compute_advantages("reinforce_pp", rewards, lengths=lengths, whiten="token", eps=1e-12))):
+            theirs, _ = fn(token_level_rewards=token_rewards.clone(), response_mask=mask, index=uid, **kwargs)
+            theirs = per_rollout(theirs, mask, rows)
+            has_tokens = lengths > 0
+            mixed = ~constant.unsqueeze(1) & has_tokens
+            if fn is core_algos.compute_reinforce_plus_plus_baseline_outcome_advantage:
+                # verl: (x - m) rsqrt(var + 1e-8), ours here (x - m) / (std + 1e-12): verl's guard
+                # moves a value by 5e-9 / var relative, measured <= 1.5e-6 over these batches
+                assert torch.allclose(theirs[mixed], ours[mixed], rtol=2e-5, atol=PEER_ADV), seed
+            else:
+                assert largest((theirs - ours)[mixed]) <= PEER_ADV, (seed, fn.__name__, kwargs)
+                residue = max(residue, largest(theirs[constant]))
+            assert (ours[constant] == 0).all()
+    assert 0 < residue < 0.5        # verl's float residue on an all-equal group: measured 0.056 (ours: 0)
+
+
+def test_verl_reinforce_pp_is_the_token_form_not_ours_by_default():
+    """Negative control: at unequal lengths our default (per rollout) is not verl's reinforce_plus_plus_baseline."""
+    token_rewards, mask, uid, rewards, rows = peer_batch(1)
+    theirs = per_rollout(core_algos.compute_reinforce_plus_plus_baseline_outcome_advantage(
+        token_level_rewards=token_rewards.clone(), response_mask=mask, index=uid)[0], mask, rows)
+    gap = (theirs - adv_lib.compute_advantages("reinforce_pp", rewards)).abs().max()
+    assert float(gap) > 0.05
+
+
+@pytest.mark.parametrize("agg", AGGS)
+def test_verl_agg_loss_equals_aggregate(agg):
+    """verl's agg_loss against aggregation.aggregate on 60 random loss matrices. verl's seq-mean
+    modes count only the rows with a token (global_batch_size = non-empty rows); ours divide
+    by the step's rows: equal once n_seqs counts what verl counts (the plugin's verl_step_norm
+    does), and a named difference (B / B_nonempty) with step_normaliser's own count."""
+    differs = 0
+    for seed in PEER_SEEDS:
+        _, mask, _, _, _ = peer_batch(seed)
+        loss_mat = torch.randn(mask.shape, generator=torch.Generator().manual_seed(seed))
+        theirs = float(core_algos.agg_loss(loss_mat, mask, agg))
+        nonempty = float((mask.sum(1) > 0).sum())
+        norm = aggregation.StepNorm(n_tokens=float(mask.sum()), n_seqs=nonempty, max_len=float(mask.shape[1]))
+        # float32 sums in two orders, and verl's 1e-8 in 1/(|o_i| + 1e-8): measured <= 6.0e-7
+        # (AVX-512 and AVX2); the named difference below is >= 5.7e-4 where it acts
+        assert abs(float(aggregation.aggregate(loss_mat, mask, agg, norm)) - theirs) <= 1e-5, (seed, agg)
+        ours_own = float(aggregation.aggregate(loss_mat, mask, agg, aggregation.step_normaliser(mask)))
+        differs += abs(ours_own - theirs) > 1e-5
+    assert differs == (0 if agg == "token-mean" else sum((peer_batch(s)[1].sum(1) == 0).any() for s in PEER_SEEDS))
+
+
+def random_losses(seed: int):
+    """A loss case with log ratios up to +-3, and on every third seed some past verl's clamp
+    (+-25) and past float32 exp's overflow (+100); log-probs and old log-probs stay <= 0."""
+    _, mask, _, _, _ = peer_batch(seed)
+    gen = torch.Generator().manual_seed(2000 + seed)
+    B, T = mask.shape
+    log_ratio = (0.5 + seed % 3) * torch.randn(B, T, generator=gen).clamp(-3, 3)
+    if seed % 3 == 0:
+        log_ratio += 25.0 * (torch.rand(B, T, generator=gen) < 0.05) * torch.randn(B, T, generator=gen).sign()
+        log_ratio += 100.0 * (torch.rand(B, T, generator=gen) < 0.02)
+    base = -3 * torch.rand(B, T, generator=gen)
+    logp, old = base + log_ratio.clamp(max=0), base - log_ratio.clamp(min=0)
+    adv = torch.randn(B, generator=gen)
+    mask[mask.sum(1) == 0, 0] = 1.0                      # every rollout one token at least: verl's GSPO divides by it
+    return logp, old, adv, mask
+
+
+@pytest.mark.parametrize("mode, loss_type, dual_clip", [("vanilla", "ppo", 3.0), ("cispo", "cispo", None)])
+def test_verl_policy_losses_equal_ours_on_many_batches(mode, loss_type, dual_clip):
+    """verl's vanilla (dual clip 3) and cispo against loss.policy_loss, 60 batches x 4 aggregations,
+    log ratios past +-20 and past exp's overflow on every third batch: verl clamps the log ratio
+    at +-20, and so do we (loss.token_log_ratio), so values and gradients agree there too
+    (without the clamp our gradient was NaN past 88.7)."""
+    extreme = 0
+    for seed in PEER_SEEDS:
+        logp, old, adv, mask = random_losses(seed)
+        extreme += bool((((logp - old) > 88.8) & (mask > 0)).any())
+        for agg in AGGS:
+            v_ours, g_ours = value_and_grad(ours(loss_type, agg, logp, old, adv, mask, dual_clip), logp)
+            v_verl, g_verl = value_and_grad(verls(mode, agg, old, adv, mask), logp)
+            assert torch.isfinite(g_ours).all()
+            # values up to 241 past the clamp (e^20 x a token's share): measured <= 4.5e-7
+            # relative, gradients <= 9.3e-10 (AVX-512 and AVX2); dual clip off is 0.046 away
+            assert abs(v_ours - v_verl) <= 1e-5 * max(1.0, abs(v_verl)), (seed, agg, v_ours, v_verl)
+            assert float((g_ours - g_verl).abs().max()) <= SAME_GRAD * max(1.0, float(g_verl.abs().max())), (seed, agg)
+    assert extreme >= 5                                      # 8 of the 60 batches, seeded
+
+
+def test_verl_gspo_equals_ours_on_many_batches_and_caps_its_ratio_at_e10():
+    """GSPO, sequence ratios near 1 (GSPO's own range), 60 batches: equal. A named difference:
+    verl caps the sequence log ratio at 10, ours at 20 (loss.gspo_sequence_ratio), so an A < 0
+    rollout whose sequence ratio is past e^10 weighs e^10 in verl and its own ratio here."""
+    agg = "seq-mean-token-mean"
+    for seed in PEER_SEEDS:
+        logp, old, adv, mask = random_losses(seed)
+        logp = old + 0.01 * (logp - old).clamp(-3, 3)
+        v_ours, g_ours = value_and_grad(ours("gspo", agg, logp, old, adv, mask), logp)
+        v_verl, g_verl = value_and_grad(verls("gspo", agg, old, adv, mask), logp)
+        assert same_loss(v_ours, g_ours, v_verl, g_verl), seed
+    logp, old, adv, mask = random_losses(1)
+    adv = -adv.abs()
+    far = old + 15.0                                                     # sequence log ratio 15
+    v_ours, _ = value_and_grad(ours("gspo", agg, far, old, adv, mask), far)
+    v_verl, _ = value_and_grad(verls("gspo", agg, old, adv, mask), far)
+    assert v_ours == pytest.approx(math.exp(5.0) * v_verl, rel=1e-5)   # e^15 against e^10

@@ -113,6 +113,8 @@ def test_beta_exits_2_naming_kl_coef(tmp_path):
     (["--k", "2"], "--k 2 is read only by --advantage passk, pkpo"),
     (["--gamma", "0.99"], "verl's gamma is GAE's discount"),
     (["--risk_beta", "1"], "--risk_beta 1.0 is read only by --advantage risk"),
+    (["--whiten", "token"], "--whiten token is read only by --advantage reinforce_pp, not grpo"),
+    (["--advantage", "reinforce_pp", "--whiten", "tokens"], "reinforce_pp: needs whiten one of rollout, token, got 'tokens'"),
     (["--advantage", "fade", "--schedule", "fade", "--delta", "0.5"], "--schedule fade sets delta every step"),
     (["--alpha_start", "2"], "--alpha_start 2.0 is read only by --schedule decay, not constant"),
     (["--advantage", "fade", "--schedule", "fade", "--delta_end", "0.5"], "read only by --schedule decay, not fade"),
@@ -140,6 +142,7 @@ def test_flags_that_would_change_nothing_or_mean_something_else_exit_2(argv, nee
     (["--advantage", "focal", "--gamma", "2", "--adv_eps", "1e-4"], {"gamma": 2.0, "eps": 1e-4}),
     (["--advantage", "w_reinforce", "--lam", "0.2"], {"lam": 0.2}),
     (["--advantage", "asymre", "--dV", "0.1"], {"dV": 0.1}),
+    (["--advantage", "reinforce_pp", "--whiten", "token"], {"eps": 1e-6, "whiten": "token"}),
 ])
 def test_each_advantage_takes_its_own_flags(argv, expect):
     assert train.advantage_hyper(train.parse_args(argv), {}) == expect

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import advantages as adv
-from advantages import ADVANTAGES, HYPER_RANGES, compute_advantages, pass_at_k
+from advantages import ADVANTAGES, HYPER_RANGES, compute_advantages, hyper_parameters, pass_at_k
 
 # Each advantage's properties are registered beside its definition (advantages.register).
 ZERO_SUM = tuple(n for n, fn in ADVANTAGES.items() if fn.zero_sum)
@@ -76,6 +76,68 @@ def test_reinforce_pp_is_group_centring_over_batch_std():
     expected = x / (x.std() + 1e-6)   # mean of x over the batch is 0 up to rounding
     # float64, two orders of the same operations: measured 6.9e-18 (AVX-512 and AVX2)
     assert torch.allclose(compute_advantages("reinforce_pp", rewards), expected, atol=1e-12, rtol=0)
+
+
+def tokenwise_whitening(rewards, lengths, eps):
+    """The REINFORCE++ equation written over tokens, independently: every token of rollout i
+    carries x_i = r_i - its group's mean; whiten the batch's token values (ddof = 1)."""
+    x = rewards - rewards.mean(1, keepdim=True)
+    tokens = torch.cat([x.reshape(-1)[i].repeat(int(n)) for i, n in enumerate(lengths.reshape(-1))])
+    return (x - tokens.mean()) / (tokens.std() + eps)
+
+
+def test_reinforce_pp_token_whitening_is_the_papers_equation():
+    """whiten="token" = whitening over the batch's tokens (the REINFORCE++ equation, verl's
+    masked_whiten) at unequal lengths; the default stays per rollout, bit for bit as before."""
+    gen = torch.Generator().manual_seed(3)
+    rewards = (torch.rand(6, 4, generator=gen) < 0.5).double()
+    rewards[0] = 1.0                                                          # an all-equal group
+    lengths = torch.randint(1, 30, (6, 4), generator=gen).double()
+    got = compute_advantages("reinforce_pp", rewards, lengths=lengths, whiten="token")
+    want = tokenwise_whitening(rewards, lengths, 1e-6).masked_fill(rewards.max(1, keepdim=True).values ==
+                                                                    rewards.min(1, keepdim=True).values, 0.0)
+    # float64, the same sums in another order (weights vs repeated tokens): measured 3.1e-15
+    # (AVX-512 and AVX2); per rollout instead, the control below, is 0.11 away
+    assert torch.allclose(got, want, atol=1e-12, rtol=0)
+    assert (got[0] == 0).all()                                               # all-equal: exactly 0
+    # not zero-sum at unequal lengths: every group moves by -m/s (the token mean m != 0)
+    mixed = rewards.max(1).values != rewards.min(1).values
+    assert mixed.sum() >= 3 and got[mixed].sum(1).abs().min() > 1e-3
+    default = compute_advantages("reinforce_pp", rewards, lengths=lengths)
+    assert (default - got).abs().max() > 1e-2                                # the two are different methods
+    x = rewards - rewards.mean(1, keepdim=True)
+    old = ((x - x.mean()) / (x.std() + 1e-6)).masked_fill(rewards.max(1, keepdim=True).values ==
+                                                           rewards.min(1, keepdim=True).values, 0.0)
+    assert torch.equal(default, old) and torch.equal(default, compute_advantages("reinforce_pp", rewards))
+
+
+@pytest.mark.parametrize("N,G,T", [(2, 2, 1), (3, 4, 5), (8, 8, 64), (16, 2, 300)])
+def test_reinforce_pp_token_over_rollout_at_equal_lengths_is_a_closed_form(N, G, T):
+    """Equal lengths T: the token std counts each x_i T times with BT - 1 degrees of freedom, so
+    A_token / A_rollout = sqrt((BT - 1) / (T (B - 1))) exactly (eps -> 0), B = N G."""
+    gen = torch.Generator().manual_seed(N * G * T)
+    rewards = torch.rand(N, G, generator=gen, dtype=torch.float64)
+    lengths = torch.full((N, G), float(T), dtype=torch.float64)
+    tok = compute_advantages("reinforce_pp", rewards, lengths=lengths, whiten="token", eps=1e-12)
+    roll = compute_advantages("reinforce_pp", rewards, eps=1e-12)
+    B = N * G
+    ratio = math.sqrt((B * T - 1) / (T * (B - 1)))
+    # float64, and eps = 1e-12 added to stds of ~0.3 (the formula has eps = 0): measured
+    # <= 1.1e-13 relative (AVX-512 and AVX2); T = 1 is the identity (ratio 1), and the ratio
+    # differs from 1 by >= 0.0078 at the other shapes
+    assert torch.allclose(tok, roll * ratio, rtol=1e-10, atol=0)
+    assert (T == 1) == (abs(ratio - 1) < 1e-12)
+
+
+def test_reinforce_pp_lengths_are_checked_at_the_door():
+    r = torch.tensor([[1.0, 0.0], [0.0, 0.0]])
+    with pytest.raises(ValueError, match=r"^reinforce_pp: whiten='token' weighs each rollout by its tokens"):
+        compute_advantages("reinforce_pp", r, whiten="token")
+    with pytest.raises(ValueError, match=r"^reinforce_pp: lengths must be a tensor shaped like rewards \(2, 2\), got \(4,\)$"):
+        compute_advantages("reinforce_pp", r, lengths=torch.ones(4), whiten="token")
+    with pytest.raises(ValueError, match=r"^reinforce_pp: lengths must be finite and >= 0, got -1.0 at \[1, 0\]$"):
+        compute_advantages("reinforce_pp", r, lengths=torch.tensor([[3.0, 2.0], [-1.0, 2.0]]), whiten="token")
+    assert torch.equal(compute_advantages("grpo", r, lengths=torch.ones(2, 2)), compute_advantages("grpo", r))
 
 
 @pytest.mark.parametrize("name", ZERO_SUM)
@@ -211,7 +273,7 @@ def test_reward_domains_are_exactly_the_restricted_methods():
 
 def test_every_hyper_parameter_has_a_range():
     for name, fn in ADVANTAGES.items():
-        for p in list(inspect.signature(fn).parameters.values())[1:]:
+        for p in hyper_parameters(fn):
             assert p.name in HYPER_RANGES, (name, p.name)
             ok = HYPER_RANGES[p.name][0]
             assert ok(p.default, 8), (name, p.name, p.default)   # the defaults are in range at G = 8
@@ -232,6 +294,7 @@ RANGE_CASES = [
     ("risk", "beta", [0.0, float("nan"), float("inf"), 100.5, -100.5, 1e30, -1e30], [-1.0, 1e-3, 100.0, -100.0]),
     ("asymre", "dV", [float("nan"), float("inf"), 1.0, -1.0, 1e30, -1e30], [0.0, 0.7, -0.99]),
     ("passk", "k", [0, 5, 2.0, True, "2"], [1, 4]),
+    ("reinforce_pp", "whiten", ["tokens", "Token", 1, None], ["rollout", "token"]),
     ("pkpo", "k", [0, 5, 2.0, True], [1, 4]),
 ]
 
@@ -243,13 +306,14 @@ def test_hyper_parameter_ranges_name_the_value(name, key, bad, edge):
         with pytest.raises(ValueError, match=rf"^{name}: needs .*{key}.*, got {re.escape(repr(value))}$"):
             compute_advantages(name, r, **{key: value})
     for value in edge:
-        assert torch.isfinite(compute_advantages(name, r, **{key: value})).all(), (name, key, value)
+        got = compute_advantages(name, r, lengths=torch.full_like(r, 3.0), **{key: value})
+        assert torch.isfinite(got).all(), (name, key, value)
 
 
 def test_every_range_is_exercised():
     assert {key for _, key, _, _ in RANGE_CASES} == set(HYPER_RANGES)
     assert {(n, k) for n, k, _, _ in RANGE_CASES} >= {
-        (name, p) for name, fn in ADVANTAGES.items() for p in list(inspect.signature(fn).parameters)[1:]}
+        (name, p.name) for name, fn in ADVANTAGES.items() for p in hyper_parameters(fn)}
 
 
 def test_default_k_is_checked_against_G():

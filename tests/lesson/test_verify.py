@@ -327,3 +327,74 @@ def test_script_without_main_guard_scores_right(tmp_path):
                       "print(math_datasets.math_equal(r'\\frac{1}{2}', '0.5'))\n" % REPO)
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr[-2000:]
+
+
+# --- several boxes, a final answer after a draft box, long lines, prose: what is compared -------
+
+TWO_ROOTS = r"Then \(x = \boxed{1}\) and \(x = \boxed{-2}\)."        # a MATH-style reference solution
+
+
+def test_several_boxes_are_one_set_on_both_sides():
+    """A reference solution boxing two roots is the set of both (math_rows reads it so): half an
+    answer scores 0, the whole one 1, in one box or several, in any order."""
+    from tasks.math_datasets import math_rows
+    reference = math_rows([{"problem": "Solve x^2 + x - 2 = 0.", "solution": TWO_ROOTS}])[0]["answer"]
+    assert reference == "1, -2" and verify.boxed_answer(TWO_ROOTS) == "1, -2"
+    assert last_boxed(TWO_ROOTS) == "-2"                                    # what main read: the last box only
+    for response, reward in ((r"\boxed{-2}", 0.0), (r"so \boxed{1}", 0.0), (r"\boxed{1, -2}", 1.0),
+                             (r"\boxed{-2,1}", 1.0), (r"\boxed{1} and \boxed{-2}", 1.0),
+                             (r"$x=\boxed{-2}$, or $x=\boxed{1}$", 1.0), (r"\boxed{1} or \boxed{-3}", 0.0)):
+        assert score_math(response, reference)["reward"] == reward, response
+    # math-verify's own case (tests/test_numina_cases.py): four pairs in four boxes
+    pairs = "solutions are:\n\n\\[\n\\boxed{(1, 2)}, \\boxed{(2, 1)}, \\boxed{(-1, -20)}, \\boxed{(-20, -1)}\n\\]"
+    assert score_math(pairs, "(2,1),(1,2),(-1,-20),(-20,-1)")["reward"] == 1.0
+    assert score_math(pairs.replace(r", \boxed{(-20, -1)}", ""), "(2,1),(1,2),(-1,-20),(-20,-1)")["reward"] == 0.0
+
+
+def test_only_a_separator_joins_boxes():
+    assert extract_answer(r"$$\boxed{(2, 2)} \quad \text{and} \quad \boxed{(6, 2)}$$") == "(2, 2), (6, 2)"
+    assert extract_answer(r"\( y_1 = \boxed{a} \) and \( y_2 = \boxed{b} \)") == "a, b"
+    assert extract_answer(r"\boxed{1},\boxed{2};\boxed{3}") == "1, 2, 3"
+    # anything else between them makes the earlier box a draft
+    assert extract_answer(r"\boxed{1} no no no \boxed{2}") == "2"
+    assert extract_answer(r"\boxed{1} wait, \boxed{2}") == "2"
+    assert extract_answer(r"\boxed{1} papers and \boxed{2} bins") == "2"         # math-verify: {1, 2}
+    assert extract_answer(r"\boxed{1} and \boxed{2") is None                     # the last box decides
+    many = ", ".join([r"\boxed{%d}" % k for k in range(40)])
+    assert extract_answer(many) == ", ".join(str(k) for k in range(40 - verify.MAX_JOINED_BOXES, 40))
+
+
+def test_a_final_answer_after_a_draft_box_wins():
+    """math-verify's case (tests/test_all.py): an intermediate \\boxed{255}, then Minerva's line."""
+    text = (r"the interest is $0.05 \cdot 10,200 \cdot \frac{1}{2} = \boxed{255}$ So Dr. Zaius has $10,455. "
+            "Final Answer: The final answer is $10,455$. I hope it is correct.")
+    assert extract_answer(text) == "10,455" and score_math(text, "10455")["reward"] == 1.0
+    # negative control: without the final line the box answers, and it is wrong
+    assert score_math(text.split("Final Answer")[0], "10455")["reward"] == 0.0
+    # a marker BEFORE the box, or one that names no answer, leaves the box in charge
+    assert extract_answer("Final Answer: 3\n\\boxed{4}") == "4"
+    assert extract_answer(r"\boxed{4}. I hope the final answer is right.") == "4"
+    assert extract_answer("\\boxed{4}\n**Final Answer:**\n") == "4"
+
+
+def test_the_length_cap_applies_to_the_answer_not_its_line():
+    """An answer line of ~2,000 characters (Minerva's sentence, then a note) holds a short answer:
+    credited. The cap still refuses a long answer itself."""
+    note = " Note: the solution assumes that A and B are nonzero digits; please double-check." * 24
+    line = "Final Answer: The final answer is $14{,}916$. I hope it is correct." + note
+    assert len(line) > 1900 and extract_answer(line) == "14{,}916"
+    assert score_math(line, "14916")["reward"] == 1.0
+    assert score_math("Answer: " + "1" * (verify.MAX_ANSWER_CHARS + 1), "1")["reward"] == 0.0     # still capped
+
+
+def test_prose_with_one_number_is_the_number():
+    assert extract_answer("Final Answer: The largest $n$ is 34.") == "34"
+    assert score_math("Final Answer: The largest $n$ is 34.", "34")["reward"] == 1.0
+    assert score_math("Final Answer: The largest $n$ is 35.", "34")["reward"] == 0.0
+    assert extract_answer("Answer: There are 12 apples.") == "12"
+    # not prose with one number: left whole, for math-verify to read
+    assert extract_answer("Answer: between 3 and 34") == "between 3 and 34"
+    assert extract_answer("Answer: x = 3") == "x = 3"
+    assert extract_answer("Answer: it is x^2") == "it is x^2"
+    assert extract_answer("Answer: $2^5$ ways") == "$2^5$ ways"
+    assert extract_answer("#### 1,234") == "1,234"

@@ -12,7 +12,7 @@ import statistics
 import numpy as np
 import pytest
 
-from experiments import claims, designs, designs_pretrained, exact_tests, pages, quantities, registry, sweep
+from experiments import claims, designs, designs_pretrained, exact_tests, held_fixed, pages, quantities, registry, sweep
 from experiments.claims import Check, Claim
 
 
@@ -512,13 +512,13 @@ def held_runs(control_rollouts=(40.0, 30.0), reference_rollouts=(40.0, 30.0), en
 
 
 def test_held_fixed_is_met_when_the_control_trains_on_what_its_reference_would_and_not_otherwise():
-    h = claims.HeldFixed("c holds r's trained rollouts", "c", "r", "r_mode")
-    met = claims.run_held([h], held_runs())[0]
+    h = held_fixed.HeldFixed("c holds r's trained rollouts", "c", "r", "r_mode")
+    met = held_fixed.run_held([h], held_runs())[0]
     assert met["result"] == "met" and met["runs"] == 2 and met["pairs"] == 2 and met["gap"] == 0.0
     assert met["ratios"] == {"rollouts_trained": 1.0, "prompts_trained": 1.0, "adv_abs_sum_trained": 1.0}
     # the reference's rule trains on more in the same batch (random_recentred against random): NOT MET,
     # and the ratio says how far (35 / 50 rollouts over the two steps)
-    fewer = claims.run_held([h], held_runs(control_rollouts=(40.0, 30.0), reference_rollouts=(60.0, 40.0)))[0]
+    fewer = held_fixed.run_held([h], held_runs(control_rollouts=(40.0, 30.0), reference_rollouts=(60.0, 40.0)))[0]
     assert fewer["result"] == "NOT MET" and fewer["ratios"]["rollouts_trained"] == pytest.approx(70 / 100)
     assert fewer["gap"] == pytest.approx(1 / 3)                     # |40 - 60| / 60 at step 1
     # a gap at one step only, below and above the tolerance
@@ -526,60 +526,60 @@ def test_held_fixed_is_met_when_the_control_trains_on_what_its_reference_would_a
     for key in KEYS[:2]:
         steps, v = runs["c", key]["mb/adv_abs_sum_trained"]
         runs["c", key]["mb/adv_abs_sum_trained"] = (steps, v * np.array([1.0, 1 + 1e-7]))
-    assert claims.run_held([h], runs)[0]["result"] == "met"
+    assert held_fixed.run_held([h], runs)[0]["result"] == "met"
     for key in KEYS[:2]:
         steps, v = runs["c", key]["mb/adv_abs_sum_trained"]
         runs["c", key]["mb/adv_abs_sum_trained"] = (steps, v * np.array([1.0, 1.01]))
-    assert claims.run_held([h], runs)[0]["result"] == "NOT MET"
+    assert held_fixed.run_held([h], runs)[0]["result"] == "NOT MET"
     # runs from before the log existed: not measured (and so not met, for a claim that needs it)
     bare = {k: {key: s for key, s in v.items() if not key.startswith("held/")} for k, v in held_runs().items()}
-    assert claims.run_held([h], bare)[0]["result"] == "not measured"
+    assert held_fixed.run_held([h], bare)[0]["result"] == "not measured"
 
 
 def test_held_fixed_checks_each_pairs_first_step_against_the_reference_run_itself():
-    h = claims.HeldFixed("c holds r's trained rollouts", "c", "r", "r_mode")
+    h = held_fixed.HeldFixed("c holds r's trained rollouts", "c", "r", "r_mode")
     runs = held_runs()
     # the control's own log of the reference's rule agrees with itself, but the reference RUN
     # trained on something else at step 1, where the two saw one batch: the log is wrong
     for key in KEYS[:2]:
         steps, v = runs["r", key]["mb/rollouts_trained"]
         runs["r", key]["mb/rollouts_trained"] = (steps, v + np.array([1.0, 0.0]))
-    rec = claims.run_held([h], runs)[0]
+    rec = held_fixed.run_held([h], runs)[0]
     assert rec["gap"] == 0.0 and rec["first_gap"] == pytest.approx(1 / 41) and rec["result"] == "NOT MET"
     # reference runs from before the log: their first batch is compared by reward and entropy
     old = held_runs()
     for key in KEYS[:2]:
         old["r", key] = {k: v for k, v in old["r", key].items() if not k.startswith("mb/")}
-    assert claims.run_held([h], old)[0]["result"] == "met"
+    assert held_fixed.run_held([h], old)[0]["result"] == "met"
     other_batch = held_runs(entropy=(0.51, 0.5))         # the pair did not see one batch at step 1
     for key in KEYS[:2]:
         other_batch["r", key] = {k: v for k, v in other_batch["r", key].items() if not k.startswith("mb/")}
-    assert claims.run_held([h], other_batch)[0]["result"] == "NOT MET"
+    assert held_fixed.run_held([h], other_batch)[0]["result"] == "NOT MET"
 
 
 def test_held_fixed_pairwise_compares_the_two_runs_at_every_step():
-    h = claims.HeldFixed("c draws r's split", "c", "r", "r_mode", quantities=("split_groups",), pairwise=True)
+    h = held_fixed.HeldFixed("c draws r's split", "c", "r", "r_mode", quantities=("split_groups",), pairwise=True)
     steps = np.array([1, 2, 3])
     runs = {}
     for key in KEYS[:2]:
         runs["c", key] = {"mb/split_groups": (steps, np.array([29.0, 28.0, 30.0]))}
         runs["r", key] = {"mb/split_groups": (steps, np.array([29.0, 28.0, 30.0]))}
-    assert claims.run_held([h], runs)[0]["result"] == "met"
+    assert held_fixed.run_held([h], runs)[0]["result"] == "met"
     runs["r", KEYS[1]] = {"mb/split_groups": (steps, np.array([29.0, 28.0, 31.0]))}      # step 3 differs
-    assert claims.run_held([h], runs)[0]["result"] == "NOT MET"
-    assert claims.run_held([h], {k: v for k, v in runs.items() if k[0] == "c"})[0]["result"] == "not measured"
+    assert held_fixed.run_held([h], runs)[0]["result"] == "NOT MET"
+    assert held_fixed.run_held([h], {k: v for k, v in runs.items() if k[0] == "c"})[0]["result"] == "not measured"
 
 
 def test_a_claim_that_needs_a_held_fixed_check_is_not_testable_unless_it_is_met():
     rng = np.random.default_rng(11)
     values = {}
     values["x", "c"], values["x", "r"] = design_values(0.05, rng)
-    h = claims.HeldFixed("c holds r's trained rollouts", "c", "r", "r_mode")
+    h = held_fixed.HeldFixed("c holds r's trained rollouts", "c", "r", "r_mode")
     needing = Claim("P", "c above r: the one change", "q", "x", "c", "r", +1, needs=(h.text,), isolates="one thing")
-    not_met = claims.run_held([h], held_runs(reference_rollouts=(60.0, 40.0)))
+    not_met = held_fixed.run_held([h], held_runs(reference_rollouts=(60.0, 40.0)))
     rec = claims.judge([needing], values, {}, not_met)[0]
     assert rec["verdict"] == "not testable" and rec["detail"] == f"held fixed NOT MET: {h.text}"
-    assert claims.judge([needing], values, {}, claims.run_held([h], held_runs()))[0]["verdict"] == "agrees"
+    assert claims.judge([needing], values, {}, held_fixed.run_held([h], held_runs()))[0]["verdict"] == "agrees"
     # negative control: without the need, the same runs give a verdict although nothing was held
     free = Claim("P", "c above r", "q", "x", "c", "r", +1)
     assert claims.judge([free], values, {}, not_met)[0]["verdict"] == "agrees"

@@ -380,6 +380,10 @@ def test_report_in_a_fresh_clone_changes_no_tracked_file(tmp_path):
     head, rest = readme.split(summaries.TABLES_BEGIN, 1)
     (clone / "README.md").write_text(head + summaries.TABLES_BEGIN + "\nstale\n" + summaries.TABLES_END
                                      + rest.split(summaries.TABLES_END, 1)[1])
+    prose = (clone / "docs" / "results.md").read_text()          # and the study prose's block of every finding
+    head, rest = prose.split(summaries.FINDINGS_BEGIN, 1)
+    (clone / "docs" / "results.md").write_text(head + summaries.FINDINGS_BEGIN + "\nstale\n" + summaries.FINDINGS_END
+                                               + rest.split(summaries.FINDINGS_END, 1)[1])
     pages_md = sorted((clone / "experiments" / "results").glob("sweep_*.md"))
     assert pages_md, "no sweep page committed"
     pages_md[0].unlink()
