@@ -35,7 +35,7 @@ import torch
 
 from experiments.bench_ours import Work, measure_ours, med, mean, pool, work_rows
 from experiments.bench_trl import UPDATE_STAGES, events_between, measure_trl, stage_clock
-from machinery import logprobs
+from machinery import logprobs, rollout
 
 # The real model's work: chat-worded addition of 1-2 digit numbers (tasks/addition_instruct.py)
 # at the budgets of the CPU recipe (recipes/smollm2-135m-addition-cpu.yaml): answers of ~11
@@ -60,7 +60,7 @@ def ours_stages() -> list[tuple]:
     from machinery import decoding, forward
     return [(decoding.LlamaDecoder, "prefill", "prefill"), (decoding.TransformersDecoder, "prefill", "prefill"),
             (rollout, "sample", "sampler"), (forward, "share_prompts", "prompt forward"),
-            (forward, "backward_prompts", "prompt backward"), (rollout, "token_logprobs", "forward")]
+            (forward, "backward_prompts", "prompt backward"), (logprobs, "token_logprobs", "forward")]
 
 
 def measure_one(name: str, args) -> dict:
@@ -184,7 +184,7 @@ def lm_head_paths(args) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from machinery import hub_models
-    from machinery.run import format_prompts
+    from machinery.sampler import format_prompts
 
     work, T, B = SMOLLM2, SMOLLM2.max_new_tokens, args.micro_batch
     model_dir = hub_models.ensure(work.model)

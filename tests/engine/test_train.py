@@ -17,7 +17,7 @@ import torch
 from machinery import checkpoint, tinymodel, warmups
 import train
 from machinery import forward
-from machinery import checks, config, logprobs, sampler
+from machinery import config, logprobs, sampler
 from machinery import run as run_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
