@@ -462,34 +462,34 @@ HYPER_RANGES = {
     # A guard added to a denominator: the group's std (grpo, focal, reinforce_pp: >= 0.35
     # for binary rewards at G = 8) or solve rate (maxrl: >= 1/G). At 0.01 it moves a
     # 1-in-8 group's maxrl weight by 7%; at 1e30 it divides every advantage to ~0.
-    "eps": (lambda v, G: _real(v) and 0 < v <= 0.01, "a finite eps (--adv_eps) in (0, 0.01]",
+    "eps": (lambda v, G: is_finite_number(v) and 0 < v <= 0.01, "a finite eps (--adv_eps) in (0, 0.01]",
             "the guard eps added to a denominator"),
     # (1 - p)^(alpha - 1): FADE moves alpha in [1, 3], the power probe uses 2. At 10 a
     # success in a group solved 1 in 8 already weighs 5x one in a group solved 2 in 8 and
     # 3e8x one solved 7 in 8; near 775 every float32 weight underflows to 0 (G = 8; 1e30:
     # grad_norm 0, nothing trained).
-    "alpha": (lambda v, G: _real(v) and 0 < v <= 10, "a finite alpha in (0, 10]",
+    "alpha": (lambda v, G: is_finite_number(v) and 0 < v <= 10, "a finite alpha in (0, 10]",
               "difficulty exponent, A = (1-p)^(alpha-1) (r - p) (--schedule fade moves it)"),
     # Failures are divided by delta (asym, fade; FADE keeps it in [0.3, 1]): past 1000 or
     # below 0.001 one side carries under 0.1% of the update, and the method is psr or nsr.
-    "delta": (lambda v, G: _real(v) and 1e-3 <= v <= 1e3, "a finite delta in [0.001, 1000]",
+    "delta": (lambda v, G: is_finite_number(v) and 1e-3 <= v <= 1e3, "a finite delta in [0.001, 1000]",
               "a failure's advantage is divided by delta (--schedule fade moves it)"),
     # A success's weight against a failure's -1 (the paper: 0.1). Past 100 a failure
     # carries under 1% of a success's push, and the method is psr.
-    "lam": (lambda v, G: _real(v) and 0 <= v <= 100, "a finite lam in [0, 100]",
+    "lam": (lambda v, G: is_finite_number(v) and 0 <= v <= 100, "a finite lam in [0, 100]",
             "the advantage of a success, failures get -1"),
     # focal's (1 - p)^gamma, the focal loss's exponent (Lin et al. use 2): at 10 a
     # success's weight spans 1e9 between a group solved 1 in 8 and one solved 7 in 8.
-    "gamma": (lambda v, G: _real(v) and 0 <= v <= 10, "a finite gamma in [0, 10]",
+    "gamma": (lambda v, G: is_finite_number(v) and 0 <= v <= 10, "a finite gamma in [0, 10]",
               "the exponent of (1 - p) on GRPO's advantage"),
     # risk's utility exp(beta r): past |beta| ~ 20 e^-|beta| is ~0 and the weights are
     # maxrl's divided by |beta| (risk-seeking) or its mirror; larger only shrinks them,
     # and past ~1e8 they sink under Adam's eps (1e30: grad_norm 0). beta = 0 divides by 0.
-    "beta": (lambda v, G: _real(v) and 0 < abs(v) <= 100, "a finite beta (--risk_beta) with 0 < |beta| <= 100",
-             "the exponential utility's beta, > 0 risk-seeking"),
+    "beta": (lambda v, G: is_finite_number(v) and 0 < abs(v) <= 100,
+             "a finite beta (--risk_beta) with 0 < |beta| <= 100", "the exponential utility's beta, > 0 risk-seeking"),
     # asymre's shift of the baseline: a success gets 1 - p - dV, a failure -p - dV. At
     # dV <= -1 every failure is pushed UP, in every group; at dV >= 1 every success down.
-    "dV": (lambda v, G: _real(v) and -1 < v < 1, "a finite dV in (-1, 1)",
+    "dV": (lambda v, G: is_finite_number(v) and -1 < v < 1, "a finite dV in (-1, 1)",
            "the shift of the baseline, A = r - (mean r + dV)"),
     "k": (lambda v, G: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= G,
           "an integer k in [1, G={G}]", "the k of pass@k (at most --group_size)"),
@@ -577,8 +577,9 @@ def _require_rewards(ok: Tensor, rewards: Tensor, name: str, what: str) -> None:
         raise ValueError(f"{name}: {what}, got {rewards[n, g].item()} at [{n}, {g}]")
 
 
-def _real(v) -> bool:
-    """A finite real number, not a bool: the base of every float range in HYPER_RANGES."""
+def is_finite_number(v) -> bool:
+    """A finite real number, not a bool: the base of every float range in HYPER_RANGES (and
+    in scheduler.py's CONFIG_RANGES)."""
     return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
 
 

@@ -116,3 +116,14 @@ def aggregate(per_token: Tensor, mask: Tensor, agg: str, norm: StepNorm) -> Tens
     if agg == "seq-mean-token-sum":
         return masked.sum() / norm.n_seqs
     return masked.sum() / (norm.n_seqs * norm.max_len)   # seq-mean-token-sum-norm
+
+
+def masked_mean(values: Tensor, mask: Tensor) -> float:
+    """sum(values * mask) / sum(mask): a token-mean over the masked tokens, as a number.
+
+    The token-mean above without a step normaliser: the mean of a per-token statistic over
+    the real response tokens of one batch (the loss's clip fractions and KL, the logged
+    entropy). values: [B, T], any dtype (bool counts as 0/1: cast to the mask's); mask:
+    [B, T] float, 1 on real tokens. 0.0 for an empty mask (not NaN).
+    """
+    return float((values.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1))

@@ -49,13 +49,13 @@ micro-batches add up to the step's loss and gradient exactly (aggregation.py say
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 import exchangeability
-from aggregation import AGGREGATIONS, TOKEN_SUMS, StepNorm, aggregate
+from aggregation import AGGREGATIONS, TOKEN_SUMS, StepNorm, aggregate, masked_mean
 
 WEIGHT_TRANSFORMS = (None, "min", "orth", "keep", "equal")
 KL_ESTIMATORS = ("k1", "k2", "k3")
@@ -108,13 +108,6 @@ def register(own_aggregation: str, keeps_cancellation: bool, aggregations: tuple
     return add
 
 
-# The run's math, every field of it: a resumed run may not change any (train.py's --resume
-# compares each field with the checkpoint's; machinery/flags.py takes this one and says how it
-# reads it).
-# scheduler.py's config marks its fields with this one too.
-FIXED = {"resume": "fixed"}
-
-
 @dataclass
 class LossConfig:
     """Everything that defines the objective; train.py exposes each field as a flag.
@@ -123,25 +116,25 @@ class LossConfig:
     and 0.0 for the two coefficients.
     """
 
-    loss_type: str = field(default="ppo", metadata=FIXED)
+    loss_type: str = "ppo"
     """Surrogate: 'ppo' (token ratio clip), 'cispo' (clipped detached ratio), 'gspo' (sequence ratio)."""
-    eps_low: float = field(default=0.2, metadata=FIXED)
+    eps_low: float = 0.2
     """Lower clip range: ratios below 1 - eps_low stop pushing down tokens with A < 0."""
-    eps_high: float = field(default=0.2, metadata=FIXED)
+    eps_high: float = 0.2
     """Upper clip range: ratios above 1 + eps_high stop pushing up tokens with A > 0 (DAPO: 0.28)."""
-    dual_clip: float | None = field(default=None, metadata=FIXED)
+    dual_clip: float | None = None
     """Dual clip constant c > 1 (typically 3): caps the loss of A < 0 tokens at -c A (loss_type 'ppo' only). None = off."""
-    agg: str | None = field(default=None, metadata=FIXED)
+    agg: str | None = None
     """Aggregation (token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm); None = the surrogate's own."""
-    weight_transform: str | None = field(default=None, metadata=FIXED)
+    weight_transform: str | None = None
     """DFPO transform of GSPO's detached sequence weights: 'min' | 'orth', or the controls 'keep' (untransformed) | 'equal' (all 1); loss_type gspo; None = off."""
-    kl_coef: float = field(default=0.0, metadata=FIXED)
+    kl_coef: float = 0.0
     """Coefficient of the KL penalty to the reference policy (0 = off, no reference needed)."""
-    kl_estimator: str = field(default="k3", metadata=FIXED)
+    kl_estimator: str = "k3"
     """KL estimator on sampled tokens: k1 = log r, k2 = (log r)^2 / 2, k3 = r - 1 - log r (r = pi_ref/pi)."""
-    entropy_coef: float = field(default=0.0, metadata=FIXED)
+    entropy_coef: float = 0.0
     """Entropy bonus coefficient (0 = off; entropy is still logged when given)."""
-    neg_filter_frac: float | None = field(default=None, metadata=FIXED)
+    neg_filter_frac: float | None = None
     """Negative token filtering: in A < 0 rollouts keep only this lowest-probability fraction (paper: 0.1). None = off."""
 
     @property
@@ -569,13 +562,6 @@ def cancellation_residual_of_loss(logp: Tensor, old_logp: Tensor, advantages: Te
 def _per_token(adv: Tensor) -> Tensor:
     """A per-rollout advantage [B] as [B, 1], broadcast over the tokens; [B, T] unchanged."""
     return adv.unsqueeze(1) if adv.dim() == 1 else adv
-
-
-def masked_mean(values: Tensor, mask: Tensor) -> float:
-    """sum(values * mask) / sum(mask): the mean over response tokens (0 for an empty mask). A
-    bool `values` (a clip indicator) counts as 0/1 in the mask's dtype. The one copy: the
-    engine's per-step entropy (machinery/metrics.py) takes it from here."""
-    return float((values * mask).sum() / mask.sum().clamp(min=1))
 
 
 def _check_inputs(logp, old_logp, advantages, mask, cfg, group_index, ref_logp) -> None:

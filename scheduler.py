@@ -71,10 +71,9 @@ entropy control.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from advantages import _real          # a finite real number, not a bool: every float range's base
-from loss import FIXED                # the run's math: a resumed run may not change the field (loss.py)
+from advantages import is_finite_number
 
 SCHEDULES = ("fade", "fade_rel", "constant", "decay")
 EMA_CONVENTIONS = ("new", "source")
@@ -154,25 +153,25 @@ def _ema(old: float, x: float, beta: float, convention: str) -> float:
 class SchedulerConfig:
     """Hyper-parameters of the advantage schedule (defaults: the FADE paper's)."""
 
-    schedule: str = field(default="fade", metadata=FIXED)
+    schedule: str = "fade"
     """One of SCHEDULES: "fade" (reads p_hat, H_hat), "fade_rel" (the same with delta = clip(H_hat / H_target)), "constant" (none: the advantage's own alpha, delta), or "decay" (step count)."""
-    ema_beta: float = field(default=0.02, metadata=FIXED)
+    ema_beta: float = 0.02
     """FADE's EMA rate in (0, 1): weight of the NEW value under ema="new", of the OLD under "source" (not TRL's beta: that is --kl_coef)."""
-    ema: str = field(default="new", metadata=FIXED)
+    ema: str = "new"
     """EMA convention, "new" (default, smooths over ~1/ema_beta steps) or "source" [recon]."""
-    p_init: float = field(default=0.5, metadata=FIXED)
+    p_init: float = 0.5
     """Initial p_hat, the solve-rate EMA before any batch is seen."""
-    h_target: float | None = field(default=None, metadata=FIXED)
+    h_target: float | None = None
     """Absolute entropy target in nats; if None the target is relative (target_rel * H0)."""
-    target_rel: float = field(default=0.5, metadata=FIXED)
+    target_rel: float = 0.5
     """Relative target: H_target = target_rel * H0 (first measured entropy); paper's best 0.5."""
-    alpha_start: float = field(default=3.0, metadata=FIXED)
+    alpha_start: float = 3.0
     """"decay": alpha at the first step (hard focus)."""
-    alpha_end: float = field(default=1.0, metadata=FIXED)
+    alpha_end: float = 1.0
     """"decay": alpha at step total_steps - 1 and after (GRPO-like focus)."""
-    delta_end: float = field(default=0.3, metadata=FIXED)
+    delta_end: float = 0.3
     """"decay": delta at step total_steps - 1 and after (delta starts at 1, balanced)."""
-    total_steps: int | None = field(default=None, metadata=FIXED)
+    total_steps: int | None = None
     """"decay": number of training steps the linear ramp spans (>= 2); required for decay."""
 
     def __post_init__(self) -> None:
@@ -199,19 +198,20 @@ MAX_TOTAL_STEPS = 2 ** 20      # the longest run train.py accepts (--steps)
 CONFIG_RANGES = {
     "schedule": (lambda v: v in SCHEDULES, f"one of {SCHEDULES}"),
     "ema": (lambda v: v in EMA_CONVENTIONS, f"one of {EMA_CONVENTIONS}"),
-    "ema_beta": (lambda v: _real(v) and 0.0 < v < 1.0, "in (0, 1)"),
-    "p_init": (lambda v: _real(v) and 0.0 < v <= 1.0, "in (0, 1]"),
-    "h_target": (lambda v: v is None or (_real(v) and v >= 0.0), "None or a finite number of nats >= 0"),
-    "target_rel": (lambda v: _real(v) and v > 0.0, "finite and > 0"),
+    "ema_beta": (lambda v: is_finite_number(v) and 0.0 < v < 1.0, "in (0, 1)"),
+    "p_init": (lambda v: is_finite_number(v) and 0.0 < v <= 1.0, "in (0, 1]"),
+    "h_target": (lambda v: v is None or (is_finite_number(v) and v >= 0.0),
+                 "None or a finite number of nats >= 0"),
+    "target_rel": (lambda v: is_finite_number(v) and v > 0.0, "finite and > 0"),
     # alpha < 1 would make (1 - p)^(alpha - 1) infinite on all-correct groups (p = 1);
     # above 10 it leaves the fade advantage's own range (advantages.HYPER_RANGES says why).
     # Checked here, not at a step: alpha_start 1e30 once passed, and the ramp's end
     # 1e30 + 1 x (1 - 1e30) rounded to 0.0, refused at step 2 of a 3-step run by the
     # advantage, far from its flag ("fade: needs a finite alpha > 0, got 0.0").
-    "alpha_start": (lambda v: _real(v) and 1.0 <= v <= 10.0, "finite and in [1, 10]"),
-    "alpha_end": (lambda v: _real(v) and 1.0 <= v <= 10.0, "finite and in [1, 10]"),
+    "alpha_start": (lambda v: is_finite_number(v) and 1.0 <= v <= 10.0, "finite and in [1, 10]"),
+    "alpha_end": (lambda v: is_finite_number(v) and 1.0 <= v <= 10.0, "finite and in [1, 10]"),
     # delta goes from 1 to delta_end: the fade advantage's range for delta (HYPER_RANGES).
-    "delta_end": (lambda v: _real(v) and 1e-3 <= v <= 1e3, "finite and in [0.001, 1000]"),
+    "delta_end": (lambda v: is_finite_number(v) and 1e-3 <= v <= 1e3, "finite and in [0.001, 1000]"),
 }
 
 

@@ -8,7 +8,7 @@
 stages are each a call into a chapter (the top-level files) or into one named helper of
 the engine (machinery/), each timed as time/<stage>:
 
-  1. sample       N prompts, G rollouts each             machinery/run.py (our sampler or vLLM)
+  1. sample       N prompts, G rollouts each             machinery/sampler.py (our sampler or vLLM)
   2. score        one reward per rollout                  verify.score: the task's checker (tasks/)
   3. old policy   the sampling policy's log-probs and     machinery/run.py old_policy_pass;
                   entropy; the schedule reads the solve   scheduler.py (FADE, or constant)
@@ -66,12 +66,13 @@ import aggregation
 import batching
 import loss
 import verify
-from machinery import checkpoint, checks, evaluation, forward, vllm_rollout
+from aggregation import masked_mean
+from machinery import checkpoint, checks, evaluation, forward
 from machinery import token_diagnostics
 from machinery.config import Config, advantage_hyper, hyper_defaults, parse_args, warn  # noqa: F401
-from machinery.metrics import add_stats, log_metrics, masked_mean, nothing_to_learn, sandbox_counts, step_record, timed
+from machinery.metrics import add_stats, log_metrics, nothing_to_learn, sandbox_counts, step_record, timed
 from machinery.run import Run, close, keep_best, keep_final, old_policy_pass, on_device, open_run_dir, optimizer_step
-from machinery.run import repeat, sample_rollouts, save_checkpoint, take
+from machinery.run import repeat, save_checkpoint, take
 from machinery.setup import setup
 from tasks.user_reward import RewardError
 
@@ -102,7 +103,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         # 1. sample: N prompts, G rollouts each, from the current policy
         with timed("sample", times):
             rows = [run.train_rows[run.py_rng.randrange(len(run.train_rows))] for _ in range(N)]
-            rollouts = sample_rollouts(run, [r["prompt"] for r in rows], G, seed=vllm_rollout.batch_seed(cfg.seed, step, 0))
+            rollouts = run.sampler.sample([r["prompt"] for r in rows], G, step)
         mask = rollouts.response_mask.float()
         diag = token_diagnostics.diagnostics_for_step(cfg.diagnostics, step, mask, cfg.seed)  # no-op off its steps
 
@@ -164,8 +165,7 @@ def train(cfg: Config, run: Run | None = None) -> list[dict]:
         with timed("log", times):
             metrics = step_record(run, step, rows, rollouts, scores, rewards, entropy, schedule, hyper, A, opt_steps,
                                   loss_sums, has_grad, grad_norms, diag, cfg.minibatch_mode)   # every key
-            if run.llm is not None:
-                vllm_rollout.push_weights(run.llm, run.model)
+            run.sampler.sync()                          # a sampler keeping its own copy of the policy: updated
         last = step == cfg.steps or bool(cfg.max_minutes and minutes() > cfg.max_minutes)
         if ev.eval_every and (step % ev.eval_every == 0 or last):
             with timed("evaluate", times):

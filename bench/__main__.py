@@ -29,7 +29,7 @@ and all printed or counted:
   forward.carries_gradient), which TRL runs: ~20-30% of the rollouts on this work, more
   as the solve rate climbs;
 - it runs identical rollouts (same prompt, same response, word for word) once and
-  copies the result (rollout.token_logprobs' merge_duplicates; autograd sums the
+  copies the result (logprobs.token_logprobs' merge_duplicates; autograd sums the
   copies' gradients), where TRL computes every copy: ~40% of the rollouts on the
   addition work, whose policy has a low entropy, none on countdown;
 - it runs each prompt of an optimizer step once, and the responses on top of its keys

@@ -30,7 +30,7 @@ import torch
 
 import tasks
 import verify
-from machinery import rollout
+from machinery import logprobs, rollout
 
 N_PROMPTS, G_DEFAULT, MAX_NEW_DEFAULT = 32, 8, 48
 
@@ -165,7 +165,7 @@ def lower_bound(model, rollouts, rows: list[dict], task: str, micro_batch: int) 
     """The cost of a step's minimum work, timed on that step's own rollouts (wall and CPU s).
 
     The minimum work of an on-policy step: one no-grad forward over every sampled token
-    (rollout.token_logprobs over all B rollouts, prompt and response, teacher-forced), plus
+    (logprobs.token_logprobs over all B rollouts, prompt and response, teacher-forced), plus
     one forward and backward over the rollouts that carry gradient (GRPO advantage not 0),
     each distinct rollout once; both in length-sorted chunks of micro_batch rollouts. A
     sampler cannot draw the tokens with less than the first (it must compute every
@@ -186,11 +186,12 @@ def lower_bound(model, rollouts, rows: list[dict], task: str, micro_batch: int) 
     model.eval()
     with torch.no_grad():
         for idx in lengths.argsort(stable=True).split(micro_batch):
-            rollout.token_logprobs(model, *forward.batch_inputs(rollouts, idx, model.device))
+            logprobs.token_logprobs(model, *forward.batch_inputs(rollouts, idx, model.device))
     t1 = time.perf_counter()
     model.train()
     for idx in carry[lengths[carry].argsort(stable=True)].split(micro_batch):
-        logp, _ = rollout.token_logprobs(model, *forward.batch_inputs(rollouts, idx, model.device), merge_duplicates=True)
+        logp, _ = logprobs.token_logprobs(model, *forward.batch_inputs(rollouts, idx, model.device),
+                                          merge_duplicates=True)
         (logp * adv[idx].unsqueeze(1)).sum().backward()
     t2, c2 = time.perf_counter(), time.process_time()
     model.zero_grad(set_to_none=True)

@@ -35,7 +35,7 @@ import torch
 
 from bench.ours import Work, measure_ours, med, mean, pool, work_rows
 from bench.trl_trainer import UPDATE_STAGES, events_between, measure_trl, stage_clock
-from machinery import rollout
+from machinery import logprobs, rollout
 
 # The real model's work: chat-worded addition of 1-2 digit numbers (tasks/addition_instruct.py)
 # at the budgets of the CPU recipe (recipes/smollm2-135m-addition-cpu.yaml): answers of ~11
@@ -60,7 +60,7 @@ def ours_stages() -> list[tuple]:
     from machinery import decoding, forward
     return [(decoding.LlamaDecoder, "prefill", "prefill"), (decoding.TransformersDecoder, "prefill", "prefill"),
             (rollout, "sample", "sampler"), (forward, "share_prompts", "prompt forward"),
-            (forward, "backward_prompts", "prompt backward"), (rollout, "token_logprobs", "forward")]
+            (forward, "backward_prompts", "prompt backward"), (logprobs, "token_logprobs", "forward")]
 
 
 def measure_one(name: str, args) -> dict:
@@ -170,7 +170,7 @@ def lm_head_paths(args) -> None:
     (left-padded, as the sampler gives them) and responses of SMOLLM2.max_new_tokens tokens
     drawn at random from the vocabulary (the time depends on the shapes only; real responses
     are often shorter). The four ways:
-      ours            rollout.token_logprobs: the backbone over every position, the LM head
+      ours            logprobs.token_logprobs: the backbone over every position, the LM head
                       over the response positions only (logits_to_keep), log_softmax, gather;
       backbone only   the transformer without its LM head (what every way pays);
       TRL fused head  TRL's add_fused_lm_head as GRPOTrainer sets it (log-probs and entropy):
@@ -184,7 +184,7 @@ def lm_head_paths(args) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from machinery import hub_models
-    from machinery.run import format_prompts
+    from machinery.sampler import format_prompts
 
     work, T, B = SMOLLM2, SMOLLM2.max_new_tokens, args.micro_batch
     model_dir = hub_models.ensure(work.model)
@@ -205,8 +205,8 @@ def lm_head_paths(args) -> None:
     labels[:, :-T] = -100
 
     def ours():
-        logp, _ = rollout.token_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask,
-                                         temperature=work.temperature)
+        logp, _ = logprobs.token_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask,
+                                          temperature=work.temperature)
         return (logp * adv).sum()
 
     def backbone():

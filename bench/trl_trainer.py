@@ -65,7 +65,7 @@ def measure_trl(model_dir: str, work: Work, rows: list[list[dict]], warmup: int,
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from machinery.run import format_prompts
+    from machinery.sampler import format_prompts
 
     n, G = warmup + steps, work.group_size
     as_prompt = (lambda p: [{"role": "user", "content": p}]) if work.chat_template else (lambda p: p)

@@ -41,7 +41,7 @@ from typing import Callable
 import numpy as np
 
 from experiments import claims, pages, quantities
-from experiments.plot_runs import series_from_rows
+from tools.plot_runs import series_from_rows
 
 ROW = "metric"          # the one row of the values claims.judge reads: {(ROW, arm): {pair key: number}}
 ARMS = ("a", "b")

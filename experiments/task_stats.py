@@ -47,7 +47,7 @@ def task_stats(task: str, n_prompts: int, samples: int, seed: int = 0) -> dict:
     rows = run.eval_rows
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        rollouts = train.sample_rollouts(run, [r["prompt"] for r in rows], samples)
+        rollouts = run.sampler.sample([r["prompt"] for r in rows], samples, step=0)
     answers = [r["answer"] for r in rows for _ in range(samples)]
     prompts = [r["prompt"] for r in rows for _ in range(samples)]
     correct = [s["correct"] for s in train.verify.score(rollouts.texts, answers, run.task, prompts)]

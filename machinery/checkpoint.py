@@ -58,7 +58,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
-from machinery.door import UsageError, size_text
+from machinery.usage_error import UsageError, size_text
 
 MANIFEST = "manifest.json"
 STEP_DIR = re.compile(r"step_(\d+)")          # a checkpoint directory's name: step_000040

@@ -11,7 +11,7 @@ prompts the training rows do not have (shared_prompts_problem), does the tokeniz
 the chat template --chat_template asks for (chat_template_problem), and can Adam's step
 of size --lr change the model's float32 weights at all (lr_problem). What the modules
 below the door need of it (the error type UsageError, writable_dir_problem, size_text)
-lives in door.py, which imports nothing of the project, and is re-exported here.
+lives in usage_error.py, which imports nothing of the project, and is re-exported here.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import signal
 import sys
 
 from machinery import hub_models
-from machinery.door import UsageError, size_text, writable_dir_problem  # noqa: F401  (re-exported)
+from machinery.usage_error import UsageError, size_text, writable_dir_problem  # noqa: F401  (re-exported)
 from tasks import sandbox            # prctl (exit_with_parent): the scorers' sandbox has it
 
 

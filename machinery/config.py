@@ -4,7 +4,7 @@ train.py's loop reads a Config: the run's own settings (its seed, model, data, b
 advantage, optimizer) and one nested part per room of the engine, each a dataclass
 defined in the file that reads it, checking its own fields when it is built:
 
-  cfg.sampling      run.SamplingConfig              the engine, budget and distribution of rollouts
+  cfg.sampling      sampler.SamplingConfig          the engine, budget and distribution of rollouts
   cfg.update        forward.UpdateConfig            micro-batches, speed-ups, gradient clip
   cfg.evaluation    evaluation.EvalConfig           held-out pass@k: what, how often, how much
   cfg.diagnostics   token_diagnostics.DiagnosticsConfig   when the token diagnostics run
@@ -50,7 +50,7 @@ from machinery import flags, forward, trackers, warmups
 from machinery.evaluation import EvalConfig
 from machinery.flags import FIXED, MAY_CHANGE, NOT_COMPARED, check_counts, require
 from machinery.forward import UpdateConfig
-from machinery.run import SamplingConfig
+from machinery.sampler import SamplingConfig
 from machinery.token_diagnostics import DiagnosticsConfig
 from scheduler import SchedulerConfig, step_hyper
 
@@ -239,7 +239,7 @@ class Config:
 
     # --- the engine's parts ---
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    """How rollouts are sampled (machinery/run.py)."""
+    """How rollouts are sampled (machinery/sampler.py)."""
     update: UpdateConfig = field(default_factory=UpdateConfig)
     """How the update's forward and backward run (machinery/forward.py)."""
     evaluation: EvalConfig = field(default_factory=EvalConfig)
@@ -269,11 +269,18 @@ def default_out_dir(data: str, seed: int, warmup_seed: int = 0) -> str:
     return os.path.join("runs", f"{name}_s{seed}" + (f"_w{warmup_seed}" if warmup_seed else ""))
 
 
+CHAPTER_CONFIGS = (LossConfig, SchedulerConfig)
+"""The chapters' parts of the config: the objective and the schedule, the run's math by
+definition, so every field of theirs is FIXED. The chapters know nothing of --resume (they
+import nothing of the engine) and declare nothing; the engine's parts each declare theirs."""
+
+
 def resume_rules(cfg: Config) -> tuple[set, set]:
     """(the fields --resume may change, the fields it does not compare), from the fields' metadata.
 
-    Every leaf field of the tree declares one of flags.RESUME_RULES (AssertionError naming
-    a field that does not: a new setting must say). What may change: when the run stops,
+    Every leaf field of the engine's parts declares one of flags.RESUME_RULES
+    (AssertionError naming a field that does not: a new setting must say); the chapters'
+    (CHAPTER_CONFIGS) are FIXED. What may change: when the run stops,
     evaluates or saves (evaluation samples in a forked stream and saving draws nothing,
     so the continuation is bit-identical); how fast, on how much memory, and how often the
     diagnostics run (each computes the same update up to float rounding, tested in
@@ -291,10 +298,10 @@ def resume_rules(cfg: Config) -> tuple[set, set]:
     (the directory may be moved).
     """
     rules = {}
-    for _, _, f in flags.leaf_fields(cfg):
-        assert f.metadata.get(flags.RESUME) in flags.RESUME_RULES, \
+    for _, part, f in flags.leaf_fields(cfg):
+        rules[f.name] = FIXED[flags.RESUME] if isinstance(part, CHAPTER_CONFIGS) else f.metadata.get(flags.RESUME)
+        assert rules[f.name] in flags.RESUME_RULES, \
             f"--{f.name}: its field declares no resume rule (metadata=MAY_CHANGE, FIXED or NOT_COMPARED)"
-        rules[f.name] = f.metadata[flags.RESUME]
     return ({n for n, r in rules.items() if r == MAY_CHANGE[flags.RESUME]},
             {n for n, r in rules.items() if r == NOT_COMPARED[flags.RESUME]})
 
@@ -330,8 +337,8 @@ def check_fields(cfg: Config) -> None:
                   "threads": (1024, f"threads beyond the CPU's cores ({os.cpu_count()} here) only wait on each "
                                     "other")})
     # The ranges the random streams can take, checked here and not at step 1 after the
-    # data, the model and the warm-up. Every rollout's sampling seed comes from
-    # vllm_rollout.batch_seed (both backends), which keeps seeds distinct for run seeds
+    # data, the model and the warm-up. vLLM's request seeds come from
+    # vllm_rollout.batch_seed (one range for both backends), which keeps seeds distinct for run seeds
     # below 2**17, steps below 2**20 and batches of at most 2**22 rollouts (and numpy's
     # seed must be in [0, 2**32)); the warm-up seed is a 32-bit seed like numpy's.
     require(0 <= cfg.seed < 2 ** 17, f"--seed must be in [0, {2 ** 17 - 1}], got {cfg.seed}")

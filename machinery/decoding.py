@@ -72,7 +72,7 @@ def prefill_cache(model, prompt_ids: Tensor, prompt_mask: Tensor, allowed: tuple
     """One forward over the N left-padded prompts: (last-position logits [N, V], cache).
 
     Position ids count each prompt's real tokens from 0 (left padding invisible), as
-    rollout.token_logprobs numbers them. The cache's layers must be of the `allowed`
+    logprobs.token_logprobs numbers them. The cache's layers must be of the `allowed`
     types: re-indexing rows is all a plain or sliding-window key/value layer needs, and a
     layer with other state (linear attention, a compressed or quantized cache) would be
     re-indexed wrongly, so it raises ValueError.

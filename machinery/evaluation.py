@@ -1,9 +1,10 @@
 """evaluation.py: held-out pass@k of the policy being trained, and what the run started from.
 
-evaluate samples n responses per held-out prompt through the run's own sampler (our
-loop, or the vLLM engine) and reports the unbiased pass@k (advantages.pass_at_k) for
-k = 1, 2, 4, ... n. It runs in a forked RNG seeded by (seed, step), and the engine gets
-its own seed range, so evaluating more or less often never changes training.
+evaluate samples n responses per held-out prompt through the run's own sampler
+(machinery/sampler.py: our loop, or the vLLM engine) and reports the unbiased pass@k
+(advantages.pass_at_k) for k = 1, 2, 4, ... n. It runs in a forked RNG seeded by (seed,
+step), and the engine gets its own seed range, so evaluating more or less often never
+changes training.
 
 Temperature: by default the training temperature, so pass@1 is the held-out solve rate
 of the very policy being trained, on the scale of the training reward (TRL evaluates at
@@ -32,10 +33,10 @@ from machinery import checkpoint
 from machinery import hub_models
 from machinery import rollout
 from machinery import warmups
-from machinery import vllm_rollout
 from machinery import metrics
 from machinery.flags import FIXED, MAY_CHANGE, check_counts, refuse_nonfinite, require
-from machinery.run import Run, format_prompts, keep_best, sample_rollouts
+from machinery.run import Run, keep_best
+from machinery.sampler import MAX_TEMPERATURE, MIN_TEMPERATURE
 
 MAX_EVAL_ROLLOUTS = 2 ** 20   # --n_eval x --eval_samples: ~17 minutes per evaluation for the embedded model
 
@@ -80,10 +81,9 @@ class EvalConfig:
         require(n_eval * samples <= MAX_EVAL_ROLLOUTS,
                 f"--n_eval x --eval_samples must be at most {MAX_EVAL_ROLLOUTS} rollouts per evaluation (~17 minutes "
                 f"each for the embedded model), got {n_eval} x {samples}")
-        # The training temperature's range (run.SamplingConfig says why: vLLM's, for both backends).
-        require(self.eval_temperature is None or
-                vllm_rollout.MIN_TEMPERATURE <= self.eval_temperature <= vllm_rollout.MAX_TEMPERATURE,
-                f"--eval_temperature must be in [{vllm_rollout.MIN_TEMPERATURE}, {vllm_rollout.MAX_TEMPERATURE}] "
+        # The training temperature's range (sampler.SamplingConfig says why: vLLM's, for both backends).
+        require(self.eval_temperature is None or MIN_TEMPERATURE <= self.eval_temperature <= MAX_TEMPERATURE,
+                f"--eval_temperature must be in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE}] "
                 f"(vLLM's limits, used for both backends), got {self.eval_temperature}")
         require(self.final_eval >= -1, f"--final_eval must be -1 (the whole held-out split), 0 (off) or a number of "
                                        f"prompts, got {self.final_eval}")
@@ -119,16 +119,8 @@ def evaluate(run: Run, step: int, ev: EvalConfig, data: str, train_temperature: 
     n = eval_budget(ev, data)[1]
     temperature = train_temperature if ev.eval_temperature is None else ev.eval_temperature
     log_completions = ev.log_eval_completions if rows is None else 0
-    rows, s = run.eval_rows if rows is None else rows, run.sampling
-    if run.llm is not None:          # the engine batches internally: one call, one seed range
-        per_call = len(rows)
-        sample_texts = lambda prompts, k: vllm_rollout.sample_texts_vllm(
-            run.llm, run.tokenizer, format_prompts(prompts, run.tokenizer, s.chat_template), k, s.max_new_tokens,
-            temperature=temperature, top_p=s.top_p, chat_template=s.chat_template,
-            seed=vllm_rollout.batch_seed(seed, step, 1))
-    else:
-        per_call = max(1, 256 // n)
-        sample_texts = lambda prompts, k: sample_rollouts(run, prompts, k, temperature=temperature).texts
+    rows = run.eval_rows if rows is None else rows
+    sample_texts = lambda prompts, k: run.sampler.sample_texts(prompts, k, temperature, step)
     solution_of = run.eval_task.solution_of
     solutions = {}                   # tasks with several solutions: prompt -> the solution of each correct sample
     kept = []                        # samples.jsonl's lines of this evaluation
@@ -144,9 +136,10 @@ def evaluate(run: Run, step: int, ev: EvalConfig, data: str, train_temperature: 
                 kept.append({"step": step, "prompt": rs[i]["prompt"], "answer": rs[i]["answer"],
                              "completion": texts[i], **scores[i]})
         return [sc["correct"] for sc in scores]
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]):      # our sampler draws from torch's stream; vLLM from (seed, step)
         torch.manual_seed(seed * 100003 + step)
-        correct = rollout.sample_eval(sample_texts, rows, n, check, prompts_per_batch=per_call)
+        # every prompt in one call: the sampler cuts it into the calls it can take
+        correct = rollout.sample_eval(sample_texts, rows, n, check, prompts_per_batch=max(1, len(rows)))
     if kept:
         os.makedirs(out_dir, exist_ok=True)          # evaluate may run before train()
         path = os.path.join(out_dir, "samples.jsonl")
@@ -217,7 +210,7 @@ def record_start(run: Run, out_dir: str, model: str, start_eval, samples: int = 
             print(f"train.py: the model's generation_config.json suggests "
                   f"{', '.join(f'{k} {v}' for k, v in suggested.items())}; this run samples at temperature "
                   f"{ours['temperature']}, top_p {ours['top_p']}, no top_k, no repetition penalty: RL scores the "
-                  "distribution it samples (machinery/rollout.py), so --temperature and --top_p decide")
+                  "distribution it samples (machinery/sampler.py), so --temperature and --top_p decide")
     if start_eval is not None:
         print(f"train.py: evaluating the starting model on {len(run.eval_rows)} held-out prompts x {samples} samples "
               f"({len(run.eval_rows) * samples} rollouts)", flush=True)

@@ -3,7 +3,7 @@
 train.py's settings are one dataclass (machinery/config.py's `Config`) that nests one
 dataclass per part of the run, each defined in the file that reads it: the objective's
 (`loss.LossConfig`), the schedule's (`scheduler.SchedulerConfig`), the sampling's
-(machinery/run.py), the update's (machinery/forward.py), the evaluation's
+(machinery/sampler.py), the update's (machinery/forward.py), the evaluation's
 (machinery/evaluation.py) and the token diagnostics' (machinery/token_diagnostics.py).
 Each owns its fields, their defaults and their checks (its __post_init__); this file only
 turns such a tree into argparse flags and back, so there is one source of truth and no
@@ -18,8 +18,9 @@ adapter in between:
 - the help text is the one-line docstring under the field (read from the source, the
   convention cleanrl's configs use), or the field's metadata["help"] for a field made
   by code (the advantages' hyper-parameters, machinery/config.py);
-- every field declares what --resume may do with it, in its metadata (RESUME below):
-  machinery/config.py derives the resume check from the declarations;
+- every field of the engine's parts declares what --resume may do with it, in its
+  metadata (RESUME below), and the chapters' (the objective's, the schedule's) are FIXED:
+  machinery/config.py derives the resume check from that (resume_rules);
 - a field typed `X | None` takes the word "none" for None; a bool is --flag / --no-flag;
 - a float flag must be a finite number: "nan" and "inf" parse as floats, and NaN passes
   every range check written as `x < 0` (each comparison is False), so they are refused
@@ -48,14 +49,13 @@ import json
 import math
 import os
 
-import loss
-
-# What --resume may do with a field, declared on the field: field(default=..., metadata=FIXED).
+# What --resume may do with a field, declared on the field: field(default=..., metadata=FIXED)
+# (the chapters' configs declare nothing: all FIXED, machinery/config.py CHAPTER_CONFIGS).
 # A checkpoint records the config it was trained with, and a resume compares every field
 # with the new one (resume.resume_point), refusing a change to any FIXED field.
 RESUME = "resume"                          # the metadata key every leaf field declares
 MAY_CHANGE = {RESUME: "may change"}        # when the run stops, evaluates or saves, how fast, where it reports
-FIXED = loss.FIXED                         # the run's math: a resume refuses a new value (the chapters' marker)
+FIXED = {RESUME: "fixed"}                  # the run's math: a resume refuses a new value
 NOT_COMPARED = {RESUME: "not compared"}    # where and how this invocation runs (the directory may be moved)
 RESUME_RULES = tuple(rule[RESUME] for rule in (MAY_CHANGE, FIXED, NOT_COMPARED))
 

@@ -15,7 +15,7 @@ rounding, and each is tested against the plain computation (tests/engine/test_tr
     its forward and backward are skipped. zero_gradients keeps AdamW stepping when a
     whole step is skipped.
   - identical rollouts (the same prompt and, word for word, the same response) are run
-    once: rollout.token_logprobs(merge_duplicates=True) does it, duplicate_share
+    once: logprobs.token_logprobs(merge_duplicates=True) does it, duplicate_share
     measures it, and active_dropout says when it must be off.
   - shared prompts: each prompt of an optimizer step runs through the forward once, and
     its rollouts' responses run on its keys and values (share_prompts, backward_prompts);
@@ -46,7 +46,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 import loss
-from machinery import rollout
+from machinery import logprobs, rollout
 from machinery.flags import FIXED, MAY_CHANGE, check_counts, refuse_nonfinite, require
 
 MIN_GRAD_CLIP = 1e-3      # --grad_clip below this (and not 0) is refused (UpdateConfig says why)
@@ -72,7 +72,7 @@ class UpdateConfig:
     skip_zero_adv: bool = field(default=True, metadata=MAY_CHANGE)
     """Skip the forward/backward of rollouts whose advantage is exactly 0 (their gradient is exactly 0; speed only, see forward.carries_gradient)."""
     merge_duplicates: bool = field(default=True, metadata=MAY_CHANGE)
-    """Run the forward/backward of identical rollouts (same prompt, same response) once and copy the result (exact; speed only, see rollout.token_logprobs)."""
+    """Run the forward/backward of identical rollouts (same prompt, same response) once and copy the result (exact; speed only, see logprobs.token_logprobs)."""
     share_prompts: bool = field(default=False, metadata=MAY_CHANGE)
     """Run each prompt of an optimizer step through the update's forward/backward once, not once per rollout (exact to float rounding; speed only, see forward.share_prompts). Off by default: rounding can change a later sampled token, so the default run would no longer reproduce its published numbers bit for bit; the benchmark turns it on."""
     grad_clip: float = field(default=1.0, metadata=FIXED)
@@ -202,8 +202,8 @@ def duplicate_share(rollouts: rollout.Rollouts, has_grad: torch.Tensor) -> float
     idx = has_grad.nonzero().squeeze(1)
     if len(idx) == 0:
         return 0.0
-    first, _ = rollout.distinct_rows(rollouts.prompt_ids[idx], rollouts.prompt_mask[idx], rollouts.response_ids[idx],
-                                     rollouts.response_mask[idx])
+    first, _ = logprobs.distinct_rows(rollouts.prompt_ids[idx], rollouts.prompt_mask[idx], rollouts.response_ids[idx],
+                                      rollouts.response_mask[idx])
     return (len(idx) - len(first)) / len(has_grad)
 
 
@@ -274,8 +274,8 @@ def forward(model, rollouts: rollout.Rollouts, idx: torch.Tensor, update: Update
                   rollouts.response_mask[idx].to(device))
         prompt_kv = ([k[rows] for k in prompts.key_leaves], [v[rows] for v in prompts.value_leaves])
     with autocast(model):
-        return rollout.token_logprobs(model, *inputs, temperature=temperature, with_entropy=with_entropy,
-                                      merge_duplicates=update.merge_duplicates, prompt_kv=prompt_kv)
+        return logprobs.token_logprobs(model, *inputs, temperature=temperature, with_entropy=with_entropy,
+                                       merge_duplicates=update.merge_duplicates, prompt_kv=prompt_kv)
 
 
 def no_grad_pass(model, rollouts: rollout.Rollouts, update: UpdateConfig, temperature: float,
@@ -290,9 +290,9 @@ def no_grad_pass(model, rollouts: rollout.Rollouts, update: UpdateConfig, temper
     logps, ents = [], []
     with torch.no_grad(), autocast(model):
         for idx in torch.arange(B).split(update.micro_batch):
-            lp, ent = rollout.token_logprobs(model, *batch_inputs(rollouts, idx, _device(model)),
-                                             temperature=temperature, with_entropy=with_entropy,
-                                             merge_duplicates=update.merge_duplicates)
+            lp, ent = logprobs.token_logprobs(model, *batch_inputs(rollouts, idx, _device(model)),
+                                              temperature=temperature, with_entropy=with_entropy,
+                                              merge_duplicates=update.merge_duplicates)
             logps.append(lp.float().cpu())
             ents.append(ent.float().cpu() if ent is not None else None)
     return torch.cat(logps), (torch.cat(ents) if with_entropy else None)
@@ -353,7 +353,7 @@ def share_prompts(model, rollouts: rollout.Rollouts, micro: list[torch.Tensor], 
     The G rollouts of a prompt share its P tokens, and a causal model computes those
     positions from the prompt alone. So each distinct prompt of the step runs once (chunks of
     micro_batch prompts, without its last token), and the micro-batches run their responses
-    on top of its keys and values (rollout.token_logprobs' prompt_kv). The gradient is the
+    on top of its keys and values (logprobs.token_logprobs' prompt_kv). The gradient is the
     same sum: the micro-batches' backward stops at detached copies of the keys and values
     (key_leaves) and adds up there; backward_prompts runs the prompts' backward once with
     those sums. Exact to float rounding (~1e-6 relative on the update, tested). The

@@ -73,9 +73,9 @@ import time
 import zipfile
 from dataclasses import dataclass
 
-from machinery.door import UsageError, size_text, writable_dir_problem
+from machinery.usage_error import UsageError, size_text, writable_dir_problem
 
-# Only the standard library at module level, and door.py (which is only that): checks.py
+# Only the standard library at module level, and usage_error.py (which is only that): checks.py
 # imports this file, and every entry point imports checks.py (torch and transformers are
 # imported where a conversion runs).
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -211,7 +211,7 @@ def _say(line: str) -> None:
 
 
 def _refuse(message: str) -> ValueError:
-    """UsageError(message) (machinery/door.py): one line and exit code 2 wherever it is raised
+    """UsageError(message) (machinery/usage_error.py): one line and exit code 2 wherever it is raised
     (ensure runs after the door, inside the model load)."""
     return UsageError(message)
 

@@ -22,7 +22,7 @@ import torch
 import batching
 import mass
 import tasks
-from loss import masked_mean          # sum(values * mask) / sum(mask), the one copy (train.py takes it from here)
+from aggregation import masked_mean
 from machinery import checkpoint
 from machinery import forward
 
@@ -103,11 +103,11 @@ def step_metrics(*, rewards, scores, adv, entropy, mask, truncated, template, sc
 
 
 def update_metrics(*, opt_steps, adv, lengths, mode, loss_sums, has_grad, grad_norms, duplicate_share, lr,
-                   staleness) -> dict:
+                   sampler_metrics) -> dict:
     """What the update did: mini-batch composition, what carried gradient (trained_metrics),
     the loss's statistics, the work left out (frac_skipped: advantage exactly 0;
     frac_duplicate: run once as a copy), the gradient norm (mean over optimizer steps), the
-    learning rate, and the vLLM staleness check's metrics."""
+    learning rate, and the sampler's own metrics (vLLM's staleness check; none for ours)."""
     comps = batching.minibatch_stats(opt_steps, adv, lengths)
     return {"mb/max_pos_neg_gap": float(max(abs(c["n_pos"] - c["n_neg"]) for c in comps)),
             **trained_metrics(opt_steps, adv, mode),
@@ -116,7 +116,7 @@ def update_metrics(*, opt_steps, adv, lengths, mode, loss_sums, has_grad, grad_n
             **stat_means(loss_sums, skipped_all=not has_grad.any()),
             "frac_skipped": 1.0 - float(has_grad.float().mean()),
             "frac_duplicate": duplicate_share,
-            "grad_norm": float(np.mean(grad_norms)), "lr": lr, **staleness}
+            "grad_norm": float(np.mean(grad_norms)), "lr": lr, **sampler_metrics}
 
 
 def trained_metrics(opt_steps: list[torch.Tensor], adv: torch.Tensor, mode: str) -> dict:
@@ -167,8 +167,8 @@ def step_record(run, step: int, rows: list[dict], rollouts, scores: list[dict], 
             **update_metrics(opt_steps=opt_steps, adv=A, lengths=mask.sum(1).view(N, G), mode=mode, loss_sums=loss_sums,
                              has_grad=has_grad, grad_norms=grad_norms,
                              duplicate_share=forward.duplicate_share(rollouts, has_grad),
-                             lr=run.optimizer.param_groups[0]["lr"], staleness=run.staleness.last),
-            **diag.report(run.model, run.tokenizer, run.task, run.update, run.sampling, rollouts, A, rows, rewards)}
+                             lr=run.optimizer.param_groups[0]["lr"], sampler_metrics=run.sampler.metrics()),
+            **diag.report(run.sampler, run.task, run.update, rollouts, A, rows, rewards)}
 
 
 def sandbox_counts(*task_list) -> dict:

@@ -1,13 +1,11 @@
-"""Rollouts: G sampled responses per prompt, and the log-probability of every token.
+"""Rollouts: G sampled responses per prompt, from our own KV-cached sampling loop.
 
 Critic-free RL (GRPO and its family, Shao et al. 2024) needs, for each prompt q, a group
-of G responses o_1..o_G sampled from the current policy pi_old, and then, for every
-response token o_{i,t}, the log-probability log pi(o_{i,t} | q, o_{i,<t}) under the
-policy being trained. The policy gradient, the PPO ratio rho = exp(logp - logp_old),
-the KL penalty and the entropy are all built from these per-token numbers. This file
-produces them with any Hugging Face causal LM: our own KV-cached sampling loop
-(`sample`) to draw the tokens, one teacher-forced forward pass (`token_logprobs`) to
-score them; vllm_rollout.py does the sampling with vLLM.
+of G responses o_1..o_G sampled from the current policy pi_old; the update then scores
+every response token under the policy being trained (machinery/logprobs.py). This file
+draws them with any Hugging Face causal LM: our own KV-cached sampling loop (`sample`),
+and Rollouts, the batch every later stage reads. The run calls it through its sampler
+(machinery/sampler.py), which also knows the other engine, vLLM (vllm_rollout.py).
 
 Conventions (shared by the whole project):
 - B = N * G rollouts, PROMPT-MAJOR: rollout b answers prompt b // G.
@@ -36,7 +34,7 @@ machinery/decoding.py's subject; docs/results.md has the measured times.
 What the sampler returns besides the tokens: the log-probability and the full-vocabulary
 entropy of every drawn token, as its own KV-cached forward computed them
 (Rollouts.engine_logp / engine_entropy; vllm_rollout.py fills engine_logp from vLLM).
-They agree with a teacher-forced pass (`token_logprobs`) to ~1e-6 (tested: the sampler
+They agree with a teacher-forced pass (logprobs.token_logprobs) to ~1e-6 (tested: the sampler
 really samples what we score), but NOT bit for bit: incremental decoding sums in
 another order than one full forward. So the trainer never uses them as logp_old
 where the PPO ratio must be exact. With one optimizer step per rollout batch it takes
@@ -47,11 +45,11 @@ recompute_log_prob). The sampler's entropy is what the scheduler reads either wa
 
 Sampling settings that change the distribution: temperature T is applied on both sides
 (log softmax(logits / T)), so logp is the log-probability of the distribution that
-was sampled. top_p < 1 truncates the sampling distribution but NOT the scored one (as
-in verl and TRL): the scored log-probs are then those of the tempered, untruncated
-policy, which is the policy the gradient acts on. The default top_p = 1 keeps them
-identical. Nothing else touches the distribution: the loop reads no
-generation_config.json, so a hub checkpoint's sampling defaults (e.g. Qwen2.5-Instruct:
+was sampled. A truncation (`truncate`: the run's top_p, built by machinery/sampler.py)
+cuts the sampling distribution but NOT the scored one (as in verl and TRL): the scored
+log-probs are then those of the tempered, untruncated policy, which is the policy the
+gradient acts on. Without one they are identical. Nothing else touches the
+distribution: the loop reads no generation_config.json, so a hub checkpoint's sampling defaults (e.g. Qwen2.5-Instruct:
 top_k=20, top_p=0.8, repetition_penalty=1.05) cannot leak in; only its EOS ids are used.
 
 Determinism: every draw is one torch.rand call per decoding step on torch's
@@ -67,7 +65,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from transformers import DynamicCache
 
 from machinery import decoding
 
@@ -95,7 +92,7 @@ class Rollouts:
     engine_logp: Tensor
     """[B, T] float, log-prob of each sampled token under the tempered sampling distribution,
     as the sampling engine computed it (our KV-cached loop, or vLLM); 0 on padding. Equal
-    to a teacher-forced token_logprobs pass up to float rounding, not bit for bit."""
+    to a teacher-forced logprobs.token_logprobs pass up to float rounding, not bit for bit."""
     engine_entropy: Tensor | None = None
     """[B, T] float, full-vocabulary entropy (nats) of the same distributions, from the
     sampler; 0 on padding. None from vLLM, which does not return it."""
@@ -106,7 +103,7 @@ class Rollouts:
 # ---------------------------------------------------------------------------------------
 
 def generate_rollouts(model, tokenizer, prompts: list[str], G: int, max_new_tokens: int,
-                      temperature: float = 1.0, top_p: float = 1.0, chat_template: bool = False) -> Rollouts:
+                      temperature: float = 1.0, chat_template: bool = False, truncate=None) -> Rollouts:
     """Sample G responses per prompt: tokens, masks, texts and the sampler's log-probs.
 
     Steps: tokenize each prompt (`tokenize_prompts`: the tokenizer's own special tokens,
@@ -116,13 +113,13 @@ def generate_rollouts(model, tokenizer, prompts: list[str], G: int, max_new_toke
     pass here: the trainer decides whether it needs one (module header). The model's
     train/eval mode is restored afterwards.
 
-    prompts: N >= 1 strings. G >= 1. max_new_tokens >= 1. temperature > 0.
-    0 < top_p <= 1 (see the module header for what top_p < 1 means for the scored
-    log-probs). T (the response width) is the longest response in the batch,
-    <= max_new_tokens: sampling stops early once every row has emitted EOS.
-    Returns Rollouts with B = len(prompts) * G rows, all tensors on the CPU.
+    prompts: N >= 1 strings. G >= 1. max_new_tokens >= 1 and temperature in [0.01, 2]: the
+    run's settings, whose ranges SamplingConfig checked (machinery/sampler.py). truncate:
+    which tokens may be drawn (see `sample`; None: all of them). T (the response width) is
+    the longest response in the batch, <= max_new_tokens: sampling stops early once every
+    row has emitted EOS. Returns Rollouts with B = len(prompts) * G rows, all tensors on the CPU.
     """
-    check_sampling(prompts, G, max_new_tokens, temperature, top_p)
+    check_request(prompts, G)
     pad_id, eos_ids = special_ids(model, tokenizer)
     device = next(model.parameters()).device
     ids, mask = pad_rows(tokenize_prompts(tokenizer, prompts, chat_template), pad_id, left=True)
@@ -131,7 +128,7 @@ def generate_rollouts(model, tokenizer, prompts: list[str], G: int, max_new_toke
     try:
         with torch.inference_mode():       # no autograd bookkeeping at all (cheaper than no_grad)
             tokens, logp, entropy = sample(model, ids.to(device), mask.to(device), G, max_new_tokens,
-                                           temperature, top_p, pad_id, eos_ids)
+                                           temperature, truncate, pad_id, eos_ids)
     finally:
         model.train(was_training)
     response_ids, response_mask, truncated = cut_at_eos(tokens.cpu(), eos_ids, pad_id)
@@ -146,20 +143,24 @@ def generate_rollouts(model, tokenizer, prompts: list[str], G: int, max_new_toke
 
 
 def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, G: int, max_new_tokens: int,
-           temperature: float, top_p: float, pad_id: int, eos_ids: list[int]) -> tuple[Tensor, Tensor, Tensor]:
+           temperature: float, truncate, pad_id: int, eos_ids: list[int]) -> tuple[Tensor, Tensor, Tensor]:
     """Ancestral sampling with a KV cache: G responses to each of N left-padded prompts.
 
         z_t = logits of the next token given prompt + o_{<t};   o_t ~ softmax(z_t / T)
-        (top_p < 1: drawn from the nucleus of that distribution, see top_p_filter)
+        (with a truncation: drawn in proportion to truncate(softmax(z_t / T)), e.g. the
+        nucleus of top_p, top_p_filter)
 
     Rows that have drawn the same tokens so far share one forward: a *node* is a distinct
     history; the G rows of a prompt start in one, and a node splits when its rows draw
     different tokens. Each step every live row draws from its node's distribution (`draw`),
     rows that drew EOS leave, and one decoding step (machinery/decoding.py) feeds each new
     node its token. A node's rows have identical inputs: sharing changes no bit (docs/sampler.md).
-    prompt_ids, prompt_mask: [N, P], each row with >= 1 real token. Returns (tokens [N*G, T]
-    long, pad after EOS; logp [N*G, T]: log softmax(z_t / T) at the drawn token, untruncated
-    by top_p; entropy [N*G, T]: full vocabulary), 0 after EOS; T <= max_new_tokens.
+    prompt_ids, prompt_mask: [N, P], each row with >= 1 real token. truncate: None (every
+    token may be drawn) or a function probs [U, V] -> weights [U, V] >= 0, zero on the
+    tokens it cuts, every row with a positive sum (the sampler's: machinery/sampler.py).
+    Returns (tokens [N*G, T] long, pad after EOS; logp [N*G, T]: log softmax(z_t / T) at
+    the drawn token, untruncated; entropy [N*G, T]: full vocabulary), 0 after EOS;
+    T <= max_new_tokens.
     Consumes torch's global RNG; call under torch.no_grad() in eval mode.
     """
     N, P = prompt_ids.shape
@@ -175,7 +176,7 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, G: int, max_new_token
     for t in range(max_new_tokens):
         logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)   # [U, V]
         probs = logp_all.exp()
-        draw_from = probs if top_p >= 1 else top_p_filter(probs, top_p)
+        draw_from = probs if truncate is None else truncate(probs)
         nxt = draw(draw_from[node])                                     # [B_live]: each row its own draw
         tokens[rows, t] = nxt
         logp[rows, t] = logp_all[node, nxt]
@@ -228,135 +229,6 @@ def top_p_filter(probs: Tensor, top_p: float) -> Tensor:
 
 
 # ---------------------------------------------------------------------------------------
-# Scoring: teacher-forced log-probs and entropy
-# ---------------------------------------------------------------------------------------
-
-def token_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor,
-                   response_mask: Tensor, temperature: float = 1.0, with_entropy: bool = False,
-                   merge_duplicates: bool = False, prompt_kv: tuple | None = None) -> tuple[Tensor, Tensor | None]:
-    """Per-token log-probs (and entropies) of the responses under `model`, in one forward.
-
-        logp[b, t] = log softmax(z_{b,t} / T)[response_ids[b, t]];   entropy[b, t] = -sum_v p_v log p_v
-
-    z_{b,t}: the logits that predict response token t (the output one position earlier).
-    prompt_ids/prompt_mask [B, P] left-padded, response_ids/response_mask [B, T]; position ids
-    cumsum(mask) - 1, as `sample` numbers them; columns padded in every row are not run.
-    Returns (logp [B, T], entropy [B, T] or None), float32, 0 where response_mask is 0;
-    differentiable (call under no_grad for old and reference log-probs). The same rows give
-    the same bits; a row in another set of rows agrees to ~1e-6 (the width sets the rounding).
-    merge_duplicates: each distinct row computed once, its outputs and gradients shared (not
-    with active dropout). prompt_kv: per layer (keys, values) [B, H_kv, P - 1, D] of the
-    prompts (forward.share_prompts); the forward then runs from the last prompt column.
-    Why each choice is exact, and what it saves: docs/sampler.md, "Log-probs of given responses".
-    """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    if prompt_ids.shape != prompt_mask.shape or response_ids.shape != response_mask.shape:
-        raise ValueError(f"shape mismatch: prompt_ids {tuple(prompt_ids.shape)} vs mask {tuple(prompt_mask.shape)}, "
-                         f"response_ids {tuple(response_ids.shape)} vs mask {tuple(response_mask.shape)}")
-    if prompt_ids.shape[0] != response_ids.shape[0]:
-        raise ValueError(f"batch mismatch: {prompt_ids.shape[0]} prompts vs {response_ids.shape[0]} responses")
-    if merge_duplicates:
-        first, copy_of = distinct_rows(prompt_ids, prompt_mask, response_ids, response_mask)
-        kv = None if prompt_kv is None else tuple([t[first] for t in part] for part in prompt_kv)
-        logp, entropy = token_logprobs(model, prompt_ids[first], prompt_mask[first], response_ids[first],
-                                       response_mask[first], temperature, with_entropy, prompt_kv=kv)
-        return logp[copy_of], (None if entropy is None else entropy[copy_of])
-    if prompt_kv is not None:
-        return _after_prompts(model, prompt_kv, prompt_ids, prompt_mask, response_ids, response_mask, temperature,
-                              with_entropy)
-    T = response_ids.shape[1]
-    p0, t1 = _real_span(prompt_mask, response_mask)
-    prompt_ids, prompt_mask = prompt_ids[:, p0:], prompt_mask[:, p0:]
-    ids_kept, mask_kept = response_ids[:, :t1], response_mask[:, :t1]
-    input_ids = torch.cat([prompt_ids, ids_kept], dim=1)
-    attn = torch.cat([prompt_mask.long(), mask_kept.long()], dim=1)
-    position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)
-    out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids,
-                use_cache=False, logits_to_keep=t1 + 1)
-    return response_logprobs(out.logits, ids_kept, mask_kept, T, temperature, with_entropy)
-
-
-def response_logprobs(logits: Tensor, ids: Tensor, mask: Tensor, T: int, temperature: float,
-                      with_entropy: bool) -> tuple[Tensor, Tensor | None]:
-    """(logp [B, T], entropy [B, T] or None) from the logits of a forward over the response.
-
-    logits: [B, t1 + 1, V], position s predicting response token s (the first is the last
-    prompt token's); the last position predicts a token after the kept response and is
-    dropped. ids, mask: [B, t1], the kept response columns; the outputs are padded with
-    zeros to T columns. logp = log softmax(z / T)[token] and the full-vocabulary entropy,
-    both times the mask.
-    """
-    t1 = ids.shape[1]
-    logp_all = torch.log_softmax(logits[:, :-1, :].float() / temperature, dim=-1)    # [B, t1, V]
-    mask = mask.to(logp_all.dtype)
-    logp = logp_all.gather(-1, ids.unsqueeze(-1)).squeeze(-1) * mask
-    entropy = None
-    if with_entropy:
-        entropy = torch.nn.functional.pad(-(logp_all.exp() * logp_all).sum(-1) * mask, (0, T - t1))
-    return torch.nn.functional.pad(logp, (0, T - t1)), entropy
-
-
-def _after_prompts(model, prompt_kv: tuple, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor,
-                   response_mask: Tensor, temperature: float, with_entropy: bool) -> tuple[Tensor, Tensor | None]:
-    """token_logprobs for rollouts whose prompts already ran: prompt_kv holds their keys
-    and values for prompt columns 0..P-2.
-
-    The forward's input is each rollout's last prompt token and its response,
-    [B, 1 + t1] (t1: 1 + the last column real in some row), with prompt_kv as the cache;
-    the attention mask spans [prompt | response] and the positions continue the prompt's
-    count, exactly as the full forward numbers them. Its logits predict response tokens
-    0..t1-1 (plus one more, dropped by response_logprobs).
-    """
-    T, P = response_ids.shape[1], prompt_ids.shape[1]
-    real = (response_mask != 0).any(dim=0).nonzero()
-    t1 = int(real[-1]) + 1 if len(real) else min(T, 1)
-    ids_kept, mask_kept = response_ids[:, :t1], response_mask[:, :t1]
-    cache = DynamicCache(config=model.config)
-    for layer, (k, v) in enumerate(zip(*prompt_kv)):
-        cache.update(k, v, layer)
-    attn = torch.cat([prompt_mask.long(), mask_kept.long()], dim=1)                # [B, P + t1]
-    position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)[:, P - 1:]
-    out = model(input_ids=torch.cat([prompt_ids[:, -1:], ids_kept], dim=1), attention_mask=attn,
-                position_ids=position_ids, past_key_values=cache, use_cache=True, logits_to_keep=t1 + 1)
-    return response_logprobs(out.logits, ids_kept, mask_kept, T, temperature, with_entropy)
-
-
-def distinct_rows(prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor,
-                  response_mask: Tensor) -> tuple[Tensor, Tensor]:
-    """(first [U], copy_of [B]): the distinct rollouts of a batch, and which one each row is.
-
-        rows b and b' are the same  <=>  prompt ids, prompt mask, response ids and
-                                         response mask are equal, column by column
-        first[u]   = the lowest b whose row is distinct row u
-        copy_of[b] = u such that row b equals row first[u];  so  x[first][copy_of] == x
-
-    Example: rows (a, b, a, a) -> first = (0, 1), copy_of = (0, 1, 0, 0).
-    torch.unique sorts the rows, so U rows come out in sorted order, not batch order;
-    nothing depends on it (the rows of a forward never see each other). Cost: one sort
-    of a [B, 2P + 2T] integer tensor, ~0.2 ms for 32 rows here.
-    """
-    key = torch.cat([prompt_ids, prompt_mask.long(), response_ids, response_mask.long()], dim=1)
-    unique, copy_of = torch.unique(key, dim=0, return_inverse=True)
-    rows = torch.arange(len(key), device=key.device)
-    first = torch.full((len(unique),), len(key), device=key.device).scatter_reduce(0, copy_of, rows, "amin")
-    return first, copy_of
-
-
-def _real_span(prompt_mask: Tensor, response_mask: Tensor) -> tuple[int, int]:
-    """(p0, t1): the first prompt column that is real in some row, and 1 + the last
-    response column that is real in some row, so that prompt[:, p0:] + response[:, :t1]
-    holds every real token. At least one column of each is kept (the last prompt
-    column predicts response token 0), so an all-padding batch still runs."""
-    P, T = prompt_mask.shape[1], response_mask.shape[1]
-    real_p = (prompt_mask != 0).any(dim=0).nonzero()
-    real_t = (response_mask != 0).any(dim=0).nonzero()
-    p0 = min(int(real_p[0]), P - 1) if len(real_p) else P - 1
-    t1 = int(real_t[-1]) + 1 if len(real_t) else min(T, 1)
-    return p0, t1
-
-
-# ---------------------------------------------------------------------------------------
 # Evaluation helper: correct counts for unbiased pass@k
 # ---------------------------------------------------------------------------------------
 
@@ -364,7 +236,7 @@ def sample_eval(sample_texts, rows: list[dict], n: int, check, prompts_per_batch
     """c_j = number of correct responses among n samples for each row j.
 
     sample_texts(prompts, n) -> the N*n decoded responses, prompt-major: any sampler
-    (generate_rollouts(...).texts, or vllm_rollout.sample_texts_vllm). check(texts,
+    (generate_rollouts(...).texts, or the run's: sampler.py's sample_texts). check(texts,
     rows) -> one truthy value per text (rows repeated n times, in the same order), so a
     verifier can score a whole chunk at once (verify.score runs math-verify in worker
     processes). rows: dicts with at least "prompt". Prompts go to the sampler in chunks
@@ -468,15 +340,13 @@ def cut_at_eos(response: Tensor, eos_ids: list[int], pad_id: int) -> tuple[Tenso
     return ids, mask, truncated
 
 
-def check_sampling(prompts, G: int, max_new_tokens: int, temperature: float, top_p: float) -> None:
-    """The door check of every sampling entry (rollout.py and vllm_rollout.py)."""
+def check_request(prompts, G: int) -> None:
+    """What a sampling call brings (rollout.py and vllm_rollout.py): N >= 1 prompt strings, G >= 1.
+
+    The settings' ranges (temperature, top_p, max_new_tokens) are SamplingConfig's,
+    checked once where they are declared (machinery/sampler.py), not at every call.
+    """
     if not isinstance(prompts, (list, tuple)) or not prompts or not all(isinstance(p, str) for p in prompts):
         raise ValueError(f"prompts must be a non-empty list of str, got {prompts!r:.80}")
     if not isinstance(G, int) or G < 1:
         raise ValueError(f"G (rollouts per prompt) must be an int >= 1, got {G!r}")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    if not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")

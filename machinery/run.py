@@ -2,11 +2,10 @@
 
 train.py reads as the algorithm; this file holds what makes it run and is the same for
 every algorithm: the Run record (the model, its optimizer and schedule, the data, the
-random streams, the engines), the model load, the run directory (fresh, --overwrite or
---resume), checkpoints, sampling from the run's engine (transformers' generate or vLLM),
-the sampling policy's log-prob pass, and one optimizer step. Each function takes the Run
-and explicit values, never train.py's Config: what a function reads is in its signature.
-Here too is SamplingConfig, the sampling's settings (train.py's flags of its fields).
+random streams, the sampler), the model load, the run directory (fresh, --overwrite or
+--resume), checkpoints, the sampling policy's log-prob pass, and one optimizer step. Each
+function takes the Run and explicit values, never train.py's Config: what a function
+reads is in its signature. Sampling is the run's sampler's (machinery/sampler.py).
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import os
 import random
 import shutil
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import torch
@@ -32,54 +31,9 @@ from machinery import metrics
 from machinery import rollout
 from machinery import warmups
 from machinery import trackers
-from machinery import vllm_rollout
-from machinery import vllm_staleness
-from machinery.flags import FIXED, MAY_CHANGE, check_counts, refuse_nonfinite, require
 from machinery.resume import keep_samples_until, truncate_metrics
+from machinery.sampler import KVCacheSampler, SamplingConfig, VllmSampler
 from scheduler import AdvantageScheduler
-
-
-@dataclass
-class SamplingConfig:
-    """How rollouts are sampled: the engine, the budget and the distribution.
-
-    train.py's Config nests it as cfg.sampling; each field is the flag of its name, its
-    docstring the --help. Read by sample_rollouts (below), evaluation and the token
-    diagnostics; set-up builds the vLLM engine from backend and gpu_memory_utilization.
-    Every field is the run's math but the engine's memory share (a resume may change
-    only that). Checked here, once, when it is built: one line naming the value.
-    """
-
-    backend: str = field(default="transformers", metadata=FIXED)
-    """Rollout engine: 'transformers' (generate; CPU, tested) or 'vllm' (in-process engine)."""
-    max_new_tokens: int = field(default=48, metadata=FIXED)
-    """Generation budget per rollout (also Dr. GRPO's constant normaliser)."""
-    temperature: float = field(default=1.0, metadata=FIXED)
-    """Sampling temperature (the trainer's log-probs use the same temperature)."""
-    top_p: float = field(default=1.0, metadata=FIXED)
-    """Nucleus sampling of rollouts and evaluation (1 = off; < 1 samples a truncated distribution the update does not score: machinery/rollout.py)."""
-    chat_template: bool = field(default=False, metadata=FIXED)
-    """Wrap prompts in the tokenizer's chat template (instruct hub models)."""
-    gpu_memory_utilization: float = field(default=0.3, metadata=MAY_CHANGE)
-    """vLLM: share of the GPU's memory the engine takes at start-up."""
-
-    def __post_init__(self):
-        refuse_nonfinite(self)
-        require(self.backend in ("transformers", "vllm"),
-                f"--backend must be 'transformers' or 'vllm', got {self.backend!r}")
-        check_counts(self, {"max_new_tokens": 1},
-                     {"max_new_tokens": (2 ** 17, "128k tokens, the longest context of today's open models; every "
-                                                  "rollout holds a key/value cache for its prompt and this many tokens")})
-        # One range for both backends: vLLM's (it refuses T > 2 and silently raises T < 0.01
-        # to 0.01). The same flags then mean the same sampling distribution on either
-        # engine, and T = 1e-40 (logits / T overflow to inf, softmax to nan) never reaches
-        # the sampler. evaluation.EvalConfig checks --eval_temperature against it too.
-        require(vllm_rollout.MIN_TEMPERATURE <= self.temperature <= vllm_rollout.MAX_TEMPERATURE,
-                f"--temperature must be in [{vllm_rollout.MIN_TEMPERATURE}, {vllm_rollout.MAX_TEMPERATURE}] "
-                f"(vLLM's limits, used for both backends), got {self.temperature}")
-        require(0 < self.top_p <= 1, f"--top_p must be in (0, 1], got {self.top_p}")
-        require(0 < self.gpu_memory_utilization <= 1,
-                f"--gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
 
 
 @dataclass
@@ -120,12 +74,10 @@ class Run:
     """The loss reads whole groups (DFPO): micro-batches are cut at group boundaries (forward.micro_batches)."""
     sharing_off: str | None
     """Why each prompt cannot run once per optimizer step (forward.prompt_sharing_off), or None: it can."""
+    sampler: KVCacheSampler | VllmSampler
+    """What samples the rollouts, evaluations and continuations (machinery/sampler.py), built once at set-up."""
     ref_model: torch.nn.Module | None = None
     """Frozen copy of the initial policy, only when loss.kl_coef > 0."""
-    llm: object | None = None
-    """The in-process vLLM engine (backend 'vllm')."""
-    staleness: vllm_staleness.StalenessCheck = field(default_factory=vllm_staleness.StalenessCheck)
-    """The vLLM staleness check: the engine's log-probs against the trainer's (empty on the transformers backend)."""
     resume_from: str | None = None
     """The checkpoint --resume continues from (chosen and checked at the door)."""
     lock: object | None = None
@@ -199,10 +151,9 @@ def open_run_dir(run: Run, out_dir: str, config: dict, resume: bool, overwrite: 
         keep_samples_until(samples_path, start if start else -1)
         if start:
             restore_best(run, out_dir, start)
-        if start and run.llm is not None:
-            # The engine was built from the base model: give it the checkpoint's weights,
-            # or the first resumed step samples from the wrong policy.
-            vllm_rollout.push_weights(run.llm, run.model)
+            # A vLLM engine was built from the base model: give it the checkpoint's
+            # weights, or the first resumed step samples from the wrong policy.
+            run.sampler.sync()
     elif overwrite:
         for old in (metrics_path, samples_path):
             if os.path.exists(old):
@@ -273,53 +224,25 @@ def close(run: Run) -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# Sampling, and the sampling policy's log-probs
+# The sampling policy's log-probs
 # ---------------------------------------------------------------------------------------
-
-def format_prompts(prompts: list[str], tokenizer, chat_template: bool) -> list[str]:
-    """Optionally wrap each prompt as a user turn of the tokenizer's chat template."""
-    if not chat_template:
-        return prompts
-    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                          add_generation_prompt=True) for p in prompts]
-
-
-def sample_rollouts(run: Run, prompts: list[str], G: int, seed: int | None = None,
-                    temperature: float | None = None) -> rollout.Rollouts:
-    """G rollouts per prompt from transformers' generate (CPU, tested) or the vLLM engine.
-
-    temperature: None = the training temperature (run.sampling); evaluation passes its own.
-    seed: the vLLM engine's per-batch seed (vllm_rollout.batch_seed); our sampler draws
-    from torch's global stream instead.
-    """
-    s = run.sampling
-    prompts = format_prompts(prompts, run.tokenizer, s.chat_template)
-    temperature = s.temperature if temperature is None else temperature
-    if run.llm is not None:
-        return vllm_rollout.generate_rollouts_vllm(run.llm, run.tokenizer, prompts, G, s.max_new_tokens,
-                                                   temperature=temperature, top_p=s.top_p, seed=seed,
-                                                   chat_template=s.chat_template)
-    with forward.autocast(run.model):
-        return rollout.generate_rollouts(run.model, run.tokenizer, prompts, G, s.max_new_tokens,
-                                         temperature=temperature, top_p=s.top_p, chat_template=s.chat_template)
-
 
 def old_policy_pass(run: Run, rollouts: rollout.Rollouts):
     """logp_old [B, T] (or None) and the entropy [B, T] of the policy that sampled.
 
-    On-policy (run.on_policy: one optimizer step per batch; our own sampler) there is nothing to
-    compute: the update's own forward, detached, is logp_old (ratio exactly 1 by
-    construction, as TRL), and the sampler's entropy is the entropy (equal to a
+    On-policy (run.on_policy: one optimizer step per batch) with a sampler that draws
+    from the trainer's own model (not a separate copy: our KV-cached loop) there is
+    nothing to compute: the update's own forward, detached, is logp_old (ratio exactly 1
+    by construction, as TRL), and the sampler's entropy is the entropy (equal to a
     teacher-forced pass's to ~1e-6, tested). Otherwise this is the "old policy" pass
-    (verl's recompute_log_prob): teacher-forced, under the weights that sampled. For
-    vLLM rollouts the gap to the engine's own log-probs is the staleness canary.
+    (verl's recompute_log_prob): teacher-forced, under the weights that sampled, and the
+    sampler checks its copy against it (vLLM's staleness canary; nothing for ours).
     """
-    if run.on_policy and run.llm is None:
+    if run.on_policy and not run.sampler.separate_copy:
         return None, rollouts.engine_entropy
     old_logp, entropy = forward.no_grad_pass(run.model, rollouts, run.update, run.sampling.temperature,
                                              with_entropy=True)
-    if run.llm is not None:
-        run.staleness.measure(rollouts.engine_logp, old_logp, rollouts.response_mask.float())
+    run.sampler.check_old_policy(rollouts, old_logp)
     return old_logp, entropy
 
 

@@ -3,7 +3,8 @@
 train.py's train(cfg) starts with setup(cfg): the checks at the door that need more than
 the config's values (packages, the hub, data files, the run directory and its lock,
 memory and disk), then the data, the model (and its reference copy for a KL penalty),
-vLLM's engine, the optimizer, the advantage's schedule and the seeded random streams,
+the sampler (machinery/sampler.py, with vLLM's engine for --backend vllm), the optimizer,
+the advantage's schedule and the seeded random streams,
 gathered in one Run (machinery/run.py), with what the loop derives from the settings
 (on-policy or not, which rollouts may skip the update, the groups, whether prompts are
 shared), computed here once. A bad file or path is a checks.UsageError: one line before
@@ -24,10 +25,11 @@ import torch
 from transformers.utils import logging as hf_logging
 
 import tasks
-from machinery import checkpoint, checks, forward, resume, rollout, trackers, vllm_rollout
+from machinery import checkpoint, checks, forward, resume, trackers
 from machinery.config import MAX_PROMPT_CHARS, Config, embedded_warmup, resume_rules, warn
 from machinery.evaluation import eval_budget
-from machinery.run import Run, format_prompts, load_model, pick_device
+from machinery.run import Run, load_model, pick_device
+from machinery.sampler import EVAL_ROLLOUTS_PER_CALL, make_sampler, memory_problem
 from scheduler import AdvantageScheduler
 from tasks import math_datasets, user_reward
 
@@ -76,13 +78,10 @@ def setup(cfg: Config) -> Run:
     check_room(cfg, model, tokenizer, path, train_rows + eval_rows + (final_rows or []), lock)   # memory, disk
     if up.gradient_checkpointing:        # active in train mode only: sampling (eval mode) keeps its KV cache
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    llm, s = None, cfg.sampling
-    if s.backend == "vllm":              # max_model_len covers every prompt it will see (training and evaluation)
-        prompts = format_prompts([r["prompt"] for r in train_rows + eval_rows + (final_rows or [])], tokenizer,
-                                 s.chat_template)
-        ids = rollout.tokenize_prompts(tokenizer, prompts, s.chat_template)
-        llm = vllm_rollout.make_engine(path, model, vllm_rollout.engine_max_model_len(model.config, ids, s.max_new_tokens),
-                                       s.gpu_memory_utilization, cfg.seed, "bfloat16" if device.type == "cuda" else "float32")
+    # The sampler, and for --backend vllm its engine, whose max_model_len covers every prompt
+    # it will see (training and evaluation).
+    sampler = make_sampler(cfg.sampling, model, tokenizer, cfg.seed, model_path=path,
+                           prompts=[r["prompt"] for r in train_rows + eval_rows + (final_rows or [])])
     # Seed AFTER constructing vLLM: an in-process engine reseeds random/numpy/torch.
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
@@ -92,7 +91,7 @@ def setup(cfg: Config) -> Run:
         ref_model = copy.deepcopy(model).eval()
         ref_model.requires_grad_(False)
     if up.merge_duplicates and (dropout := forward.active_dropout(model)):
-        # merged copies would share one dropout mask (rollout.token_logprobs): not the same update
+        # merged copies would share one dropout mask (logprobs.token_logprobs): not the same update
         print(f"merge_duplicates turned off: the model has active dropout ({', '.join(dropout[:3])})",
               file=sys.stderr)
         up.merge_duplicates = False
@@ -103,7 +102,7 @@ def setup(cfg: Config) -> Run:
     on_policy = cfg.epochs == 1 and cfg.minibatches == 1
     N, G = cfg.prompts_per_step, cfg.group_size
     return Run(model=model, train_model=forward.compile_for_update(model) if up.compile else model,
-               tokenizer=tokenizer, ref_model=ref_model, llm=llm,
+               tokenizer=tokenizer, ref_model=ref_model, sampler=sampler,
                optimizer=torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay),
                scheduler=AdvantageScheduler(cfg.sched), train_rows=train_rows, eval_rows=eval_rows, task=task,
                eval_task=eval_task, py_rng=random.Random(cfg.seed), mb_generator=torch.Generator().manual_seed(cfg.seed),
@@ -170,13 +169,10 @@ def check_room(cfg: Config, model, tokenizer, model_path: str, rows: list[dict],
     one (checks.chat_template_problem), a learning rate that can move its float32 weights
     (checks.lr_problem), memory for sampling, disk for checkpoints.
 
-    Memory (our sampler; vLLM sizes its own cache): every rollout keeps keys and values
-    for its prompt and up to --max_new_tokens tokens, 2 x layers x kv heads x head size
-    numbers per token (4 bytes each on a CPU, 2 under CUDA's bf16), for all rows of one
-    sampling call at once: a step's N x G, an evaluation's up to 256 (or --eval_samples),
-    a token-value call's up to 2048 (or --value_k). More than the machine's memory could
-    not run: --max_new_tokens 10^8 was killed by the kernel, larger values died in C++.
-    Disk: the checkpoints the run keeps at once (checkpoint.KEEP, and one being written),
+    Memory (sampler.memory_problem: our sampler's key/value cache; vLLM sizes its own) for
+    the largest sampling call: a step's N x G, an evaluation's up to
+    sampler.EVAL_ROLLOUTS_PER_CALL = 256 (or --eval_samples), a token-value call's up to 2048 (or
+    --value_k). Disk: the checkpoints the run keeps at once (checkpoint.KEEP, and one being written),
     each the weights and Adam's two moments (3 x the weights) and the tokenizer, and the
     models kept at the end (RUN/final, RUN/best); what checkpoints/ already holds counts
     as room (a resume keeps, --overwrite deletes it). Before, a full disk surfaced as a
@@ -189,33 +185,18 @@ def check_room(cfg: Config, model, tokenizer, model_path: str, rows: list[dict],
         refuse(f"--chat_template: the tokenizer of --model {cfg.model} {problem}")
     if problem := checks.lr_problem(cfg.lr, model):
         refuse(problem)
-    c = model.config
-    heads = getattr(c, "num_key_value_heads", None) or getattr(c, "num_attention_heads", None)
-    head_dim = getattr(c, "head_dim", None) or (c.hidden_size // c.num_attention_heads
-                                                if getattr(c, "hidden_size", None) and heads else None)
-    device = next(model.parameters()).device
-    s = cfg.sampling
-    if s.backend == "transformers" and getattr(c, "num_hidden_layers", None) and heads and head_dim:
-        per_token = 2 * c.num_hidden_layers * heads * head_dim * (2 if device.type == "cuda" else 4)
-        longest = max((r["prompt"] for r in rows), key=len)
-        prompt = len(rollout.tokenize_prompts(tokenizer, format_prompts([longest], tokenizer, s.chat_template),
-                                              s.chat_template)[0])
-        width = prompt + s.max_new_tokens
-        n_eval, samples = eval_budget(cfg.evaluation, cfg.data)
-        calls = [(cfg.prompts_per_step * cfg.group_size, f"--prompts_per_step x --group_size = "
-                                                         f"{cfg.prompts_per_step * cfg.group_size}"),
-                 (min(n_eval, max(1, 256 // samples)) * samples, f"--eval_samples {samples}")]
-        value_k = cfg.diagnostics.value_k
-        if cfg.diagnostics.value_every:
-            calls.append((max(1, 2048 // value_k) * value_k, f"--value_k {value_k}"))
-        rollouts, what = max(calls)
-        need = rollouts * (width * per_token + s.max_new_tokens * 16)       # + the token, log-prob, entropy buffers
-        have = checks.memory_bytes(device)
-        if have and need > have:
-            refuse(f"sampling {rollouts:,} rollouts at once ({what}) of up to {prompt:,} prompt tokens + "
-                   f"--max_new_tokens {s.max_new_tokens:,} could need {checks.size_text(need)} of key/value cache, "
-                   f"more than this machine's {checks.size_text(have)} of memory: lower --max_new_tokens or "
-                   f"{what.split(' ')[0]}")
+    n_eval, samples = eval_budget(cfg.evaluation, cfg.data)
+    calls = [(cfg.prompts_per_step * cfg.group_size, f"--prompts_per_step x --group_size = "
+                                                     f"{cfg.prompts_per_step * cfg.group_size}"),
+             (min(n_eval, max(1, EVAL_ROLLOUTS_PER_CALL // samples)) * samples, f"--eval_samples {samples}")]
+    value_k = cfg.diagnostics.value_k
+    if cfg.diagnostics.value_every:
+        calls.append((max(1, 2048 // value_k) * value_k, f"--value_k {value_k}"))
+    rollouts, what = max(calls)
+    longest = max((r["prompt"] for r in rows), key=len)
+    if problem := memory_problem(cfg.sampling, model, tokenizer, longest, rollouts, what,
+                                 checks.memory_bytes(next(model.parameters()).device)):
+        refuse(problem)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())          # tied weights once
     extra = sum(os.path.getsize(os.path.join(model_path, n)) for n in os.listdir(model_path)
                 if not n.endswith((".safetensors", ".bin", ".pt", ".pth"))) if os.path.isdir(model_path) else 0

@@ -4,8 +4,9 @@ diagnostics.py holds the formulas (token flips, where updates go, specificity, t
 values' cells, the output-layer coupling), on tensors. What a training step needs around
 them is here: the step's record during the update (which rollouts, their loss
 coefficients for the cancellation residual), one no-grad pass under the updated weights,
-the token values' sampled continuations, the coupling's forward, and after_update, which
-puts them together into the metrics train.py logs on a diagnostic step.
+the token values' sampled continuations (from the run's sampler, machinery/sampler.py),
+the coupling's forward, and after_update, which puts them together into the metrics
+train.py logs on a diagnostic step.
 
 On a step without diagnostics the loop's calls go to NoDiagnostics, whose methods do
 nothing (as nanochat's DummyWandb stands in for a logger that is off), so the loop carries
@@ -29,9 +30,9 @@ from diagnostics import (COUPLING_CLASSES, SEED_OFFSET, TAU, nanmean, output_lay
                          sample_coupling_pairs, sample_value_positions, specificity, token_flips, value_stats,
                          where_updates_go)
 from machinery import forward
+from machinery import logprobs
 from machinery import rollout
 from machinery.flags import MAY_CHANGE, check_counts, require
-from machinery.run import SamplingConfig
 
 MAX_VALUE_ROLLOUTS = 2 ** 20  # 2 x --value_samples x --value_k: ~17 minutes per token-value step
 
@@ -40,14 +41,16 @@ MAX_VALUE_ROLLOUTS = 2 ** 20  # 2 x --value_samples x --value_k: ~17 minutes per
 # The entry point the trainer calls
 # ---------------------------------------------------------------------------------------
 
-def after_update(model, tokenizer, rollouts: rollout.Rollouts, old_logp: Tensor, new_logp: Tensor, adv_flat: Tensor,
+def after_update(sampler, rollouts: rollout.Rollouts, old_logp: Tensor, new_logp: Tensor, adv_flat: Tensor,
                  task: str, answers: list[str], *, prompts: list[str] | None = None, rewards: Tensor | None = None,
                  tau: float = TAU,
-                 value_samples: int = 0, value_k: int = 8, coupling_pairs: int = 0, seed: int = 0, step: int = 0,
-                 max_new_tokens: int = 48, temperature: float = 1.0) -> dict:
+                 value_samples: int = 0, value_k: int = 8, coupling_pairs: int = 0, seed: int = 0,
+                 step: int = 0) -> dict:
     """All token diagnostics of one step, as a flat dict of metrics (docs/metrics.md).
 
-    Call after the optimizer step(s) of a rollout batch, model in eval mode, with the
+    sampler: the run's (machinery/sampler.py): its model, the policy after the update, in
+    eval mode, is the one scored and continued, at its settings (max_new_tokens, temperature).
+    Call after the optimizer step(s) of a rollout batch with the
     batch's log-probs under the sampling weights (old_logp) and the updated ones
     (new_logp), both [B, T] on the CPU from one teacher-forced pass. Runs flip/* and
     where/* (free; where/* only for tasks with a template), coupling/* if coupling_pairs
@@ -56,9 +59,11 @@ def after_update(model, tokenizer, rollouts: rollout.Rollouts, old_logp: Tensor,
     rollouts: the step's Rollouts; adv_flat: [B]; task: the rows' tasks.Task; answers: N
     reference answers (rollout b answers answers[b // G]); prompts: the N prompt texts
     (countdown's verifier reads them); rewards: [B] or [N, G], for credit/specificity_* (none
-    without them); max_new_tokens, temperature: the run's sampling settings. Samples come from streams seeded by (seed, step) inside fork_rng: the
+    without them). Samples come from streams seeded by (seed, step) inside fork_rng: the
     training RNG never moves, and resumes reproduce. ValueError names a bad input.
     """
+    model, tokenizer = sampler.model, sampler.tokenizer
+    max_new_tokens, temperature = sampler.cfg.max_new_tokens, sampler.cfg.temperature
     B, T = rollouts.response_ids.shape
     for name, t in (("old_logp", old_logp), ("new_logp", new_logp)):
         if tuple(t.shape) != (B, T):
@@ -73,8 +78,8 @@ def after_update(model, tokenizer, rollouts: rollout.Rollouts, old_logp: Tensor,
                          ("coupling_pairs", coupling_pairs, 0), ("max_new_tokens", max_new_tokens, T)):
         if v < low:
             raise ValueError(f"after_update: {name} must be >= {low}, got {v}")
-    if not temperature > 0 or not tau >= 0:
-        raise ValueError(f"after_update: need temperature > 0 and tau >= 0, got {temperature}, {tau}")
+    if not tau >= 0:
+        raise ValueError(f"after_update: need tau >= 0, got {tau}")
 
     mask = rollouts.response_mask.float()
     old_logp, new_logp, adv_flat = old_logp.float().cpu(), new_logp.float().cpu(), adv_flat.float().cpu()
@@ -99,8 +104,7 @@ def after_update(model, tokenizer, rollouts: rollout.Rollouts, old_logp: Tensor,
         device = next(model.parameters()).device
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(base_seed)
-            v_with, v_without = token_values(model, tokenizer, rollouts, rows, cols, answers, task, value_k,
-                                             max_new_tokens, temperature, prompts=prompts)
+            v_with, v_without = token_values(sampler, rollouts, rows, cols, answers, task, value_k, prompts=prompts)
         out.update(value_stats(v_with - v_without, cells))
         out["time/diag_value"] = time.perf_counter() - t0
     return out
@@ -208,22 +212,21 @@ class DiagnosticStep:
         residual = exchangeability.cancellation_residual(self.coef[step_idx], group_index[step_idx])
         self.residuals.append(nanmean(residual.tolist()))
 
-    def report(self, model, tokenizer, task, update: forward.UpdateConfig, sampling: SamplingConfig,
-               rollouts: rollout.Rollouts, adv: Tensor, rows: list[dict], rewards: Tensor | None = None) -> dict:
+    def report(self, sampler, task, update: forward.UpdateConfig, rollouts: rollout.Rollouts, adv: Tensor,
+               rows: list[dict], rewards: Tensor | None = None) -> dict:
+        """sampler: the run's; its model is the policy after the update (machinery/sampler.py)."""
         cfg = self.cfg
-        new_logp = forward.no_grad_pass(model, rollouts, update, sampling.temperature)[0]
-        out = after_update(model, tokenizer, rollouts, self.logp_old, new_logp, adv.reshape(-1), task,
+        new_logp = forward.no_grad_pass(sampler.model, rollouts, update, sampler.cfg.temperature)[0]
+        out = after_update(sampler, rollouts, self.logp_old, new_logp, adv.reshape(-1), task,
                            [r["answer"] for r in rows], prompts=[r["prompt"] for r in rows], rewards=rewards,
                            value_samples=cfg.value_samples if self.value_step else 0, value_k=cfg.value_k,
-                           coupling_pairs=cfg.coupling_pairs, seed=self.seed, step=self.step,
-                           max_new_tokens=sampling.max_new_tokens, temperature=sampling.temperature)
+                           coupling_pairs=cfg.coupling_pairs, seed=self.seed, step=self.step)
         out.update(residual_metrics(self.residuals))
         return out
 
 
-def token_values(model, tokenizer, rollouts: rollout.Rollouts, rows: Tensor, cols: Tensor, answers: list[str], task: str,
-                 k: int, max_new_tokens: int, temperature: float = 1.0,
-                 max_batch_rows: int = 2048, prompts: list[str] | None = None) -> tuple[Tensor, Tensor]:
+def token_values(sampler, rollouts: rollout.Rollouts, rows: Tensor, cols: Tensor, answers: list[str], task: str,
+                 k: int, max_batch_rows: int = 2048, prompts: list[str] | None = None) -> tuple[Tensor, Tensor]:
     """[recon] Monte Carlo success probabilities from a prefix with and without a token.
 
     For the sampled token o_t of rollout b (position (rows[s], cols[s])):
@@ -231,16 +234,17 @@ def token_values(model, tokenizer, rollouts: rollout.Rollouts, rows: Tensor, col
         V_without = P(success | q, o_{<t})   ~  mean over k continuations of q + o_{<t}
         value     = V_with - V_without    (standard error of each V: sqrt(V(1-V)/k))
 
-    Continuations: the CURRENT policy at the run's temperature, the rollout's remaining
-    budget, scored by the task's verifier as a rollout is; a complete prefix (EOS, budget
-    used) is scored exactly, unsampled. Calls of at most max_batch_rows rows (G = k each);
-    details in docs/math.md §6.5. Consumes torch's global RNG: wrap in fork_rng.
+    Continuations: the CURRENT policy (the sampler's model) at the run's sampling settings
+    (sampler.continuations), the rollout's remaining budget of max_new_tokens, scored by the
+    task's verifier as a rollout is; a complete prefix (EOS, budget used) is scored exactly,
+    unsampled. Calls of at most max_batch_rows rows (G = k each); details in docs/math.md
+    §6.5. Consumes torch's global RNG: wrap in fork_rng.
     rollouts: the Rollouts the positions index; answers: N reference answers (answers[b // G]);
     prompts: the N prompt texts, or None for verifiers that do not read them.
     Returns (v_with [S] float64, v_without [S] float64).
     """
+    model, tokenizer, max_new_tokens = sampler.model, sampler.tokenizer, sampler.cfg.max_new_tokens
     pad_id, eos_ids = rollout.special_ids(model, tokenizer)
-    device = next(model.parameters()).device
     # One job per (position, with/without): the prompt + response prefix, its budget.
     jobs = []                                   # (position s, with?, prompt ids, prefix ids, budget)
     for s, (b, t) in enumerate(zip(rows.tolist(), cols.tolist())):
@@ -264,8 +268,7 @@ def token_values(model, tokenizer, rollouts: rollout.Rollouts, rows: Tensor, col
                 chunk = todo[start:start + per_call]
                 ids, attn = rollout.pad_rows([jobs[j][2] + jobs[j][3] for j in chunk], pad_id, left=True)
                 budget = max(jobs[j][4] for j in chunk)
-                tokens = rollout.sample(model, ids.to(device), attn.to(device), k, budget, temperature=temperature,
-                                        top_p=1.0, pad_id=pad_id, eos_ids=eos_ids)[0].cpu()
+                tokens = sampler.continuations(ids, attn, k, budget)
                 for i, j in enumerate(chunk):
                     cont = tokens[i * k:(i + 1) * k, :jobs[j][4]]
                     cont, cont_mask, _ = rollout.cut_at_eos(cont, eos_ids, pad_id)
@@ -288,7 +291,7 @@ def coupling_stats(model, rollouts: rollout.Rollouts, pairs: dict[str, tuple[Ten
                    temperature: float = 1.0) -> dict:
     """Mean output-layer coupling per class of pairs, and the number of pairs.
 
-    One forward pass (rollout.token_logprobs, in chunks) over the rollouts that hold a
+    One forward pass (logprobs.token_logprobs, in chunks) over the rollouts that hold a
     sampled occurrence gives each occurrence's final hidden state h (the input of the
     output layer) and its next-token distribution p; output_layer_coupling does the
     rest. The model is the caller's (in the trainer: after the update, one step away
@@ -323,8 +326,8 @@ def output_layer_features(model, rollouts: rollout.Rollouts, rows: Tensor, cols:
     h[s] is the input of the output layer (model.get_output_embeddings(), captured by a
     forward hook) at the position that PREDICTS response token cols[s] of rollout
     rows[s]; logp_all[s] = log_softmax(output / T) there, so logp_all[s, token] is what
-    rollout.token_logprobs returns for that token (tested). The forward is
-    rollout.token_logprobs itself, over the distinct rows, chunk rows at a time, no
+    logprobs.token_logprobs returns for that token (tested). The forward is
+    logprobs.token_logprobs itself, over the distinct rows, chunk rows at a time, no
     gradients; it keeps the last t1 + 1 positions (t1 = the chunk's longest response),
     of which position t predicts response token t.
     Returns (h [S, d] float64, logp_all [S, V] float64).
@@ -340,9 +343,8 @@ def output_layer_features(model, rollouts: rollout.Rollouts, rows: Tensor, cols:
     try:
         with torch.no_grad():
             for idx in torch.unique(rows).split(chunk):
-                rollout.token_logprobs(model, *(t[idx].to(device) for t in (rollouts.prompt_ids, rollouts.prompt_mask,
-                                                                          rollouts.response_ids, rollouts.response_mask)),
-                                       temperature=temperature)
+                batch = (rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask)
+                logprobs.token_logprobs(model, *(t[idx].to(device) for t in batch), temperature=temperature)
                 here = torch.isin(rows, idx).nonzero().squeeze(1)           # the occurrences in this chunk
                 local = torch.searchsorted(idx, rows[here])                 # their row within the chunk
                 hs = captured["h"][local, cols[here]].double().cpu()

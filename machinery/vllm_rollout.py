@@ -5,7 +5,9 @@ vLLM samples the G rollouts per prompt far faster than transformers' `generate`
 of a SECOND copy of the policy that must be overwritten with the trainer's weights after
 every optimizer step. Each trap is a way for the two copies to drift apart silently; the
 code cites them by number ("trap 3") next to the lines they concern. rollout.py
-(transformers, CPU) stays the default path; vLLM is imported only inside functions.
+(transformers, CPU) stays the default path; vLLM is imported only inside functions. The run
+reaches this file through its sampler (machinery/sampler.py's VllmSampler), which builds
+the engine, turns the sampling settings into the request's fields and pushes the weights.
 
 Public functions: make_engine (+ engine_max_model_len), push_weights,
 generate_rollouts_vllm, sample_texts_vllm. The canary that checks the engine samples from
@@ -33,11 +35,9 @@ from torch import Tensor
 from machinery import rollout
 
 WRAPPER_PREFIXES = ("_orig_mod.", "module.")
-MAX_TEMPERATURE = 2.0
-"""vLLM's SamplingParams rejects temperature > 2."""
-MIN_TEMPERATURE = 1e-2
-"""vLLM silently raises any 0 < temperature < 0.01 to 0.01 (sampling_params.py, _MAX_TEMP);
-its log-probs would then be of another distribution than the trainer's."""
+UNTRUNCATED = {"top_p": 1.0, "top_k": 0}
+"""SamplingParams' fields that truncate the distribution, at their neutral values (the
+sampler's own: sampler.vllm_truncation)."""
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
@@ -321,26 +321,14 @@ def engine_dtype(llm) -> torch.dtype:
 # 3. Tokenizing, and sampling G rollouts per prompt
 # ---------------------------------------------------------------------------------------
 
-def check_sampling(prompts, G: int, max_new_tokens: int, temperature: float, top_p: float) -> None:
-    """The door check of the vLLM sampling entries: rollout.check_sampling, plus vLLM's range.
-
-    temperature must lie in [0.01, 2]: vLLM rejects > 2 and silently raises 0 < T < 0.01
-    to 0.01 (the trainer would then score a different distribution); T ~ 0 is greedy,
-    which forbids n > 1.
-    """
-    rollout.check_sampling(prompts, G, max_new_tokens, temperature, top_p)
-    if not MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE:
-        raise ValueError(f"temperature must be in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE}] for the vLLM backend "
-                         f"(vLLM's limits), got {temperature}")
-
-
 def generate_rollouts_vllm(llm, tokenizer, prompts: list[str], G: int, max_new_tokens: int,
-                           temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None,
-                           chat_template: bool = False):
+                           temperature: float = 1.0, seed: int | None = None, chat_template: bool = False,
+                           truncation: dict | None = None):
     """G rollouts per prompt from the engine, as rollout.Rollouts (engine_logp = vLLM's).
 
     Tokenizes with rollout.tokenize_prompts, sends one request per prompt with
-    SamplingParams(n=G, top_k=0, logprobs=0, detokenize=False, seed), pads the completions
+    SamplingParams(n=G, temperature, max_tokens, logprobs=0, detokenize=False, seed,
+    **truncation), pads the completions
     (assemble_rollout_tensors) and decodes them with the trainer's tokenizer; a generated
     EOS keeps its log-prob, finish_reason "length" = truncated. The request and why each
     setting: docs/vllm.md, "The call sequence, and the engine's settings".
@@ -349,10 +337,12 @@ def generate_rollouts_vllm(llm, tokenizer, prompts: list[str], G: int, max_new_t
     top_p = 1 for a clean canary (vLLM scores the truncated distribution).
     seed: None draws from the engine's generator (on CPU torch's global one); an int gives
     rollout b seed + b (request_seeds), so use a new one every step (batch_seed).
-    prompts: N >= 1; G >= 1; max_new_tokens >= 1; 0.01 <= temperature <= 2;
-    0 < top_p <= 1. Returns Rollouts with B = N*G rows, CPU tensors.
+    truncation: SamplingParams' fields that truncate the distribution (the run's:
+    sampler.vllm_truncation); None: UNTRUNCATED. prompts: N >= 1; G >= 1; max_new_tokens
+    >= 1 and 0.01 <= temperature <= 2: vLLM's range, which SamplingConfig checks for the
+    run (machinery/sampler.py). Returns Rollouts with B = N*G rows, CPU tensors.
     """
-    check_sampling(prompts, G, max_new_tokens, temperature, top_p)
+    rollout.check_request(prompts, G)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if pad_id is None:
         raise ValueError("the tokenizer defines neither a pad nor an EOS token")
@@ -360,8 +350,8 @@ def generate_rollouts_vllm(llm, tokenizer, prompts: list[str], G: int, max_new_t
     from vllm import SamplingParams
 
     prompt_ids = rollout.tokenize_prompts(tokenizer, prompts, chat_template)
-    params = [SamplingParams(n=G, temperature=temperature, top_p=top_p, top_k=0, max_tokens=max_new_tokens,
-                             logprobs=0, seed=s, detokenize=False)
+    params = [SamplingParams(n=G, temperature=temperature, max_tokens=max_new_tokens, logprobs=0, seed=s,
+                             detokenize=False, **(UNTRUNCATED if truncation is None else truncation))
               for s in request_seeds(seed, len(prompts), G)]
     outputs = llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False)
     if len(outputs) != len(prompts):
@@ -375,8 +365,8 @@ def generate_rollouts_vllm(llm, tokenizer, prompts: list[str], G: int, max_new_t
 
 
 def sample_texts_vllm(llm, tokenizer, prompts: list[str], n: int, max_new_tokens: int,
-                      temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None,
-                      chat_template: bool = False) -> list[str]:
+                      temperature: float = 1.0, seed: int | None = None, chat_template: bool = False,
+                      truncation: dict | None = None) -> list[str]:
     """n sampled responses per prompt, decoded: N*n strings, prompt-major (evaluation).
 
     What an evaluation needs and nothing more: the same requests as
@@ -387,12 +377,12 @@ def sample_texts_vllm(llm, tokenizer, prompts: list[str], n: int, max_new_tokens
     evaluation reproducible without touching any of the trainer's RNG streams.
     Arguments as generate_rollouts_vllm, with n for G.
     """
-    check_sampling(prompts, n, max_new_tokens, temperature, top_p)
+    rollout.check_request(prompts, n)
     from vllm import SamplingParams
 
     prompt_ids = rollout.tokenize_prompts(tokenizer, prompts, chat_template)
-    params = [SamplingParams(n=n, temperature=temperature, top_p=top_p, top_k=0, max_tokens=max_new_tokens,
-                             seed=s, detokenize=False)
+    params = [SamplingParams(n=n, temperature=temperature, max_tokens=max_new_tokens, seed=s, detokenize=False,
+                             **(UNTRUNCATED if truncation is None else truncation))
               for s in request_seeds(seed, len(prompts), n)]
     outputs = llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False)
     if len(outputs) != len(prompts):

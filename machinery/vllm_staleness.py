@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from machinery import rollout
+from machinery import logprobs, rollout
 from machinery.vllm_rollout import engine_max_model_len, generate_rollouts_vllm, make_engine, push_weights
 
 CANARY_RATIO = 3.0
@@ -159,8 +159,8 @@ def gpu_smoke_test(model_path: str, G: int = 4, max_new_tokens: int = 32, seed: 
 
     def trainer_gap(rollouts):
         with torch.no_grad(), autocast:
-            lp, _ = rollout.token_logprobs(model, rollouts.prompt_ids.to(device), rollouts.prompt_mask.to(device),
-                                           rollouts.response_ids.to(device), rollouts.response_mask.to(device))
+            lp, _ = logprobs.token_logprobs(model, rollouts.prompt_ids.to(device), rollouts.prompt_mask.to(device),
+                                            rollouts.response_ids.to(device), rollouts.response_mask.to(device))
         return staleness_gap(rollouts.engine_logp, lp.float().cpu(), rollouts.response_mask)
 
     def sample_and_gap():

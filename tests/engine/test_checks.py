@@ -194,10 +194,10 @@ def test_a_prompt_of_50_mb_is_one_line_before_the_tokenizer(tiny_dir, tmp_path):
 def test_sampling_that_could_not_fit_in_memory_is_one_line_before_sampling(tiny_dir, tmp_path, capsys, monkeypatch):
     """--max_new_tokens 10^8 was killed by the kernel mid-run; here a machine of 1 GB and a
     100,000-token budget: 16 rollouts x 100,004 positions x 1 KB of keys and values."""
-    from machinery import evaluation
+    from machinery import sampler
     monkeypatch.setattr(door_checks, "memory_bytes", lambda device: 10 ** 9)
-    monkeypatch.setattr(train, "sample_rollouts", lambda *a, **k: pytest.fail("sampled"))
-    monkeypatch.setattr(evaluation, "sample_rollouts", lambda *a, **k: pytest.fail("sampled"))
+    monkeypatch.setattr(sampler.KVCacheSampler, "sample", lambda *a, **k: pytest.fail("sampled"))
+    monkeypatch.setattr(sampler.KVCacheSampler, "sample_texts", lambda *a, **k: pytest.fail("sampled"))
     code, err = run_main(quick_run_args(tiny_dir, tmp_path / "run", "--max_new_tokens", "100000"), capsys)
     assert code == 2 and err == [
         "train.py: error: sampling 16 rollouts at once (--prompts_per_step x --group_size = 16) of up to 4 prompt "

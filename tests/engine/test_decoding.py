@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qw
 
 from machinery import decoding
 from machinery.rollout import cut_at_eos, pad_rows, sample
+from machinery.sampler import SamplingConfig, truncate
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,8 @@ def sample_with(model, ids, mask, pad, eos, seed, lean, G=6, max_new=16, tempera
     try:
         torch.manual_seed(seed)
         with torch.inference_mode():
-            out = sample(model, ids, mask, G, max_new, temperature, top_p, pad, eos)
+            out = sample(model, ids, mask, G, max_new, temperature,
+                         lambda probs: truncate(SamplingConfig(top_p=top_p), probs), pad, eos)
     finally:
         decoding.make_decoder = real
     return out, used

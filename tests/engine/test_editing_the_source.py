@@ -9,7 +9,6 @@ default numbers matter, a few steps of the shipped warm-up.
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 
@@ -20,7 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import train
 from machinery import checkpoint, checks, flags, metrics
 
-from tests.engine.helpers import small_args
+from tests.engine.helpers import SAMPLE_WITH_TOP_K, add_top_k, copy_of_the_repository, small_args
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -33,14 +32,6 @@ def read_jsonl(path):
 # ---------------------------------------------------------------------------------------
 # 1. A bug in a chapter keeps its traceback; a usage error is one line
 # ---------------------------------------------------------------------------------------
-
-def copy_of_the_repository(tmp_path):
-    """The project's files (no .git, venvs, runs or caches) in tmp_path/repo: a copy to break."""
-    dest = tmp_path / "repo"
-    shutil.copytree(REPO, dest, ignore=shutil.ignore_patterns(".git", ".venv*", "runs", ".cache", "toy_out",
-                                                              "__pycache__", "docs", "tests"))
-    return dest
-
 
 @pytest.mark.slow
 def test_a_bug_put_in_a_chapter_shows_its_traceback_naming_the_file(tmp_path):
@@ -101,6 +92,62 @@ def test_a_new_setting_is_one_field_in_the_file_that_reads_it(tmp_path):
                          timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
     assert "train.py: error: --prefetch must be >= 0, got -1" in out.stderr
+
+
+def test_a_new_sampling_setting_changes_what_is_sampled_and_takes_one_file(tmp_path):
+    # top_k, added as a reader would: its field and check where the sampling settings are
+    # declared, and one line for each engine's distribution, all in machinery/sampler.py
+    # (nanochat's generate takes two files: its engine and the script's call). Nothing
+    # else is touched, and it reaches the sampling: with --top_k 1 every group's rollouts
+    # are one (greedy), without it they differ (the negative control). vLLM's engine with
+    # the same edit: tests/engine/test_vllm_engine.py (CI's step 2).
+    repo, changed = add_top_k(tmp_path)
+    assert changed == ["machinery/sampler.py"]
+    out = subprocess.run([sys.executable, "-c", SAMPLE_WITH_TOP_K, "transformers"], cwd=repo, capture_output=True,
+                         text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+    refused = subprocess.run([sys.executable, "train.py", "--top_k", "-1", "--out_dir", str(tmp_path / "run")],
+                             cwd=repo, capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2 and refused.stderr.strip() == "train.py: error: --top_k must be >= 0 (0 = off), got -1"
+
+
+def backend_readers(repo) -> dict[str, list[str]]:
+    """{file: the functions in it that read a `.backend` attribute}, and under "imports vLLM"
+    the files that import machinery/vllm_rollout.py, over machinery/ and train.py."""
+    import ast
+    paths = [os.path.join("machinery", f) for f in sorted(os.listdir(os.path.join(repo, "machinery")))
+             if f.endswith(".py")] + ["train.py"]
+    readers, importers = {}, []
+    for path in paths:
+        tree = ast.parse(open(os.path.join(repo, path)).read())
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                    isinstance(n, ast.Attribute) and n.attr == "backend" for n in ast.walk(fn)):
+                readers.setdefault(path, []).append(fn.name)
+        if any(isinstance(n, ast.ImportFrom) and (n.module == "machinery.vllm_rollout" or n.module == "machinery"
+               and any(a.name == "vllm_rollout" for a in n.names)) for n in ast.walk(tree)):
+            importers.append(path)
+    return {**{path: sorted(names) for path, names in readers.items()}, "imports vLLM": importers}
+
+
+def test_the_backend_is_read_by_the_sampler_alone_and_the_loop_names_no_engine(tmp_path):
+    # The sampler (machinery/sampler.py) is built from --backend and is the only code that
+    # reads it (besides the setting's own check and set-up's question whether vLLM is
+    # installed): the loop, the evaluation, the old policy's pass and the diagnostics ask
+    # the sampler. Only the sampler and the canary's smoke test import vllm_rollout.py.
+    assert backend_readers(REPO) == {
+        "machinery/sampler.py": ["__post_init__", "make_sampler", "memory_problem"],
+        "machinery/setup.py": ["check_inputs"],
+        "imports vLLM": ["machinery/sampler.py", "machinery/vllm_staleness.py"]}
+    # negative control: a loop that branches on the engine and imports it is seen
+    repo = copy_of_the_repository(tmp_path)
+    source = (repo / "train.py").read_text()
+    loop = "    for step in bar:\n"
+    assert source.count(loop) == 1
+    (repo / "train.py").write_text(source.replace(loop, loop + "        from machinery import vllm_rollout\n"
+                                                             "        vllm = cfg.sampling.backend == 'vllm'\n"))
+    found = backend_readers(repo)
+    assert found["train.py"] == ["train"] and "train.py" in found["imports vLLM"]
 
 
 def test_a_usage_error_at_the_door_is_one_line_and_exit_2(tmp_path, capsys):

@@ -10,7 +10,7 @@ What is checked:
   recomputation from the rewards the reward function returned: a hand-written FADE
   formula with alpha/delta from a scheduler replayed on the logged solve rates and
   TRL's logged entropies, and advantages.compute_advantages itself (exactly);
-- the first batch's entropy fed to FADE equals rollout.token_logprobs' entropy of the
+- the first batch's entropy fed to FADE equals logprobs.token_logprobs' entropy of the
   same completions under the initial weights;
 - `query` mini-batches: every optimizer step holds whole groups, exactly the groups
   batching.minibatch_indices chooses with the same seed; TRL's own split scatters them;
@@ -51,6 +51,7 @@ import aggregation  # noqa: E402
 import batching  # noqa: E402
 from tasks import addition  # noqa: E402
 import loss as loss_lib  # noqa: E402
+from machinery import logprobs  # noqa: E402
 from machinery import rollout  # noqa: E402
 from machinery import tinymodel  # noqa: E402
 from integrations.trl_grpo import TokencreditGRPOTrainer  # noqa: E402
@@ -198,7 +199,7 @@ def test_fade_advantages_equal_independent_recomputation(fade_run):
 
 
 def test_fade_first_entropy_is_the_batch_entropy(fade_run, tmp_path):
-    """Batch 0's entropy = rollout.token_logprobs' mean entropy of its completions at step 0."""
+    """Batch 0's entropy = logprobs.token_logprobs' mean entropy of its completions at step 0."""
     trainer, calls, _ = fade_run
     tok = tinymodel.build_char_tokenizer()
     model = tinymodel.build_tiny_model(tok, seed=0)          # the initial weights again
@@ -210,9 +211,9 @@ def test_fade_first_entropy_is_the_batch_entropy(fade_run, tmp_path):
     for b, c in enumerate(calls[0]["completion_ids"]):
         resp[b, :len(c)], mask[b, :len(c)] = torch.tensor(c), 1.0
     with torch.no_grad():
-        _, ent = rollout.token_logprobs(model, prompt_ids, prompt_mask, resp, mask, with_entropy=True)
-        _, ent_padded = rollout.token_logprobs(model, prompt_ids, prompt_mask, resp, torch.ones_like(mask),
-                                               with_entropy=True)
+        _, ent = logprobs.token_logprobs(model, prompt_ids, prompt_mask, resp, mask, with_entropy=True)
+        _, ent_padded = logprobs.token_logprobs(model, prompt_ids, prompt_mask, resp, torch.ones_like(mask),
+                                                with_entropy=True)
     expected = float((ent * mask).sum() / mask.sum())
     # TRL's forward batches and pads otherwise (8 rows, whole width): float32 rounding,
     # measured 4.3e-6 with AVX-512 and AVX2 kernels. Negative control: the mean taken over

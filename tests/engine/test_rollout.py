@@ -1,4 +1,4 @@
-"""Tests of rollout.py: shapes and masks, agreement of the sampler and the scorer, the
+"""Tests of rollout.py and logprobs.py: shapes and masks, agreement of the sampler and the scorer, the
 sampler's token distribution (chi-square against softmax(z / T), top_p), padding columns
 trimmed without changing results, left-padding invariance, entropy in closed form,
 determinism by seed.
@@ -15,10 +15,12 @@ import pytest
 import torch
 
 from machinery import decoding
+from machinery import logprobs
 from machinery import rollout
 from machinery import tinymodel
-from machinery.rollout import (cut_at_eos, generate_rollouts, pad_rows, sample, sample_eval, special_ids, token_logprobs,
-                     top_p_filter)
+from machinery.logprobs import token_logprobs
+from machinery.rollout import cut_at_eos, generate_rollouts, pad_rows, sample, sample_eval, special_ids, top_p_filter
+from machinery.sampler import SamplingConfig, truncate
 
 PROMPTS = ["3+4\n", "12+7\n", "5+55\n"]          # three lengths: left padding is exercised
 
@@ -268,7 +270,7 @@ def test_sampler_token_distribution_is_softmax_z_over_T(model, tok):
     ids = tok("3+4\n")["input_ids"]
     torch.manual_seed(0)
     with torch.no_grad():
-        tokens, _, _ = sample(model, torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long), n, 2, T, 1.0,
+        tokens, _, _ = sample(model, torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long), n, 2, T, None,
                               tok.pad_token_id, [tok.eos_token_id])
         z1 = model(input_ids=torch.tensor([ids])).logits[0, -1]
         plus = tok("+")["input_ids"][0]
@@ -322,7 +324,7 @@ def test_sampler_positions_rows_and_early_exit_with_a_stub():
     prompts = [[2, 3], [4, 2, 3, 4], [3]]
     ids, mask = pad_rows(prompts, PAD, left=True)
     torch.manual_seed(0)
-    tokens, logp, ent = sample(stub, ids, mask, 5, 12, T, 1.0, PAD, [EOS])
+    tokens, logp, ent = sample(stub, ids, mask, 5, 12, T, None, PAD, [EOS])
     B, Tw = tokens.shape
     resp, rmask, trunc = cut_at_eos(tokens, [EOS], PAD)
     lengths = rmask.sum(1)
@@ -342,7 +344,7 @@ def test_sampler_positions_rows_and_early_exit_with_a_stub():
         assert (tokens[b, int(lengths[b]):] == PAD).all() and (logp[b, int(lengths[b]):] == 0).all()
     # all rows stop at once: the loop ends there, not at max_new_tokens
     stop = PositionStub([[NEG, 0.0, NEG, NEG, NEG]])
-    tokens, _, _ = sample(stop, ids, mask, 2, 12, 1.0, 1.0, PAD, [EOS])
+    tokens, _, _ = sample(stop, ids, mask, 2, 12, 1.0, None, PAD, [EOS])
     assert tokens.tolist() == [[EOS]] * 6
 
 
@@ -373,14 +375,14 @@ def test_sampler_runs_one_forward_row_per_distinct_prefix():
     prompts = [[2, 3], [4, 2, 3, 4], [3]]
     ids, mask = pad_rows(prompts, PAD, left=True)
     torch.manual_seed(0)
-    tokens, _, _ = sample(Spy([[NEG, 0.2, 0.5, 1.0, 0.0], [NEG, NEG, 0.0, 1.5, 1.0]]), ids, mask, 6, 10, 1.0, 1.0,
+    tokens, _, _ = sample(Spy([[NEG, 0.2, 0.5, 1.0, 0.0], [NEG, NEG, 0.0, 1.5, 1.0]]), ids, mask, 6, 10, 1.0, None,
                           PAD, [EOS])
     expected, n_tokens = distinct_prefixes(tokens)
     assert batches == expected and max(expected) > 3                   # nodes split ...
     assert sum(expected[1:]) < n_tokens - 18                            # ... and still save forwards
     batches.clear()
     certain = [[NEG, NEG, 0.0, NEG, NEG]] * 3 + [[NEG, 0.0, NEG, NEG, NEG]]   # 2, 2, 2, then EOS, by position
-    tokens, _, _ = sample(Spy(certain), ids, mask, 6, 10, 1.0, 1.0, PAD, [EOS])
+    tokens, _, _ = sample(Spy(certain), ids, mask, 6, 10, 1.0, None, PAD, [EOS])
     assert (tokens == tokens[0::6].repeat_interleave(6, 0)).all()       # G identical responses per prompt
     assert batches == distinct_prefixes(tokens)[0] and max(batches) == 3   # one node per prompt throughout
 
@@ -395,13 +397,15 @@ def test_sampler_refuses_cache_layers_it_cannot_reindex(model, tok, monkeypatch)
 
 
 def test_top_p_truncates_sampling_but_not_the_log_probs():
-    """p = (0.5, 0.3, 0.2) over tokens 2, 3, 4 and top_p = 0.7: only tokens 2 and 3 are
-    drawn, in proportion 5:3, and the returned log-prob is the untruncated log p."""
+    """p = (0.5, 0.3, 0.2) over tokens 2, 3, 4 and top_p = 0.7 (the run's setting, as the
+    sampler truncates with it): only tokens 2 and 3 are drawn, in proportion 5:3, and the
+    returned log-prob is the untruncated log p."""
     NEG = -1e4
     stub = PositionStub([[NEG, NEG, math.log(0.5), math.log(0.3), math.log(0.2)]])
     n = 16000
     torch.manual_seed(0)
-    tokens, logp, _ = sample(stub, torch.tensor([[2]]), torch.ones(1, 1, dtype=torch.long), n, 1, 1.0, 0.7, 0, [1])
+    nucleus = lambda probs: truncate(SamplingConfig(top_p=0.7), probs)
+    tokens, logp, _ = sample(stub, torch.tensor([[2]]), torch.ones(1, 1, dtype=torch.long), n, 1, 1.0, nucleus, 0, [1])
     counts = torch.bincount(tokens[:, 0], minlength=5)
     assert counts[4] == 0 and counts[:2].sum() == 0
     stat, df = chi_square(counts[2:4], torch.tensor([0.5, 0.3]) / 0.8)
@@ -409,7 +413,8 @@ def test_top_p_truncates_sampling_but_not_the_log_probs():
     torch.testing.assert_close(logp[tokens[:, 0] == 2, 0], torch.full(((tokens[:, 0] == 2).sum(),), math.log(0.5)))
     # top_p = 1: the third token appears at its own rate
     torch.manual_seed(0)
-    tokens, _, _ = sample(stub, torch.tensor([[2]]), torch.ones(1, 1, dtype=torch.long), n, 1, 1.0, 1.0, 0, [1])
+    tokens, _, _ = sample(stub, torch.tensor([[2]]), torch.ones(1, 1, dtype=torch.long), n, 1, 1.0,
+                          lambda probs: truncate(SamplingConfig(), probs), 0, [1])
     stat, df = chi_square(torch.bincount(tokens[:, 0], minlength=5)[2:], torch.tensor([0.5, 0.3, 0.2]))
     assert stat < chi_square_bound(df)
 
@@ -501,7 +506,7 @@ def test_distinct_rows_closed_form():
     ids = torch.tensor([[5, 6], [5, 7], [5, 6], [5, 6], [5, 6]])
     ones = torch.ones(5, 2, dtype=torch.long)
     r_mask = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
-    first, copy_of = rollout.distinct_rows(ones, ones, ids, r_mask)
+    first, copy_of = logprobs.distinct_rows(ones, ones, ids, r_mask)
     assert sorted(first.tolist()) == [0, 1, 4]
     assert torch.equal(first[copy_of], torch.tensor([0, 1, 0, 0, 4]))       # each row's first occurrence
     for x in (ids, r_mask):
@@ -563,7 +568,7 @@ def test_dropping_the_copies_instead_of_merging_them_would_be_caught(model, roll
     # measured 0.58 max |g|; 1e-2 max |g| is over 10x the bound at the largest gradient.
     args, weights = copies_batch(rollouts)
     _, _, g_all = logp_and_grads(model, args, weights)
-    first, _ = rollout.distinct_rows(*args)
+    first, _ = logprobs.distinct_rows(*args)
     _, _, g_dropped = logp_and_grads(model, tuple(a[first] for a in args), weights[first])
     gap = max(float((a - b).abs().max()) for a, b in zip(g_dropped, g_all))
     g_max = max(float(g.abs().max()) for g in g_all)
@@ -647,17 +652,23 @@ def test_pad_rows_left_right_and_overflow():
         pad_rows([[1, 2]], 0, left=False, width=1)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"G": 0}, "G"), ({"max_new_tokens": 0}, "max_new_tokens"), ({"temperature": 0.0}, "temperature"),
-    ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p"), ({"prompts": []}, "prompts"),
-])
+@pytest.mark.parametrize("kwargs, match", [({"G": 0}, "G"), ({"prompts": []}, "prompts")])
 def test_bad_arguments_raise(model, tok, kwargs, match):
     args = {"prompts": PROMPTS, "G": 2, "max_new_tokens": 4} | kwargs
     with pytest.raises(ValueError, match=match):
         generate_rollouts(model, tok, **args)
-    with pytest.raises(ValueError, match="temperature"):
-        token_logprobs(model, torch.ones(1, 2, dtype=torch.long), torch.ones(1, 2, dtype=torch.long),
-                       torch.ones(1, 2, dtype=torch.long), torch.ones(1, 2), temperature=-1.0)
+
+
+@pytest.mark.parametrize("setting, match", [
+    ({"max_new_tokens": 0}, "--max_new_tokens must be >= 1, got 0"),
+    ({"temperature": 0.0}, r"--temperature must be in \[0.01, 2.0\]"),
+    ({"temperature": 2.5}, r"--temperature must be in \[0.01, 2.0\] .*got 2.5"),
+    ({"top_p": 0.0}, r"--top_p must be in \(0, 1\], got 0.0"), ({"top_p": 1.5}, "--top_p"),
+])
+def test_a_sampling_setting_out_of_range_is_refused_where_it_is_declared(setting, match):
+    # once, for both engines: the samplers trust SamplingConfig (machinery/sampler.py)
+    with pytest.raises(ValueError, match=match):
+        SamplingConfig(**setting)
 
 
 def test_draw_matches_the_weights_and_never_draws_a_zero_weight():

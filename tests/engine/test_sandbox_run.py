@@ -86,15 +86,21 @@ TRAIN_WITH_REPLIES = textwrap.dedent("""
     sys.path.insert(0, {repo!r})
     import train
     replies = {replies!r}
-    sample = train.sample_rollouts
+    setup = train.setup
 
-    def answers(run, prompts, G, **kw):
-        rollouts = sample(run, prompts, G, **kw)
-        entry = next(r["answer"] for r in run.train_rows if r["prompt"] == prompts[-1])
-        right = "<answer>" + json.loads(entry)["answer"] + "</answer>"
-        rollouts.texts = ["<answer>" + text + "</answer>" for text in replies] + [right]
-        return rollouts
-    train.sample_rollouts = answers
+    def setup_with_replies(cfg):
+        run = setup(cfg)
+        sample = run.sampler.sample
+
+        def answers(prompts, G, step):
+            rollouts = sample(prompts, G, step)
+            entry = next(r["answer"] for r in run.train_rows if r["prompt"] == prompts[-1])
+            right = "<answer>" + json.loads(entry)["answer"] + "</answer>"
+            rollouts.texts = ["<answer>" + text + "</answer>" for text in replies] + [right]
+            return rollouts
+        run.sampler.sample = answers
+        return run
+    train.setup = setup_with_replies
     train.main(sys.argv[1:])
 """)
 

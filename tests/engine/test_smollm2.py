@@ -28,10 +28,10 @@ import zipfile
 import pytest
 import torch
 
-from machinery import checkpoint, hub_models, rollout
+from machinery import checkpoint, hub_models, logprobs, rollout
 from machinery import vllm_rollout as V
 from machinery import vllm_staleness as S
-from machinery.run import format_prompts
+from machinery.sampler import format_prompts
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NAME = "smollm2-135m-instruct"
@@ -429,8 +429,8 @@ def test_prompts_are_left_padded_as_the_tokenizer_pads_left_and_padding_changes_
     responses, ones = response.repeat(len(prompts), 1), torch.ones(len(prompts), response.shape[1])
     alone_ids, alone_mask = rollout.pad_rows(rollout.tokenize_prompts(tok, prompts[3:], True), EOS, left=True)
     with torch.no_grad():
-        alone, _ = rollout.token_logprobs(model, alone_ids, alone_mask, response, ones[:1])
-        batch, _ = rollout.token_logprobs(model, ids, mask, responses, ones)
+        alone, _ = logprobs.token_logprobs(model, alone_ids, alone_mask, response, ones[:1])
+        batch, _ = logprobs.token_logprobs(model, ids, mask, responses, ones)
     assert mask[3].sum() < mask.shape[1] - 5                           # row 3 really is padded
     # float32, another batch shape: measured 4.5e-6 (AVX-512) and 1.0e-5 (AVX2) nats; the
     # control below (padding on the right) 18 nats
@@ -438,7 +438,7 @@ def test_prompts_are_left_padded_as_the_tokenizer_pads_left_and_padding_changes_
     # Negative control: the same prompt padded on the RIGHT scores the response otherwise.
     right_ids, right_mask = rollout.pad_rows(rollout.tokenize_prompts(tok, prompts, True), EOS, left=False)
     with torch.no_grad():
-        wrong, _ = rollout.token_logprobs(model, right_ids, right_mask, responses, ones)
+        wrong, _ = logprobs.token_logprobs(model, right_ids, right_mask, responses, ones)
     assert (wrong[3] - alone[0]).abs().max() > 0.1
 
 
@@ -465,8 +465,8 @@ def test_sampled_rollouts_stop_at_the_first_eos_and_the_trainer_scores_exactly_t
     assert (rollouts.engine_logp[rollouts.response_mask == 1] < 0).all() and (rollouts.engine_logp[rollouts.response_mask == 0] == 0).all()
     # ... and the trainer's teacher-forced pass over 49k logits agrees with them.
     with torch.no_grad():
-        lp, ent = rollout.token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask,
-                                         with_entropy=True)
+        lp, ent = logprobs.token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask,
+                                          with_entropy=True)
     gap = S.staleness_gap(rollouts.engine_logp, lp, rollouts.response_mask)
     print(f"\nSmolLM2 sampler vs teacher-forced: mean |gap| {gap:.1e} nats")
     # The same float32 logits computed twice (KV-cached decode steps, one full pass): measured

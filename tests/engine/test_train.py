@@ -17,7 +17,7 @@ import torch
 from machinery import checkpoint, tinymodel, warmups
 import train
 from machinery import forward
-from machinery import checks, config, rollout
+from machinery import config, logprobs, sampler
 from machinery import run as run_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -376,35 +376,35 @@ def test_update_index_tensors_follow_their_inputs_device(tiny_dir, default_devic
     assert [c.tolist() for c in chunks] == [[0, 1], [2, 3], [4, 5]]      # whole groups of 2, <= 3 per chunk
 
 
-# --- running identical rollouts once (merge_duplicates, rollout.token_logprobs) ---
+# --- running identical rollouts once (merge_duplicates, logprobs.token_logprobs) ---
 
 def with_copies(monkeypatch):
     """Make every odd rollout a word-for-word copy of the even one before it (the same
     prompt: G is even), as a low-entropy policy does. The scripted advantages still give
     the two copies different weights, which the merged update must add up."""
-    real = train.sample_rollouts
+    real = sampler.KVCacheSampler.sample
 
-    def sample_rollouts(run, prompts, G, seed=None):
-        rollouts = real(run, prompts, G, seed=seed)
+    def sample(self, prompts, G, step):
+        rollouts = real(self, prompts, G, step)
         src = torch.arange(len(rollouts.texts))
         src[1::2] = src[0::2]
         for name in ("response_ids", "response_mask", "truncated", "engine_logp", "engine_entropy"):
             setattr(rollouts, name, getattr(rollouts, name)[src])
         rollouts.texts = [rollouts.texts[i] for i in src.tolist()]
         return rollouts
-    monkeypatch.setattr(train, "sample_rollouts", sample_rollouts)
+    monkeypatch.setattr(sampler.KVCacheSampler, "sample", sample)
 
 
 def test_merging_identical_rollouts_leaves_the_update_unchanged(tiny_dir, tmp_path, monkeypatch):
     # The bound is SAME_UPDATE; the test below is its negative control (tests/engine/
     # test_rollout.py has one for the gradient of a single batch).
     with_copies(monkeypatch)
-    flags, real = [], rollout.token_logprobs
+    flags, real = [], logprobs.token_logprobs
 
     def token_logprobs(*args, **kwargs):          # which calls merged: the flag must reach the update
         flags.append(kwargs.get("merge_duplicates", False))
         return real(*args, **kwargs)
-    monkeypatch.setattr(rollout, "token_logprobs", token_logprobs)
+    monkeypatch.setattr(logprobs, "token_logprobs", token_logprobs)
     merged_h, before, merged_p = run_params(tiny_dir, tmp_path / "merged", monkeypatch, [gaussian] * 3, "--steps", "3")
     merged_flags = flags[:]
     full_h, _, full_p = run_params(tiny_dir, tmp_path / "full", monkeypatch, [gaussian] * 3, "--steps", "3",
@@ -424,17 +424,17 @@ def test_merging_that_drops_the_copies_share_would_be_caught(tiny_dir, tmp_path,
     with_copies(monkeypatch)
     _, before, full_p = run_params(tiny_dir, tmp_path / "full", monkeypatch, [gaussian] * 3, "--steps", "3",
                                    "--no-merge_duplicates")
-    real = rollout.token_logprobs
+    real = logprobs.token_logprobs
 
     def copies_without_gradient(model, p_ids, p_mask, r_ids, r_mask, *args, merge_duplicates=False, **kwargs):
         logp, entropy = real(model, p_ids, p_mask, r_ids, r_mask, *args, merge_duplicates=merge_duplicates, **kwargs)
         if merge_duplicates:
-            first, _ = rollout.distinct_rows(p_ids, p_mask, r_ids, r_mask)
+            first, _ = logprobs.distinct_rows(p_ids, p_mask, r_ids, r_mask)
             trains = torch.zeros(len(r_ids), dtype=torch.bool)
             trains[first] = True
             logp = torch.where(trains[:, None], logp, logp.detach())
         return logp, entropy
-    monkeypatch.setattr(rollout, "token_logprobs", copies_without_gradient)
+    monkeypatch.setattr(logprobs, "token_logprobs", copies_without_gradient)
     _, _, wrong_p = run_params(tiny_dir, tmp_path / "wrong", monkeypatch, [gaussian] * 3, "--steps", "3")
     # measured: 1.99x the whole update
     assert (wrong_p - full_p).abs().max() > 10 * SAME_UPDATE * (full_p - before).abs().max()
@@ -611,7 +611,7 @@ def test_door_read_only_checkpoints_is_refused(tmp_path, tiny_dir, capsys, monke
     # where a read-only mount would (checkpoints/), and nowhere else.
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "step_000002").mkdir()
-    real = tempfile.mkstemp                  # the write probe's (machinery/door.py, writable_dir_problem)
+    real = tempfile.mkstemp                  # the write probe's (machinery/usage_error.py, writable_dir_problem)
 
     def mkstemp(*args, dir=None, **kw):
         if dir and os.path.basename(dir) == "checkpoints":

@@ -227,8 +227,11 @@ def test_every_setting_declares_what_resume_may_do_with_it():
     leaves = flags.leaf_fields(cfg)
     assert len(leaves) >= 80 and {group for group, _, _ in leaves} == {
         "", "adv", "sched", "loss", "sampling", "update", "evaluation", "diagnostics"}
-    assert [f.name for _, _, f in leaves if f.metadata.get(flags.RESUME) not in flags.RESUME_RULES] == []
+    assert [f.name for _, part, f in leaves if not isinstance(part, config.CHAPTER_CONFIGS)
+            and f.metadata.get(flags.RESUME) not in flags.RESUME_RULES] == []
     may_change, not_compared = config.resume_rules(cfg)
+    chapters = {f.name for _, part, f in leaves if isinstance(part, config.CHAPTER_CONFIGS)}
+    assert len(chapters) == 20 and chapters & (may_change | not_compared) == set()     # the objective, the schedule
     assert not_compared == {"out_dir", "resume", "overwrite"}
     # the run's math is fixed in every part; when it stops, how fast and what it reports may change
     math = {"seed", "lr", "data", "group_size", "temperature", "max_new_tokens", "backend", "grad_clip", "n_eval",
@@ -593,10 +596,12 @@ def test_eval_data_that_shares_prompts_with_the_training_rows_is_refused_with_th
 
 
 def test_top_p_reaches_the_sampler_for_rollouts_and_evaluation(tiny_dir, tmp_path, monkeypatch):
-    seen = []
-    generate = rollout.generate_rollouts
+    temperature, seen = [], []               # each call's temperature; (top_p, temperature) of every draw
+    generate, nucleus = rollout.generate_rollouts, rollout.top_p_filter
     monkeypatch.setattr(rollout, "generate_rollouts",
-                        lambda *a, **k: seen.append((k["top_p"], k["temperature"])) or generate(*a, **k))
+                        lambda *a, **k: temperature.append(k["temperature"]) or generate(*a, **k))
+    monkeypatch.setattr(rollout, "top_p_filter",
+                        lambda probs, top_p: seen.append((top_p, temperature[-1])) or nucleus(probs, top_p))
     train.train(train.parse_args(small_args(tiny_dir, tmp_path, "--steps", "2", "--top_p", "0.9",
                                             "--eval_temperature", "0.5")))
     assert set(seen) == {(0.9, 1.0), (0.9, 0.5)}
@@ -657,7 +662,7 @@ def follow_the_advantage_recipe(repo: str, copy) -> None:
            'def scaled(rewards: Tensor, tau: float = 0.5) -> Tensor:\n'
            '    """A throwaway advantage: tau (r - mean r)."""\n'
            '    return tau * (rewards - rewards.mean(dim=1, keepdim=True))\n\n\n', before=True)   # the function
-    insert("advantages.py", "HYPER_RANGES = {\n", '    "tau": (lambda v, G: _real(v) and v > 0, "a finite tau > 0",\n'
+    insert("advantages.py", "HYPER_RANGES = {\n", '    "tau": (lambda v, G: is_finite_number(v) and v > 0, "a finite tau > 0",\n'
            '            "the scale of the centred reward"),\n')                  # its range and what it is: its flag
     insert("tests/lesson/test_advantages.py", "RANGE_CASES = [\n", '    ("scaled", "tau", [0.0, float("nan")], [1e-3]),\n')
     insert("tests/lesson/test_advantages.py", '        "reinforce": (1.0, 0.0),\n', '        "scaled": (0.5 * (1 - p), -0.5 * p),\n')
@@ -721,7 +726,7 @@ def test_an_advantage_whose_hyper_parameter_has_no_range_is_one_line_at_the_door
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     copy = tmp_path / "repo"
     follow_the_advantage_recipe(repo, copy)
-    row = '    "tau": (lambda v, G: _real(v) and v > 0, "a finite tau > 0",\n            "the scale of the centred reward"),\n'
+    row = '    "tau": (lambda v, G: is_finite_number(v) and v > 0, "a finite tau > 0",\n            "the scale of the centred reward"),\n'
     source = (copy / "advantages.py").read_text()
     assert source.count(row) == 1
     (copy / "advantages.py").write_text(source.replace(row, ""))

@@ -4,7 +4,8 @@ Every vLLM trap the trainer handles is pinned here against the engine itself, no
 starts for 128 positions, fresh pushes give a canary of ~1e-7 in fp32, a stale engine
 and a stale prefix cache are caught, a tied head follows the push, templated prompts
 carry one BOS, the engine samples reproducibly with a seed, evaluation texts match the
-rollouts, and train.py runs with --backend vllm.
+rollouts, train.py runs with --backend vllm, and a sampling setting added in one file
+(the editing test's top_k) changes what the engine samples.
 
 The tiny models have 2 heads of size 32, not the embedded model's 4 of 16: vLLM's CPU
 attention kernel has no head size 16 (make_engine refuses it, tested below).
@@ -26,12 +27,14 @@ import time
 import pytest
 import torch
 
-from tests.engine.helpers import skip_unless_vllm
+from tests.engine.helpers import SAMPLE_WITH_TOP_K, add_top_k, skip_unless_vllm
 
+from machinery import logprobs
 from machinery import rollout
 from machinery import tinymodel
 from machinery import vllm_rollout as V
 from machinery import vllm_staleness as S
+from machinery.sampler import SamplingConfig
 
 pytestmark = pytest.mark.vllm
 
@@ -52,8 +55,8 @@ def save(model, tok, path) -> str:
 def trainer_gap(model, rollouts, temperature=1.0) -> float:
     """The canary as the trainer computes it: its own teacher-forced log-probs vs vLLM's."""
     with torch.no_grad():
-        lp, _ = rollout.token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask,
-                                       temperature=temperature)
+        lp, _ = logprobs.token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask,
+                                        temperature=temperature)
     return S.staleness_gap(rollouts.engine_logp, lp, rollouts.response_mask)
 
 
@@ -245,8 +248,8 @@ def test_templated_prompts_reach_the_engine_with_one_bos(tmp_path):
 def test_temperature_is_checked_at_the_door_and_texts_are_decoded_once(tok, tied, engine32):
     _, model = tied
     V.push_weights(engine32, model)
-    with pytest.raises(ValueError, match=r"temperature must be in \[0.01, 2.0\].*got 2.5"):
-        V.generate_rollouts_vllm(engine32, tok, PROMPTS, 2, 8, temperature=2.5)
+    with pytest.raises(ValueError, match=r"temperature must be in \[0.01, 2.0\].*got 2.5"):   # where it is declared
+        SamplingConfig(backend="vllm", temperature=2.5)
     outs = []
     generate = engine32.generate
     engine32.generate = lambda *a, **kw: outs.append(generate(*a, **kw)) or outs[-1]
@@ -324,3 +327,14 @@ def test_train_py_runs_the_embedded_model_itself_on_vllm(task, tmp_path):
     assert all(r["vllm/canary_gap"] < FP32_NOISE for r in rows)
     assert rows[0]["reward"] > 0                          # a warmed model, not a random one
     assert "eval/pass@2" in rows[-1] and ("entropy/template" in rows[-1])
+
+
+def test_a_sampling_setting_added_in_one_file_changes_what_vllm_samples(tmp_path):
+    """The editing test's top_k (tests/engine/test_editing_the_source.py), on this engine: the
+    same one-file edit reaches vLLM's request, and --top_k 1 makes every group's rollouts
+    one (greedy), where the default samples different ones."""
+    repo, changed = add_top_k(tmp_path)
+    assert changed == ["machinery/sampler.py"]
+    out = subprocess.run([sys.executable, "-c", SAMPLE_WITH_TOP_K, "vllm"], cwd=repo, capture_output=True, text=True,
+                         timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]

@@ -21,10 +21,12 @@ from types import SimpleNamespace as NS
 import pytest
 import torch
 
+from machinery import logprobs
 from machinery import rollout
 from machinery import tinymodel
 from machinery import vllm_rollout as V
 from machinery import vllm_staleness as S
+from machinery.sampler import KVCacheSampler, SamplingConfig, VllmSampler
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
@@ -411,8 +413,8 @@ class FakeEngine:
                 tokens, finish = self.script(i, j, sp.max_tokens, self.eos_id)
                 r = torch.tensor([tokens])
                 with torch.no_grad():
-                    lp, _ = rollout.token_logprobs(self.model, p, torch.ones_like(p), r, torch.ones_like(r).float(),
-                                                   temperature=sp.temperature)
+                    lp, _ = logprobs.token_logprobs(self.model, p, torch.ones_like(p), r, torch.ones_like(r).float(),
+                                                    temperature=sp.temperature)
                 group.append(completion(tokens, lp[0].tolist(), finish))
             outputs.append(NS(outputs=group))
         return outputs
@@ -444,8 +446,8 @@ def scripted(i, j, max_tokens, eos):
 
 def trainer_gap(model, rollouts, temperature):
     with torch.no_grad():
-        lp, _ = rollout.token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask,
-                                       temperature=temperature)
+        lp, _ = logprobs.token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask,
+                                        temperature=temperature)
     return S.staleness_gap(rollouts.engine_logp, lp, rollouts.response_mask)
 
 
@@ -492,16 +494,46 @@ def test_generate_rollouts_vllm_end_to_end_and_the_canary_sees_staleness(fake_vl
     assert trainer_gap(trained, fresh, temp) < min(1e-5, S.staleness_bound(first))
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"prompts": []}, "non-empty list"),
-    ({"G": 0}, "G"),
-    ({"max_new_tokens": 0}, "max_new_tokens"),
-    ({"temperature": 0.0}, "temperature"),
-    ({"temperature": 0.005}, r"temperature must be in \[0.01, 2.0\]"),
-    ({"temperature": 2.5}, r"temperature must be in \[0.01, 2.0\].*got 2.5"),
-    ({"top_p": 1.5}, "top_p"),
-])
+@pytest.mark.parametrize("kwargs, match", [({"prompts": []}, "non-empty list"), ({"G": 0}, "G")])
 def test_generate_rollouts_vllm_rejects_bad_arguments(fake_vllm, tok, model, kwargs, match):
     args = {"prompts": ["1+1\n"], "G": 2, "max_new_tokens": 4} | kwargs
     with pytest.raises(ValueError, match=match):
         V.generate_rollouts_vllm(FakeEngine(model, tok.eos_token_id, scripted), tok, **args)
+
+
+@pytest.mark.parametrize("temperature", [0.005, 2.5])
+def test_vllms_temperature_range_is_refused_where_the_setting_is_declared(temperature):
+    # vLLM refuses T > 2 and silently raises T < 0.01: SamplingConfig refuses both, for either engine
+    with pytest.raises(ValueError, match=rf"--temperature must be in \[0.01, 2.0\] .*got {temperature}"):
+        SamplingConfig(backend="vllm", temperature=temperature)
+
+
+def test_the_vllm_sampler_sends_the_settings_and_the_step_seeds_syncs_and_checks(fake_vllm, tok, model):
+    """VllmSampler: the run's settings become the request's fields (top_p, top_k 0, the
+    budget, the temperature; evaluation's own), each batch's seeds come from (seed, step,
+    stream), sync pushes every weight and resets the prefix cache, check_old_policy feeds
+    the canary, whose numbers are the sampler's metrics. Ours: sync and the check do nothing."""
+    prompts, G, T = ["12+3\n", "456+78\n"], 2, 6
+    engine = FakeEngine(model, tok.eos_token_id, scripted)
+    settings = SamplingConfig(backend="vllm", max_new_tokens=T, temperature=0.7, top_p=0.9)
+    vllm = VllmSampler(settings, model, tok, engine, seed=7)
+    rollouts = vllm.sample(prompts, G, step=3)
+    texts = vllm.sample_texts(prompts, 3, 0.5, step=3)
+    (_, train_params, _), (_, eval_params, _) = engine.generate_calls
+    base = V.batch_seed(7, 3, 0)
+    assert [sp.kwargs for sp in train_params] == [
+        {"n": G, "temperature": 0.7, "top_p": 0.9, "top_k": 0, "max_tokens": T, "logprobs": 0, "seed": base + i * G,
+         "detokenize": False} for i in range(2)]
+    assert [sp.kwargs for sp in eval_params] == [
+        {"n": 3, "temperature": 0.5, "top_p": 0.9, "top_k": 0, "max_tokens": T, "seed": V.batch_seed(7, 3, 1) + i * 3,
+         "detokenize": False} for i in range(2)]
+    assert len(texts) == 6 and vllm.separate_copy and not KVCacheSampler.separate_copy
+    old = logprobs.token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids,
+                                  rollouts.response_mask, temperature=0.7)[0].detach()
+    assert vllm.metrics() == {}
+    vllm.check_old_policy(rollouts, old)
+    assert set(vllm.metrics()) == {"vllm/canary_gap", "vllm/canary_bound"} and vllm.metrics()["vllm/canary_gap"] < 1e-5
+    vllm.sync()
+    assert engine.resets == 1
+    ours = KVCacheSampler(settings, model, tok)
+    assert ours.sync() is None and ours.check_old_policy(rollouts, old) is None and ours.metrics() == {}

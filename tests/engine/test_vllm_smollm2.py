@@ -26,10 +26,12 @@ import torch
 
 from tests.engine.helpers import skip_unless_vllm
 
+from machinery import logprobs
 from machinery import rollout
 from machinery import vllm_rollout as V
 from machinery import vllm_staleness as S
-from machinery.run import format_prompts, load_model
+from machinery.run import load_model
+from machinery.sampler import format_prompts
 
 pytestmark = pytest.mark.vllm
 
@@ -67,7 +69,7 @@ def engine(smol):
 
 def trainer_logp(model, rollouts):
     with torch.no_grad():
-        return rollout.token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask)[0]
+        return logprobs.token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask)[0]
 
 
 def test_the_engine_stops_on_the_tokenizers_eos_and_the_trainer_scores_exactly_what_it_sampled(smol, engine):

@@ -23,8 +23,10 @@ import tasks
 from tasks import addition
 import diagnostics as D
 from machinery import token_diagnostics as TD
+from machinery import logprobs
 from machinery import rollout
 from machinery import tinymodel
+from machinery.sampler import KVCacheSampler, SamplingConfig
 
 
 @pytest.fixture(scope="module")
@@ -202,9 +204,14 @@ def chain_model(tok):
     return markov_llama(tok, CHAIN)
 
 
+def sampler(model, tok, max_new_tokens: int) -> KVCacheSampler:
+    """Our sampler on `model` at temperature 1, no truncation, with this budget."""
+    return KVCacheSampler(SamplingConfig(max_new_tokens=max_new_tokens), model, tok)
+
+
 def test_the_markov_model_has_the_designed_probabilities(chain_model, tok):
     rollouts = rollouts_by_hand(tok, "Z", ["xA:1\n", "yA:2\n"])
-    logp, _ = rollout.token_logprobs(chain_model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask)
+    logp, _ = logprobs.token_logprobs(chain_model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask)
     l = math.log
     expected = torch.tensor([[l(.5), 0, 0, l(Q), 0, 0], [l(.5), 0, 0, l(1 - Q), 0, 0]])
     # float32 log_softmax of the designed logits (the -50s leak 99 e^-50 ~ 2e-20): measured
@@ -218,7 +225,7 @@ def test_value_estimates_match_the_known_success_probabilities(chain_model, tok)
     rows, cols = torch.tensor([0, 0, 1, 0]), torch.tensor([0, 3, 3, 5])
     k = 600
     torch.manual_seed(0)
-    v_with, v_without = TD.token_values(chain_model, tok, rollouts, rows, cols, ["1"], addition.TASK, k, max_new_tokens=8)
+    v_with, v_without = TD.token_values(sampler(chain_model, tok, 8), rollouts, rows, cols, ["1"], addition.TASK, k)
     se = math.sqrt(Q * (1 - Q) / k)
     # exact values: with the token / without it
     exact_with, exact_without = [Q, 1.0, 0.0, 1.0], [Q, Q, Q, 1.0]
@@ -238,13 +245,13 @@ def test_value_continuations_get_the_budget_the_rollout_had_left(chain_model, to
     torch.manual_seed(1)
     # max_new_tokens = 3: from "x" (2 tokens left) and from "xA" (1 left) every continuation
     # stops at "xA:", which has no answer: both values are exactly 0 (Q with room to finish)
-    v_with, v_without = TD.token_values(chain_model, tok, rollouts, torch.tensor([0]), torch.tensor([1]), ["1"],
-                                       addition.TASK, k, max_new_tokens=3)
+    v_with, v_without = TD.token_values(sampler(chain_model, tok, 3), rollouts, torch.tensor([0]), torch.tensor([1]),
+                                        ["1"], addition.TASK, k)
     assert v_with.item() == 0.0 and v_without.item() == 0.0
     # max_new_tokens = 4: "xA:1" used the whole budget, so it is scored as it is (exactly 1);
     # from "xA:" the one token left is "1" with probability Q
-    v_with, v_without = TD.token_values(chain_model, tok, rollouts, torch.tensor([0]), torch.tensor([3]), ["1"],
-                                       addition.TASK, k, max_new_tokens=4)
+    v_with, v_without = TD.token_values(sampler(chain_model, tok, 4), rollouts, torch.tensor([0]), torch.tensor([3]),
+                                        ["1"], addition.TASK, k)
     assert v_with.item() == 1.0
     assert abs(v_without.item() - Q) <= 4 * math.sqrt(Q * (1 - Q) / k)
 
@@ -356,8 +363,8 @@ def test_output_layer_features_read_the_real_models_head(tok):
     # log_softmax of the same logits: measured 4.8e-7, AVX-512 and AVX2); the control, each
     # token read at the next position's distribution, is 0.70 off ...
     with torch.no_grad():
-        scored, _ = rollout.token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask,
-                                           temperature=1.3)
+        scored, _ = logprobs.token_logprobs(model, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids, rollouts.response_mask,
+                                            temperature=1.3)
     captured = logp_all.gather(1, tokens.unsqueeze(1)).squeeze(1).float()
     assert torch.allclose(captured, scored[rows, cols], atol=1e-5, rtol=0)
     same_row = rows[1:] == rows[:-1]
@@ -396,11 +403,13 @@ def test_after_update_keys_determinism_and_untouched_rng(chain_model, tok):
     adv = torch.tensor([1.0, -1.0] * 4)
     delta = torch.randn(rollouts.response_ids.shape, generator=torch.Generator().manual_seed(0)) * 0.01
     new_logp = rollouts.engine_logp + delta * rollouts.response_mask
-    kwargs = dict(value_samples=8, value_k=16, coupling_pairs=20, seed=5, step=40, max_new_tokens=8)
+    kwargs = dict(value_samples=8, value_k=16, coupling_pairs=20, seed=5, step=40)
     state = torch.get_rng_state()
-    out = TD.after_update(chain_model, tok, rollouts, rollouts.engine_logp, new_logp, adv, addition.TASK, ["1", "1"], **kwargs)
+    out = TD.after_update(sampler(chain_model, tok, 8), rollouts, rollouts.engine_logp, new_logp, adv, addition.TASK,
+                          ["1", "1"], **kwargs)
     assert torch.equal(state, torch.get_rng_state())                 # the training stream did not move
-    again = TD.after_update(chain_model, tok, rollouts, rollouts.engine_logp, new_logp, adv, addition.TASK, ["1", "1"], **kwargs)
+    again = TD.after_update(sampler(chain_model, tok, 8), rollouts, rollouts.engine_logp, new_logp, adv, addition.TASK,
+                            ["1", "1"], **kwargs)
     strip = lambda d: {k: v for k, v in d.items() if not k.startswith("time/")}
     assert strip(out) == strip(again)                                   # reproducible from (seed, step)
     assert {k: v for k, v in out.items() if k.startswith("flip/")} == D.token_flips(
@@ -412,7 +421,8 @@ def test_after_update_keys_determinism_and_untouched_rng(chain_model, tok):
     assert out["coupling/n_same_low"] == (20 if n_ones >= 2 else 0)
     assert out["coupling/n_same_high"] == out["coupling/n_different"] == 20
     # the cheap part alone; math has no template classes: the split is skipped, not guessed
-    cheap = TD.after_update(chain_model, tok, rollouts, rollouts.engine_logp, new_logp, adv, tasks.get("math"), ["1", "1"])
+    cheap = TD.after_update(sampler(chain_model, tok, 8), rollouts, rollouts.engine_logp, new_logp, adv,
+                            tasks.get("math"), ["1", "1"])
     assert not any(k.startswith(("where/", "value/", "coupling/")) for k in cheap) and "flip/boost_pos" in cheap
 
 
@@ -428,4 +438,5 @@ def test_after_update_bad_arguments_raise(chain_model, tok, change, match):
             "max_new_tokens": 8, **change}
     z = torch.zeros(rollouts.response_ids.shape)
     with pytest.raises(ValueError, match=match):
-        TD.after_update(chain_model, tok, rollouts, z, z, args.pop("adv_flat"), addition.TASK, args.pop("answers"), **args)
+        TD.after_update(sampler(chain_model, tok, args.pop("max_new_tokens")), rollouts, z, z, args.pop("adv_flat"),
+                        addition.TASK, args.pop("answers"), **args)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from experiments import compare, compare_page, designs_fade, exact_tests, pages
-from experiments.plot_runs import series_from_rows
+from tools.plot_runs import series_from_rows
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMMITTED = os.path.join(REPO, "experiments", "results", "sweep_addition_advantages.jsonl.gz")

@@ -1,13 +1,13 @@
-"""door.py: what any file of the engine may need from the checks at the door, in a module that imports nothing.
+"""usage_error.py: UsageError, the one-line error of a bad input, and the two questions its raisers share.
 
 A usage error (a bad flag value, path, file or directory the user gave) is one line and
 exit code 2; every other exception keeps its traceback (train.py's main). The checks at
 the door (machinery/checks.py) import the files that fetch models and write checkpoints,
 and those files raise usage errors too (a full disk, a cache that cannot be written): so
-the error type, the one question about a directory they ask, and how a size reads live
-here, below both, and checks.py re-exports them. Without it,
-checkpoint.py -> checks.py -> hub_models.py -> checkpoint.py (and hub_models.py -> checks.py)
-were circles. Only the standard library.
+the error type, the one question about a directory they ask (writable_dir_problem) and
+how a size reads in their messages (size_text) live here, below both, and checks.py
+re-exports them. Without this file, checkpoint.py -> checks.py -> hub_models.py ->
+checkpoint.py (and hub_models.py -> checks.py) were circles. Only the standard library.
 """
 
 from __future__ import annotations
