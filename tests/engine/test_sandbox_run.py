@@ -207,7 +207,11 @@ def test_under_bubblewrap_no_repository_and_no_run_directory_is_there_whatever_p
     try:
         command = sandbox.bubblewrap_command("bwrap")
         binds = [command[i + 1] for i, arg in enumerate(command) if arg == "--ro-bind"]
-        strays = [b for b in binds if b in (REPO, fake) or b.startswith((REPO + "/", fake + "/"))]
+        # The Python environment is the scorers' own, bound wherever it lives: CI's venv is
+        # inside the clone (REPO/.venv), and binding it shows the environment, not the clone.
+        python_env = (sys.prefix, sys.prefix + "/")
+        strays = [b for b in binds if (b in (REPO, fake) or b.startswith((REPO + "/", fake + "/")))
+                  and not (b == sys.prefix or b.startswith(python_env[1]))]
         assert sorted(strays) == sorted(sandbox_view.WORKER_FILES), binds      # the worker's two files, no more
         entry = rg_entry("n_queens")
         checks = [(1, os.path.join(REPO, "tasks")), (2, os.path.join(REPO, ".git")),
@@ -251,7 +255,9 @@ def test_bubblewraps_own_command_line_names_no_bind(monkeypatch):
     held every --ro-bind and its host path, the repository's included. Now its arguments come
     from a file (--args FD) and the worker's files sit in WORKER_DIR_INSIDE. (The
     interpreter's own path stays in the worker's command line, and every bind's path in
-    /proc/self/mountinfo: sandbox_view.py's header.)"""
+    /proc/self/mountinfo: sandbox_view.py's header; so the child drops the interpreter's path
+    before it looks for the repository's, which that path holds when the venv sits in the
+    clone, as in CI.)"""
     pytest.importorskip("reasoning_gym")
     if not bwrap_runs():
         pytest.skip("bwrap does not run here")
@@ -260,6 +266,8 @@ def test_bubblewraps_own_command_line_names_no_bind(monkeypatch):
     try:
         code = REPLY_HELPER + textwrap.dedent(f"""
             seen = open("/proc/1/cmdline", "rb").read() + open(f"/proc/{{os.getppid()}}/cmdline", "rb").read()
+            for interpreter in {sorted({sys.executable.encode(), os.path.realpath(sys.executable).encode()}, key=len, reverse=True)!r}:
+                seen = seen.replace(interpreter, b"")
             reply({{"value": int(b"--ro-bind" in seen) + 2 * int({REPO.encode()!r} in seen), "missing": []}})
             """)
         assert sandbox.run_scorer(N_QUEENS, [program(code), rg_entry("n_queens")], RIGHT_TIMEOUT) == 0.0
