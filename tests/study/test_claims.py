@@ -34,11 +34,30 @@ def test_sign_flip_p_exact_values_and_brute_force():
         d = rng.normal(0.3, 1, 9)
         assert exact_tests.sign_flip_p(d) == pytest.approx(brute(d, lambda s: abs(s) >= abs(d.sum()) - 1e-12))
         assert exact_tests.sign_flip_p_greater(d) == pytest.approx(brute(d, lambda s: s >= d.sum() - 1e-12))
-    # the chunked enumeration (more patterns than one chunk) gives the same count
+    # more pairs than count_at_least lists (LIST_ALL): the meet-in-the-middle count, against a listing
     d = rng.normal(0.5, 1, 17)
     half = np.mean([abs(np.dot(1 - 2 * ((i >> np.arange(17)) & 1), d)) >= abs(d.sum()) - 1e-9
                     for i in range(0, 2 ** 17, 2)])              # the patterns with d_0 positive: |sum| is
     assert exact_tests.sign_flip_p(d) == pytest.approx(half)          # the same for a pattern and its mirror
+
+
+@pytest.mark.parametrize("list_all", [0, 64])
+def test_count_at_least_equals_a_listing_of_every_pattern_on_both_of_its_paths(monkeypatch, list_all):
+    """count_at_least meets in the middle above LIST_ALL pairs and lists all 2^n sums up to it;
+    both must give the listing's count, on ties too (integer d: sums land exactly on the threshold)."""
+    monkeypatch.setattr(exact_tests, "LIST_ALL", list_all)
+    rng = np.random.default_rng(3)
+    for trial in range(60):
+        n = 1 + trial % 11
+        d = rng.integers(-3, 4, n).astype(float) if trial % 2 else rng.normal(size=n)
+        exact = trial % 2 == 1                     # integer sums are exact: thresholds ON a pattern's sum
+        for t in (d.sum(), 0.0, 1.0, -d.sum(), np.abs(d).sum(), np.abs(d).sum() + 1):
+            t = t if exact else t - 1e-9 * np.abs(d).sum()     # floats: off by the tests' tolerance
+            expected = 2 ** n * brute(d, lambda s: s >= t)
+            assert exact_tests.count_at_least(d[None], t)[0] == round(expected), (d, t)
+    rows = rng.normal(size=(5, 7))                                      # several rows, one threshold each
+    t = rows.sum(1) - 1e-9
+    assert list(exact_tests.count_at_least(rows, t)) == [round(2 ** 7 * brute(r, lambda s: s >= x)) for r, x in zip(rows, t)]
 
 
 def test_tost_p_is_the_larger_one_sided_p():
