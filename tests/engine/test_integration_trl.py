@@ -34,14 +34,11 @@ import sys
 import pytest
 import torch
 
+from tests.engine.helpers import skip_unless_trl
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-try:
-    import trl  # noqa: F401
-except ImportError:
-    if os.environ.get("CI"):
-        raise
-    pytest.skip("trl is not installed (pip install -r requirements/trl.txt)", allow_module_level=True)
+skip_unless_trl()
 
 from datasets import Dataset  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402

@@ -35,14 +35,11 @@ import types
 import pytest
 import torch
 
+from tests.engine.helpers import skip_unless_trl
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-try:
-    import trl  # noqa: F401
-except ImportError:
-    if os.environ.get("CI"):
-        raise
-    pytest.skip("trl is not installed (pip install -r requirements/trl.txt)", allow_module_level=True)
+skip_unless_trl()
 
 from trl import GRPOTrainer  # noqa: E402
 
