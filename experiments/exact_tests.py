@@ -54,7 +54,7 @@ import math
 import numpy as np
 
 POWER = 0.8
-CHUNK = 1 << 15          # swap patterns enumerated at a time (memory: CHUNK x n floats)
+CHUNK = 1 << 15          # swap patterns (or half sums) built at a time: memory CHUNK x n floats
 LIST_ALL = 12            # up to this many pairs count_at_least lists all 2^n sums; above, it meets in the middle
 
 
@@ -72,7 +72,9 @@ def count_at_least(d: np.ndarray, threshold) -> np.ndarray:
     Per row: sort B once, then one binary search per a (np.searchsorted: the index of the
     first b >= threshold - a, so V minus it counts them). h = 0 (one pair) leaves A = {0}.
     Rows are looped: a row is 2^h searches in 2^(n-h) sorted values (20 pairs: 1,024 in
-    1,024), and the loop beat one sort of every row's keys together by 4x. Up to LIST_ALL
+    1,024), and the loop beat one sort of every row's keys together by 4x; the half sums are
+    built for CHUNK / 2^(n-h) rows at a time, so memory stays bounded at any n (time does
+    not: 2^(n/2) per row, so a power simulation at 30 pairs takes minutes where 20 take seconds). Up to LIST_ALL
     pairs the 2^n sums are listed instead, all rows in one matrix product: the same count,
     and for few pairs faster than a Python loop over thousands of rows.
     """
@@ -81,10 +83,15 @@ def count_at_least(d: np.ndarray, threshold) -> np.ndarray:
     threshold = np.broadcast_to(np.asarray(threshold, float), (rows,))
     if d.shape[1] <= LIST_ALL:
         return (_half_sums(d) >= threshold[:, None]).sum(axis=1)
-    queries = threshold[:, None] - _half_sums(d[:, :h])                                # [R, 2^h]
-    values = np.sort(_half_sums(d[:, h:]), axis=1)                                     # [R, 2^(n-h)]
-    size = queries.shape[1] * values.shape[1]                     # 2^n: every pattern is one (a, b)
-    return np.array([size - np.searchsorted(values[r], queries[r]).sum() for r in range(rows)])
+    block = max(1, CHUNK // 2 ** (d.shape[1] - h))                 # rows at a time: memory ~ CHUNK sums
+    counts = []
+    for start in range(0, rows, block):
+        rows_here = slice(start, start + block)
+        queries = threshold[rows_here, None] - _half_sums(d[rows_here, :h])             # [block, 2^h]
+        values = np.sort(_half_sums(d[rows_here, h:]), axis=1)                          # [block, 2^(n-h)]
+        size = queries.shape[1] * values.shape[1]                 # 2^n: every pattern is one (a, b)
+        counts += [size - np.searchsorted(v, q).sum() for q, v in zip(queries, values)]
+    return np.array(counts)
 
 
 def _half_sums(x: np.ndarray) -> np.ndarray:

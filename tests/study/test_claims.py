@@ -55,7 +55,8 @@ def test_count_at_least_equals_a_listing_of_every_pattern_on_both_of_its_paths(m
             t = t if exact else t - 1e-9 * np.abs(d).sum()     # floats: off by the tests' tolerance
             expected = 2 ** n * brute(d, lambda s: s >= t)
             assert exact_tests.count_at_least(d[None], t)[0] == round(expected), (d, t)
-    rows = rng.normal(size=(5, 7))                                      # several rows, one threshold each
+    monkeypatch.setattr(exact_tests, "CHUNK", 4)                        # several rows, one threshold each,
+    rows = rng.normal(size=(5, 7))                                      # a block of rows at a time
     t = rows.sum(1) - 1e-9
     assert list(exact_tests.count_at_least(rows, t)) == [round(2 ** 7 * brute(r, lambda s: s >= x)) for r, x in zip(rows, t)]
 
