@@ -458,7 +458,8 @@ def curve_mean_se(runs_series: list[dict], key: str) -> tuple[np.ndarray, np.nda
     steps = have[0][0]
     for st, _ in have[1:]:
         steps = np.intersect1d(steps, st)
-    table = np.array([[dict(zip(st.tolist(), v))[x] for x in steps.tolist()] for st, v in have])
+    value_at = [dict(zip(st.tolist(), v)) for st, v in have]          # per run: step -> value, built once
+    table = np.array([[run[x] for x in steps.tolist()] for run in value_at])
     stats = [mean_se(col) for col in table.T]
     return steps, np.array([s[0] for s in stats]), np.array([s[1] for s in stats])
 

@@ -208,8 +208,8 @@ def series_from_rows(rows: list[dict]) -> dict[str, tuple[np.ndarray, np.ndarray
             by_key.setdefault(key, {})[step] = math.nan if value is None else float(value)
     out = {}
     for key, points in by_key.items():
-        steps = np.array(sorted(points), dtype=np.int64)
-        out[key] = (steps, np.array([points[s] for s in steps], dtype=float))
+        steps = sorted(points)                    # Python ints: a numpy int as a dict key is a slow lookup
+        out[key] = (np.array(steps, dtype=np.int64), np.array([points[s] for s in steps], dtype=float))
     return out
 
 
