@@ -74,15 +74,16 @@ def count_at_least(d: np.ndarray, threshold) -> np.ndarray:
     Rows are looped: a row is 2^h searches in 2^(n-h) sorted values (20 pairs: 1,024 in
     1,024), and the loop beat one sort of every row's keys together by 4x; the half sums are
     built for CHUNK / 2^(n-h) rows at a time, so memory stays bounded at any n (time does
-    not: 2^(n/2) per row, so a power simulation at 30 pairs takes minutes where 20 take seconds). Up to LIST_ALL
-    pairs the 2^n sums are listed instead, all rows in one matrix product: the same count,
-    and for few pairs faster than a Python loop over thousands of rows.
+    not: 2^(n/2) per row, so a power simulation at 30 pairs takes minutes where 20 take
+    seconds). Up to LIST_ALL pairs the 2^n sums are listed instead, all rows in one matrix
+    product: the same count, and for few pairs faster than a Python loop over many rows.
     """
     d = np.asarray(d, float)
-    h, rows = d.shape[1] // 2, d.shape[0]
+    rows = d.shape[0]
     threshold = np.broadcast_to(np.asarray(threshold, float), (rows,))
     if d.shape[1] <= LIST_ALL:
         return (_half_sums(d) >= threshold[:, None]).sum(axis=1)
+    h = d.shape[1] // 2
     block = max(1, CHUNK // 2 ** (d.shape[1] - h))                 # rows at a time: memory ~ CHUNK sums
     counts = []
     for start in range(0, rows, block):
