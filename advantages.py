@@ -584,30 +584,6 @@ def is_finite_number(v) -> bool:
 
 
 # ---------------------------------------------------------------------------------------
-# Evaluation: the unbiased pass@k estimator (Chen et al. 2021)
-# ---------------------------------------------------------------------------------------
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples with c correct (Chen et al. 2021, Codex paper).
-
-    pass@k = 1 - C(n - c, k) / C(n, k)
-           = 1 - prod_{i = n-c+1}^{n} (1 - k / i)        (the numerically stable form)
-
-    The product never forms a huge binomial coefficient. It is exactly 1 when n - c < k
-    (every k-subset contains a success). Why not "best of k random draws" or "max over
-    n": both are biased estimators of pass@k (docs/math.md §9). Needs 0 <= c <= n, 1 <= k <= n.
-    """
-    if not (0 <= c <= n and 1 <= k <= n):
-        raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
-    if n - c < k:
-        return 1.0
-    prod = 1.0
-    for i in range(n - c + 1, n + 1):
-        prod *= 1.0 - k / i
-    return 1.0 - prod
-
-
-# ---------------------------------------------------------------------------------------
 # Command line: the closed-form table (the mass curves: python mass.py --plot PNG)
 # ---------------------------------------------------------------------------------------
 

@@ -4,11 +4,12 @@ Critic-free RL for reasoning (GRPO and its family, docs/math.md §1) needs no re
 model: each rollout is scored by a program that checks the final answer against a known
 reference. That program, the *verifier*, is the whole reward signal, so its mistakes are
 the policy's training targets: a verifier that accepts "0432" for 432, or that hangs on
-"10^{10^{10^{10}}}", is a bug the policy will find. This file is three steps:
+"10^{10^{10^{10}}}", is a bug the policy will find. This file is four steps:
 
   1. extract   text -> the final answer string          (extract_answer)
   2. compare   answer string vs reference -> bool       (math_equal, check_addition)
   3. score     -> a dict of components, one is "reward" (score_math, check_addition, score)
+  4. measure   c correct of n samples -> pass@k          (pass_at_k, for evaluation)
 
 Two checkers are written here, one per kind of answer; each task's file (tasks/) names
 its checker, and score() calls it:
@@ -477,3 +478,32 @@ def _scratchpad_consistent(response: str, operands: tuple[str, str] | None) -> b
             if line[0] != a[n - 1 - k] or line[2] != b[n - 1 - k]:
                 return False
     return True
+
+
+# ---------------------------------------------------------------------------------------
+# SECTION 4. From rewards to a model's score: the unbiased pass@k (Chen et al. 2021)
+# ---------------------------------------------------------------------------------------
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of one prompt with c correct (Chen et al. 2021, the Codex paper).
+
+    The probability that at least one of k samples drawn without replacement from the n is
+    correct:
+
+        pass@k = 1 - C(n - c, k) / C(n, k)
+               = 1 - prod_{i = n-c+1}^{n} (1 - k / i)        (the numerically stable form)
+
+    The product never forms a huge binomial coefficient (C(1000, 500) overflows a float).
+    It is exactly 1 when n - c < k (every k-subset holds a success). Why not "best of k
+    random draws" or "max over n": both are biased estimates of pass@k (docs/math.md §7,
+    §9). The evaluation averages it over prompts; `passk` and `pkpo` (advantages.py) train
+    on the same quantity. Needs 0 <= c <= n and 1 <= k <= n.
+    """
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod

@@ -7,7 +7,7 @@ A task gives RL something to do only if the model that starts RL is unsure in th
 ways. This prints, for the embedded model right after its warm-up (the model
 `python train.py --data TASK` starts from), on the task's held-out prompts:
 
-  pass@1, pass@k          unbiased estimates from k samples per prompt (advantages.pass_at_k):
+  pass@1, pass@k          unbiased estimates from k samples per prompt (verify.pass_at_k):
                           room to improve (pass@1 low) and something to find (pass@k high);
   entropy                 mean token entropy of the sampled responses (nats), and split
                           into template tokens (the wording) and reasoning tokens
@@ -31,9 +31,9 @@ import tempfile
 
 import torch
 
-import advantages
 import train
 import tasks
+import verify
 from machinery import metrics, warmups
 from tasks import countdown
 
@@ -56,8 +56,8 @@ def task_stats(task: str, n_prompts: int, samples: int, seed: int = 0) -> dict:
     entropy = rollouts.engine_entropy
     template = tasks.template_token_mask(run.task, run.tokenizer, rollouts.response_ids, rollouts.response_mask)
     out = {"task": task, "prompts": len(rows), "samples": samples,
-           "pass@1": sum(advantages.pass_at_k(samples, c, 1) for c in counts) / len(rows),
-           f"pass@{samples}": sum(advantages.pass_at_k(samples, c, samples) for c in counts) / len(rows),
+           "pass@1": sum(verify.pass_at_k(samples, c, 1) for c in counts) / len(rows),
+           f"pass@{samples}": sum(verify.pass_at_k(samples, c, samples) for c in counts) / len(rows),
            "entropy": metrics.masked_mean(entropy, mask),
            "resp_len_mean": float(mask.sum(1).mean())}
     if template is not None:

@@ -2,7 +2,7 @@
 
 evaluate samples n responses per held-out prompt through the run's own sampler
 (machinery/sampler.py: our loop, or the vLLM engine) and reports the unbiased pass@k
-(advantages.pass_at_k) for k = 1, 2, 4, ... n. It runs in a forked RNG seeded by (seed,
+(verify.pass_at_k) for k = 1, 2, 4, ... n. It runs in a forked RNG seeded by (seed,
 step), and the engine gets its own seed range, so evaluating more or less often never
 changes training.
 
@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-import advantages
 import tasks
 import verify
 from machinery import checkpoint
@@ -151,7 +150,7 @@ def evaluate(run: Run, step: int, ev: EvalConfig, data: str, train_temperature: 
                                     "checkpoints are intact: free some space, then --resume")
     out, k = {}, 1
     while k <= n:                    # k: the k of pass@k, not a loop index
-        out[f"{prefix}pass@{k}"] = float(np.mean([advantages.pass_at_k(n, c, k) for c in correct]))
+        out[f"{prefix}pass@{k}"] = float(np.mean([verify.pass_at_k(n, c, k) for c in correct]))
         k *= 2
     if solution_of is not None:
         out.update({prefix + k.split("/", 1)[1]: v for k, v in tasks.solution_diversity(solutions).items()})

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import advantages as adv
-from advantages import ADVANTAGES, HYPER_RANGES, compute_advantages, hyper_parameters, pass_at_k
+from advantages import ADVANTAGES, HYPER_RANGES, compute_advantages, hyper_parameters
 
 # Each advantage's properties are registered beside its definition (advantages.register).
 ZERO_SUM = tuple(n for n, fn in ADVANTAGES.items() if fn.zero_sum)
@@ -403,28 +403,6 @@ def test_plot_writes_png(tmp_path):
     out = tmp_path / "m.png"
     mass.plot_masses(str(out), G=16)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-# ---- pass@k -----------------------------------------------------------------------------
-
-@pytest.mark.parametrize("n,c", [(5, 0), (5, 2), (6, 3), (7, 7), (8, 1), (10, 4)])
-def test_pass_at_k_matches_exact_enumeration(n, c):
-    items = [1] * c + [0] * (n - c)
-    for k in range(1, n + 1):
-        subsets = list(itertools.combinations(range(n), k))
-        exact = sum(any(items[i] for i in s) for s in subsets) / len(subsets)
-        # Python floats, a product of <= 10 ratios: measured <= 1.1e-16
-        assert abs(pass_at_k(n, c, k) - exact) < 1e-12, (n, c, k)
-
-
-def test_pass_at_k_large_n_is_stable_and_bad_input():
-    # C(1000, 500) overflows float; the product form does not
-    v = pass_at_k(1000, 3, 500)
-    assert abs(v - (1 - (500 / 1000) * (499 / 999) * (498 / 998))) < 1e-12      # measured 0
-    with pytest.raises(ValueError, match="k=0"):
-        pass_at_k(4, 1, 0)
-    with pytest.raises(ValueError, match="c=5"):
-        pass_at_k(4, 5, 1)
 
 
 def test_cli_table_follows_G_and_plot_path_is_checked_first(tmp_path, capsys):

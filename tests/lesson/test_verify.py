@@ -6,6 +6,7 @@ here because a policy under RL will produce all of them. Hang cases assert the R
 freezing the suite; nothing asserts speed.
 """
 
+import itertools
 import os
 import random
 import subprocess
@@ -398,3 +399,25 @@ def test_prose_with_one_number_is_the_number():
     assert extract_answer("Answer: it is x^2") == "it is x^2"
     assert extract_answer("Answer: $2^5$ ways") == "$2^5$ ways"
     assert extract_answer("#### 1,234") == "1,234"
+
+
+# ---- pass@k -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n,c", [(5, 0), (5, 2), (6, 3), (7, 7), (8, 1), (10, 4)])
+def test_pass_at_k_matches_exact_enumeration(n, c):
+    items = [1] * c + [0] * (n - c)
+    for k in range(1, n + 1):
+        subsets = list(itertools.combinations(range(n), k))
+        exact = sum(any(items[i] for i in s) for s in subsets) / len(subsets)
+        # Python floats, a product of <= 10 ratios: measured <= 1.1e-16
+        assert abs(verify.pass_at_k(n, c, k) - exact) < 1e-12, (n, c, k)
+
+
+def test_pass_at_k_large_n_is_stable_and_bad_input():
+    # C(1000, 500) overflows float; the product form does not
+    v = verify.pass_at_k(1000, 3, 500)
+    assert abs(v - (1 - (500 / 1000) * (499 / 999) * (498 / 998))) < 1e-12      # measured 0
+    with pytest.raises(ValueError, match="k=0"):
+        verify.pass_at_k(4, 1, 0)
+    with pytest.raises(ValueError, match="c=5"):
+        verify.pass_at_k(4, 5, 1)
