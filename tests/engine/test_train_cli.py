@@ -650,8 +650,11 @@ def test_gradient_checkpointing_changes_memory_not_the_update(tiny_dir, tmp_path
 def follow_the_advantage_recipe(repo: str, copy) -> None:
     """The recipe's edits, word for word, for a throwaway advantage `scaled` with its own
     hyper-parameter tau: A = tau (r - mean r), which sums to zero per group."""
-    shutil.copytree(repo, copy, ignore=shutil.ignore_patterns(".git", "runs", ".cache", "__pycache__", "weights",
-                                                              "docs", "toy_out", "*.egg-info"))
+    # No venvs: CI builds .venv-vllm and .venv-verl beside .venv while this runs (GBs each);
+    # the copy's tests and train.py run on this interpreter.
+    shutil.copytree(repo, copy, ignore=shutil.ignore_patterns(".git", ".venv*", "runs", ".cache", "__pycache__",
+                                                              "weights", "docs", "toy_out", "*.egg-info"))
+    assert not list(copy.glob(".venv*")), "a venv was copied"
 
     def insert(path, anchor, text, before=False):
         s = (copy / path).read_text()
