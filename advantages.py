@@ -34,13 +34,12 @@ Conventions (pinned here, tested in tests/lesson/test_advantages.py):
 
 Usage:
     A = compute_advantages("grpo", rewards)            # validated entry point
-    python advantages.py [--G 8]                       # closed-form table: a success's and a
-                                                       # failure's advantage at each c correct
+    python mass.py --table [--G 8]                     # every advantage's value for a success
+                                                       # and a failure at each c correct
 """
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import math
 import numbers
@@ -581,40 +580,3 @@ def is_finite_number(v) -> bool:
     """A finite real number, not a bool: the base of every float range in HYPER_RANGES (and
     in scheduler.py's CONFIG_RANGES)."""
     return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
-
-
-# ---------------------------------------------------------------------------------------
-# Command line: the closed-form table (the mass curves: python mass.py --plot PNG)
-# ---------------------------------------------------------------------------------------
-
-def print_table(G: int = 8) -> None:
-    """Print every advantage's value for a success and a failure at c = 1..G-1."""
-    print(f"advantage of a success / a failure, G={G}, c correct")
-    print("name".ljust(13) + "".join(f"c={c}".rjust(16) for c in range(1, G)))
-    rewards = (torch.arange(G).unsqueeze(0) < torch.arange(1, G).unsqueeze(1)).double()
-    for name in ADVANTAGES:
-        try:
-            A = compute_advantages(name, rewards)
-        except ValueError as e:                  # e.g. passk's default k = 4 at G = 3
-            print(name.ljust(13) + f"  (not at G={G}: {e})")
-            continue
-        cells = [f"{A[c - 1, 0].item():+.3f}/{A[c - 1, G - 1].item():+.3f}" for c in range(1, G)]
-        print(name.ljust(13) + "".join(cell.rjust(16) for cell in cells))
-
-
-MAX_CLI_G = 1024       # a larger --G builds a table no one reads; at 10**8 it runs out of memory
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="advantages.py",
-                                     description="Every advantage's value for a success and a failure, at c = 1..G-1.")
-    parser.error = lambda message: parser.exit(2, f"{parser.prog}: error: {message}\n")   # one line, exit 2
-    parser.add_argument("--G", type=int, default=8, help="group size of the table")
-    args = parser.parse_args(argv)
-    if not 2 <= args.G <= MAX_CLI_G:                 # the table is a [G-1, G] matrix
-        parser.error(f"--G must be in [2, {MAX_CLI_G}], got {args.G}")
-    print_table(args.G)
-
-
-if __name__ == "__main__":
-    main()

@@ -17,6 +17,8 @@ bug in one of the two (tests/lesson/test_advantages.py checks both).
     m_S, m_F = gradient_mass(A)                        # per-group masses, [N] each
     p, m_S, m_F = mass_curve("grpo", G=64)             # the population curves
     python mass.py --plot docs/masses.png              # every advantage on both axes
+    python mass.py --table [--G 8]                     # every advantage's value for a success
+                                                       # and a failure at each c correct
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import os
 import torch
 from torch import Tensor
 
-from advantages import ADVANTAGES, MAX_CLI_G, compute_advantages
+from advantages import ADVANTAGES, compute_advantages
 
 
 def gradient_mass(adv: Tensor) -> tuple[Tensor, Tensor]:
@@ -124,19 +126,45 @@ def plot_masses(path: str, G: int = 64) -> None:
     plt.close(fig)
 
 
+def print_table(G: int = 8) -> None:
+    """Print every advantage's value for a success and a failure at c = 1..G-1 correct: the
+    two numbers behind each group's masses (m_S = c A_success, m_F = (G - c) |A_failure|)."""
+    print(f"advantage of a success / a failure, G={G}, c correct")
+    print("name".ljust(13) + "".join(f"c={c}".rjust(16) for c in range(1, G)))
+    rewards = (torch.arange(G).unsqueeze(0) < torch.arange(1, G).unsqueeze(1)).double()   # row c-1: c successes first
+    for name in ADVANTAGES:
+        try:
+            A = compute_advantages(name, rewards)
+        except ValueError as e:                  # e.g. passk's default k = 4 at G = 3
+            print(name.ljust(13) + f"  (not at G={G}: {e})")
+            continue
+        cells = [f"{A[c - 1, 0].item():+.3f}/{A[c - 1, G - 1].item():+.3f}" for c in range(1, G)]
+        print(name.ljust(13) + "".join(cell.rjust(16) for cell in cells))
+
+
+MAX_CLI_G = 1024       # a larger --G draws curves and tables no one reads; at 10**8 it runs out of memory
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="mass.py", description="Every advantage's gradient mass curves, in one PNG.")
+    parser = argparse.ArgumentParser(prog="mass.py", description="Every advantage's gradient mass curves in one PNG "
+                                     "(--plot), or its value for a success and a failure at each c correct (--table).")
     parser.error = lambda message: parser.exit(2, f"{parser.prog}: error: {message}\n")   # one line, exit 2
-    parser.add_argument("--plot", metavar="PNG", required=True, help="draw all mass curves into this PNG")
-    parser.add_argument("--G", type=int, default=64, help="group size of the curves")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--plot", metavar="PNG", help="draw all mass curves into this PNG (--G default 64)")
+    what.add_argument("--table", action="store_true", help="print the closed-form table (--G default 8)")
+    parser.add_argument("--G", type=int, default=None, help="group size of the curves or the table")
     args = parser.parse_args(argv)
-    if not 2 <= args.G <= MAX_CLI_G:                 # mass_curve builds a [G+1, G] batch, as the table
-        parser.error(f"--G must be in [2, {MAX_CLI_G}], got {args.G}")
+    G = args.G if args.G is not None else (8 if args.table else 64)
+    if not 2 <= G <= MAX_CLI_G:                      # a [G+1, G] batch for the curves, [G-1, G] for the table
+        parser.error(f"--G must be in [2, {MAX_CLI_G}], got {G}")
+    if args.table:
+        print_table(G)
+        return
     folder = os.path.dirname(os.path.abspath(args.plot))       # before the work, not after
     if os.path.isdir(args.plot) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
         parser.error(f"--plot {args.plot!r}: not a file this process can write (is it a directory, or is its "
                      "directory missing or read-only?)")
-    plot_masses(args.plot, G=args.G)
+    plot_masses(args.plot, G=G)
     print(f"wrote {args.plot}")
 
 

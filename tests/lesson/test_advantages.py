@@ -406,10 +406,20 @@ def test_plot_writes_png(tmp_path):
 
 
 def test_cli_table_follows_G_and_plot_path_is_checked_first(tmp_path, capsys):
-    adv.main(["--G", "3"])
+    mass.main(["--table", "--G", "3"])
     out = capsys.readouterr().out.splitlines()
     assert out[0].endswith("G=3, c correct") and out[1].split() == ["name", "c=1", "c=2"]   # c = 1..G-1
     assert any(line.startswith("passk") and "not at G=3" in line for line in out)   # default k = 4 > G
+    mass.main(["--table"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("G=8, c correct") and out[1].split()[-1] == "c=7"     # the table's own default G
+    grpo_row = next(line.split() for line in out if line.split()[0] == "grpo")
+    assert grpo_row[4] == "+0.935/-0.935"            # c = 4 of 8: +-(1/2) / std, std = sqrt(8/7 * 1/4) = 0.5345
+    for argv in ([], ["--table", "--plot", str(tmp_path / "m.png")], ["--table", "--G", "1"]):   # one of the two, G >= 2
+        with pytest.raises(SystemExit) as stop:
+            mass.main(argv)
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and err.count("\n") == 1, (argv, err)
     a_file = tmp_path / "file"
     a_file.write_text("")
     with pytest.raises(SystemExit) as stop:
