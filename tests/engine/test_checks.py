@@ -312,10 +312,10 @@ def run_cli(*argv, env=None):
 
 
 @pytest.mark.slow
-def test_advantages_cli_bounds_the_group_size():
+def test_the_table_cli_bounds_the_group_size():
     start = time.monotonic()
-    code, err = run_cli("-m", "advantages", "--G", "100000000")
-    assert code == 2 and err == ["advantages.py: error: --G must be in [2, 1024], got 100000000"]
+    code, err = run_cli("-m", "mass", "--table", "--G", "100000000")
+    assert code == 2 and err == ["mass.py: error: --G must be in [2, 1024], got 100000000"]
     assert time.monotonic() - start < 120                      # refused, not computed (45 s, then out of memory)
 
 
