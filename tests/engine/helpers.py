@@ -64,11 +64,15 @@ def skip_unless_trl():
 # A copy of the repository, and a sampling setting added to it
 # ---------------------------------------------------------------------------------------
 
-def copy_of_the_repository(tmp_path):
-    """The project's files (no .git, venvs, runs or caches) in tmp_path/repo: a copy to break."""
+def copy_of_the_repository(tmp_path, leave_out=("docs", "tests")):
+    """The project's files (no .git, venvs, runs or caches, nor the folders in leave_out) in
+    tmp_path/repo: a copy to break. Never the venvs: CI builds .venv-vllm and .venv-verl beside
+    .venv while the suite runs (GBs each; a copy of them once filled CI's disk), and the copy
+    runs on this interpreter."""
     dest = tmp_path / "repo"
     shutil.copytree(REPO, dest, ignore=shutil.ignore_patterns(".git", ".venv*", "runs", ".cache", "toy_out",
-                                                              "__pycache__", "docs", "tests"))
+                                                              "__pycache__", "*.egg-info", *leave_out))
+    assert not list(dest.glob(".venv*")), "a venv was copied"
     return dest
 
 

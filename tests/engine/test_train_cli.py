@@ -11,7 +11,6 @@ import glob
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -27,7 +26,7 @@ from machinery import rollout
 from machinery import setup as setup_lib
 from scheduler import AdvantageScheduler
 
-from tests.engine.helpers import run_main, small_args
+from tests.engine.helpers import copy_of_the_repository, run_main, small_args
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RECIPES = sorted(glob.glob(os.path.join(REPO, "recipes", "*.yaml")))
@@ -647,14 +646,11 @@ def test_gradient_checkpointing_changes_memory_not_the_update(tiny_dir, tmp_path
 
 # --- docs/extending.md's recipe "Add an advantage", followed in a copy of the repository ---
 
-def follow_the_advantage_recipe(repo: str, copy) -> None:
+def follow_the_advantage_recipe(tmp_path):
     """The recipe's edits, word for word, for a throwaway advantage `scaled` with its own
-    hyper-parameter tau: A = tau (r - mean r), which sums to zero per group."""
-    # No venvs: CI builds .venv-vllm and .venv-verl beside .venv while this runs (GBs each);
-    # the copy's tests and train.py run on this interpreter.
-    shutil.copytree(repo, copy, ignore=shutil.ignore_patterns(".git", ".venv*", "runs", ".cache", "__pycache__",
-                                                              "weights", "docs", "toy_out", "*.egg-info"))
-    assert not list(copy.glob(".venv*")), "a venv was copied"
+    hyper-parameter tau: A = tau (r - mean r), which sums to zero per group, in a copy of the
+    repository (its tests kept) at tmp_path/repo, which it returns."""
+    copy = copy_of_the_repository(tmp_path, leave_out=("weights", "docs"))
 
     def insert(path, anchor, text, before=False):
         s = (copy / path).read_text()
@@ -669,6 +665,7 @@ def follow_the_advantage_recipe(repo: str, copy) -> None:
            '            "the scale of the centred reward"),\n')                  # its range and what it is: its flag
     insert("tests/lesson/test_advantages.py", "RANGE_CASES = [\n", '    ("scaled", "tau", [0.0, float("nan")], [1e-3]),\n')
     insert("tests/lesson/test_advantages.py", '        "reinforce": (1.0, 0.0),\n', '        "scaled": (0.5 * (1 - p), -0.5 * p),\n')
+    return copy
 
 
 @pytest.mark.slow
@@ -676,9 +673,7 @@ def test_advantage_recipe_end_to_end(tiny_dir, tmp_path):
     # docs/extending.md, "Add an advantage": every edit it lists, and nothing else, in a copy of the
     # repository. The registry tests must pass with the new advantage in them, and train.py
     # must train it 2 steps with its hyper-parameter from the command line and record it.
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    copy = tmp_path / "repo"
-    follow_the_advantage_recipe(repo, copy)
+    copy = follow_the_advantage_recipe(tmp_path)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     tests = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/lesson/test_advantages.py"],
                            cwd=copy, env=env, capture_output=True, text=True)
@@ -726,9 +721,7 @@ def test_an_advantage_whose_hyper_parameter_has_no_range_is_one_line_at_the_door
     # The recipe with one step forgotten, as a new user might: no HYPER_RANGES row for tau.
     # train.py must still import and list --tau, and choosing the advantage must be one line
     # naming the missing row and the recipe (exit 2), not a KeyError from the import.
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    copy = tmp_path / "repo"
-    follow_the_advantage_recipe(repo, copy)
+    copy = follow_the_advantage_recipe(tmp_path)
     row = '    "tau": (lambda v, G: is_finite_number(v) and v > 0, "a finite tau > 0",\n            "the scale of the centred reward"),\n'
     source = (copy / "advantages.py").read_text()
     assert source.count(row) == 1
