@@ -7,6 +7,7 @@ import filecmp
 import importlib.util
 import os
 import shutil
+import subprocess
 
 import pytest
 
@@ -64,14 +65,27 @@ def skip_unless_trl():
 # A copy of the repository, and a sampling setting added to it
 # ---------------------------------------------------------------------------------------
 
+def project_files(root=REPO):
+    """The repository's files as git would commit them: tracked, plus new files .gitignore does
+    not ignore (a reader's uncommitted edit is part of the project), minus tracked files deleted
+    from the working tree; paths relative to root, sorted. What .gitignore names never enters:
+    venvs (CI builds .venv-vllm and .venv-verl beside .venv while the suite runs, GBs each: a
+    copy of them once filled CI's disk), runs, caches, and the build logs CI writes into the
+    clone while the suite runs (one, copied mid-write, once differed from its original)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=root, capture_output=True, text=True, check=True).stdout
+    return sorted({p for p in listed.split("\0") if p and os.path.isfile(os.path.join(root, p))})
+
+
 def copy_of_the_repository(tmp_path, leave_out=("docs", "tests")):
-    """The project's files (no .git, venvs, runs or caches, nor the folders in leave_out) in
-    tmp_path/repo: a copy to break. Never the venvs: CI builds .venv-vllm and .venv-verl beside
-    .venv while the suite runs (GBs each; a copy of them once filled CI's disk), and the copy
-    runs on this interpreter."""
+    """project_files() but those under the top-level paths in leave_out, copied to tmp_path/repo:
+    a copy to break, run on this interpreter (it has no venv)."""
     dest = tmp_path / "repo"
-    shutil.copytree(REPO, dest, ignore=shutil.ignore_patterns(".git", ".venv*", "runs", ".cache", "toy_out",
-                                                              "__pycache__", "*.egg-info", *leave_out))
+    for path in project_files():
+        if any(path == top or path.startswith(top + "/") for top in leave_out):
+            continue
+        os.makedirs(dest / os.path.dirname(path), exist_ok=True)
+        shutil.copy2(os.path.join(REPO, path), dest / path)
     assert not list(dest.glob(".venv*")), "a venv was copied"
     return dest
 

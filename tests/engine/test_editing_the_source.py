@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import train
 from machinery import checkpoint, checks, flags, metrics
 
-from tests.engine.helpers import SAMPLE_WITH_TOP_K, add_top_k, copy_of_the_repository, small_args
+from tests.engine.helpers import SAMPLE_WITH_TOP_K, add_top_k, copy_of_the_repository, project_files, small_args
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -32,6 +32,44 @@ def read_jsonl(path):
 # ---------------------------------------------------------------------------------------
 # 1. A bug in a chapter keeps its traceback; a usage error is one line
 # ---------------------------------------------------------------------------------------
+
+def test_the_copy_to_break_is_what_git_would_commit(tmp_path):
+    # The editing tests copy project_files(): tracked files and new ones .gitignore leaves in,
+    # never what it ignores. Built on a small repository: a tracked file, a new one, an ignored
+    # log and venv file, a tracked file deleted from the tree (the negative cases: each would
+    # be copied by a plain copytree).
+    root = tmp_path / "r"
+    root.mkdir()
+    git = lambda *a: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=root,
+                                    check=True, capture_output=True)
+    git("init", "-q")
+    (root / ".gitignore").write_text(".ci-build-*.log\n.venv*/\n")
+    for name in ("kept.py", "deleted.py"):
+        (root / name).write_text("x = 1\n")
+    git("add", ".")
+    git("commit", "-q", "-m", "start")
+    (root / "new.py").write_text("y = 2\n")
+    (root / ".ci-build-vllm.log").write_text("building\n")
+    (root / ".venv-vllm").mkdir()
+    (root / ".venv-vllm" / "python").write_text("")
+    (root / "deleted.py").unlink()
+    assert project_files(root) == [".gitignore", "kept.py", "new.py"]
+
+
+def test_what_ci_writes_into_the_clone_is_ignored_by_git():
+    # .ci/run writes its venvs, build logs and Quickstart script into the clone while the suite
+    # runs; the copies above leave out what .gitignore ignores, so each must be ignored (a build
+    # log copied mid-write once differed from its original and failed the top_k test in CI).
+    script = open(os.path.join(REPO, ".ci", "run")).read()
+    written = set(re.findall(r"> (\.ci-[\w.-]+)", script)) | {f"{v}/bin/python" for v in
+                                                              re.findall(r"(\.venv[\w-]*)", script)}
+    assert {".ci-build-vllm.log", ".ci-build-verl.log", ".ci-quickstart.sh", ".venv-vllm/bin/python"} <= written
+    shown = subprocess.run(["git", "check-ignore", "--no-index", "-v", "-n", *sorted(written)], cwd=REPO,
+                           capture_output=True, text=True).stdout.splitlines()
+    not_ignored = [line.split("\t")[-1] for line in shown if line.startswith("::")]
+    assert not_ignored == [], f"not in .gitignore: {not_ignored}"
+    assert not any(p.startswith((".venv", ".ci-", "runs/")) for p in project_files())
+
 
 @pytest.mark.slow
 def test_a_bug_put_in_a_chapter_shows_its_traceback_naming_the_file(tmp_path):

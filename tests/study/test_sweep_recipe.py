@@ -11,11 +11,12 @@ import or command fails here, not in a reader's hands. The copy has no committed
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 
 import pytest
+
+from tests.engine.helpers import copy_of_the_repository
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TITLE = "## Add a sweep with a declared claim"
@@ -40,17 +41,6 @@ def recipe() -> tuple[list[tuple[str, str]], list[str]]:
     assert len(shell) == 1, "the recipe has one shell block"
     commands = [line.split("  #", 1)[0].strip() for line in shell[0].splitlines()]
     return edits, [c for c in commands if c and not c.startswith("git ")]
-
-
-def copy_repository(copy) -> None:
-    """The working tree without its history, runs, caches and committed sweep data."""
-    def ignore(folder, names):
-        skip = {n for n in names if n in (".git", "runs", ".cache", "__pycache__", "toy_out")
-                or n.startswith(".venv") or n.endswith(".egg-info")}
-        if os.path.relpath(folder, REPO) == os.path.join("experiments", "results"):
-            skip |= set(names)
-        return skip
-    shutil.copytree(REPO, copy, ignore=ignore)
 
 
 def apply(copy, path: str, block: str) -> None:
@@ -105,8 +95,8 @@ def test_the_sweep_recipe_end_to_end(fitted_dir, tmp_path):
     assert [c.split()[:4] for c in commands] == [["python", "-m", "experiments.sweep", "plan"],
                                                  ["python", "-m", "experiments.sweep", "split"],
                                                  ["python", "-m", "experiments.sweep", "report"]]
-    copy = tmp_path / "repo"
-    copy_repository(copy)
+    copy = copy_of_the_repository(tmp_path, leave_out=("experiments/results",))   # no sweep data
+    (copy / "experiments" / "results").mkdir()
     for path, block in edits:
         apply(copy, path, block)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
