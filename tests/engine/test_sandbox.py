@@ -20,6 +20,7 @@ test_sandbox_filter.py the seccomp program and a child's lock-down, checked dire
 
 import json
 import os
+import pathlib
 import resource
 import shutil
 import signal
@@ -355,26 +356,29 @@ def test_bubblewrap_binds_python_but_no_home_directory():
     assert command[command.index("--tmpfs") + 1] == "/tmp" and command[-1] == "--"
 
 
-def test_bubblewrap_keeps_what_it_binds_under_tmp(tmp_path, monkeypatch):
+def test_bubblewrap_keeps_what_it_binds_under_tmp(monkeypatch):
     """A clone (and its venv) under /tmp: the sandbox's own /tmp must not hide it. bwrap
     mounts in the order given, so the tmpfs comes before the binds. The negative case is
-    the order reversed: a directory of the worker's search path is then missing inside."""
+    the order reversed: a directory of the worker's search path is then missing inside.
+    The directory is made under /tmp itself, not pytest's tmp_path: that follows $TMPDIR,
+    which may point elsewhere (the negative case then fails for another reason)."""
     bwrap = shutil.which("bwrap")
     if not bwrap or subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-pid", "true"]).returncode:
         pytest.skip("bwrap does not run here")
-    site = tmp_path / "site"
-    site.mkdir()
-    copy = site / "tc_module_under_tmp.py"
-    copy.write_text("X = 1\n")
-    monkeypatch.setattr(sandbox_view, "worker_sys_path", lambda: (str(site),))
-    command = sandbox.bubblewrap_command(bwrap)
-    read = [sys.executable, "-P", "-c", f"print(len(open({str(copy)!r}).read()))"]
-    out = subprocess.run(command + read, env=sandbox.worker_env(), capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and int(out.stdout) == len(copy.read_text()), out.stderr
-    tmpfs = command.index("--tmpfs")
-    late = command[:tmpfs] + command[tmpfs + 2:-1] + ["--tmpfs", "/tmp", "--"]
-    out = subprocess.run(late + read, env=sandbox.worker_env(), capture_output=True, text=True, timeout=60)
-    assert out.returncode != 0 and "No such file" in out.stderr
+    with tempfile.TemporaryDirectory(dir="/tmp") as under_tmp:
+        site = pathlib.Path(under_tmp) / "site"
+        site.mkdir()
+        copy = site / "tc_module_under_tmp.py"
+        copy.write_text("X = 1\n")
+        monkeypatch.setattr(sandbox_view, "worker_sys_path", lambda: (str(site),))
+        command = sandbox.bubblewrap_command(bwrap)
+        read = [sys.executable, "-P", "-c", f"print(len(open({str(copy)!r}).read()))"]
+        out = subprocess.run(command + read, env=sandbox.worker_env(), capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and int(out.stdout) == len(copy.read_text()), out.stderr
+        tmpfs = command.index("--tmpfs")
+        late = command[:tmpfs] + command[tmpfs + 2:-1] + ["--tmpfs", "/tmp", "--"]
+        out = subprocess.run(late + read, env=sandbox.worker_env(), capture_output=True, text=True, timeout=60)
+        assert out.returncode != 0 and "No such file" in out.stderr, out.stderr
 
 
 TRAINER = textwrap.dedent("""
