@@ -634,7 +634,7 @@ def test_door_hub_sources_offline_fail_fast(flags, needle, tmp_path, tiny_dir):
     # in one line (the loaders' own path retries for about a minute). Counted, not timed: a
     # wall-clock bound fails on a loaded machine (117 s once at load 5) and passes a retry
     # loop on a fast one. Measured with the pinned huggingface_hub: 2 connections for each
-    # source (the one request, sent again once after the hang-up); a retry loop makes more.
+    # source (which layer opens the second was not traced); a retry loop makes more.
     hub = socket.create_server(("127.0.0.1", 0))
     connections = []
 
@@ -642,16 +642,20 @@ def test_door_hub_sources_offline_fail_fast(flags, needle, tmp_path, tiny_dir):
         while True:
             try:
                 conn, _ = hub.accept()
-            except OSError:                          # closed: the test is over
+            except OSError:                          # shut down: the test is over
                 return
-            connections.append(1)
+            connections.append(conn.getpeername())
             conn.close()
-    threading.Thread(target=hang_up, daemon=True).start()
+    listener = threading.Thread(target=hang_up, daemon=True)
+    listener.start()
     env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{hub.getsockname()[1]}", "HF_HUB_OFFLINE": "0"}
     argv = ["--model", tiny_dir, "--out_dir", str(tmp_path), *flags]
     proc = subprocess.run([sys.executable, os.path.join(REPO, "train.py"), *argv], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
+    hub.shutdown(socket.SHUT_RDWR)                   # wakes accept() (close alone would not), so
+    listener.join(timeout=10)                        # the thread ends before its socket's number is reused
     hub.close()
+    assert not listener.is_alive()
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], proc.stderr
     assert len(connections) <= 2, len(connections)
