@@ -339,21 +339,24 @@ def wait_for_lines(path, n, proc, limit=240):
 
 @pytest.mark.parametrize("second", [["--seed", "7", "--overwrite"], ["--resume", "--steps", "3000"]])
 @pytest.mark.slow
-def test_a_second_writer_is_refused_naming_the_first_and_each_step_is_logged_once(tiny_dir, tmp_path, second):
+def test_a_second_writer_is_refused_naming_the_first_and_each_step_is_logged_once(tiny_dir, tmp_path, second,
+                                                                                   capsys):
     """Before: both wrote the same metrics.jsonl (steps twice, out of order), the checkpoint kept
-    the last writer's config, and both exited 0."""
+    the last writer's config, and both exited 0. The second writer is train.main in this
+    process (the lock is between processes all the same; a train.py process would add ~8 s of
+    imports while the first run trains on)."""
     first = start_train(quick_run_args(tiny_dir, tmp_path, "--steps", "2000"))     # still running when the second comes
     try:
         wait_for_lines(tmp_path / "metrics.jsonl", 2, first)
-        proc = subprocess.run([sys.executable, os.path.join(REPO, "train.py"),
-                               *quick_run_args(tiny_dir, tmp_path, "--steps", "2000"), *second],
-                              cwd=REPO, capture_output=True, text=True, timeout=300)
+        with pytest.raises(SystemExit) as second_exit:
+            train.main([*quick_run_args(tiny_dir, tmp_path, "--steps", "2000"), *second])
         assert first.poll() is None, "the first run ended too early for this test"
     finally:
         first.kill()
         first.wait()
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert second_exit.value.code == 2 and len(lines) == 1, err
     assert f"is in use by another process (PID {first.pid})" in lines[0]
     logged = steps_logged(tmp_path)
     assert logged == list(range(1, len(logged) + 1))        # each step once, in order: one writer

@@ -154,13 +154,28 @@ def test_resume_negative_control_other_seed_differs(tiny_dir, tmp_path):
     (["--loss_type", "gspo", "--weight_transform", "orth", "--advantage", "fade", "--schedule", "fade"],
      "orth re-centres advantages"),
 ])
+def test_cli_bad_input_is_one_line_and_exit_code_2(flags, needle, tmp_path, tiny_dir, capsys):
+    # train.main in this process (a subprocess costs ~8 s of imports per case on the 2-core
+    # machine); the test below runs one case as its own process.
+    with pytest.raises(SystemExit) as e:
+        train.main(["--model", tiny_dir, "--out_dir", str(tmp_path), *flags])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert e.value.code == 2
+    assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("train.py: error:"), err
+
+
 @pytest.mark.slow
-def test_cli_bad_input_is_one_line_and_exit_code_2(flags, needle, tmp_path, tiny_dir):
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "train.py"), "--model", tiny_dir,
-                           "--out_dir", str(tmp_path), *flags], cwd=REPO, capture_output=True, text=True)
-    assert proc.returncode == 2
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("train.py: error:"), proc.stderr
+def test_cli_bad_input_as_a_process_prints_one_line_and_exits_2(tmp_path, tiny_dir):
+    """What a user's shell sees: the process's whole stderr (an import's warning would be a
+    second line) and its exit code, for a check made at the door and one made inside train()."""
+    for flags, needle in [(["--lr", "-1"], "--lr must be in (0, 1.0], got -1.0"),
+                          (["--data", "nope.jsonl"], "nope.jsonl")]:
+        proc = subprocess.run([sys.executable, os.path.join(REPO, "train.py"), "--model", tiny_dir,
+                               "--out_dir", str(tmp_path), *flags], cwd=REPO, capture_output=True, text=True)
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert proc.returncode == 2
+        assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("train.py: error:"), proc.stderr
 
 
 def test_micro_batch_size_does_not_change_training(tiny_dir, tmp_path, monkeypatch):
@@ -203,14 +218,14 @@ def test_short_rl_run_on_the_synthetic_task_raises_held_out_pass_at_1(tmp_path):
     assert sum(rewards[-10:]) / 10 > sum(rewards[:3]) / 3
 
 
-@pytest.mark.slow
-def test_cli_bad_data_row_names_file_and_line(tmp_path, tiny_dir):
+def test_cli_bad_data_row_names_file_and_line(tmp_path, tiny_dir, capsys):
     bad = tmp_path / "rows.jsonl"
     bad.write_text('{"prompt": "1+1=?", "answer": "2"}\n{"prompt": "2+2=?"}\n')
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "train.py"), "--model", tiny_dir, "--data", str(bad),
-                           "--out_dir", str(tmp_path / "run")], cwd=REPO, capture_output=True, text=True)
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    with pytest.raises(SystemExit) as e:
+        train.main(["--model", tiny_dir, "--data", str(bad), "--out_dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert e.value.code == 2 and len(lines) == 1, err
     assert "rows.jsonl" in lines[0] and (":2" in lines[0] or "line 2" in lines[0]), lines[0]
 
 
