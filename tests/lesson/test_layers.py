@@ -24,6 +24,7 @@ could be loaded later, inside a function).
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -92,13 +93,33 @@ def test_no_import_crosses_the_layers_the_wrong_way():
     assert layering_problems() == []
 
 
-@pytest.mark.parametrize("chapter", CHAPTERS)
-def test_a_chapter_imported_alone_loads_nothing_of_the_projects_folders(chapter):
-    code = (f"import sys; sys.path.insert(0, {REPO!r}); import {chapter}; "
-            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(FOLDERS) | {'train'}!r}))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd="/")
+LOADED_BY_EACH_CHAPTER = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+project = set(json.loads(sys.argv[2]))
+loaded = {}
+for chapter in json.loads(sys.argv[3]):
+    __import__(chapter)
+    loaded[chapter] = sorted({m.split(".")[0] for m in sys.modules} & project)
+print(json.dumps(loaded))
+"""
+
+
+@pytest.fixture(scope="module")
+def loaded_by_each_chapter():
+    """{chapter: the project's folders (and train) in sys.modules after importing it}, from one
+    fresh interpreter that imports the chapters in turn (a process per chapter paid ~4 s of
+    torch's import each). What a chapter loads stays in sys.modules, so a chapter that loads a
+    folder shows it, and so does every chapter after it: the first one named is the culprit."""
+    out = subprocess.run([sys.executable, "-c", LOADED_BY_EACH_CHAPTER, REPO, json.dumps([*FOLDERS, "train"]),
+                          json.dumps(CHAPTERS)], capture_output=True, text=True, timeout=300, cwd="/")
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "[]", out.stdout
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_a_chapter_imported_alone_loads_nothing_of_the_projects_folders(chapter, loaded_by_each_chapter):
+    assert loaded_by_each_chapter[chapter] == [], loaded_by_each_chapter
 
 
 def test_the_checker_sees_a_chapter_that_imports_the_engine(tmp_path):
