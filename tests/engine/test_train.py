@@ -156,7 +156,7 @@ def test_resume_negative_control_other_seed_differs(tiny_dir, tmp_path):
 ])
 def test_cli_bad_input_is_one_line_and_exit_code_2(flags, needle, tmp_path, tiny_dir, capsys):
     # train.main in this process (a subprocess costs ~8 s of imports per case on the 2-core
-    # machine); the test below runs one case as its own process.
+    # machine); the test below runs two of them as processes of their own.
     with pytest.raises(SystemExit) as e:
         train.main(["--model", tiny_dir, "--out_dir", str(tmp_path), *flags])
     err = capsys.readouterr().err

@@ -406,9 +406,9 @@ class TrainInThisProcess:
     """What sweep.execute uses of a train.py process (subprocess.Popen(cmd, stdout=log, ...),
     .wait()), running train.main(argv) in this process instead.
 
-    The 21 runs below are 2 steps each: as train.py processes they cost ~10 s apiece, ~8 of
-    them importing torch and transformers (208 s of the suite on the 2-core machine); here the
-    imports are paid once. The processes themselves (the log, the exit code, a kill, a resume)
+    The 21 runs below are 2 steps each: as train.py processes they cost ~10 s apiece on the
+    2-core machine, ~8 of them importing torch and transformers; here the imports are paid
+    once. The processes themselves (the log, the exit code, a kill, a resume)
     are tested by tests/study/test_sweep.py's end-to-end runs. One run at a time (--jobs 1):
     two runs in one process would share torch's random generator."""
 
