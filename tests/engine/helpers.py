@@ -1,13 +1,16 @@
 """What several engine tests share: the flags of a run of a few seconds, train.main
-called in this process with its exit code and the lines it printed, the vLLM and TRL
+called in this process with its exit code and the lines it printed, a sweep's train.py
+processes run in this process instead, the vLLM and TRL
 tests' module guards, and a copy of the repository with a sampling setting added (top_k), which
 the editing test samples with on our engine and the vLLM test on vLLM's."""
 
+import contextlib
 import filecmp
 import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -39,6 +42,38 @@ def run_main(argv, capsys):
     except SystemExit as e:
         code = e.code
     return code, [line for line in capsys.readouterr().err.splitlines() if line.startswith("train.py")]
+
+
+class TrainInThisProcess:
+    """What a sweep uses of a train.py process (subprocess.Popen(cmd, stdout=log, ...) and
+    .wait()), running train.main(argv) in this process instead.
+
+    A train.py process of a few steps costs ~10 s on the 2-core machine, ~8 of them importing
+    torch and transformers; here the imports are paid once. For tests whose subject is what
+    the runs hold, not the processes: those (the log, the exit code, a kill, a resume) have
+    end-to-end tests of their own in tests/study/test_sweep.py. Only with --jobs 1: two runs
+    in one process would share torch's random generator."""
+
+    def __init__(self, cmd, stdout):
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stdout):
+            try:
+                train.main(cmd[2:])
+                self.returncode = 0
+            except SystemExit as e:
+                self.returncode = e.code
+
+    def wait(self):
+        return self.returncode
+
+
+def popen_train_in_this_process(real_popen):
+    """subprocess.Popen, but a `python .../train.py ...` command runs in this process (any
+    other, git's included, is a process as before)."""
+    def popen(cmd, *args, **kwargs):
+        if isinstance(cmd, list) and cmd[:1] == [sys.executable] and os.path.basename(str(cmd[1])) == "train.py":
+            return TrainInThisProcess(cmd, kwargs["stdout"])
+        return real_popen(cmd, *args, **kwargs)
+    return popen
 
 
 def skip_unless_vllm():

@@ -3,19 +3,19 @@ correction, the effect detectable at 80% power against its closed form and an in
 the verdicts on planted paired effects and planted nulls, the checks, and a sweep end to
 end on a tiny model with a planted difference (detected) and a planted null (not)."""
 
-import contextlib
 import itertools
 import json
 import math
 import os
 import statistics
-import sys
 
 import numpy as np
 import pytest
 
 from experiments import claims, designs, designs_pretrained, exact_tests, held_fixed, pages, quantities, registry, sweep
 from experiments.claims import Check, Claim
+
+from tests.engine.helpers import popen_train_in_this_process
 
 
 def brute(d, keep):
@@ -402,44 +402,11 @@ def planted(task):
                       tol=0.5)])
 
 
-class TrainInThisProcess:
-    """What sweep.execute uses of a train.py process (subprocess.Popen(cmd, stdout=log, ...),
-    .wait()), running train.main(argv) in this process instead.
-
-    The 21 runs below are 2 steps each: as train.py processes they cost ~10 s apiece on the
-    2-core machine, ~8 of them importing torch and transformers; here the imports are paid
-    once. The processes themselves (the log, the exit code, a kill, a resume)
-    are tested by tests/study/test_sweep.py's end-to-end runs. One run at a time (--jobs 1):
-    two runs in one process would share torch's random generator."""
-
-    def __init__(self, cmd, stdout):
-        import train
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stdout):
-            try:
-                train.main(cmd[2:])
-                self.returncode = 0
-            except SystemExit as e:
-                self.returncode = e.code
-
-    def wait(self):
-        return self.returncode
-
-
-def popen_train_in_this_process(real_popen):
-    """subprocess.Popen, but a train.py command runs in this process (any other, git's
-    included, is a process as before)."""
-    def popen(cmd, *args, **kwargs):
-        if list(cmd[:2]) == [sys.executable, sweep.TRAIN_PY]:
-            return TrainInThisProcess(cmd, kwargs["stdout"])
-        return real_popen(cmd, *args, **kwargs)
-    return popen
-
-
 @pytest.mark.slow
 def test_sweep_end_to_end_detects_the_planted_difference_and_not_the_null(tiny_dir, tmp_path, monkeypatch):
     monkeypatch.setitem(sweep.SWEEPS, "planted", planted)
     monkeypatch.setitem(sweep.TASKS["addition"]["sweeps"], "planted", dict(designs.settings("addition", "credit")))
-    monkeypatch.setattr(sweep.subprocess, "Popen", popen_train_in_this_process(sweep.subprocess.Popen))
+    monkeypatch.setattr(sweep.subprocess, "Popen", popen_train_in_this_process(sweep.subprocess.Popen))  # 21 runs
     sweep.main(["planted", "--task", "addition", "--warmup_seeds", "0", "--seeds", "0,1,2,3,4,5,6", "--steps", "2",
                 "--jobs", "1", "--out", str(tmp_path), "--", "--model", tiny_dir, "--digits", "1",
                 "--prompts_per_step", "4", "--group_size", "4", "--flip_every", "0", "--save_every", "0",

@@ -22,6 +22,7 @@ import torch
 import diagnostics
 from experiments import (claims, designs, designs_cancellation, designs_fade, pages, quantities, registry, summaries,
                          sweep, sweep_plan)
+from tests.engine.helpers import popen_train_in_this_process
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -407,8 +408,15 @@ LABELS = [f"{arm}/warmup_0/seed_{seed}" for arm in ("grpo", "nsr") for seed in (
 
 @pytest.fixture(scope="module")
 def finished_sweep(tmp_path_factory, tiny_dir):
+    """ARGV's 4 runs, finished, their weights kept (the resume test needs them). The runs are
+    train.main in this process (tests/engine/helpers.TrainInThisProcess), one at a time: what
+    they hold is the subject here; the processes are the killed and failing sweeps' tests'."""
     out = tmp_path_factory.mktemp("sweeps")
-    sweep.main([*ARGV, "--keep_weights", "--out", str(out), *train_extra(tiny_dir)])    # the resume test needs them
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sweep.subprocess, "Popen", popen_train_in_this_process(sweep.subprocess.Popen))
+        argv = [*ARGV, "--keep_weights", "--out", str(out), *train_extra(tiny_dir)]
+        argv[argv.index("--jobs") + 1] = "1"
+        sweep.main(argv)
     return out
 
 
