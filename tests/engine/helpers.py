@@ -70,7 +70,7 @@ def popen_train_in_this_process(real_popen):
     """subprocess.Popen, but a `python .../train.py ...` command runs in this process (any
     other, git's included, is a process as before)."""
     def popen(cmd, *args, **kwargs):
-        if isinstance(cmd, list) and cmd[:1] == [sys.executable] and os.path.basename(str(cmd[1])) == "train.py":
+        if isinstance(cmd, list) and len(cmd) > 1 and cmd[0] == sys.executable and os.path.basename(cmd[1]) == "train.py":
             return TrainInThisProcess(cmd, kwargs["stdout"])
         return real_popen(cmd, *args, **kwargs)
     return popen
