@@ -649,7 +649,10 @@ def test_door_hub_sources_offline_fail_fast(flags, needle, tmp_path, tiny_dir):
     # in one line (the loaders' own path retries for about a minute). Counted, not timed: a
     # wall-clock bound fails on a loaded machine (117 s once at load 5) and passes a retry
     # loop on a fast one. Measured with the pinned huggingface_hub: 2 connections for each
-    # source (which layer opens the second was not traced); a retry loop makes more.
+    # source (which layer opens the second was not traced). With hub_problem made to return
+    # None (the negative control), the model's loader made 7 and failed in one line without the
+    # hub's name (the count and the needle fail), the dataset's made 2 and ended in a traceback
+    # with exit 1 (the one-line check fails).
     hub = socket.create_server(("127.0.0.1", 0))
     connections = []
 
