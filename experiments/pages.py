@@ -373,7 +373,8 @@ def run_command(sweep: Sweep, task: str, runs: list[RunData], recorded: bool) ->
     metrics show (today's plan may differ, so it is not printed as theirs)."""
     own = ["--out_dir", "OUT/TASK/NAME/ARM/warmup_W/seed_S", "--seed", "S", "--warmup_seed", "W"]
     if recorded and runs:
-        return f"`python train.py {shlex.join([*own, *design(runs[0], sweep)])} ARM-FLAGS`"
+        flags = design(runs[0], sweep)
+        return f"`python train.py {shlex.join([*own, *flags])} ARM-FLAGS`" + repeated_flags(flags)
     if not runs:
         s = settings(task, sweep.name)
         planned = [*own, "--steps", str(s["steps"]), *eval_flags(task, sweep.name), "--threads", "1", *sweep.flags]
@@ -385,6 +386,25 @@ def run_command(sweep: Sweep, task: str, runs: list[RunData], recorded: bool) ->
     spacing = sorted({b - a for a, b in zip(evals, evals[1:])})
     return (f"flags not recorded; read from the runs' metrics: {_list(last)} steps, held-out evaluation every "
             f"{_list(spacing) or '?'} steps (today's plan: `python -m experiments.sweep plan`)")
+
+
+def repeated_flags(flags) -> str:
+    """' (--lr is given twice: train.py takes the last, 3e-5)' for each flag the command repeats, else ''.
+
+    A sweep's flags are its task's recipe followed by its own, so a sweep that changes a
+    recipe setting (the masked sweep's lr on SmolLM2) repeats that flag. The command is
+    printed as the runs recorded it; this note says which value ran (argparse, which
+    machinery/config.py's parse_args uses, keeps the last), so that a reader does not
+    take the first one for the run's."""
+    last, count = {}, {}
+    for i, token in enumerate(flags):
+        if token.startswith("--"):
+            count[token] = count.get(token, 0) + 1
+            following = flags[i + 1] if i + 1 < len(flags) else None
+            last[token] = following if following is not None and not following.startswith("--") else "(set)"
+    notes = [f"{flag} is given {count[flag]} times: train.py takes the last, {last[flag]}"
+             for flag in count if count[flag] > 1]
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 def start_hashes(runs: list[RunData]) -> str:

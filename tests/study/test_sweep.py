@@ -762,3 +762,16 @@ def test_the_float_path_is_part_of_what_a_pair_must_share():
     cpus = {(arm, (0, s)): pages.cpu_model(avx512 if (arm, s) == ("b", 0) else avx2) for arm in "ab" for s in range(4)}
     rec = claims.judge([claims.Claim("P", "a above b", "q", "x", "a", "b", +1)], values, {}, cpus=cpus)[0]
     assert rec["n"] == 3 and "1 pair left out" in rec["detail"]
+
+
+def test_a_repeated_flag_is_noted_with_the_value_train_py_runs():
+    # The masked sweep on SmolLM2 gives the recipe's --lr 1e-05 and then its own --lr 3e-5:
+    # the page prints the command as recorded and says which value ran.
+    flags = ("--lr", "1e-05", "--steps", "40", "--share_prompts", "--lr", "3e-5")
+    assert pages.repeated_flags(flags) == " (--lr is given 2 times: train.py takes the last, 3e-5)"
+    assert pages.repeated_flags(("--lr", "3e-5", "--steps", "40", "--share_prompts")) == ""
+    assert pages.repeated_flags(("--share_prompts", "--share_prompts")) == \
+        " (--share_prompts is given 2 times: train.py takes the last, (set))"
+    # and the note is true of train.py's parser: the last value is the run's
+    from machinery.config import parse_args
+    assert parse_args(["--lr", "1e-05", "--lr", "3e-5", "--steps", "3"]).lr == 3e-5
