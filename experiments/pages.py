@@ -389,7 +389,7 @@ def run_command(sweep: Sweep, task: str, runs: list[RunData], recorded: bool) ->
 
 
 def repeated_flags(flags) -> str:
-    """' (--lr is given twice: train.py takes the last, 3e-5)' for each flag the command repeats, else ''.
+    """' (--lr is given 2 times: train.py takes the last, 3e-5)' for each flag the command repeats, else ''.
 
     A sweep's flags are its task's recipe followed by its own, so a sweep that changes a
     recipe setting (the masked sweep's lr on SmolLM2) repeats that flag. The command is
